@@ -1,0 +1,53 @@
+// DataSource: where training tokens come from. A source yields batches of sequences of
+// T inputs and T targets (targets are inputs shifted by one; a target < 0 is excluded from
+// the loss). Its position is a plain cursor, saved in checkpoints so resume neither loses
+// nor repeats data.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace mt {
+
+struct Batch {
+  int num_seqs = 0;  // G
+  int seq_len = 0;   // T
+  std::vector<int32_t> inputs;   // [G, T]
+  std::vector<int32_t> targets;  // [G, T]
+  long counted_targets() const;
+};
+
+// Every input in [0, vocab) and every target in [-1, vocab); errors name the index.
+Status validate_batch(const Batch& b, int vocab);
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  // Fills `out` with the next `num_seqs` sequences of `seq_len` tokens.
+  virtual Status next_batch(int num_seqs, int seq_len, Batch& out) = 0;
+  virtual uint64_t cursor() const = 0;
+  virtual Status seek(uint64_t cursor) = 0;
+  virtual std::string describe() const = 0;
+  // The entropy floor in nats/token when it is known exactly (synthetic data), else < 0.
+  virtual double entropy_floor() const { return -1; }
+};
+
+struct SyntheticOptions {
+  uint64_t seed = 1;
+  int vocab = 256;      // tokens are drawn from [0, min(vocab, active_vocab))
+  int active_vocab = 64;
+  int branching = 4;    // successors per state of the Markov chain
+};
+
+// A seeded first-order Markov chain with sparse random transitions. Its entropy rate is
+// computed exactly from the stationary distribution, so tests know the loss floor.
+Result<std::unique_ptr<DataSource>> make_synthetic_source(const SyntheticOptions& opt);
+
+// UTF-8 text through the byte-level tokenizer (token = byte, vocab >= 256), read from a file
+// and cut into consecutive windows of seq_len + 1 bytes.
+Result<std::unique_ptr<DataSource>> make_text_source(const std::string& path, int vocab);
+
+}  // namespace mt

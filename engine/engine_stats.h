@@ -1,0 +1,42 @@
+// EngineStats: plain numbers the engine reports per step and in total. The server adapts
+// them to Prometheus, the bench to JSON; the engine itself knows neither.
+#pragma once
+#include <cstdint>
+
+namespace mt {
+
+struct StepStats {
+  long step = 0;                 // 1-based index of the optimizer step just taken
+  double loss = 0;               // mean loss per counted token of the global batch
+  long tokens = 0;               // tokens processed (inputs) in the step
+  double step_seconds = 0;       // wall time of the step
+  float lr = 0;
+  double grad_norm = 0;          // global gradient norm before clipping
+  uint64_t h2d_bytes = 0;        // host -> device traffic
+  uint64_t d2h_bytes = 0;        // device -> host traffic
+  double h2d_seconds = 0;        // time the H2D copy engine was busy
+  double d2h_seconds = 0;
+  double compute_seconds = 0;    // time the compute stream was busy
+  double copy_wait_seconds = 0;  // compute waited for weights to arrive
+  double optimizer_wait_seconds = 0;  // compute waited for an optimizer update of the previous step
+  double optimizer_seconds = 0;  // CPU time spent in norm + AdamW for this step's updates
+  uint64_t device_peak_bytes = 0;
+  double stall_seconds() const { return copy_wait_seconds + optimizer_wait_seconds; }
+};
+
+struct EngineTotals {
+  long steps = 0;
+  uint64_t tokens = 0, h2d_bytes = 0, d2h_bytes = 0;
+  double stall_seconds = 0, compute_seconds = 0, optimizer_seconds = 0;
+  void add(const StepStats& s) {
+    ++steps;
+    tokens += uint64_t(s.tokens);
+    h2d_bytes += s.h2d_bytes;
+    d2h_bytes += s.d2h_bytes;
+    stall_seconds += s.stall_seconds();
+    compute_seconds += s.compute_seconds;
+    optimizer_seconds += s.optimizer_seconds;
+  }
+};
+
+}  // namespace mt

@@ -1,0 +1,19 @@
+// Causal grouped-query attention, flash-attention style: tiled over keys with an online
+// softmax, memory O(T*D) per head — no T x T matrix is ever formed.
+// qkv rows [q (H*D) | k (KVH*D) | v (KVH*D)] (post-rope), B*T rows. Query head h uses kv head
+// h / (H / KVH). Scale 1/sqrt(D).
+// out [B*T, H*D]; lse [B, H, T] = log-sum-exp of the scaled scores per query (for backward).
+#pragma once
+
+namespace mt::cpu {
+
+template <typename T>
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int H, int KVH, int D);
+
+// dqkv (same layout as qkv) is overwritten with the gradient w.r.t. q, k and v.
+// Recomputes the probabilities from qkv and lse; never stores them.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
+                        int T_, int H, int KVH, int D);
+
+}  // namespace mt::cpu

@@ -1,0 +1,79 @@
+// Fused LM head + cross-entropy, chunked over tokens. Chunks run in order; within a chunk rows
+// are independent, and the per-token losses are summed in token order (deterministic).
+#include "kernels/lm_head_loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/common.h"
+#include "kernels/matmul.h"
+
+namespace mt::cpu {
+namespace {
+
+// Turns one row of logits into its loss and, when `backward`, into
+// dlogits = (softmax - onehot(target)) * grad_scale in place (the row is scratch either way).
+// Returns the loss; 0 for an ignored target (< 0, or >= V, which callers should have refused).
+template <typename T>
+double softmax_row(T* logits, int V, int32_t target, bool backward, T grad_scale) {
+  const bool counted = target >= 0 && target < V;
+  if (!counted) {
+    if (backward) std::fill(logits, logits + V, T(0));
+    return 0.0;
+  }
+  T mx = logits[0];
+  for (int v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
+  const double target_logit = double(logits[target]);
+  detail::exp_shifted(logits, V, mx);  // logits now hold exp(logit - max)
+  double sum = 0;
+  for (int v = 0; v < V; ++v) sum += double(logits[v]);
+  const double loss = double(mx) + std::log(sum) - target_logit;
+  if (backward) {
+    const T k = T(1.0 / sum) * grad_scale;
+    for (int v = 0; v < V; ++v) logits[v] *= k;
+    logits[target] -= grad_scale;
+  }
+  return loss;
+}
+
+}  // namespace
+
+template <typename T>
+LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W,
+                              const int32_t* targets, int N, int C, int V, int chunk,
+                              T grad_scale, T* scratch) {
+  LmHeadLossResult res;
+  const bool backward = dx != nullptr;
+  chunk = std::max(1, chunk);
+  std::vector<double> row_loss(size_t(std::min(chunk, std::max(N, 1))));
+  for (int n0 = 0; n0 < N; n0 += chunk) {
+    const int rows = std::min(chunk, N - n0);
+    const T* xc = x + long(n0) * C;
+    gemm(false, true, rows, V, C, T(1), xc, C, W, C, T(0), scratch, V);
+    MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * V)))
+    for (int r = 0; r < rows; ++r)
+      row_loss[r] = softmax_row(scratch + long(r) * V, V, targets[n0 + r], backward, grad_scale);
+    for (int r = 0; r < rows; ++r) {  // token order: deterministic sum
+      const int32_t t = targets[n0 + r];
+      if (t >= 0 && t < V) {
+        res.loss_sum += row_loss[r];
+        ++res.counted;
+      }
+      if (losses != nullptr) losses[n0 + r] = T(row_loss[r]);
+    }
+    if (!backward) continue;
+    gemm(false, false, rows, C, V, T(1), scratch, V, W, C, T(0), dx + long(n0) * C, C);
+    if (dW != nullptr) gemm(true, false, V, C, rows, T(1), scratch, V, xc, C, T(1), dW, C);
+  }
+  return res;
+}
+
+#define MT_INSTANTIATE(T)                                                                   \
+  template LmHeadLossResult lm_head_loss<T>(T*, T*, T*, const T*, const T*, const int32_t*, \
+                                            int, int, int, int, T, T*);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(double)
+#undef MT_INSTANTIATE
+
+}  // namespace mt::cpu

@@ -1,0 +1,23 @@
+// Fused LM head + softmax cross-entropy, chunked over tokens: the [N, V] logits never exist,
+// only [chunk, V] at a time, and each chunk's backward is done right after its forward.
+//   logits = x @ W^T (x [N, C], W [V, C]); loss_i = logsumexp(logits_i) - logits_i[target_i].
+// Targets < 0 are ignored (no loss, no gradient).
+#pragma once
+#include <cstdint>
+
+namespace mt::cpu {
+
+struct LmHeadLossResult {
+  double loss_sum = 0;  // sum of per-token losses over counted targets
+  long counted = 0;     // number of targets >= 0
+};
+
+// scratch must hold chunk * V elements. When dx is non-null, the backward of
+// (grad_scale * sum of losses) is computed: dx is overwritten ([N, C]), dW accumulated (+=).
+// losses (optional, [N]) receives each token's loss (0 for ignored targets).
+template <typename T>
+LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W,
+                              const int32_t* targets, int N, int C, int V, int chunk,
+                              T grad_scale, T* scratch);
+
+}  // namespace mt::cpu

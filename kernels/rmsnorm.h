@@ -1,0 +1,15 @@
+// RMSNorm (Llama): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps), per row.
+// inp/out [N, C], weight [C], rstd [N] (saved for backward).
+#pragma once
+
+namespace mt::cpu {
+
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps);
+
+// Accumulating: dinp += dL/dinp, dweight += dL/dweight.
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                      const T* rstd, int N, int C);
+
+}  // namespace mt::cpu
