@@ -1,0 +1,43 @@
+// Shared pieces of megatrain-bench: flag access, timing and the result printer.
+#pragma once
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/json.h"
+#include "engine/status.h"
+
+namespace mt::bench {
+
+// --key value flags after the suite name; every flag a suite reads must be known to it.
+class Flags {
+ public:
+  static Result<Flags> parse(int argc, char** argv, int first);
+  std::string str(const std::string& key, const std::string& def) const;
+  Result<double> num(const std::string& key, double def) const;
+  bool has(const std::string& key) const { return values_.count(key) > 0; }
+  bool json() const { return json_; }
+  // Errors for any flag the suite did not read (typos are not silently ignored).
+  Status check_all_used() const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  mutable std::map<std::string, bool> used_;
+  bool json_ = false;
+};
+
+// Prints one result: a JSON object on one line with --json, else "key: value" lines.
+void emit(const Json& result, bool json);
+
+double seconds_since(std::chrono::steady_clock::time_point t0);
+double median(std::vector<double> v);
+
+// Suites. Each returns the process exit status.
+int run_sgemm(const Flags& f);
+int run_adamw(const Flags& f);
+int run_step(const Flags& f);
+
+double measure_sgemm_flops(int n, int reps);  // for step's peak_flops
+
+}  // namespace mt::bench

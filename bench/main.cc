@@ -1,0 +1,95 @@
+// megatrain-bench SUITE [--flag value ...] [--json]
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+
+#include "bench/bench.h"
+
+namespace mt::bench {
+
+Result<Flags> Flags::parse(int argc, char** argv, int first) {
+  Flags f;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") {
+      f.json_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc)
+      return invalid_argument("expected --flag value, got '" + a + "'");
+    f.values_[a.substr(2)] = argv[++i];
+  }
+  return f;
+}
+
+std::string Flags::str(const std::string& key, const std::string& def) const {
+  used_[key] = true;
+  auto it = values_.find(key);
+  return it == values_.end() ? def : it->second;
+}
+
+Result<double> Flags::num(const std::string& key, double def) const {
+  used_[key] = true;
+  auto it = values_.find(key);
+  if (it == values_.end()) return def;
+  char* end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end) return invalid_argument("--" + key + " = '" + it->second + "' is not a number");
+  return v;
+}
+
+Status Flags::check_all_used() const {
+  for (const auto& [k, v] : values_)
+    if (!used_.count(k)) return invalid_argument("unknown flag --" + k);
+  return Status::Ok();
+}
+
+void emit(const Json& result, bool json) {
+  if (json) {
+    std::printf("%s\n", result.dump().c_str());
+  } else {
+    for (const auto& [k, v] : result.members()) std::printf("%-24s %s\n", k.c_str(), v.dump().c_str());
+  }
+  std::fflush(stdout);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace mt::bench
+
+int main(int argc, char** argv) {
+  using namespace mt::bench;
+  const char* usage =
+      "usage: megatrain-bench SUITE [--flag value ...] [--json]\n"
+      "suites:\n"
+      "  sgemm  [--n 2048 --reps 5]                       fp32 GEMM GFLOP/s on this machine\n"
+      "  adamw  [--params N --threads T --layout exact|compact]  fused AdamW vs a threaded memcpy\n"
+      "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu]\n"
+      "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
+      "         [--link-gbps G] [--slots K] [--layout exact|compact]\n"
+      "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n";
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  auto flags = Flags::parse(argc, argv, 2);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "megatrain-bench: %s\n", flags.status().message().c_str());
+    return 2;
+  }
+  const std::string suite = argv[1];
+  if (suite == "sgemm") return run_sgemm(*flags);
+  if (suite == "adamw") return run_adamw(*flags);
+  if (suite == "step") return run_step(*flags);
+
+  std::fprintf(stderr, "megatrain-bench: unknown suite '%s'\n%s", suite.c_str(), usage);
+  return 2;
+}
