@@ -50,4 +50,13 @@ Result<std::unique_ptr<DataSource>> make_synthetic_source(const SyntheticOptions
 // and cut into consecutive windows of seq_len + 1 bytes.
 Result<std::unique_ptr<DataSource>> make_text_source(const std::string& path, int vocab);
 
+// Token files, memory-mapped: dtype "uint16" / "uint32" (raw little-endian tokens, as nanoGPT's
+// .bin) or "llmc" (llm.c shard: 256 int32 header, magic 20240520, version 1 = uint16 tokens or
+// 2 = uint32, header[2] = token count, which must match the file size). Sequences are
+// consecutive windows of seq_len + 1 tokens at stride seq_len; cursor = sequences consumed,
+// wrapping at the end. Tokens >= vocab are reported (index and value): eagerly at open for
+// files of up to 64 Mi tokens, otherwise by next_batch for the windows it reads.
+Result<std::unique_ptr<DataSource>> make_token_file_source(const std::string& path, const std::string& dtype,
+                                                           int vocab);
+
 }  // namespace mt

@@ -1,0 +1,69 @@
+// Backend: the device interface the streaming executor runs on — a bounded device arena,
+// three streams (host-to-device copies, compute, device-to-host copies), events that order
+// them, and the op table for the compute stream. CpuBackend implements it with worker threads
+// (and an optional emulated link bandwidth); CudaBackend with CUDA streams, events and cuBLAS.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/host_store.h"
+#include "engine/ops.h"
+#include "engine/status.h"
+#include "kernels/bf16.h"
+
+namespace mt {
+
+enum class StreamKind { kH2D = 0, kCompute = 1, kD2H = 2 };
+
+// A point in one stream's work; complete once everything enqueued before it has run.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual bool done() const = 0;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+struct CopyStats {
+  uint64_t h2d_bytes = 0, d2h_bytes = 0;
+  double h2d_seconds = 0, d2h_seconds = 0;  // time each copy engine was busy
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Host memory for HostStore (pinned where the backend can pin).
+  virtual HostAllocator& host_allocator() = 0;
+
+  // Device memory: one arena of `bytes` reserved up front; allocations bump inside it and
+  // never exceed it. The peak is what a run really used.
+  virtual Status reserve_device(size_t bytes) = 0;
+  virtual Result<void*> device_alloc(size_t bytes) = 0;
+  virtual size_t device_capacity() const = 0;
+  virtual size_t device_peak() const = 0;
+
+  // Asynchronous copies on the H2D / D2H streams.
+  virtual void copy_h2d(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_d2h(void* host_dst, const void* device_src, size_t bytes) = 0;
+  // Device fp32 -> host bf16 (compact gradients): converts, then copies half the bytes.
+  virtual void copy_d2h_bf16(bf16* host_dst, const float* device_src, size_t n) = 0;
+
+  virtual EventPtr record(StreamKind stream) = 0;
+  // Work enqueued on `stream` after this call runs only once `e` is complete.
+  virtual void stream_wait(StreamKind stream, const EventPtr& e) = 0;
+  // Blocks the calling thread until `e` completes; returns the seconds it waited.
+  virtual double host_wait(const EventPtr& e) = 0;
+
+  virtual const Ops<float>& ops() = 0;  // ops run on the compute stream
+  virtual CopyStats take_copy_stats() = 0;  // since the last call
+};
+
+struct CpuBackendOptions {
+  double link_gbps = 0;  // emulated bandwidth per direction in GB/s (1e9 B/s); 0 = memcpy speed
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt);
+
+}  // namespace mt

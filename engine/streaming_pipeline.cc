@@ -1,0 +1,239 @@
+#include "engine/streaming_pipeline.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace mt {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
+  std::vector<int> order;
+  for (int u = 0; u <= L; ++u) order.push_back(u);  // forward: embedding, decoders
+  if (tied) order.push_back(0);                     // the LM head reads the embedding
+  order.push_back(L + 1);                           // final norm + head
+  for (int u = L; u >= 0; --u) order.push_back(u);  // backward
+  std::vector<int> content(size_t(K), -1), last(size_t(K), -1);
+  std::vector<UnitUse> uses;
+  for (int i = 0; i < int(order.size()); ++i) {
+    UnitUse use;
+    use.unit = order[size_t(i)];
+    int k = -1;
+    for (int s = 0; s < K; ++s)
+      if (content[size_t(s)] == use.unit) k = s;
+    use.fetch = k < 0;
+    if (k < 0) {  // refill the least recently used slot
+      k = 0;
+      for (int s = 1; s < K; ++s)
+        if (last[size_t(s)] < last[size_t(k)]) k = s;
+    }
+    use.slot = k;
+    use.prev_of_slot = last[size_t(k)];
+    content[size_t(k)] = use.unit;
+    last[size_t(k)] = i;
+    uses.push_back(use);
+  }
+  return uses;
+}
+
+StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
+                                     std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
+                                     void* tied_grad_host)
+    : backend_(backend),
+      store_(store),
+      units_(units),
+      slots_(std::move(slots)),
+      uses_(std::move(uses)),
+      cfg_(cfg),
+      tied_grad_host_(tied_grad_host),
+      pool_(cfg.optimizer_threads),
+      ready_(uses_.size()),
+      released_(uses_.size()),
+      opt_ready_time_(uses_.size()),
+      updated_(units.size(), 0),
+      sumsq_(units.size()) {
+  uploader_ = std::thread([this] { uploader_loop(); });
+  optimizer_ = std::thread([this] { optimizer_loop(); });
+}
+
+StreamingPipeline::~StreamingPipeline() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  uploader_.join();
+  optimizer_.join();
+}
+
+void StreamingPipeline::begin_step(long step, float lr) {
+  std::lock_guard<std::mutex> l(mu_);
+  step_ = step;
+  lr_ = lr;
+  std::fill(ready_.begin(), ready_.end(), nullptr);
+  std::fill(released_.begin(), released_.end(), nullptr);
+  cv_.notify_all();
+}
+
+void StreamingPipeline::uploader_loop() {
+  long done_step = 0;
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return stop_ || step_ > done_step; });
+    if (stop_) return;
+    const long s = step_;
+    for (size_t i = 0; i < uses_.size(); ++i) {
+      const UnitUse& u = uses_[i];
+      if (!u.fetch) {
+        ready_[i] = ready_[size_t(u.prev_of_slot)];
+        cv_.notify_all();
+        continue;
+      }
+      cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+      opt_ready_time_[i] = now_seconds();
+      cv_.wait(l, [&] { return stop_ || u.prev_of_slot < 0 || released_[size_t(u.prev_of_slot)]; });
+      if (stop_) return;
+      EventPtr free = u.prev_of_slot < 0 ? prev_step_done_ : released_[size_t(u.prev_of_slot)];
+      l.unlock();
+      if (free) backend_.stream_wait(StreamKind::kH2D, free);
+      backend_.copy_h2d(slots_[size_t(u.slot)], store_.unit(size_t(u.unit)).master,
+                        units_[size_t(u.unit)].numel * sizeof(float));
+      EventPtr e = backend_.record(StreamKind::kH2D);
+      l.lock();
+      ready_[i] = e;
+      cv_.notify_all();
+    }
+    done_step = s;
+  }
+}
+
+void StreamingPipeline::wait_ready(int use, double& copy_wait, double& optimizer_wait) {
+  const double t0 = now_seconds();
+  EventPtr e;
+  double opt_t;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return ready_[size_t(use)] != nullptr; });
+    e = ready_[size_t(use)];
+    opt_t = uses_[size_t(use)].fetch ? opt_ready_time_[size_t(use)] : 0;
+  }
+  backend_.stream_wait(StreamKind::kCompute, e);
+  const double t1 = now_seconds();
+  const double opt = std::max(0.0, std::min(opt_t, t1) - t0);
+  optimizer_wait += opt;
+  copy_wait += (t1 - t0) - opt;
+}
+
+void StreamingPipeline::release(int use) {
+  EventPtr e = backend_.record(StreamKind::kCompute);
+  std::lock_guard<std::mutex> l(mu_);
+  released_[size_t(use)] = e;
+  cv_.notify_all();
+}
+
+void StreamingPipeline::end_step() {
+  EventPtr e = backend_.record(StreamKind::kCompute);
+  std::lock_guard<std::mutex> l(mu_);
+  prev_step_done_ = e;
+}
+
+void StreamingPipeline::grads_sent(int unit, EventPtr landed, bool tied_part) {
+  std::lock_guard<std::mutex> l(mu_);
+  landings_.push_back({unit, std::move(landed), tied_part, step_, lr_});
+  cv_.notify_all();
+}
+
+void StreamingPipeline::optimizer_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return stop_ || !landings_.empty(); });
+    if (landings_.empty()) return;
+    Landing g = landings_.front();
+    landings_.pop_front();
+    l.unlock();
+    const double t0 = now_seconds();
+    backend_.host_wait(g.event);
+    if (!g.tied_part) {
+      const size_t u = size_t(g.unit);
+      if (cfg_.tied && u == 0) merge_tied();
+      const HostUnit& hu = store_.unit(u);
+      sumsq_[u] = store_.layout() == MemoryLayout::kExact
+                      ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
+                      : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
+      if (cfg_.update_during_backward) update_unit(u, g.step, g.lr, 1.0f);
+      if (++landed_ == int(units_.size())) {
+        landed_ = 0;
+        if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
+      }
+    }
+    l.lock();
+    optimizer_seconds_ += now_seconds() - t0;
+  }
+}
+
+void StreamingPipeline::merge_tied() {
+  const HostUnit& hu = store_.unit(0);
+  if (store_.layout() == MemoryLayout::kExact) {
+    float* g = static_cast<float*>(hu.grad);
+    const float* t = static_cast<const float*>(tied_grad_host_);
+    for (size_t i = 0; i < hu.numel; ++i) g[i] = t[i] + g[i];
+  } else {
+    bf16* g = static_cast<bf16*>(hu.grad);
+    const bf16* t = static_cast<const bf16*>(tied_grad_host_);
+    for (size_t i = 0; i < hu.numel; ++i) g[i] = float_to_bf16(bf16_to_float(t[i]) + bf16_to_float(g[i]));
+  }
+}
+
+void StreamingPipeline::update_phase(long step, float lr) {
+  double total = 0;
+  for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
+  const double norm = std::sqrt(total);
+  last_grad_norm_ = norm;
+  const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
+  for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
+}
+
+void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
+  const OptimizerConfig& o = cfg_.optimizer;
+  cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, o.weight_decay, clip, step};
+  if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
+  else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
+  std::lock_guard<std::mutex> l(mu_);
+  updated_[u] = step;
+  cv_.notify_all();
+}
+
+Status StreamingPipeline::sync() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] {
+    for (long s : updated_)
+      if (s < step_) return false;
+    return true;
+  });
+  return Status::Ok();
+}
+
+void StreamingPipeline::mark_all_updated(long step) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::fill(updated_.begin(), updated_.end(), step);
+  step_ = step;
+  cv_.notify_all();
+}
+
+double StreamingPipeline::take_optimizer_seconds() {
+  std::lock_guard<std::mutex> l(mu_);
+  double s = optimizer_seconds_;
+  optimizer_seconds_ = 0;
+  return s;
+}
+
+double StreamingPipeline::last_grad_norm() {
+  std::lock_guard<std::mutex> l(mu_);
+  return last_grad_norm_;
+}
+
+}  // namespace mt
