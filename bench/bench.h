@@ -37,6 +37,7 @@ double median(std::vector<double> v);
 int run_sgemm(const Flags& f);
 int run_adamw(const Flags& f);
 int run_step(const Flags& f);
+int run_plan(const Flags& f);
 
 double measure_sgemm_flops(int n, int reps);  // for step's peak_flops
 

@@ -6,6 +6,7 @@
 
 #include "bench/bench.h"
 #include "engine/resident_executor.h"
+#include "engine/streaming_executor.h"
 
 namespace mt::bench {
 
@@ -21,6 +22,7 @@ namespace {
 struct StepArgs {
   std::string preset, executor, backend;
   TrainOptions opt;
+  StreamingOptions so;
   int steps = 5, warmup = 2;
 };
 
@@ -44,9 +46,47 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   a.steps = int(steps);
   a.warmup = int(warmup);
   if (a.backend != "cpu") return invalid_argument("--backend " + a.backend + " is not built in this binary");
-  if (a.executor != "resident") return invalid_argument("--executor " + a.executor + " is not available");
+  if (a.executor != "resident" && a.executor != "streaming")
+    return invalid_argument("--executor " + a.executor + " is not one of resident, streaming");
+  MT_ASSIGN_OR_RETURN(double link, f.num("link-gbps", 0));
+  MT_ASSIGN_OR_RETURN(double slots, f.num("slots", 2));
+  MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));
+  a.so.link_gbps = link;
+  a.so.slots = int(slots);
+  if (a.executor == "streaming" && !a.opt.recompute)
+    return invalid_argument("--executor streaming always recomputes from layer inputs: pass --recompute on");
   MT_RETURN_IF_ERROR(f.check_all_used());
   return a;
+}
+
+Result<std::unique_ptr<Executor>> make_bench_executor(const ModelConfig& cfg, const StepArgs& a) {
+  if (a.executor == "resident") {
+    MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, a.opt));
+    return std::unique_ptr<Executor>(std::move(ex));
+  }
+  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create_cpu(cfg, a.opt, a.so));
+  return std::unique_ptr<Executor>(std::move(ex));
+}
+
+// Per-step medians of the streaming counters. Transfer time is the busier direction (the link
+// is full duplex); overlap_efficiency = max(compute, transfer) / step time.
+void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step_s, double link_gbps) {
+  auto med = [&](auto field) {
+    std::vector<double> v;
+    for (const auto& s : st) v.push_back(double(field(s)));
+    return median(v);
+  };
+  const double compute = med([](const StepStats& s) { return s.compute_seconds; });
+  const double transfer = med([](const StepStats& s) { return std::max(s.h2d_seconds, s.d2h_seconds); });
+  out.set("link_gbps", link_gbps);
+  out.set("h2d_bytes", int64_t(med([](const StepStats& s) { return s.h2d_bytes; })));
+  out.set("d2h_bytes", int64_t(med([](const StepStats& s) { return s.d2h_bytes; })));
+  out.set("compute_seconds", compute);
+  out.set("transfer_seconds", transfer);
+  out.set("stall_seconds", med([](const StepStats& s) { return s.stall_seconds(); }));
+  out.set("optimizer_seconds", med([](const StepStats& s) { return s.optimizer_seconds; }));
+  out.set("overlap_efficiency", std::max(compute, transfer) / step_s);
+  out.set("device_peak_bytes", int64_t(st.empty() ? 0 : st.back().device_peak_bytes));
 }
 
 }  // namespace
@@ -63,7 +103,7 @@ int run_step(const Flags& f) {
     return 2;
   }
   const TrainOptions& opt = args->opt;
-  auto ex = ResidentExecutor::create(*cfg, opt);
+  auto ex = make_bench_executor(*cfg, *args);
   if (!ex.ok()) {
     std::fprintf(stderr, "step: %s\n", ex.status().message().c_str());
     return 2;
@@ -72,6 +112,7 @@ int run_step(const Flags& f) {
   auto src = make_synthetic_source({1, cfg->vocab_size, 64, 4});
   Batch batch;
   std::vector<double> times;
+  std::vector<StepStats> measured;
   double loss = 0;
   for (int s = 0; s < args->warmup + args->steps; ++s) {
     if (!(*src)->next_batch(opt.global_batch, opt.seq_len, batch).ok()) return 1;
@@ -80,13 +121,13 @@ int run_step(const Flags& f) {
       std::fprintf(stderr, "step: %s\n", st.status().message().c_str());
       return 1;
     }
-    if (s >= args->warmup) times.push_back(st->step_seconds);
+    if (s >= args->warmup) times.push_back(st->step_seconds), measured.push_back(*st);
     loss = st->loss;
   }
   const double step_s = median(times), tokens = double(opt.global_batch) * opt.seq_len;
   const double fpt = model_flops_per_token(*cfg, opt.seq_len), achieved = fpt * tokens / step_s;
   const double peak = measure_sgemm_flops(2048, 3);
-  emit(Json::object({{"suite", "step"},
+  Json out = Json::object({{"suite", "step"},
                      {"preset", args->preset},
                      {"backend", args->backend},
                      {"executor", args->executor},
@@ -101,8 +142,9 @@ int run_step(const Flags& f) {
                      {"achieved_flops", achieved},
                      {"peak_flops", peak},
                      {"flops_fraction", achieved / peak},
-                     {"loss", loss}}),
-       f.json());
+                     {"loss", loss}});
+  if (args->executor == "streaming") add_streaming_keys(out, measured, step_s, args->so.link_gbps);
+  emit(out, f.json());
   return 0;
 }
 

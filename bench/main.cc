@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
       "  adamw  [--params N --threads T --layout exact|compact]  fused AdamW vs a threaded memcpy\n"
       "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu]\n"
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
-      "         [--link-gbps G] [--slots K] [--layout exact|compact]\n"
+      "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   if (suite == "sgemm") return run_sgemm(*flags);
   if (suite == "adamw") return run_adamw(*flags);
   if (suite == "step") return run_step(*flags);
+  if (suite == "plan") return run_plan(*flags);
 
   std::fprintf(stderr, "megatrain-bench: unknown suite '%s'\n%s", suite.c_str(), usage);
   return 2;

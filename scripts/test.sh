@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test command: install missing packages, release build (CUDA sources compiled where nvcc
+# exists, the daemon where its libraries exist), every test; then the engine and kernel tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+
+werror=OFF
+[ "${CI:-}" = "true" ] && werror=ON
+jobs=$(nproc)
+
+echo "== release build =="
+cmake --preset release -DMEGATRAIN_WERROR=$werror
+cmake --build --preset release -j "$jobs"
+echo "== release tests =="
+ctest --preset release
+
+echo "== asan build (engine and kernels) =="
+cmake --preset asan -DMEGATRAIN_WERROR=$werror
+cmake --build --preset asan -j "$jobs" --target mt_kernel_tests mt_engine_tests
+echo "== asan tests =="
+ctest --preset asan
