@@ -33,6 +33,8 @@ class DataSource {
   virtual std::string describe() const = 0;
   // The entropy floor in nats/token when it is known exactly (synthetic data), else < 0.
   virtual double entropy_floor() const { return -1; }
+  // Distinct sequences of seq_len a finite source holds before it wraps (0: unbounded).
+  virtual uint64_t num_sequences(int seq_len) const { return 0; }
 };
 
 struct SyntheticOptions {

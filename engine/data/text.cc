@@ -35,6 +35,7 @@ class TextSource final : public DataSource {
     cursor_ = c;
     return Status::Ok();
   }
+  uint64_t num_sequences(int T) const override { return bytes_.size() > 1 ? (bytes_.size() - 1) / uint64_t(T) : 0; }
   std::string describe() const override {
     return "text '" + path_ + "' (" + std::to_string(bytes_.size()) + " bytes, byte-level tokens)";
   }

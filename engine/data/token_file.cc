@@ -70,6 +70,7 @@ class TokenFileSource final : public DataSource {
     cursor_ = c;
     return Status::Ok();
   }
+  uint64_t num_sequences(int T) const override { return T > 0 && count_ > 1 ? (count_ - 1) / uint64_t(T) : 0; }
   std::string describe() const override {
     return "tokens '" + map_->path() + "' (" + dtype_ + ", " + std::to_string(count_) + " tokens)";
   }

@@ -1,0 +1,43 @@
+// Shared pieces of the `megatrain` CLI: argument parsing, exit codes, output.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/json.h"
+#include "engine/status.h"
+
+namespace mt::cli {
+
+// Exit codes, listed in --help.
+enum ExitCode { kOk = 0, kJobFailed = 1, kUsage = 2, kUnreachable = 3 };
+
+// Positional arguments and --flag value / --switch options after the command name.
+class Args {
+ public:
+  // `switches` are flags that take no value (e.g. "json", "watch").
+  static Result<Args> parse(int argc, char** argv, int first, const std::vector<std::string>& switches);
+  const std::vector<std::string>& positional() const { return pos_; }
+  bool has(const std::string& k) const { return flags_.count(k) > 0; }
+  std::string get(const std::string& k, const std::string& def = "") const;
+  Result<double> number(const std::string& k, double def) const;
+  bool json() const { return has("json"); }
+
+ private:
+  std::vector<std::string> pos_;
+  std::map<std::string, std::string> flags_;
+};
+
+// Prints an error ("megatrain: ...") and returns the exit code.
+int fail(int code, const std::string& message);
+// One JSON object on one line, flushed.
+void print_json(const Json& j);
+
+// Local commands (link the engine, need no daemon).
+int cmd_train(const Args& a);
+int cmd_plan_local(const Args& a);
+int cmd_eval(const Args& a);
+int cmd_inspect(const Args& a);
+int cmd_export(const Args& a);
+
+}  // namespace mt::cli

@@ -1,0 +1,51 @@
+// megatrain eval --model DIR --data FILE: mean loss per token of a model over a token or text
+// file (every window of seq_len + 1 tokens once, or --max-seqs of them), printed with 6 decimals.
+#include <cstdio>
+#include <cstring>
+
+#include "client/cli.h"
+#include "client/local/model_files.h"
+#include "engine/resident_executor.h"
+
+namespace mt::cli {
+
+int cmd_eval(const Args& a) {
+  const std::string model = a.get("model"), data = a.get("data");
+  if (model.empty() || data.empty())
+    return fail(kUsage, "usage: megatrain eval --model DIR --data FILE [--format text|uint16|uint32|llmc] "
+                        "[--seq-len 256] [--max-seqs N] [--json]");
+  auto T = a.number("seq-len", 256), max_seqs = a.number("max-seqs", 0);
+  if (!T.ok() || !max_seqs.ok() || *T < 1) return fail(kUsage, "--seq-len and --max-seqs must be positive numbers");
+  auto m = load_model_dir(model);
+  if (!m.ok()) return fail(kJobFailed, m.status().message());
+  const std::string format = a.get("format", data.size() > 4 && data.substr(data.size() - 4) == ".bin" ? "uint16" : "text");
+  auto src = format == "text" ? make_text_source(data, m->cfg.vocab_size)
+                              : make_token_file_source(data, format, m->cfg.vocab_size);
+  if (!src.ok()) return fail(kJobFailed, src.status().message());
+  uint64_t n = (*src)->num_sequences(int(*T));
+  if (*max_seqs > 0 && (n == 0 || uint64_t(*max_seqs) < n)) n = uint64_t(*max_seqs);
+  if (n == 0) return fail(kUsage, "the data holds fewer than seq_len + 1 tokens; pass a smaller --seq-len");
+
+  TrainOptions opt;
+  opt.seq_len = int(*T);
+  opt.micro_batch = opt.global_batch = 1;
+  auto ex = ResidentExecutor::create(m->cfg, opt);
+  if (!ex.ok()) return fail(kJobFailed, ex.status().message());
+  for (size_t u = 0; u < m->store->num_units(); ++u)
+    std::memcpy((*ex)->store().unit(u).master, m->store->unit(u).master, m->store->unit(u).numel * sizeof(float));
+  Batch b;
+  double loss_sum = 0;
+  for (uint64_t i = 0; i < n; i += 16) {
+    const int g = int(std::min<uint64_t>(16, n - i));
+    if (Status s = (*src)->next_batch(g, opt.seq_len, b); !s.ok()) return fail(kJobFailed, s.message());
+    auto loss = (*ex)->evaluate(b);
+    if (!loss.ok()) return fail(kJobFailed, loss.status().message());
+    loss_sum += *loss * double(b.counted_targets());
+  }
+  const double mean = loss_sum / (double(n) * opt.seq_len);
+  if (a.json()) print_json(Json::object({{"loss", mean}, {"sequences", int64_t(n)}, {"tokens", int64_t(n) * opt.seq_len}}));
+  else std::printf("%.6f\n", mean);
+  return kOk;
+}
+
+}  // namespace mt::cli

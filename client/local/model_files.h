@@ -1,0 +1,20 @@
+// Loading a trained model for the local commands: an HF model directory (config.json +
+// safetensors) or a training checkpoint (a step directory or a checkpoints root with `latest`).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/host_store.h"
+#include "engine/model_config.h"
+
+namespace mt::cli {
+
+struct LoadedModel {
+  ModelConfig cfg;
+  std::unique_ptr<HostStore> store;
+  std::string source;  // what was read
+};
+
+Result<LoadedModel> load_model_dir(const std::string& path);
+
+}  // namespace mt::cli

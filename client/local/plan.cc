@@ -1,0 +1,58 @@
+// megatrain plan SPEC: the offline memory plan of a job (any preset, up to dense-120b).
+#include <cstdio>
+
+#include "client/cli.h"
+#include "client/spec_file.h"
+#include "engine/job.h"
+#include "engine/planner.h"
+
+namespace mt::cli {
+
+// Sizes like 128GiB, 1.5TB, 800000000.
+Result<uint64_t> parse_size(const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  const std::string unit = end ? end : "";
+  const std::pair<const char*, double> units[] = {{"", 1},       {"B", 1},        {"KB", 1e3},  {"MB", 1e6},
+                                                  {"GB", 1e9},   {"TB", 1e12},    {"KiB", 1024.0}, {"MiB", 1048576.0},
+                                                  {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  if (end != text.c_str() && v >= 0)
+    for (auto [u, f] : units)
+      if (unit == u) return uint64_t(v * f);
+  return invalid_argument("'" + text + "' is not a size (e.g. 128GiB, 1.5TB, 4096)");
+}
+
+int cmd_plan_local(const Args& a) {
+  if (a.positional().size() != 1)
+    return fail(kUsage, "usage: megatrain plan SPEC [--host-memory SIZE] [--device-memory SIZE] [--json]");
+  auto spec = load_job_spec(a.positional()[0]);
+  if (!spec.ok()) return fail(kUsage, spec.status().message());
+  auto cfg = resolve_model(*spec);
+  if (!cfg.ok()) return fail(kUsage, cfg.status().message());
+  PlanOptions po;
+  po.slots = spec->slots;
+  auto placement = parse_checkpoint_placement(spec->checkpoint_placement);
+  auto host = parse_size(a.get("host-memory", "0")), dev = parse_size(a.get("device-memory", "0"));
+  for (const Status* s : {&placement.status(), &host.status(), &dev.status()})
+    if (!s->ok()) return fail(kUsage, s->message());
+  po.placement = *placement;
+  po.host_budget = *host;
+  po.device_budget = *dev;
+  auto plan = plan_memory(*cfg, spec->train, po);
+  if (!plan.ok()) return fail(kUsage, plan.status().message());
+  if (a.json()) {
+    print_json(memory_plan_to_json(*plan));
+    return kOk;
+  }
+  std::printf("model          %s, %lld parameters\n", cfg->architecture.c_str(), (long long)plan->params);
+  std::printf("host memory    %s (%.2f bytes/param, %s layout)\n", format_bytes(plan->host_bytes).c_str(),
+              plan->host_bytes_per_param, memory_layout_name(spec->train.layout));
+  for (const auto& [k, b] : plan->host_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
+  std::printf("device memory  %s (layer inputs on %s)\n", format_bytes(plan->device_bytes).c_str(),
+              plan->checkpoints_on_device ? "device" : "host");
+  for (const auto& [k, b] : plan->device_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
+  std::printf("fits           %s%s%s\n", plan->fits ? "yes" : "no", plan->fits ? "" : ": ", plan->reason.c_str());
+  return kOk;
+}
+
+}  // namespace mt::cli

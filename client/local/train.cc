@@ -1,0 +1,64 @@
+// megatrain train SPEC: runs a job in the foreground with the engine linked in (no daemon).
+// Ctrl-C stops at the next step boundary, writes a checkpoint and exits cleanly.
+#include <csignal>
+
+#include "client/cli.h"
+#include "client/progress.h"
+#include "client/spec_file.h"
+#include "engine/job.h"
+
+namespace mt::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) { g_interrupted = 1; }
+
+Status apply_overrides(const Args& a, JobSpec& spec) {
+  if (a.has("steps")) {
+    MT_ASSIGN_OR_RETURN(double steps, a.number("steps", 0));
+    spec.steps = long(steps);
+    spec.train.schedule.total_steps = spec.steps;
+  }
+  if (a.has("backend")) spec.backend = a.get("backend");
+  if (a.has("executor")) spec.executor = a.get("executor");
+  return validate(spec);
+}
+
+}  // namespace
+
+int cmd_train(const Args& a) {
+  if (a.positional().size() != 1) return fail(kUsage, "usage: megatrain train SPEC [--out DIR] [--steps N] [--json]");
+  auto spec = load_job_spec(a.positional()[0]);
+  if (!spec.ok()) return fail(kUsage, spec.status().message());
+  if (Status s = apply_overrides(a, *spec); !s.ok()) return fail(kUsage, s.message());
+  const std::string dir = a.get("out", "megatrain-runs/" + spec->name);
+
+  Progress progress(a.json());
+  JobHooks hooks;
+  JobRunner* runner_ptr = nullptr;
+  const long steps = spec->steps;
+  hooks.on_step = [&](const StepStats& s) {
+    ProgressEvent e{s.step, steps, s.loss, double(s.tokens) / s.step_seconds, s.step_seconds,
+                    s.h2d_seconds > 0 ? double(s.h2d_bytes) / s.step_seconds / 1e9 : 0,
+                    s.d2h_seconds > 0 ? double(s.d2h_bytes) / s.step_seconds / 1e9 : 0,
+                    double(steps - s.step) * s.step_seconds};
+    progress.step(e);
+    if (g_interrupted) runner_ptr->request_cancel();
+  };
+  hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
+  JobRunner runner(*spec, dir, hooks);
+  runner_ptr = &runner;
+  std::signal(SIGINT, on_sigint);
+  auto r = runner.run();
+  std::signal(SIGINT, SIG_DFL);
+  if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
+  progress.summary(Json::object({{"steps", int64_t(r->steps_done)},
+                                 {"final_loss", r->final_loss},
+                                 {"tokens_per_second", r->tokens_per_second},
+                                 {"checkpoint", r->checkpoint},
+                                 {"cancelled", r->cancelled}}));
+  return kOk;
+}
+
+}  // namespace mt::cli

@@ -1,0 +1,52 @@
+#include "client/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace mt::cli {
+
+Progress::Progress(bool json) : json_(json), tty_(!json && isatty(STDOUT_FILENO)) {}
+
+void Progress::step(const ProgressEvent& e) {
+  if (json_) {
+    std::printf("%s\n", Json::object({{"event", "step"}, {"step", int64_t(e.step)}, {"steps", int64_t(e.steps)},
+                                      {"loss", e.loss}, {"tokens_per_second", e.tokens_per_second},
+                                      {"step_seconds", e.step_seconds}, {"h2d_gbps", e.h2d_gbps},
+                                      {"d2h_gbps", e.d2h_gbps}, {"eta_seconds", e.eta_seconds}})
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("%sstep %ld/%ld  loss %.4f  %.0f tok/s  %.3f s/step  H2D %.2f GB/s  D2H %.2f GB/s  ETA %.0fs%s",
+                tty_ ? "\r\033[K" : "", e.step, e.steps, e.loss, e.tokens_per_second, e.step_seconds, e.h2d_gbps,
+                e.d2h_gbps, e.eta_seconds, tty_ ? "" : "\n");
+    live_ = tty_;
+  }
+  std::fflush(stdout);
+}
+
+void Progress::message(const std::string& text) {
+  if (json_) {
+    std::fprintf(stderr, "%s\n", text.c_str());
+    return;
+  }
+  std::printf("%s%s\n", live_ ? "\n" : "", text.c_str());
+  live_ = false;
+  std::fflush(stdout);
+}
+
+void Progress::summary(const Json& fields) {
+  if (json_) {
+    Json j = Json::object({{"event", "summary"}});
+    for (const auto& [k, v] : fields.members()) j.set(k, v);
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    if (live_) std::printf("\n");
+    for (const auto& [k, v] : fields.members())
+      std::printf("%-18s %s\n", (k + ":").c_str(), v.is_string() ? v.as_string().c_str() : v.dump().c_str());
+  }
+  live_ = false;
+  std::fflush(stdout);
+}
+
+}  // namespace mt::cli
