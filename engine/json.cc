@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -297,6 +298,8 @@ class Parser {
 Result<Json> Json::parse(std::string_view text) { return Parser(text).parse_document(); }
 
 Result<std::string> read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return invalid_argument("'" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open '" + path + "'");
   std::ostringstream ss;

@@ -23,7 +23,7 @@ class Json {
   Json() = default;
   Json(std::nullptr_t) {}
   Json(bool b) : type_(Type::kBool), bool_(b) {}
-  Json(double d) : type_(Type::kNumber), num_(d), int_(int64_t(d)), is_int_(false) {}
+  Json(double d) : type_(Type::kNumber), num_(d), int_(clamp_to_int(d)), is_int_(false) {}
   Json(int64_t i) : type_(Type::kNumber), num_(double(i)), int_(i), is_int_(true) {}
   Json(int i) : Json(int64_t(i)) {}
   Json(std::string s) : type_(Type::kString), str_(std::move(s)) {}
@@ -42,7 +42,7 @@ class Json {
 
   bool as_bool() const { return bool_; }
   double as_double() const { return num_; }
-  int64_t as_int() const { return is_int_ ? int_ : int64_t(num_); }
+  int64_t as_int() const { return is_int_ ? int_ : clamp_to_int(num_); }
   const std::string& as_string() const { return str_; }
   const Array& items() const { return *arr_; }
   Array& items() { return *arr_; }
@@ -57,6 +57,8 @@ class Json {
   static Result<Json> parse(std::string_view text);
 
  private:
+  // double -> int64 without undefined behaviour for out-of-range or NaN values (0 then).
+  static int64_t clamp_to_int(double d) { return d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : 0; }
   void dump_to(std::string& out, int indent, int depth) const;
 
   Type type_ = Type::kNull;

@@ -8,23 +8,6 @@
 
 namespace mt {
 
-Status validate(const TrainOptions& o, const ModelConfig& cfg) {
-  auto bad = [](const std::string& f, long v, const std::string& why) {
-    return invalid_argument(f + " = " + std::to_string(v) + " " + why);
-  };
-  if (o.seq_len < 1) return bad("seq_len", o.seq_len, "must be >= 1");
-  if (o.micro_batch < 1) return bad("micro_batch", o.micro_batch, "must be >= 1");
-  if (o.global_batch < 1) return bad("global_batch", o.global_batch, "must be >= 1");
-  if (o.global_batch % o.micro_batch != 0)
-    return bad("global_batch", o.global_batch, "must be a multiple of micro_batch (" + std::to_string(o.micro_batch) + ")");
-  if (o.head_chunk < 1) return bad("head_chunk", o.head_chunk, "must be >= 1");
-  if (o.schedule.warmup_steps < 0) return bad("schedule.warmup_steps", o.schedule.warmup_steps, "must be >= 0");
-  if (!(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1))
-    return invalid_argument("schedule.min_lr_ratio = " + std::to_string(o.schedule.min_lr_ratio) + " must be in [0, 1]");
-  (void)cfg;
-  return validate(o.optimizer);
-}
-
 void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
   const auto units = build_param_schemas(cfg);
   for (size_t u = 0; u < units.size(); ++u) {

@@ -1,0 +1,135 @@
+// Token files: raw uint16/uint32 and llm.c shards; windows, cursor, wrap and every error case.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/data/data_source.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/mt-tok-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& f) const { return (fs::path(path) / f).string(); }
+  std::string path;
+};
+
+template <typename T>
+std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+std::string write(const TempDir& d, const std::string& name, const std::string& bytes) {
+  std::ofstream(d / name, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  return d / name;
+}
+
+std::string llmc_file(int32_t magic, int32_t version, int32_t count, const std::string& tokens) {
+  std::vector<int32_t> h(256, 0);
+  h[0] = magic, h[1] = version, h[2] = count;
+  return bytes_of(h) + tokens;
+}
+
+template <typename T>
+std::vector<T> iota(size_t n, T mod) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = T(i % size_t(mod));
+  return v;
+}
+
+// Checks that a batch holds windows `first`, `first`+1, ... of stride T over tokens i % mod.
+void expect_windows(const Batch& b, uint64_t first, uint64_t windows, int mod) {
+  for (int g = 0; g < b.num_seqs; ++g) {
+    const uint64_t start = ((first + uint64_t(g)) % windows) * uint64_t(b.seq_len);
+    for (int t = 0; t < b.seq_len; ++t) {
+      ASSERT_EQ(b.inputs[size_t(g * b.seq_len + t)], int32_t((start + uint64_t(t)) % uint64_t(mod)));
+      ASSERT_EQ(b.targets[size_t(g * b.seq_len + t)], int32_t((start + uint64_t(t) + 1) % uint64_t(mod)));
+    }
+  }
+}
+
+TEST(TokenFile, Uint16WindowsCursorAndWrap) {
+  TempDir d;
+  const std::string path = write(d, "train.bin", bytes_of(iota<uint16_t>(101, 1000)));
+  auto src = make_token_file_source(path, "uint16", 1000);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_NE((*src)->describe().find("101 tokens"), std::string::npos);
+  EXPECT_EQ((*src)->num_sequences(10), 10u);
+  Batch b;
+  ASSERT_TRUE((*src)->next_batch(3, 10, b).ok());  // 10 windows of 10 (+1) tokens
+  expect_windows(b, 0, 10, 1000);
+  EXPECT_EQ((*src)->cursor(), 3u);
+  ASSERT_TRUE((*src)->seek(8).ok());
+  ASSERT_TRUE((*src)->next_batch(4, 10, b).ok());  // wraps: windows 8, 9, 0, 1
+  expect_windows(b, 8, 10, 1000);
+  EXPECT_EQ((*src)->cursor(), 12u);
+  EXPECT_FALSE((*src)->next_batch(1, 101, b).ok());  // needs seq_len + 1 tokens
+}
+
+TEST(TokenFile, Uint32AndLlmc) {
+  TempDir d;
+  auto src = make_token_file_source(write(d, "a.bin", bytes_of(iota<uint32_t>(50, 70000))), "uint32", 100000);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  Batch b;
+  ASSERT_TRUE((*src)->next_batch(2, 7, b).ok());
+  expect_windows(b, 0, 7, 70000);
+  auto l1 = make_token_file_source(write(d, "s1.bin", llmc_file(20240520, 1, 64, bytes_of(iota<uint16_t>(64, 50)))),
+                                   "llmc", 50);
+  ASSERT_TRUE(l1.ok()) << l1.status().to_string();
+  ASSERT_TRUE((*l1)->next_batch(5, 9, b).ok());
+  expect_windows(b, 0, 7, 50);
+  auto l2 = make_token_file_source(write(d, "s2.bin", llmc_file(20240520, 2, 64, bytes_of(iota<uint32_t>(64, 50)))),
+                                   "llmc", 50);
+  ASSERT_TRUE(l2.ok()) << l2.status().to_string();
+  ASSERT_TRUE((*l2)->next_batch(5, 9, b).ok());
+  expect_windows(b, 0, 7, 50);
+}
+
+void expect_error(const Result<std::unique_ptr<DataSource>>& r, const std::vector<std::string>& parts) {
+  ASSERT_FALSE(r.ok());
+  for (const auto& p : parts) EXPECT_NE(r.status().message().find(p), std::string::npos) << r.status().message();
+}
+
+TEST(TokenFile, RejectsEmptyOddAndBadDtype) {
+  TempDir d;
+  expect_error(make_token_file_source(write(d, "empty.bin", ""), "uint16", 100), {"empty.bin", "empty"});
+  expect_error(make_token_file_source(write(d, "odd.bin", "abc"), "uint16", 100), {"odd.bin", "3 bytes"});
+  expect_error(make_token_file_source(write(d, "six.bin", "abcdef"), "uint32", 100), {"six.bin", "6 bytes"});
+  expect_error(make_token_file_source(d / "missing.bin", "uint16", 100), {"missing.bin"});
+  expect_error(make_token_file_source(write(d, "x.bin", "ab"), "int8", 100), {"int8"});
+  expect_error(make_token_file_source(write(d, "y.bin", "ab"), "uint16", 0), {"vocab"});
+}
+
+TEST(TokenFile, RejectsTokenOutsideVocab) {
+  TempDir d;
+  auto toks = iota<uint16_t>(40, 30);
+  toks[17] = 300;
+  expect_error(make_token_file_source(write(d, "v.bin", bytes_of(toks)), "uint16", 256),
+               {"v.bin", "token 17", "value 300", "256"});
+}
+
+TEST(TokenFile, RejectsBadLlmcHeader) {
+  TempDir d;
+  const std::string toks = bytes_of(iota<uint16_t>(10, 10));
+  expect_error(make_token_file_source(write(d, "m.bin", llmc_file(12345, 1, 10, toks)), "llmc", 50),
+               {"m.bin", "bad magic 12345"});
+  expect_error(make_token_file_source(write(d, "v.bin", llmc_file(20240520, 7, 10, toks)), "llmc", 50),
+               {"unsupported version 7"});
+  expect_error(make_token_file_source(write(d, "c.bin", llmc_file(20240520, 1, 11, toks)), "llmc", 50),
+               {"c.bin", "11 tokens", "1044 bytes"});
+  expect_error(make_token_file_source(write(d, "n.bin", llmc_file(20240520, 1, -1, toks)), "llmc", 50),
+               {"not positive"});
+  expect_error(make_token_file_source(write(d, "h.bin", std::string(100, '\0')), "llmc", 50), {"h.bin", "100 bytes"});
+}
+
+}  // namespace
+}  // namespace mt
