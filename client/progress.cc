@@ -42,8 +42,12 @@ void Progress::summary(const Json& fields) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     if (live_) std::printf("\n");
-    for (const auto& [k, v] : fields.members())
-      std::printf("%-18s %s\n", (k + ":").c_str(), v.is_string() ? v.as_string().c_str() : v.dump().c_str());
+    for (const auto& [k, v] : fields.members()) {
+      char num[64];
+      if (v.is_number() && !v.is_integer()) std::snprintf(num, sizeof num, "%.6g", v.as_double());
+      const std::string text = v.is_string() ? v.as_string() : v.is_number() && !v.is_integer() ? num : v.dump();
+      std::printf("%-18s %s\n", (k + ":").c_str(), text.c_str());
+    }
   }
   live_ = false;
   std::fflush(stdout);

@@ -109,7 +109,12 @@ Result<JobResult> JobRunner::run() {
       result.cancelled = true;
       break;
     }
-    MT_RETURN_IF_ERROR(data->next_batch(spec_.train.global_batch, spec_.train.seq_len, batch));
+    Status got = data->next_batch(spec_.train.global_batch, spec_.train.seq_len, batch);
+    if (got.code() == StatusCode::kCancelled && cancel_) {  // a source waiting for data was stopped
+      result.cancelled = true;
+      break;
+    }
+    MT_RETURN_IF_ERROR(got);
     MT_ASSIGN_OR_RETURN(StepStats st, ex->step(batch));
     state.step = st.step;
     state.data_cursor = data->cursor();

@@ -80,10 +80,9 @@ void StreamingPipeline::begin_step(long step, float lr) {
 }
 
 void StreamingPipeline::uploader_loop() {
-  long done_step = 0;
   std::unique_lock<std::mutex> l(mu_);
   while (true) {
-    cv_.wait(l, [&] { return stop_ || step_ > done_step; });
+    cv_.wait(l, [&] { return stop_ || step_ > uploaded_step_; });
     if (stop_) return;
     const long s = step_;
     for (size_t i = 0; i < uses_.size(); ++i) {
@@ -107,7 +106,7 @@ void StreamingPipeline::uploader_loop() {
       ready_[i] = e;
       cv_.notify_all();
     }
-    done_step = s;
+    uploaded_step_ = s;
   }
 }
 
@@ -220,7 +219,7 @@ Status StreamingPipeline::sync() {
 void StreamingPipeline::mark_all_updated(long step) {
   std::lock_guard<std::mutex> l(mu_);
   std::fill(updated_.begin(), updated_.end(), step);
-  step_ = step;
+  step_ = uploaded_step_ = step;  // no upload pass for a step that was loaded, not run
   cv_.notify_all();
 }
 

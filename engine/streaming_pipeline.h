@@ -84,6 +84,7 @@ class StreamingPipeline {
   std::condition_variable cv_;
   bool stop_ = false;
   long step_ = 0;           // step the compute side is in (or last began)
+  long uploaded_step_ = 0;  // last step whose uploads the uploader has issued
   float lr_ = 0;
   std::vector<EventPtr> ready_, released_;
   std::vector<double> opt_ready_time_;   // per use: when the unit's update was available

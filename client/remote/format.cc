@@ -1,0 +1,140 @@
+#include "client/remote/format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <map>
+
+namespace mt::cli {
+
+std::string state_name(v1::JobState s) {
+  std::string n = v1::JobState_Name(s);
+  if (n.rfind("JOB_STATE_", 0) == 0) n = n.substr(10);
+  for (char& c : n) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return n.empty() ? "unknown" : n;
+}
+
+bool terminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+namespace {
+
+// The spec as protobuf's JSON mapping writes it (snake_case keys), read back as a Json value.
+Json spec_json(const v1::JobSpec& spec) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions opt;
+  opt.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(spec, &text, opt).ok()) return Json();
+  auto j = Json::parse(text);
+  return j.ok() ? *j : Json();
+}
+
+// Protobuf maps have no order; show them sorted.
+std::map<std::string, uint64_t> sorted(const google::protobuf::Map<std::string, uint64_t>& m) {
+  return {m.begin(), m.end()};
+}
+
+std::string local_time(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  const std::time_t t = std::time_t(unix_ms / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+Json job_to_json(const v1::Job& job, bool with_spec) {
+  Json j = Json::object({{"id", job.id()},
+                         {"name", job.name()},
+                         {"state", state_name(job.state())},
+                         {"reason", job.reason()},
+                         {"step", int64_t(job.step())},
+                         {"total_steps", int64_t(job.total_steps())},
+                         {"loss", job.loss()},
+                         {"first_loss", job.first_loss()},
+                         {"tokens_per_second", job.tokens_per_second()},
+                         {"last_checkpoint", job.last_checkpoint()},
+                         {"created_unix_ms", int64_t(job.created_unix_ms())},
+                         {"started_unix_ms", int64_t(job.started_unix_ms())},
+                         {"finished_unix_ms", int64_t(job.finished_unix_ms())},
+                         {"waiting_for_data", job.waiting_for_data()},
+                         {"data_spooled_tokens", int64_t(job.data_spooled_tokens())},
+                         {"data_consumed_tokens", int64_t(job.data_consumed_tokens())}});
+  if (with_spec) j.set("spec", spec_json(job.spec()));
+  return j;
+}
+
+Json plan_to_json(const v1::MemoryPlan& p) {
+  Json host = Json::object(), dev = Json::object();
+  for (const auto& [k, b] : sorted(p.host_bytes_by_kind())) host.set(k, int64_t(b));
+  for (const auto& [k, b] : sorted(p.device_bytes_by_kind())) dev.set(k, int64_t(b));
+  Json j = Json::object({{"params", int64_t(p.params())},
+                         {"host_bytes", int64_t(p.host_bytes())},
+                         {"host_bytes_per_param", p.host_bytes_per_param()},
+                         {"device_bytes", int64_t(p.device_bytes())},
+                         {"fits", p.fits()},
+                         {"checkpoints_on_device", p.checkpoints_on_device()},
+                         {"host_by_kind", host},
+                         {"device_by_kind", dev},
+                         {"host_budget_bytes", int64_t(p.host_budget_bytes())},
+                         {"device_budget_bytes", int64_t(p.device_budget_bytes())}});
+  if (!p.fits()) j.set("reason", p.reason());
+  return j;
+}
+
+void print_job_human(const v1::Job& job) {
+  std::printf("job          %s (%s)\n", job.id().c_str(), job.name().c_str());
+  std::printf("state        %s%s%s\n", state_name(job.state()).c_str(), job.reason().empty() ? "" : ": ",
+              job.reason().c_str());
+  std::printf("step         %lld/%lld\n", (long long)job.step(), (long long)job.total_steps());
+  if (job.step() > 0) {
+    std::printf("loss         %.6f (first %.6f)\n", job.loss(), job.first_loss());
+    std::printf("tokens/s     %.0f\n", job.tokens_per_second());
+  }
+  if (!job.last_checkpoint().empty()) std::printf("checkpoint   %s\n", job.last_checkpoint().c_str());
+  if (job.spec().data().source() == "push")
+    std::printf("data         %llu tokens spooled, %llu consumed%s\n", (unsigned long long)job.data_spooled_tokens(),
+                (unsigned long long)job.data_consumed_tokens(), job.waiting_for_data() ? " (waiting for data)" : "");
+  std::printf("created      %s\n", local_time(job.created_unix_ms()).c_str());
+  if (job.started_unix_ms()) std::printf("started      %s\n", local_time(job.started_unix_ms()).c_str());
+  if (job.finished_unix_ms()) std::printf("finished     %s\n", local_time(job.finished_unix_ms()).c_str());
+}
+
+void print_job_row(const v1::Job& job, bool header) {
+  if (header) std::printf("%-10s %-20s %-10s %13s %10s %10s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "TOK/S");
+  char step[40];
+  std::snprintf(step, sizeof step, "%lld/%lld", (long long)job.step(), (long long)job.total_steps());
+  std::printf("%-10s %-20s %-10s %13s %10.4f %10.0f\n", job.id().c_str(), job.name().c_str(),
+              state_name(job.state()).c_str(), step, job.loss(), job.tokens_per_second());
+}
+
+void print_plan_human(const v1::MemoryPlan& p) {
+  std::printf("parameters     %lld\n", (long long)p.params());
+  std::printf("host memory    %s (%.2f bytes/param)\n", human_bytes(p.host_bytes()).c_str(), p.host_bytes_per_param());
+  for (const auto& [k, b] : sorted(p.host_bytes_by_kind())) std::printf("  %-14s %s\n", k.c_str(), human_bytes(b).c_str());
+  std::printf("device memory  %s (layer inputs on %s)\n", human_bytes(p.device_bytes()).c_str(),
+              p.checkpoints_on_device() ? "device" : "host");
+  for (const auto& [k, b] : sorted(p.device_bytes_by_kind())) std::printf("  %-14s %s\n", k.c_str(), human_bytes(b).c_str());
+  std::printf("server budget  host %s, device %s\n",
+              p.host_budget_bytes() ? human_bytes(p.host_budget_bytes()).c_str() : "unlimited",
+              p.device_budget_bytes() ? human_bytes(p.device_budget_bytes()).c_str() : "unlimited");
+  std::printf("fits           %s%s%s\n", p.fits() ? "yes" : "no", p.fits() ? "" : ": ", p.reason().c_str());
+}
+
+}  // namespace mt::cli
