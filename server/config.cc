@@ -1,0 +1,150 @@
+#include "server/config.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+
+ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address; non-loopback needs TLS + token or --insecure");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics listen address (empty: off)");
+ABSL_FLAG(std::string, state_dir, "", "State directory (default: $XDG_STATE_HOME/megatrain)");
+ABSL_FLAG(std::string, data_root, "", "Root every path in a job spec resolves under (default: STATE_DIR/data)");
+ABSL_FLAG(std::string, host_memory, "", "Host memory budget for admission, e.g. 512G (default: 80% of RAM)");
+ABSL_FLAG(std::string, device_memory, "", "Device memory budget for admission, e.g. 80G (default: unlimited)");
+ABSL_FLAG(std::string, tls_cert, "", "TLS certificate chain (PEM)");
+ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
+ABSL_FLAG(std::string, auth_token_file, "", "File holding the bearer token clients must send");
+ABSL_FLAG(bool, insecure, false, "Allow a non-loopback listen address without TLS and a token");
+ABSL_FLAG(int32_t, max_message_bytes, 4 << 20, "Largest gRPC message accepted");
+ABSL_FLAG(double, shutdown_timeout, 30, "Seconds SIGTERM waits for the running job's checkpoint");
+ABSL_FLAG(double, peak_flops, 0, "Peak FLOP/s of the compute device for MFU (0: estimate)");
+ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+
+namespace mt::server {
+
+std::string default_state_dir() {
+  if (const char* s = std::getenv("STATE_DIRECTORY"); s && *s) return s;  // systemd StateDirectory=
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/megatrain";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.local/state/megatrain";
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+Result<uint64_t> parse_bytes(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(v) || v < 0) return invalid_argument("'" + text + "' is not a size");
+  std::string unit(end);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'i') unit.pop_back();
+  double mul = 1;
+  if (unit == "K" || unit == "k") mul = 1ull << 10;
+  else if (unit == "M" || unit == "m") mul = 1ull << 20;
+  else if (unit == "G" || unit == "g") mul = 1ull << 30;
+  else if (unit == "T" || unit == "t") mul = double(1ull << 40);
+  else if (!unit.empty()) return invalid_argument("'" + text + "' has an unknown unit (use K, M, G, T)");
+  return uint64_t(v * mul);
+}
+
+bool is_loopback_listen(const std::string& a) {
+  if (a.rfind("unix:", 0) == 0) return true;
+  std::string host = a.substr(0, a.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+Status finalize_config(DaemonConfig& c) {
+  if (c.state_dir.empty()) c.state_dir = default_state_dir();
+  if (c.data_root.empty()) c.data_root = c.state_dir + "/data";
+  if (c.host_memory == 0) c.host_memory = physical_memory_bytes() / 10 * 8;
+  if (c.max_message_bytes < 1024) return invalid_argument("--max_message_bytes must be >= 1024");
+  if (c.tls_cert.empty() != c.tls_key.empty()) return invalid_argument("--tls_cert and --tls_key go together");
+  if (!is_loopback_listen(c.listen) && !c.insecure && (c.tls_cert.empty() || c.auth_token_file.empty()))
+    return failed_precondition("--listen=" + c.listen +
+                               " is not a loopback address: it needs --tls_cert/--tls_key and --auth_token_file, "
+                               "or --insecure to accept unauthenticated plaintext connections");
+  std::error_code ec;
+  for (const std::string& dir : {c.state_dir, c.data_root}) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return internal_error("cannot create '" + dir + "': " + ec.message());
+  }
+  c.state_dir = std::filesystem::canonical(c.state_dir).string();
+  c.data_root = std::filesystem::canonical(c.data_root).string();
+  return Status::Ok();
+}
+
+namespace {
+
+// Applies `name: value` lines (a YAML subset; '#' starts a comment) to the flags.
+Status apply_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot read config file '" + path + "'");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    const auto colon = line.find_first_of(":=");
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r\"'"), e = s.find_last_not_of(" \t\r\"'");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    if (trim(line).empty()) continue;
+    if (colon == std::string::npos) return invalid_argument(path + ":" + std::to_string(n) + ": expected `flag: value`");
+    std::string key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
+    for (char& ch : key) ch = ch == '-' ? '_' : ch;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(key);
+    std::string err;
+    if (!flag || key == "config") return invalid_argument(path + ":" + std::to_string(n) + ": unknown setting '" + key + "'");
+    if (!flag->ParseFrom(value, &err))
+      return invalid_argument(path + ":" + std::to_string(n) + ": " + key + " = '" + value + "': " + err);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
+  absl::SetProgramUsageMessage("megatraind: the MegaTrain training daemon (gRPC control plane + /metrics)");
+  for (int i = 1; i < argc; ++i) {  // the config file first, so the command line overrides it
+    std::string a = argv[i];
+    std::string file;
+    if ((a == "--config" || a == "-config") && i + 1 < argc) file = argv[i + 1];
+    else if (a.rfind("--config=", 0) == 0) file = a.substr(9);
+    if (!file.empty()) MT_RETURN_IF_ERROR(apply_config_file(file));
+  }
+  absl::ParseCommandLine(argc, argv);
+  DaemonConfig c;
+  c.listen = absl::GetFlag(FLAGS_listen);
+  c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  c.state_dir = absl::GetFlag(FLAGS_state_dir);
+  c.data_root = absl::GetFlag(FLAGS_data_root);
+  if (auto s = absl::GetFlag(FLAGS_host_memory); !s.empty()) {
+    MT_ASSIGN_OR_RETURN(c.host_memory, parse_bytes(s));
+  }
+  if (auto s = absl::GetFlag(FLAGS_device_memory); !s.empty()) {
+    MT_ASSIGN_OR_RETURN(c.device_memory, parse_bytes(s));
+  }
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  c.insecure = absl::GetFlag(FLAGS_insecure);
+  c.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  c.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
+  c.peak_flops = absl::GetFlag(FLAGS_peak_flops);
+  c.log_level = absl::GetFlag(FLAGS_log_level);
+  MT_RETURN_IF_ERROR(finalize_config(c));
+  return c;
+}
+
+}  // namespace mt::server

@@ -1,0 +1,38 @@
+// megatraind's configuration: a plain struct (tests build one directly), filled from abseil
+// flags and an optional config file of `flag: value` lines; the security rules of DESIGN §5.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/status.h"
+
+namespace mt::server {
+
+struct DaemonConfig {
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";  // empty: no exporter
+  std::string state_dir;                          // jobs, logs, checkpoints, spools
+  std::string data_root;                          // every path in a spec resolves under it
+  uint64_t host_memory = 0;                       // admission budget; 0: 80% of physical memory
+  uint64_t device_memory = 0;                     // admission budget; 0: unlimited
+  std::string tls_cert, tls_key;
+  std::string auth_token_file;
+  bool insecure = false;
+  int max_message_bytes = 4 << 20;
+  double shutdown_timeout_s = 30;
+  double peak_flops = 0;  // for MFU; 0: estimated from the backend
+  std::string log_level = "info";
+};
+
+std::string default_state_dir();  // $STATE_DIRECTORY, $XDG_STATE_HOME/megatrain or ~/.local/state/megatrain
+uint64_t physical_memory_bytes();
+// "64G", "1.5TiB", "4096" -> bytes.
+Result<uint64_t> parse_bytes(const std::string& text);
+bool is_loopback_listen(const std::string& address);
+// Fills defaults (state dir, data root, host budget) and checks the security rules.
+Status finalize_config(DaemonConfig& c);
+
+// Parses argv (abseil flags, `--config FILE` applied first so the command line wins).
+Result<DaemonConfig> config_from_command_line(int argc, char** argv);
+
+}  // namespace mt::server

@@ -1,0 +1,93 @@
+#include "server/daemon.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "engine/json.h"
+
+namespace mt::server {
+
+Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg) {
+  MT_RETURN_IF_ERROR(finalize_config(cfg));
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->cfg_ = cfg;
+  MT_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::from_file(cfg.auth_token_file));
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!cfg.tls_cert.empty()) {
+    MT_ASSIGN_OR_RETURN(std::string cert, read_file(cfg.tls_cert));
+    MT_ASSIGN_OR_RETURN(std::string key, read_file(cfg.tls_key));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  JobManager::Options jo;
+  jo.state_dir = cfg.state_dir;
+  jo.data_root = cfg.data_root;
+  jo.budgets = {cfg.host_memory, cfg.device_memory};
+  jo.peak_flops = cfg.peak_flops;
+  d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);
+  MT_RETURN_IF_ERROR(d->jobs_->start());
+  d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(cfg.listen, creds, &d->port_);
+  builder.SetMaxReceiveMessageSize(cfg.max_message_bytes);
+  builder.SetMaxSendMessageSize(cfg.max_message_bytes);
+  builder.RegisterService(d->service_.get());
+  d->server_ = builder.BuildAndStart();
+  if (!d->server_ || d->port_ == 0) {
+    d->jobs_->shutdown(std::chrono::milliseconds(int64_t(cfg.shutdown_timeout_s * 1000)));
+    return Status(StatusCode::kUnavailable, "cannot listen on --listen=" + cfg.listen);
+  }
+  if (!cfg.metrics_listen.empty()) {
+    auto exp = MetricsExporter::start(cfg.metrics_listen, d->metrics_.registry());
+    if (!exp.ok()) {
+      d->stop(std::chrono::milliseconds(int64_t(cfg.shutdown_timeout_s * 1000)));
+      return exp.status();
+    }
+    d->exporter_ = std::move(exp).value();
+  }
+  // Where clients (and tests) find a daemon that was asked for port 0.
+  const Json info = Json::object({{"pid", int64_t(::getpid())},
+                                  {"port", d->port_},
+                                  {"metrics_port", d->metrics_port()},
+                                  {"listen", cfg.listen}});
+  if (FILE* f = std::fopen((cfg.state_dir + "/megatraind.json").c_str(), "w")) {
+    std::fputs((info.dump() + "\n").c_str(), f);
+    std::fclose(f);
+  }
+  spdlog::info("megatraind serving on {} (port {}), metrics on {} (port {}), state {}", cfg.listen, d->port_,
+               cfg.metrics_listen, d->metrics_port(), cfg.state_dir);
+  return d;
+}
+
+bool Daemon::stop(std::chrono::milliseconds timeout) {
+  if (stopped_) return true;
+  stopped_ = true;
+  if (server_) {
+    if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
+    // Refuse new calls; in-flight ones (watchers) get two seconds, then are cancelled.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  const bool ok = jobs_ ? jobs_->shutdown(timeout) : true;
+  if (server_) server_->Wait();
+  exporter_.reset();
+  return ok;
+}
+
+Daemon::~Daemon() { stop(std::chrono::milliseconds(int64_t(cfg_.shutdown_timeout_s * 1000))); }
+
+}  // namespace mt::server

@@ -1,0 +1,464 @@
+#include "server/job_manager.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+namespace mt::server {
+
+namespace fs = std::filesystem;
+
+struct JobManager::Job {
+  JobRecord rec;
+  JobSpec spec;
+  ModelConfig cfg;
+  MemoryPlan plan;
+  double flops_per_token = 0;
+  std::string dir;
+  std::shared_ptr<PushSpool> spool;
+  std::shared_ptr<PushProgress> progress = std::make_shared<PushProgress>();
+  JobRunner* runner = nullptr;
+  bool cancel_requested = false;
+  double run_seconds = 0;
+  long run_steps = 0;
+  StepStats last;
+  std::vector<CheckpointDone> ckpt_waiters;
+  std::shared_ptr<spdlog::logger> log;
+};
+
+namespace {
+double estimate_peak_flops(const JobSpec& spec) {
+  if (spec.backend == "cuda") return spec.precision == "fp32" ? 67e12 : 989e12;  // H100/H200 SXM dense
+  // CPU: AVX2 FMA, 2 units x 8 lanes x 2 flops per cycle per core at ~2.5 GHz.
+  return double(std::max(1u, std::thread::hardware_concurrency())) * 32 * 2.5e9;
+}
+}  // namespace
+
+JobManager::JobManager(Options opt, Metrics& metrics) : opt_(std::move(opt)), metrics_(metrics) {}
+
+JobManager::~JobManager() {
+  if (started_ && !worker_done_) shutdown(std::chrono::milliseconds(60000));
+  if (worker_.joinable()) worker_.join();
+}
+
+Status JobManager::prepare(Job& job) {
+  MT_ASSIGN_OR_RETURN(job.cfg, resolve_model(job.spec));
+  auto plan = plan_job(job.spec, job.cfg, opt_.budgets);
+  if (!plan.ok()) return plan.status();
+  job.plan = *plan;
+  job.flops_per_token = 6.0 * double(job.cfg.num_params()) +
+                        12.0 * job.cfg.num_layers * double(job.cfg.hidden_size) * job.spec.train.seq_len;
+  std::error_code ec;
+  fs::create_directories(job.dir, ec);
+  if (ec) return internal_error("cannot create '" + job.dir + "': " + ec.message());
+  if (job.spec.data.source == "push" && !job.spool) {
+    MT_ASSIGN_OR_RETURN(job.spool, PushSpool::open(job.dir + "/push.spool"));
+  }
+  job.log = std::make_shared<spdlog::logger>(job.rec.id, std::make_shared<spdlog::sinks::basic_file_sink_mt>(job.dir + "/log.txt"));
+  job.log->flush_on(spdlog::level::info);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string& dir) {
+  MT_ASSIGN_OR_RETURN(JobRecord rec, load_record(dir + "/job.json"));
+  auto job = std::make_shared<Job>();
+  job->rec = rec;
+  job->dir = dir;
+  if (rec.terminal()) return job;
+  auto spec = job_spec_from_json(rec.spec);
+  Status st = spec.ok() ? Status::Ok() : spec.status();
+  if (st.ok()) {
+    job->spec = *spec;
+    st = prepare(*job);
+  }
+  if (!st.ok()) {
+    job->rec.state = v1::JOB_STATE_FAILED;
+    job->rec.reason = "cannot resume after restart: " + st.to_string();
+    job->rec.finished_ms = now_ms();
+    save(*job);
+  }
+  return job;
+}
+
+Status JobManager::start() {
+  std::error_code ec;
+  fs::create_directories(opt_.state_dir + "/jobs", ec);
+  if (ec) return internal_error("cannot create the state dir '" + opt_.state_dir + "': " + ec.message());
+  std::vector<std::shared_ptr<Job>> resume, queued;
+  for (const auto& entry : fs::directory_iterator(opt_.state_dir + "/jobs")) {
+    if (!fs::exists(entry.path() / "job.json")) continue;
+    auto job = load_job(entry.path().string());
+    if (!job.ok()) {
+      spdlog::warn("skipping job dir {}: {}", entry.path().string(), job.status().to_string());
+      continue;
+    }
+    auto j = *job;
+    long n = 0;
+    if (std::sscanf(j->rec.id.c_str(), "job-%ld", &n) == 1) next_id_ = std::max(next_id_, n + 1);
+    if (j->rec.state == v1::JOB_STATE_RUNNING) resume.push_back(j);
+    else if (j->rec.state == v1::JOB_STATE_QUEUED) queued.push_back(j);
+    jobs_[j->rec.id] = j;
+  }
+  auto by_id = [](const auto& a, const auto& b) { return a->rec.id < b->rec.id; };
+  std::sort(resume.begin(), resume.end(), by_id);
+  std::sort(queued.begin(), queued.end(), by_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& j : resume) {
+    spdlog::info("job {} was interrupted at step {}; resuming it", j->rec.id, j->rec.step);
+    j->rec.state = v1::JOB_STATE_QUEUED;
+    queue_.push_back(j->rec.id);
+  }
+  for (auto& j : queued) queue_.push_back(j->rec.id);
+  for (auto& [id, j] : jobs_)
+    if (j->spool) metrics_.set_data_queue(id, 0);
+  update_job_metrics();
+  started_ = true;
+  worker_ = std::thread([this] { worker(); });
+  return Status::Ok();
+}
+
+bool JobManager::shutdown(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  stopping_ = true;
+  if (running_) {
+    if (running_->runner) running_->runner->request_cancel();
+    if (running_->spool) running_->spool->stop();
+  }
+  cv_.notify_all();
+  if (!worker_done_cv_.wait_for(lock, timeout, [&] { return worker_done_; })) return false;
+  lock.unlock();
+  if (worker_.joinable()) worker_.join();
+  return true;
+}
+
+void JobManager::worker() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      job = jobs_[queue_.front()];
+      queue_.pop_front();
+      if (job->rec.terminal()) continue;  // cancelled while queued
+      job->rec.state = v1::JOB_STATE_RUNNING;
+      if (!job->rec.started_ms) job->rec.started_ms = now_ms();
+      running_ = job;
+      save(*job);
+      update_job_metrics();
+      metrics_.set_memory(&job->plan);
+    }
+    run_job(job);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  worker_done_ = true;
+  worker_done_cv_.notify_all();
+}
+
+void JobManager::run_job(const std::shared_ptr<Job>& job) {
+  emit(job->rec.id, [&] { std::lock_guard<std::mutex> l(mu_); return event_of(*job); }());
+  const std::string id = job->rec.id;
+  const double peak = opt_.peak_flops > 0 ? opt_.peak_flops : estimate_peak_flops(job->spec);
+  JobHooks hooks;
+  hooks.on_step = [&](const StepStats& s) {
+    v1::JobEvent ev;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      JobRecord& r = job->rec;
+      r.step = s.step;
+      r.loss = s.loss;
+      if (job->run_steps == 0 && r.first_loss == 0) r.first_loss = s.loss;
+      r.tokens_per_second = s.step_seconds > 0 ? double(s.tokens) / s.step_seconds : 0;
+      job->run_seconds += s.step_seconds;
+      job->run_steps += 1;
+      job->last = s;
+      ev = event_of(*job);
+    }
+    metrics_.on_step(id, s, job->flops_per_token, peak);
+    if (job->spool) metrics_.set_data_queue(id, double(job->spool->tokens() - job->progress->consumed));
+    emit(id, ev);
+  };
+  hooks.on_log = [&](LogLevel level, const std::string& msg) {
+    const auto lvl = level == LogLevel::kError     ? spdlog::level::err
+                     : level == LogLevel::kWarning ? spdlog::level::warn
+                     : level == LogLevel::kDebug   ? spdlog::level::debug
+                                                   : spdlog::level::info;
+    job->log->log(lvl, msg);
+    spdlog::log(lvl, "job {}: {}", id, msg);
+    if (level == LogLevel::kDebug) return;
+    v1::JobEvent ev;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ev = event_of(*job);
+    }
+    ev.set_message(msg);
+    emit(id, ev);
+  };
+  hooks.on_checkpoint = [&](const std::string& dir, long step) {
+    std::vector<CheckpointDone> waiters;
+    v1::JobEvent ev;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job->rec.last_checkpoint = dir;
+      save(*job);
+      waiters.swap(job->ckpt_waiters);
+      ev = event_of(*job);
+    }
+    for (auto& w : waiters) w(Status::Ok(), dir, step);
+    ev.set_checkpoint(dir);
+    emit(id, ev);
+  };
+  hooks.make_push_source = [job](const JobSpec&, int vocab) {
+    return make_push_source(job->spool, vocab, job->progress);
+  };
+  JobRunner runner(job->spec, job->dir, hooks);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job->runner = &runner;
+    if (job->cancel_requested || stopping_) runner.request_cancel();
+  }
+  Result<JobResult> res = runner.run();
+  finish_job(job, res);
+}
+
+void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobResult>& res) {
+  std::vector<CheckpointDone> waiters;
+  v1::JobEvent ev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job->runner = nullptr;
+    running_.reset();
+    JobRecord& r = job->rec;
+    const bool stopped = !res.ok() ? res.status().code() == StatusCode::kCancelled : res->cancelled;
+    if (stopping_ && stopped && !job->cancel_requested) {
+      r.reason = "interrupted by a daemon shutdown at step " + std::to_string(r.step) + "; resumes on restart";
+    } else {
+      if (!res.ok()) {
+        r.state = job->cancel_requested ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED;
+        r.reason = job->cancel_requested ? "cancelled while waiting for data" : res.status().to_string();
+      } else {
+        r.state = res->cancelled ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_SUCCEEDED;
+        r.reason = res->cancelled ? "cancelled by request at step " + std::to_string(res->steps_done) : "";
+        r.step = res->steps_done;
+        if (res->steps_done) r.loss = res->final_loss;
+        if (!res->checkpoint.empty()) r.last_checkpoint = res->checkpoint;
+      }
+      r.finished_ms = now_ms();
+      if (job->spool) job->spool->stop();
+    }
+    save(*job);
+    waiters.swap(job->ckpt_waiters);
+    update_job_metrics();
+    metrics_.set_memory(nullptr);
+    ev = event_of(*job);
+    job->log->info("job {} ({})", state_name(r.state), r.reason);
+  }
+  for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
+  emit(job->rec.id, ev);
+}
+
+Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
+  auto job = std::make_shared<Job>();
+  MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}));
+  auto cfg = resolve_model(job->spec);
+  if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
+  auto plan = plan_job(job->spec, *cfg, opt_.budgets);
+  if (!plan.ok()) return plan.status();
+  if (!plan->fits) return resource_exhausted("the job does not fit this server: " + plan->reason);
+  v1::SubmitJobResponse resp;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return Status(StatusCode::kUnavailable, "the daemon is shutting down");
+  char id[32];
+  std::snprintf(id, sizeof id, "job-%06ld", next_id_++);
+  job->rec.id = id;
+  job->rec.name = job->spec.name;
+  job->rec.spec = job_spec_to_json(job->spec);
+  job->rec.total_steps = job->spec.steps;
+  job->rec.created_ms = now_ms();
+  job->dir = opt_.state_dir + "/jobs/" + job->rec.id;
+  MT_RETURN_IF_ERROR(prepare(*job));
+  save(*job);
+  jobs_[job->rec.id] = job;
+  queue_.push_back(job->rec.id);
+  if (job->spool) metrics_.set_data_queue(job->rec.id, 0);
+  update_job_metrics();
+  cv_.notify_all();
+  *resp.mutable_job() = to_proto(*job);
+  plan_to_proto(job->plan, opt_.budgets, resp.mutable_plan());
+  return resp;
+}
+
+Result<v1::MemoryPlan> JobManager::plan(const v1::JobSpec& proto) {
+  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}));
+  auto cfg = resolve_model(spec);
+  if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
+  MT_ASSIGN_OR_RETURN(MemoryPlan p, plan_job(spec, *cfg, opt_.budgets));
+  v1::MemoryPlan out;
+  plan_to_proto(p, opt_.budgets, &out);
+  return out;
+}
+
+Result<std::shared_ptr<JobManager::Job>> JobManager::find(const std::string& id) {
+  if (id.empty()) return invalid_argument("job_id is empty");
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return not_found("job_id = '" + id + "' names no job");
+  return it->second;
+}
+
+Result<v1::Job> JobManager::get(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MT_ASSIGN_OR_RETURN(auto job, find(id));
+  return to_proto(*job);
+}
+
+std::vector<v1::Job> JobManager::list(v1::JobState filter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Job> out;
+  for (const auto& [id, job] : jobs_)
+    if (filter == v1::JOB_STATE_UNSPECIFIED || job->rec.state == filter) out.push_back(to_proto(*job));
+  return out;
+}
+
+Result<v1::Job> JobManager::cancel(const std::string& id) {
+  v1::JobEvent ev;
+  v1::Job out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MT_ASSIGN_OR_RETURN(auto job, find(id));
+    if (job->rec.terminal())
+      return failed_precondition("job " + id + " is already " + state_name(job->rec.state));
+    job->cancel_requested = true;
+    if (job->runner) {
+      job->runner->request_cancel();
+      if (job->spool) job->spool->stop();  // a job waiting for data stops waiting
+      return to_proto(*job);               // CANCELLED once it reaches a step boundary
+    }
+    job->rec.state = v1::JOB_STATE_CANCELLED;
+    job->rec.reason = "cancelled by request while queued";
+    job->rec.finished_ms = now_ms();
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    if (job->spool) job->spool->stop();
+    save(*job);
+    update_job_metrics();
+    ev = event_of(*job);
+    out = to_proto(*job);
+  }
+  emit(id, ev);
+  return out;
+}
+
+Result<uint64_t> JobManager::push(const std::string& id, const uint32_t* tokens, size_t n) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MT_ASSIGN_OR_RETURN(job, find(id));
+    if (!job->spool)
+      return failed_precondition("job " + id + " has data.source = '" + job->spec.data.source + "', not push");
+    if (job->rec.terminal()) return failed_precondition("job " + id + " is " + state_name(job->rec.state));
+  }
+  const int vocab = job->cfg.vocab_size;
+  for (size_t i = 0; i < n; ++i)
+    if (tokens[i] >= uint32_t(vocab))
+      return invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
+                              " is out of vocabulary (vocab_size " + std::to_string(vocab) + ")");
+  MT_RETURN_IF_ERROR(job->spool->append(tokens, n));
+  const uint64_t total = job->spool->tokens();
+  metrics_.set_data_queue(id, double(total - job->progress->consumed));
+  return total;
+}
+
+Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MT_ASSIGN_OR_RETURN(auto job, find(id));
+  if (!job->runner)
+    return failed_precondition("job " + id + " is " + state_name(job->rec.state) + "; only a running job checkpoints");
+  job->ckpt_waiters.push_back(std::move(done));
+  job->runner->request_checkpoint();
+  return Status::Ok();
+}
+
+Result<uint64_t> JobManager::watch(const std::string& id, Listener l) {
+  v1::JobEvent first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MT_ASSIGN_OR_RETURN(auto job, find(id));
+    first = event_of(*job);
+  }
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  l(first);
+  const uint64_t token = next_listener_++;
+  listeners_[token] = {id, std::move(l)};
+  return token;
+}
+
+void JobManager::unwatch(uint64_t token) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(token);
+}
+
+void JobManager::emit(const std::string& id, const v1::JobEvent& ev) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  for (auto& [token, entry] : listeners_)
+    if (entry.first == id) entry.second(ev);
+}
+
+v1::JobEvent JobManager::event_of(const Job& job) const {
+  v1::JobEvent ev;
+  const JobRecord& r = job.rec;
+  ev.set_job_id(r.id);
+  ev.set_state(r.state);
+  ev.set_reason(r.reason);
+  ev.set_step(r.step);
+  ev.set_total_steps(r.total_steps);
+  ev.set_loss(r.loss);
+  ev.set_tokens_per_second(r.tokens_per_second);
+  ev.set_step_seconds(job.last.step_seconds);
+  ev.set_h2d_gbps(job.last.h2d_seconds > 0 ? double(job.last.h2d_bytes) / job.last.h2d_seconds / 1e9 : 0);
+  ev.set_d2h_gbps(job.last.d2h_seconds > 0 ? double(job.last.d2h_bytes) / job.last.d2h_seconds / 1e9 : 0);
+  if (job.run_steps > 0) ev.set_eta_seconds(double(r.total_steps - r.step) * job.run_seconds / double(job.run_steps));
+  ev.set_waiting_for_data(job.progress->waiting.load());
+  return ev;
+}
+
+v1::Job JobManager::to_proto(const Job& job) const {
+  v1::Job out;
+  const JobRecord& r = job.rec;
+  out.set_id(r.id);
+  out.set_name(r.name);
+  out.set_state(r.state);
+  out.set_reason(r.reason);
+  if (r.spec.is_object()) {
+    auto spec = job_spec_from_json(r.spec);
+    if (spec.ok()) *out.mutable_spec() = spec_to_proto(*spec);
+  }
+  out.set_step(r.step);
+  out.set_total_steps(r.total_steps);
+  out.set_loss(r.loss);
+  out.set_first_loss(r.first_loss);
+  out.set_tokens_per_second(r.tokens_per_second);
+  out.set_last_checkpoint(r.last_checkpoint);
+  out.set_created_unix_ms(r.created_ms);
+  out.set_started_unix_ms(r.started_ms);
+  out.set_finished_unix_ms(r.finished_ms);
+  out.set_waiting_for_data(job.progress->waiting.load());
+  if (job.spool) out.set_data_spooled_tokens(job.spool->tokens());
+  out.set_data_consumed_tokens(job.progress->consumed.load());
+  out.set_data_consumed_checksum(job.progress->checksum.load());
+  return out;
+}
+
+void JobManager::save(const Job& job) {
+  Status st = save_record(job.dir + "/job.json", job.rec);
+  if (!st.ok()) spdlog::error("job {}: {}", job.rec.id, st.to_string());
+}
+
+void JobManager::update_job_metrics() {
+  std::map<std::string, int> counts;
+  for (const auto& [id, job] : jobs_) counts[state_name(job->rec.state)]++;
+  metrics_.set_jobs(counts);
+}
+
+}  // namespace mt::server

@@ -1,0 +1,89 @@
+// The job manager: a FIFO queue in front of one worker thread (one running job per device),
+// admission by the memory plan against the daemon's budgets, cancel, checkpoint-now, push-data
+// spools, progress events for watchers, and job records under STATE_DIR/jobs/ID/ that survive a
+// restart (an interrupted job is queued first again and resumes from its last checkpoint).
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/job.h"
+#include "megatrain/v1/trainer.pb.h"
+#include "server/job_record.h"
+#include "server/metrics.h"
+#include "server/push_spool.h"
+#include "server/spec_convert.h"
+
+namespace mt::server {
+
+namespace v1 = megatrain::v1;
+
+class JobManager {
+ public:
+  struct Options {
+    std::string state_dir, data_root;
+    Budgets budgets;
+    double peak_flops = 0;  // 0: estimated
+  };
+  using CheckpointDone = std::function<void(const Status&, const std::string& dir, long step)>;
+  using Listener = std::function<void(const v1::JobEvent&)>;
+
+  JobManager(Options opt, Metrics& metrics);
+  ~JobManager();
+
+  Status start();  // loads the records, re-queues unfinished jobs, starts the worker
+  // Stops the worker: the running job checkpoints at its next step boundary and stays RUNNING in
+  // its record. False when it did not stop within `timeout` (the caller then exits anyway).
+  bool shutdown(std::chrono::milliseconds timeout);
+
+  Result<v1::SubmitJobResponse> submit(const v1::JobSpec& spec);
+  Result<v1::MemoryPlan> plan(const v1::JobSpec& spec);
+  Result<v1::Job> get(const std::string& id);
+  std::vector<v1::Job> list(v1::JobState filter);
+  Result<v1::Job> cancel(const std::string& id);
+  // Validates (every token < vocab; errors name the index) and spools durably. Returns the
+  // job's total spooled tokens.
+  Result<uint64_t> push(const std::string& id, const uint32_t* tokens, size_t n);
+  Status checkpoint(const std::string& id, CheckpointDone done);
+  // Calls `l` with the job's current state at once, then with every event until unwatch.
+  Result<uint64_t> watch(const std::string& id, Listener l);
+  void unwatch(uint64_t token);
+
+ private:
+  struct Job;
+  Result<std::shared_ptr<Job>> find(const std::string& id);
+  Result<std::shared_ptr<Job>> load_job(const std::string& dir);
+  Status prepare(Job& job);  // spec, model, plan, spool
+  void worker();
+  void run_job(const std::shared_ptr<Job>& job);
+  void finish_job(const std::shared_ptr<Job>& job, const Result<JobResult>& res);
+  v1::Job to_proto(const Job& job) const;  // mu_ held
+  v1::JobEvent event_of(const Job& job) const;  // mu_ held
+  void emit(const std::string& id, const v1::JobEvent& ev);
+  void save(const Job& job);  // mu_ held
+  void update_job_metrics();  // mu_ held
+
+  Options opt_;
+  Metrics& metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, worker_done_cv_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::deque<std::string> queue_;
+  std::shared_ptr<Job> running_;
+  long next_id_ = 1;
+  bool stopping_ = false, worker_done_ = false, started_ = false;
+  std::thread worker_;
+
+  std::mutex listeners_mu_;
+  std::map<uint64_t, std::pair<std::string, Listener>> listeners_;
+  uint64_t next_listener_ = 1;
+};
+
+}  // namespace mt::server

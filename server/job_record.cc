@@ -1,0 +1,98 @@
+#include "server/job_record.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace mt::server {
+
+using megatrain::v1::JobState;
+
+bool JobRecord::terminal() const {
+  return state == megatrain::v1::JOB_STATE_SUCCEEDED || state == megatrain::v1::JOB_STATE_FAILED ||
+         state == megatrain::v1::JOB_STATE_CANCELLED;
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* state_name(JobState s) {
+  switch (s) {
+    case megatrain::v1::JOB_STATE_QUEUED: return "queued";
+    case megatrain::v1::JOB_STATE_RUNNING: return "running";
+    case megatrain::v1::JOB_STATE_SUCCEEDED: return "succeeded";
+    case megatrain::v1::JOB_STATE_FAILED: return "failed";
+    case megatrain::v1::JOB_STATE_CANCELLED: return "cancelled";
+    default: return "unspecified";
+  }
+}
+
+Json record_to_json(const JobRecord& r) {
+  return Json::object({{"id", r.id},
+                       {"name", r.name},
+                       {"state", state_name(r.state)},
+                       {"reason", r.reason},
+                       {"spec", r.spec},
+                       {"step", int64_t(r.step)},
+                       {"total_steps", int64_t(r.total_steps)},
+                       {"loss", r.loss},
+                       {"first_loss", r.first_loss},
+                       {"tokens_per_second", r.tokens_per_second},
+                       {"last_checkpoint", r.last_checkpoint},
+                       {"created_ms", r.created_ms},
+                       {"started_ms", r.started_ms},
+                       {"finished_ms", r.finished_ms}});
+}
+
+Result<JobRecord> record_from_json(const Json& j) {
+  if (!j.is_object()) return data_loss("job record is not an object");
+  JobRecord r;
+  auto str = [&](const char* k) { const Json* v = j.find(k); return v && v->is_string() ? v->as_string() : std::string(); };
+  auto num = [&](const char* k) { const Json* v = j.find(k); return v && v->is_number() ? v->as_double() : 0.0; };
+  auto i64 = [&](const char* k) { const Json* v = j.find(k); return v && v->is_number() ? v->as_int() : int64_t(0); };
+  r.id = str("id");
+  r.name = str("name");
+  const std::string st = str("state");
+  r.state = megatrain::v1::JOB_STATE_UNSPECIFIED;
+  for (JobState s : {megatrain::v1::JOB_STATE_QUEUED, megatrain::v1::JOB_STATE_RUNNING,
+                     megatrain::v1::JOB_STATE_SUCCEEDED, megatrain::v1::JOB_STATE_FAILED,
+                     megatrain::v1::JOB_STATE_CANCELLED})
+    if (st == state_name(s)) r.state = s;
+  if (r.id.empty() || r.state == megatrain::v1::JOB_STATE_UNSPECIFIED)
+    return data_loss("job record lacks an id or a known state");
+  r.reason = str("reason");
+  if (const Json* s = j.find("spec")) r.spec = *s;
+  r.step = long(i64("step"));
+  r.total_steps = long(i64("total_steps"));
+  r.loss = num("loss");
+  r.first_loss = num("first_loss");
+  r.tokens_per_second = num("tokens_per_second");
+  r.last_checkpoint = str("last_checkpoint");
+  r.created_ms = i64("created_ms");
+  r.started_ms = i64("started_ms");
+  r.finished_ms = i64("finished_ms");
+  return r;
+}
+
+Status save_record(const std::string& path, const JobRecord& r) {
+  const std::string tmp = path + ".tmp";
+  const std::string text = record_to_json(r).dump(2) + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return internal_error("cannot write '" + tmp + "'");
+  bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) return resource_exhausted("cannot write job record '" + path + "'");
+  return Status::Ok();
+}
+
+Result<JobRecord> load_record(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  MT_ASSIGN_OR_RETURN(Json j, Json::parse(text));
+  return record_from_json(j);
+}
+
+}  // namespace mt::server

@@ -1,0 +1,31 @@
+// A job's durable record (STATE_DIR/jobs/ID/job.json): written atomically on every state
+// change, read back at startup so jobs survive a daemon restart.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/json.h"
+#include "megatrain/v1/trainer.pb.h"
+
+namespace mt::server {
+
+struct JobRecord {
+  std::string id, name;
+  megatrain::v1::JobState state = megatrain::v1::JOB_STATE_QUEUED;
+  std::string reason;
+  Json spec;  // engine JSON (job_spec_to_json), paths resolved
+  long step = 0, total_steps = 0;
+  double loss = 0, first_loss = 0, tokens_per_second = 0;
+  std::string last_checkpoint;
+  int64_t created_ms = 0, started_ms = 0, finished_ms = 0;
+  bool terminal() const;
+};
+
+int64_t now_ms();
+Json record_to_json(const JobRecord& r);
+Result<JobRecord> record_from_json(const Json& j);
+Status save_record(const std::string& path, const JobRecord& r);  // temp + fsync + rename
+Result<JobRecord> load_record(const std::string& path);
+const char* state_name(megatrain::v1::JobState s);  // "queued", "running", ...
+
+}  // namespace mt::server

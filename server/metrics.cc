@@ -1,0 +1,140 @@
+#include "server/metrics.h"
+
+#include <exception>
+
+namespace mt::server {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+struct Metrics::JobSeries {
+  prometheus::Counter *steps, *tokens, *h2d, *d2h, *stall;
+  prometheus::Histogram *step_seconds, *optimizer_seconds;
+  prometheus::Gauge *loss, *tps, *h2d_bw, *d2h_bw, *mfu;
+};
+
+namespace {
+const prometheus::Histogram::BucketBoundaries& second_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                            0.5,   1,      2.5,   5,    10,    25,   60,  150, 300};
+  return b;
+}
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      steps_(BuildCounter().Name("megatrain_steps_total").Help("Optimizer steps taken").Register(*registry_)),
+      tokens_(BuildCounter().Name("megatrain_tokens_total").Help("Tokens trained on").Register(*registry_)),
+      h2d_bytes_(BuildCounter().Name("megatrain_h2d_bytes_total").Help("Host to device bytes").Register(*registry_)),
+      d2h_bytes_(BuildCounter().Name("megatrain_d2h_bytes_total").Help("Device to host bytes").Register(*registry_)),
+      stall_(BuildCounter()
+                 .Name("megatrain_gpu_stall_seconds_total")
+                 .Help("Seconds compute waited on copies or the optimizer")
+                 .Register(*registry_)),
+      step_seconds_(BuildHistogram().Name("megatrain_step_seconds").Help("Optimizer step wall time").Register(*registry_)),
+      optimizer_seconds_(BuildHistogram()
+                             .Name("megatrain_optimizer_seconds")
+                             .Help("CPU seconds in gradient norm + AdamW per step")
+                             .Register(*registry_)),
+      loss_(BuildGauge().Name("megatrain_loss").Help("Training loss of the last step (nats/token)").Register(*registry_)),
+      tps_(BuildGauge().Name("megatrain_tokens_per_second").Help("Tokens per second of the last step").Register(*registry_)),
+      h2d_bw_(BuildGauge()
+                  .Name("megatrain_h2d_bandwidth_bytes_per_second")
+                  .Help("Host to device bandwidth while copying, last step")
+                  .Register(*registry_)),
+      d2h_bw_(BuildGauge()
+                  .Name("megatrain_d2h_bandwidth_bytes_per_second")
+                  .Help("Device to host bandwidth while copying, last step")
+                  .Register(*registry_)),
+      mfu_(BuildGauge()
+               .Name("megatrain_model_flops_utilization")
+               .Help("Model FLOPs of the last step over the device's peak (0..1)")
+               .Register(*registry_)),
+      host_mem_(BuildGauge().Name("megatrain_host_memory_bytes").Help("Planned host memory of the running job by kind").Register(*registry_)),
+      device_mem_(BuildGauge()
+                      .Name("megatrain_device_memory_bytes")
+                      .Help("Planned device memory of the running job by kind")
+                      .Register(*registry_)),
+      jobs_(BuildGauge().Name("megatrain_jobs").Help("Jobs by state").Register(*registry_)),
+      data_queue_(BuildGauge()
+                      .Name("megatrain_data_queue_tokens")
+                      .Help("Pushed tokens spooled and not yet trained on")
+                      .Register(*registry_)) {
+  set_jobs({});
+  set_memory(nullptr);
+}
+
+Metrics::~Metrics() = default;
+
+Metrics::JobSeries& Metrics::series(const std::string& job) {
+  auto& s = jobs_series_[job];
+  if (!s) {
+    const prometheus::Labels l = {{"job", job}};
+    s = std::make_unique<JobSeries>(JobSeries{&steps_.Add(l), &tokens_.Add(l), &h2d_bytes_.Add(l), &d2h_bytes_.Add(l),
+                                              &stall_.Add(l), &step_seconds_.Add(l, second_buckets()),
+                                              &optimizer_seconds_.Add(l, second_buckets()), &loss_.Add(l),
+                                              &tps_.Add(l), &h2d_bw_.Add(l), &d2h_bw_.Add(l), &mfu_.Add(l)});
+  }
+  return *s;
+}
+
+void Metrics::on_step(const std::string& job, const StepStats& st, double flops_per_token, double peak_flops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobSeries& s = series(job);
+  s.steps->Increment();
+  s.tokens->Increment(double(st.tokens));
+  s.h2d->Increment(double(st.h2d_bytes));
+  s.d2h->Increment(double(st.d2h_bytes));
+  s.stall->Increment(st.stall_seconds());
+  s.step_seconds->Observe(st.step_seconds);
+  s.optimizer_seconds->Observe(st.optimizer_seconds);
+  s.loss->Set(st.loss);
+  const double tps = st.step_seconds > 0 ? double(st.tokens) / st.step_seconds : 0;
+  s.tps->Set(tps);
+  s.h2d_bw->Set(st.h2d_seconds > 0 ? double(st.h2d_bytes) / st.h2d_seconds : 0);
+  s.d2h_bw->Set(st.d2h_seconds > 0 ? double(st.d2h_bytes) / st.d2h_seconds : 0);
+  s.mfu->Set(peak_flops > 0 ? tps * flops_per_token / peak_flops : 0);
+}
+
+void Metrics::set_jobs(const std::map<std::string, int>& count_by_state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const char* state : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+    auto it = count_by_state.find(state);
+    jobs_.Add({{"state", state}}).Set(it == count_by_state.end() ? 0 : it->second);
+  }
+}
+
+void Metrics::set_memory(const MemoryPlan* plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  host_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->host_bytes) : 0);
+  device_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->device_bytes) : 0);
+  static const char* kHost[] = {"master", "grad", "adam_m", "adam_v", "shadow", "checkpoints"};
+  static const char* kDevice[] = {"weight_slots", "grad_slots", "checkpoints", "workspace"};
+  for (const char* k : kHost) host_mem_.Add({{"kind", k}}).Set(0);
+  for (const char* k : kDevice) device_mem_.Add({{"kind", k}}).Set(0);
+  if (!plan) return;
+  for (const auto& [k, v] : plan->host_by_kind) host_mem_.Add({{"kind", k}}).Set(double(v));
+  for (const auto& [k, v] : plan->device_by_kind) device_mem_.Add({{"kind", k}}).Set(double(v));
+}
+
+void Metrics::set_data_queue(const std::string& job, double tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  data_queue_.Add({{"job", job}}).Set(tokens);
+}
+
+Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& address,
+                                                                std::shared_ptr<prometheus::Registry> registry) {
+  auto e = std::make_unique<MetricsExporter>();
+  try {
+    e->exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& ex) {
+    return Status(StatusCode::kUnavailable, "cannot serve /metrics on '" + address + "': " + ex.what());
+  }
+  e->exposer_->RegisterCollectable(registry);
+  const auto ports = e->exposer_->GetListeningPorts();
+  e->port_ = ports.empty() ? 0 : ports.front();
+  return e;
+}
+
+}  // namespace mt::server

@@ -1,0 +1,58 @@
+// The Prometheus exporter: every metric of DESIGN §6, built once in one registry, fed from the
+// engine's StepStats and the job manager. Job-level series carry a `job` label.
+#pragma once
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/engine_stats.h"
+#include "engine/planner.h"
+
+namespace mt::server {
+
+class Metrics {
+ public:
+  Metrics();
+  ~Metrics();
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  // flops_per_token: model FLOPs per trained token (6N + attention); peak_flops: device peak.
+  void on_step(const std::string& job, const StepStats& s, double flops_per_token, double peak_flops);
+  void set_jobs(const std::map<std::string, int>& count_by_state);  // keys: queued, running, ...
+  void set_memory(const MemoryPlan* running);                       // nullptr: nothing resident
+  void set_data_queue(const std::string& job, double tokens);
+
+ private:
+  struct JobSeries;
+  JobSeries& series(const std::string& job);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
+  prometheus::Family<prometheus::Histogram>&step_seconds_, &optimizer_seconds_;
+  prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &host_mem_, &device_mem_, &jobs_,
+      &data_queue_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
+};
+
+// Serves a registry on `address` ("127.0.0.1:9464", port 0 picks a free one).
+class MetricsExporter {
+ public:
+  static Result<std::unique_ptr<MetricsExporter>> start(const std::string& address,
+                                                        std::shared_ptr<prometheus::Registry> registry);
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace mt::server

@@ -1,0 +1,225 @@
+#include "server/service.h"
+
+#include <deque>
+
+#include "server/status_map.h"
+
+namespace mt::server {
+
+namespace {
+
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::Status& s) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(s);
+  return r;
+}
+
+bool terminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+// Streams a job's events; finishes after the first terminal state.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  explicit WatchReactor(JobManager& jobs) : jobs_(jobs), sink_(std::make_shared<Sink>()) { sink_->r = this; }
+
+  void start(const std::string& id) {
+    auto token = jobs_.watch(id, [sink = sink_](const v1::JobEvent& ev) { sink->push(ev); });
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    if (!token.ok()) {
+      sink_->finished = true;
+      Finish(to_grpc(token.status()));
+      return;
+    }
+    token_ = *token;
+  }
+  void fail(const grpc::Status& s) {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    sink_->finished = true;
+    Finish(s);
+  }
+  void OnWriteDone(bool ok) override { sink_->write_done(ok); }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    if (!sink_->finished) {
+      sink_->finished = true;
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    }
+  }
+  void OnDone() override {
+    uint64_t token;
+    {
+      std::lock_guard<std::mutex> lock(sink_->mu);
+      sink_->r = nullptr;
+      token = token_;
+    }
+    if (token) jobs_.unwatch(token);
+    delete this;
+  }
+
+ private:
+  // Shared with the job manager's listener; outlives the reactor safely (r = nullptr once done).
+  struct Sink {
+    std::mutex mu;
+    WatchReactor* r = nullptr;
+    std::deque<v1::JobEvent> queue;
+    v1::JobEvent current;
+    bool writing = false, finished = false;
+
+    void push(const v1::JobEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!r || finished) return;
+      // A slow client loses intermediate progress events, never state changes.
+      while (queue.size() >= 256 && !terminal(queue.front().state())) queue.pop_front();
+      queue.push_back(ev);
+      if (!writing) next();
+    }
+    void next() {
+      if (queue.empty()) {
+        writing = false;
+        return;
+      }
+      current = std::move(queue.front());
+      queue.pop_front();
+      writing = true;
+      r->StartWrite(&current);
+    }
+    void write_done(bool ok) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!r || finished) return;
+      if (!ok || terminal(current.state())) {
+        finished = true;
+        r->Finish(grpc::Status::OK);
+        return;
+      }
+      next();
+    }
+  };
+
+  JobManager& jobs_;
+  std::shared_ptr<Sink> sink_;
+  uint64_t token_ = 0;
+};
+
+// Spools each chunk durably before reading the next; replies with the counts at the end.
+class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
+ public:
+  PushReactor(JobManager& jobs, v1::PushDataResponse* resp) : jobs_(jobs), resp_(resp) {}
+  void start() { StartRead(&req_); }
+  void fail(const grpc::Status& s) { Finish(s); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side: everything read is spooled
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const std::string where = "chunk " + std::to_string(chunks_) + " (" + std::to_string(resp_->chunks_accepted()) +
+                              " earlier chunks accepted): ";
+    if (!req_.job_id().empty()) {
+      if (!job_id_.empty() && req_.job_id() != job_id_) {
+        Finish({grpc::StatusCode::INVALID_ARGUMENT,
+                where + "job_id = '" + req_.job_id() + "' differs from the stream's job '" + job_id_ + "'"});
+        return;
+      }
+      job_id_ = req_.job_id();
+    }
+    if (job_id_.empty()) {
+      Finish({grpc::StatusCode::INVALID_ARGUMENT, where + "job_id is empty (the first chunk must name the job)"});
+      return;
+    }
+    auto spooled = jobs_.push(job_id_, req_.tokens().data(), size_t(req_.tokens_size()));
+    if (!spooled.ok()) {
+      Finish(grpc::Status(to_grpc_code(spooled.status().code()), where + spooled.status().message()));
+      return;
+    }
+    ++chunks_;
+    resp_->set_chunks_accepted(resp_->chunks_accepted() + 1);
+    resp_->set_tokens_accepted(resp_->tokens_accepted() + uint64_t(req_.tokens_size()));
+    resp_->set_spooled_tokens(*spooled);
+    StartRead(&req_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  JobManager& jobs_;
+  v1::PushDataResponse* resp_;
+  v1::PushDataRequest req_;
+  std::string job_id_;
+  uint64_t chunks_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TrainerService::SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
+                                                    v1::SubmitJobResponse* resp) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  auto r = jobs_.submit(req->spec());
+  if (r.ok()) *resp = std::move(r).value();
+  return finish(ctx, to_grpc(r.status()));
+}
+
+grpc::ServerUnaryReactor* TrainerService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                                 v1::Job* resp) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  auto r = jobs_.get(req->job_id());
+  if (r.ok()) *resp = std::move(r).value();
+  return finish(ctx, to_grpc(r.status()));
+}
+
+grpc::ServerUnaryReactor* TrainerService::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
+                                                   v1::ListJobsResponse* resp) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  for (auto& j : jobs_.list(req->state())) *resp->add_jobs() = std::move(j);
+  return finish(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* TrainerService::CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* req,
+                                                    v1::Job* resp) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  auto r = jobs_.cancel(req->job_id());
+  if (r.ok()) *resp = std::move(r).value();
+  return finish(ctx, to_grpc(r.status()));
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                 const v1::WatchJobRequest* req) {
+  auto* r = new WatchReactor(jobs_);
+  if (auto a = auth_.check(*ctx); !a.ok()) r->fail(a);
+  else r->start(req->job_id());
+  return r;
+}
+
+grpc::ServerReadReactor<v1::PushDataRequest>* TrainerService::PushData(grpc::CallbackServerContext* ctx,
+                                                                       v1::PushDataResponse* resp) {
+  auto* r = new PushReactor(jobs_, resp);
+  if (auto a = auth_.check(*ctx); !a.ok()) r->fail(a);
+  else r->start();
+  return r;
+}
+
+grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext* ctx,
+                                                     const v1::CheckpointRequest* req, v1::CheckpointResponse* resp) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const std::string id = req->job_id();
+  Status st = jobs_.checkpoint(id, [reactor, resp, id](const Status& s, const std::string& dir, long step) {
+    if (s.ok()) {
+      resp->set_job_id(id);
+      resp->set_checkpoint(dir);
+      resp->set_step(step);
+    }
+    reactor->Finish(to_grpc(s));
+  });
+  if (!st.ok()) reactor->Finish(to_grpc(st));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
+                                                  v1::PlanJobResponse* resp) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  auto r = jobs_.plan(req->spec());
+  if (r.ok()) *resp->mutable_plan() = std::move(r).value();
+  return finish(ctx, to_grpc(r.status()));
+}
+
+}  // namespace mt::server

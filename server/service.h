@@ -1,0 +1,36 @@
+// The Trainer service on the gRPC callback API: each handler authenticates, converts, calls the
+// job manager and returns a canonical status code whose message names the field and value.
+#pragma once
+#include "megatrain/v1/trainer.grpc.pb.h"
+#include "server/auth.h"
+#include "server/job_manager.h"
+
+namespace mt::server {
+
+class TrainerService final : public megatrain::v1::Trainer::CallbackService {
+ public:
+  TrainerService(JobManager& jobs, Authenticator auth) : jobs_(jobs), auth_(std::move(auth)) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
+                                      v1::SubmitJobResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                   v1::Job* resp) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
+                                     v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* req,
+                                      v1::Job* resp) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                   const v1::WatchJobRequest* req) override;
+  grpc::ServerReadReactor<v1::PushDataRequest>* PushData(grpc::CallbackServerContext* ctx,
+                                                         v1::PushDataResponse* resp) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx, const v1::CheckpointRequest* req,
+                                       v1::CheckpointResponse* resp) override;
+  grpc::ServerUnaryReactor* PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
+                                    v1::PlanJobResponse* resp) override;
+
+ private:
+  JobManager& jobs_;
+  Authenticator auth_;
+};
+
+}  // namespace mt::server

@@ -1,0 +1,27 @@
+// Proto JobSpec <-> engine JobSpec through the one JSON path (protobuf's JSON mapping with the
+// original snake_case names = the engine's job spec keys), path confinement under the allowed
+// roots, and the memory plan of a spec against the daemon's budgets.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine/job_spec.h"
+#include "engine/planner.h"
+#include "megatrain/v1/trainer.pb.h"
+
+namespace mt::server {
+
+// Parses and validates; every path in the spec is resolved (made absolute) under one of
+// `roots` and a path that escapes them is refused naming the field and value.
+Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::vector<std::string>& roots);
+Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots);
+megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec);
+
+struct Budgets {
+  uint64_t host = 0, device = 0;  // 0: unlimited
+};
+PlanOptions plan_options_for(const JobSpec& spec, const Budgets& budgets);
+Result<MemoryPlan> plan_job(const JobSpec& spec, const ModelConfig& cfg, const Budgets& budgets);
+void plan_to_proto(const MemoryPlan& plan, const Budgets& budgets, megatrain::v1::MemoryPlan* out);
+
+}  // namespace mt::server

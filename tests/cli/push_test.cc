@@ -1,0 +1,90 @@
+// push ID FILE --format tokens-u16|tokens-u32|text against a `data: {source: push}` job: chunks
+// and tokens accepted, the job trains on them, and bad files or tokens are refused (exit 2).
+#include "tests/cli/cli_fixture.h"
+
+namespace mt::cli::testing {
+namespace {
+
+std::string tokens_file(const std::string& path, size_t n, int bytes, uint32_t modulo) {
+  std::string raw;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t t = uint32_t((i * 7 + i / 3) % modulo);
+    for (int b = 0; b < bytes; ++b) raw.push_back(char((t >> (8 * b)) & 0xff));
+  }
+  return write_file(path, raw);
+}
+
+class PushTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<DaemonProcess>("push_daemon");
+    ASSERT_TRUE(daemon_->ok());
+    dir_ = fresh_dir("push_files");
+    RunResult r = daemon_->cli({"submit", write_file(dir_ + "/spec.yaml", tiny_spec_yaml(2, "{source: push}"))});
+    ASSERT_EQ(r.rc, 0) << describe(r);
+    id_ = r.out.substr(0, r.out.find('\n'));
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "--- megatraind log ---\n" << daemon_->log();
+    daemon_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::string dir_, id_;
+};
+
+TEST_F(PushTest, FormatsAreAcceptedAndTheJobTrains) {
+  RunResult u16 = daemon_->cli({"push", id_, tokens_file(dir_ + "/a.u16", 1000, 2, 256), "--format", "tokens-u16",
+                                "--chunk-tokens", "100"});
+  ASSERT_EQ(u16.rc, 0) << describe(u16);
+  EXPECT_NE(u16.out.find("accepted 1000 tokens in 10 chunks (1000 tokens spooled in all)"), std::string::npos)
+      << u16.out;
+  EXPECT_NE(u16.err.find("1000/1000 tokens"), std::string::npos) << "progress on stderr: " << u16.err;
+
+  RunResult u32 = daemon_->cli({"push", id_, tokens_file(dir_ + "/b.u32", 300, 4, 256), "--format", "tokens-u32",
+                                "--json"});
+  ASSERT_EQ(u32.rc, 0) << describe(u32);
+  auto j = u32.json_lines();
+  ASSERT_EQ(j.size(), 1u) << u32.out;
+  EXPECT_EQ(j[0].find("tokens_accepted")->as_int(), 300);
+  EXPECT_EQ(j[0].find("chunks_accepted")->as_int(), 1);
+  EXPECT_EQ(j[0].find("spooled_tokens")->as_int(), 1300);
+
+  RunResult text = daemon_->cli({"push", id_, write_file(dir_ + "/c.txt", "hello, megatrain\n"), "--format", "text",
+                                 "--json"});
+  ASSERT_EQ(text.rc, 0) << describe(text);
+  j = text.json_lines();
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].find("tokens_accepted")->as_int(), 17);
+
+  RunResult w = daemon_->cli({"watch", id_, "--json"});
+  EXPECT_EQ(w.rc, 0) << describe(w);
+  auto lines = w.json_lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().find("steps")->as_int(), 2);
+  RunResult st = daemon_->cli({"status", id_});
+  EXPECT_NE(st.out.find("1317 tokens spooled"), std::string::npos) << st.out;
+}
+
+TEST_F(PushTest, BadInputIsRefused) {
+  // Token 300 is outside the tiny model's 256-token vocabulary: refused naming it, nothing kept.
+  RunResult big = daemon_->cli({"push", id_, tokens_file(dir_ + "/big.u16", 400, 2, 400), "--format", "tokens-u16"});
+  EXPECT_EQ(big.rc, 2) << describe(big);
+  EXPECT_NE(big.err.find("chunk 0"), std::string::npos) << big.err;
+  RunResult odd = daemon_->cli({"push", id_, write_file(dir_ + "/odd.u16", "abc"), "--format", "tokens-u16"});
+  EXPECT_EQ(odd.rc, 2) << describe(odd);
+  EXPECT_NE(odd.err.find("3 bytes"), std::string::npos) << odd.err;
+  RunResult nojob = daemon_->cli({"push", "no-such-job", tokens_file(dir_ + "/ok.u16", 10, 2, 256), "--json"});
+  EXPECT_EQ(nojob.rc, 2) << describe(nojob);
+  EXPECT_EQ(nojob.out, "");
+  RunResult fmt = daemon_->cli({"push", id_, dir_ + "/ok.u16", "--format", "tokens-u8"});
+  EXPECT_EQ(fmt.rc, 2) << describe(fmt);
+  EXPECT_NE(fmt.err.find("tokens-u8"), std::string::npos) << fmt.err;
+  RunResult st = daemon_->cli({"status", id_, "--json"});
+  ASSERT_EQ(st.rc, 0);
+  EXPECT_EQ(st.json_lines().at(0).find("data_spooled_tokens")->as_int(), 0);
+  EXPECT_EQ(daemon_->cli({"cancel", id_}).rc, 0);
+}
+
+}  // namespace
+}  // namespace mt::cli::testing

@@ -1,0 +1,222 @@
+// Every remote command against a spawned megatraind, in human and --json modes, with exit codes.
+#include "tests/cli/cli_fixture.h"
+
+namespace mt::cli::testing {
+namespace {
+
+const Json* member(const Json& j, const char* key) {
+  const Json* v = j.find(key);
+  EXPECT_NE(v, nullptr) << "no '" << key << "' in " << j.dump();
+  static const Json kNull;
+  return v ? v : &kNull;
+}
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fresh_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    daemon_ = std::make_unique<DaemonProcess>(std::string("d_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_TRUE(daemon_->ok());
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_) std::cerr << "--- megatraind log ---\n" << daemon_->log();
+    daemon_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string spec(long steps, const std::string& data = "{source: synthetic, seed: 1}") {
+    return write_file(dir_ + "/spec" + std::to_string(n_++) + ".yaml", tiny_spec_yaml(steps, data));
+  }
+  std::string submit(const std::string& spec_path) {
+    RunResult r = daemon_->cli({"submit", spec_path});
+    EXPECT_EQ(r.rc, 0) << describe(r);
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    EXPECT_FALSE(id.empty());
+    EXPECT_EQ(id.find('\n'), std::string::npos) << "submit prints only the job id: " << r.out;
+    return id;
+  }
+  // Polls `status ID --json` until the job has done a step (or 60 s pass).
+  Json wait_running(const std::string& id) {
+    Json job;
+    for (int i = 0; i < 600; ++i) {
+      RunResult r = daemon_->cli({"status", id, "--json"});
+      auto lines = r.json_lines();
+      if (r.rc == 0 && lines.size() == 1) job = lines[0];
+      if (job.find("step") && job.find("step")->as_int() >= 1) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "job " << id << " did not start: " << job.dump();
+    return job;
+  }
+
+  std::string dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  int n_ = 0;
+};
+
+TEST_F(RemoteTest, SubmitThenWatchHuman) {
+  const std::string id = submit(spec(4));
+  RunResult w = daemon_->cli({"watch", id});
+  ASSERT_EQ(w.rc, 0) << describe(w);
+  // stdout is not a terminal: one plain progress line per step, then the summary.
+  EXPECT_NE(w.out.find("step 4/4  loss "), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("tok/s"), std::string::npos);
+  EXPECT_NE(w.out.find("final_loss:"), std::string::npos);
+  EXPECT_NE(w.out.find("succeeded"), std::string::npos);
+  EXPECT_EQ(w.out.find("\r"), std::string::npos) << "no live line when stdout is not a terminal";
+}
+
+TEST_F(RemoteTest, SubmitWatchJson) {
+  RunResult r = daemon_->cli({"submit", spec(4), "--watch", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  auto lines = r.json_lines();
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  EXPECT_EQ(member(lines.front(), "event")->as_string(), "submitted");
+  EXPECT_FALSE(member(lines.front(), "id")->as_string().empty());
+  EXPECT_TRUE(member(*member(lines.front(), "plan"), "fits")->as_bool());
+  long last_step = 0;
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    EXPECT_EQ(member(lines[i], "event")->as_string(), "step");
+    const long step = long(member(lines[i], "step")->as_int());
+    EXPECT_GT(step, last_step);
+    last_step = step;
+    EXPECT_GT(member(lines[i], "loss")->as_double(), 0);
+    EXPECT_GT(member(lines[i], "tokens_per_second")->as_double(), 0);
+    EXPECT_GT(member(lines[i], "step_seconds")->as_double(), 0);
+  }
+  EXPECT_EQ(last_step, 4);
+  const Json& sum = lines.back();
+  EXPECT_EQ(member(sum, "event")->as_string(), "summary");
+  EXPECT_EQ(member(sum, "steps")->as_int(), 4);
+  EXPECT_EQ(member(sum, "state")->as_string(), "succeeded");
+  EXPECT_GT(member(sum, "final_loss")->as_double(), 0);
+  EXPECT_GT(member(sum, "tokens_per_second")->as_double(), 0);
+  EXPECT_TRUE(fs::exists(member(sum, "checkpoint")->as_string())) << sum.dump();
+}
+
+TEST_F(RemoteTest, ListAndStatus) {
+  RunResult empty = daemon_->cli({"list"});
+  EXPECT_EQ(empty.rc, 0) << describe(empty);
+  EXPECT_NE(empty.out.find("no jobs"), std::string::npos);
+  const std::string id = submit(spec(2));
+  ASSERT_EQ(daemon_->cli({"watch", id}).rc, 0);
+
+  RunResult list = daemon_->cli({"list"});
+  EXPECT_EQ(list.rc, 0) << describe(list);
+  EXPECT_NE(list.out.find("STATE"), std::string::npos);
+  EXPECT_NE(list.out.find(id), std::string::npos);
+  EXPECT_NE(list.out.find("succeeded"), std::string::npos);
+  RunResult listj = daemon_->cli({"list", "--json"});
+  ASSERT_EQ(listj.rc, 0) << describe(listj);
+  auto jobs = listj.json_lines();
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(member(jobs[0], "id")->as_string(), id);
+  EXPECT_EQ(daemon_->cli({"list", "--state", "running", "--json"}).out, "");
+  EXPECT_EQ(daemon_->cli({"list", "--state", "sleeping"}).rc, 2);
+
+  RunResult status = daemon_->cli({"status", id});
+  EXPECT_EQ(status.rc, 0) << describe(status);
+  EXPECT_NE(status.out.find("succeeded"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("step         2/2"), std::string::npos) << status.out;
+  RunResult sj = daemon_->cli({"status", id, "--json"});
+  ASSERT_EQ(sj.rc, 0) << describe(sj);
+  auto s = sj.json_lines();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(member(s[0], "state")->as_string(), "succeeded");
+  EXPECT_EQ(member(s[0], "step")->as_int(), 2);
+  EXPECT_EQ(member(*member(s[0], "spec"), "seq_len")->as_int(), 32);
+
+  RunResult missing = daemon_->cli({"status", "no-such-job"});
+  EXPECT_EQ(missing.rc, 2) << describe(missing);
+  EXPECT_NE(missing.err.find("no-such-job"), std::string::npos) << missing.err;
+  EXPECT_EQ(daemon_->cli({"status"}).rc, 2);
+  EXPECT_EQ(daemon_->cli({"watch", "no-such-job", "--json"}).rc, 2);
+}
+
+TEST_F(RemoteTest, CheckpointThenCancel) {
+  const std::string id = submit(spec(100000));
+  wait_running(id);
+  RunResult ck = daemon_->cli({"checkpoint", id});
+  ASSERT_EQ(ck.rc, 0) << describe(ck);
+  EXPECT_NE(ck.out.find("checkpoint at step"), std::string::npos) << ck.out;
+  RunResult ckj = daemon_->cli({"checkpoint", id, "--json"});
+  ASSERT_EQ(ckj.rc, 0) << describe(ckj);
+  auto c = ckj.json_lines();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(member(c[0], "id")->as_string(), id);
+  EXPECT_GE(member(c[0], "step")->as_int(), 1);
+  EXPECT_TRUE(fs::exists(member(c[0], "checkpoint")->as_string())) << c[0].dump();
+
+  RunResult cancel = daemon_->cli({"cancel", id});
+  ASSERT_EQ(cancel.rc, 0) << describe(cancel);
+  EXPECT_NE(cancel.out.find("job " + id), std::string::npos) << cancel.out;
+  RunResult w = daemon_->cli({"watch", id, "--json"});
+  EXPECT_EQ(w.rc, 1) << "a cancelled job exits 1: " << describe(w);
+  auto lines = w.json_lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(member(lines.back(), "event")->as_string(), "summary");
+  EXPECT_EQ(member(lines.back(), "state")->as_string(), "cancelled");
+  EXPECT_TRUE(member(lines.back(), "cancelled")->as_bool());
+
+  // A job that no longer runs cannot checkpoint: a refused request, exit 2.
+  RunResult late = daemon_->cli({"checkpoint", id});
+  EXPECT_EQ(late.rc, 2) << describe(late);
+  RunResult cj = daemon_->cli({"cancel", "no-such-job", "--json"});
+  EXPECT_EQ(cj.rc, 2) << describe(cj);
+}
+
+TEST_F(RemoteTest, CancelJsonWhileWatching) {
+  const std::string id = submit(spec(100000));
+  wait_running(id);
+  RunResult cancel = daemon_->cli({"cancel", id, "--json"});
+  ASSERT_EQ(cancel.rc, 0) << describe(cancel);
+  auto c = cancel.json_lines();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(member(c[0], "id")->as_string(), id);
+  RunResult w = daemon_->cli({"watch", id});
+  EXPECT_EQ(w.rc, 1) << describe(w);
+  EXPECT_NE(w.out.find("cancelled"), std::string::npos) << w.out;
+}
+
+TEST_F(RemoteTest, FailedJobExitsOne) {
+  // Ten bytes of text cannot fill one 33-token window: the job fails when it runs.
+  write_file(daemon_->data_root() + "/short.txt", "0123456789");
+  RunResult r = daemon_->cli({"submit", spec(3, "{source: text, path: short.txt}"), "--watch", "--json"});
+  EXPECT_EQ(r.rc, 1) << describe(r);
+  auto lines = r.json_lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(member(lines.back(), "state")->as_string(), "failed");
+  EXPECT_NE(member(lines.back(), "reason")->as_string().find("seq_len"), std::string::npos) << lines.back().dump();
+}
+
+TEST_F(RemoteTest, PlanAsksTheServer) {
+  const std::string path = spec(10);
+  RunResult human = daemon_->cli({"plan", path});
+  ASSERT_EQ(human.rc, 0) << describe(human);
+  EXPECT_NE(human.out.find("host memory"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("server budget  host 8.00 GiB"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("fits           yes"), std::string::npos) << human.out;
+  RunResult remote = daemon_->cli({"plan", path, "--json"});
+  ASSERT_EQ(remote.rc, 0) << describe(remote);
+  RunResult local = megatrain({"plan", path, "--json"});
+  ASSERT_EQ(local.rc, 0) << describe(local);
+  auto r = remote.json_lines(), l = local.json_lines();
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(l.size(), 1u);
+  for (const char* key : {"params", "host_bytes", "host_bytes_per_param", "device_bytes", "fits"})
+    EXPECT_EQ(member(r[0], key)->dump(), member(l[0], key)->dump()) << key;
+  EXPECT_EQ(member(r[0], "host_budget_bytes")->as_int(), int64_t(8) << 30);
+  // MEGATRAIN_SERVER selects the remote planner too.
+  RunResult env = megatrain({"plan", path, "--json"}, {{"MEGATRAIN_SERVER", daemon_->address()}});
+  ASSERT_EQ(env.rc, 0) << describe(env);
+  EXPECT_NE(env.out.find("host_budget_bytes"), std::string::npos);
+}
+
+TEST_F(RemoteTest, ServerFromEnvironment) {
+  RunResult r = megatrain({"list", "--json"}, {{"MEGATRAIN_SERVER", daemon_->address()}});
+  EXPECT_EQ(r.rc, 0) << describe(r);
+  EXPECT_EQ(r.out, "");
+}
+
+}  // namespace
+}  // namespace mt::cli::testing

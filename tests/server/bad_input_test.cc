@@ -1,0 +1,205 @@
+// Bad input gets the right canonical code and a message naming the field, and the daemon keeps
+// serving; auth, health and reflection.
+#include <grpcpp/generic/generic_stub.h>
+
+#include <fstream>
+#include <functional>
+
+#include "tests/server/server_fixture.h"
+
+namespace mt::server::testing {
+namespace {
+
+grpc::Status submit_status(v1::Trainer::Stub& stub, const v1::JobSpec& spec) {
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  auto c = ctx();
+  return stub.SubmitJob(c.get(), req, &resp);
+}
+
+grpc::Status push_status(v1::Trainer::Stub& stub, const std::string& id, std::vector<uint32_t> tokens) {
+  v1::PushDataResponse resp;
+  auto c = ctx();
+  auto w = stub.PushData(c.get(), &resp);
+  v1::PushDataRequest chunk;
+  chunk.set_job_id(id);
+  for (uint32_t t : tokens) chunk.add_tokens(t);
+  w->Write(chunk);
+  w->WritesDone();
+  return w->Finish();
+}
+
+struct Case {
+  std::string name;
+  std::function<grpc::Status(v1::Trainer::Stub&)> call;
+  grpc::StatusCode code;
+  std::string needle;  // the message names the field or value
+};
+
+TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
+  const std::string dir = fresh_dir("bad");
+  Server s(test_config(dir));
+  ASSERT_TRUE(s.stub);
+  const std::string synth_job = submit(*s.stub, tiny_spec(1));
+  ASSERT_EQ(wait_terminal(*s.stub, synth_job).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string push_job = submit(*s.stub, tiny_spec(1, "push"));  // runs, waiting for data
+
+  auto spec_with = [](std::function<void(v1::JobSpec&)> f) {
+    v1::JobSpec sp = tiny_spec(3);
+    f(sp);
+    return sp;
+  };
+  const std::vector<Case> cases = {
+      {"unknown preset", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_model()->set_preset("gpt-17"); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "gpt-17"},
+      {"no model", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.clear_model(); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "model"},
+      {"zero steps", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_steps(0); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "steps"},
+      {"bad backend", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_backend("tpu"); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "backend"},
+      {"bad source", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_data()->set_source("web"); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.source"},
+      {"three betas", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { for (int i = 0; i < 3; ++i) sp.mutable_optimizer()->add_betas(0.9f); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "betas"},
+      {"bad decay", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_schedule()->set_decay("step"); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "step"},
+      {"path escape", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_data()->set_source("text"); sp.mutable_data()->set_path("../../../../etc/passwd"); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.path"},
+      {"absolute path escape", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_model()->clear_preset(); sp.mutable_model()->set_hf_config("/etc/config.json"); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "model.hf_config"},
+      {"unknown job", [&](auto& st) { v1::GetJobRequest r; r.set_job_id("job-999999"); v1::Job j; auto c = ctx(); return st.GetJob(c.get(), r, &j); },
+       grpc::StatusCode::NOT_FOUND, "job-999999"},
+      {"empty job id", [&](auto& st) { v1::CancelJobRequest r; v1::Job j; auto c = ctx(); return st.CancelJob(c.get(), r, &j); },
+       grpc::StatusCode::INVALID_ARGUMENT, "job_id"},
+      {"cancel a finished job", [&](auto& st) { v1::CancelJobRequest r; r.set_job_id(synth_job); v1::Job j; auto c = ctx(); return st.CancelJob(c.get(), r, &j); },
+       grpc::StatusCode::FAILED_PRECONDITION, "succeeded"},
+      {"checkpoint a finished job", [&](auto& st) { v1::CheckpointRequest r; r.set_job_id(synth_job); v1::CheckpointResponse x; auto c = ctx(); return st.Checkpoint(c.get(), r, &x); },
+       grpc::StatusCode::FAILED_PRECONDITION, "running"},
+      {"out-of-vocab token", [&](auto& st) { return push_status(st, push_job, {1, 2, 999, 3}); },
+       grpc::StatusCode::INVALID_ARGUMENT, "tokens[2] = 999"},
+      {"push to a synthetic job", [&](auto& st) { return push_status(st, synth_job, {1, 2}); },
+       grpc::StatusCode::FAILED_PRECONDITION, "synthetic"},
+      {"push without a job id", [&](auto& st) { return push_status(st, "", {1, 2}); },
+       grpc::StatusCode::INVALID_ARGUMENT, "job_id"},
+      {"oversized message", [&](auto& st) { return push_status(st, push_job, std::vector<uint32_t>(400000, 1)); },
+       grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
+  };
+  for (const Case& c : cases) {
+    grpc::Status st = c.call(*s.stub);
+    EXPECT_EQ(st.error_code(), c.code) << c.name << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.needle), std::string::npos) << c.name << ": " << st.error_message();
+    EXPECT_FALSE(st.error_message().empty()) << c.name;
+  }
+  // Nothing was spooled by the refused pushes, and the daemon still serves.
+  v1::Job j = wait_job(*s.stub, push_job, [](const v1::Job&) { return true; });
+  EXPECT_EQ(j.data_spooled_tokens(), 0u);
+  EXPECT_TRUE(push_status(*s.stub, push_job, {1, 2, 3}).ok());
+}
+
+TEST(ServerAuth, MissingOrWrongBearerTokenIsUnauthenticated) {
+  const std::string dir = fresh_dir("auth");
+  DaemonConfig cfg = test_config(dir);
+  cfg.auth_token_file = dir + "/token";
+  std::ofstream(cfg.auth_token_file) << "s3cret-token-0123456789\n";
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  v1::ListJobsRequest req;
+  v1::ListJobsResponse resp;
+  auto c1 = ctx();
+  EXPECT_EQ(s.stub->ListJobs(c1.get(), req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto c2 = ctx();
+  c2->AddMetadata("authorization", "Bearer wrong-token-0123456789xx");
+  EXPECT_EQ(s.stub->ListJobs(c2.get(), req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto c3 = ctx();
+  c3->AddMetadata("authorization", "Bearer s3cret-token-0123456789");
+  EXPECT_TRUE(s.stub->ListJobs(c3.get(), req, &resp).ok());
+  // Streams too.
+  v1::WatchJobRequest w;
+  w.set_job_id("job-000001");
+  auto c4 = ctx();
+  auto reader = s.stub->WatchJob(c4.get(), w);
+  v1::JobEvent ev;
+  EXPECT_FALSE(reader->Read(&ev));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(ServerHealth, HealthAndReflectionAreServed) {
+  Server s(test_config(fresh_dir("health")));
+  ASSERT_TRUE(s.stub);
+  grpc::GenericStub generic(s.channel);
+  // grpc.health.v1.Health/Check with an empty request -> {status: SERVING} = 08 01.
+  grpc::ByteBuffer req, resp;
+  grpc::Slice empty("", 0);
+  req = grpc::ByteBuffer(&empty, 1);
+  auto c = ctx();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status st;
+  generic.UnaryCall(c.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req, &resp, [&](grpc::Status s2) {
+    std::lock_guard<std::mutex> l(mu);
+    st = s2;
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait(l, [&] { return done; });
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(resp.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+
+  // Reflection: list_services (field 7) on the bidi stream names our service.
+  grpc::CompletionQueue cq;
+  auto rc = ctx();
+  auto call = generic.PrepareCall(rc.get(), "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::Slice list("\x3a\x00", 2);
+  grpc::ByteBuffer lreq(&list, 1);
+  call->Write(lreq, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer lresp;
+  call->Read(&lresp, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  slices.clear();
+  ASSERT_TRUE(lresp.Dump(&slices).ok());
+  bytes.clear();
+  for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  EXPECT_NE(bytes.find("megatrain.v1.Trainer"), std::string::npos);
+  rc->TryCancel();
+  grpc::Status fin;
+  call->Finish(&fin, reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST(ServerConfig, SecurityRulesAndSizes) {
+  EXPECT_TRUE(is_loopback_listen("127.0.0.1:50051"));
+  EXPECT_TRUE(is_loopback_listen("localhost:1"));
+  EXPECT_TRUE(is_loopback_listen("[::1]:50051"));
+  EXPECT_FALSE(is_loopback_listen("0.0.0.0:50051"));
+  EXPECT_FALSE(is_loopback_listen("[::]:50051"));
+  DaemonConfig c = test_config(fresh_dir("cfg"));
+  c.listen = "0.0.0.0:50051";
+  Status st = finalize_config(c);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("--insecure"), std::string::npos);
+  c.insecure = true;
+  EXPECT_TRUE(finalize_config(c).ok());
+  EXPECT_EQ(*parse_bytes("64G"), 64ull << 30);
+  EXPECT_EQ(*parse_bytes("1.5TiB"), uint64_t(1.5 * double(1ull << 40)));
+  EXPECT_EQ(*parse_bytes("4096"), 4096u);
+  EXPECT_FALSE(parse_bytes("12Q").ok());
+}
+
+}  // namespace
+}  // namespace mt::server::testing

@@ -1,0 +1,69 @@
+// /metrics scraped over HTTP after a job and parsed: every DESIGN §6 metric with sane values.
+#include <map>
+#include <sstream>
+
+#include "tests/server/server_fixture.h"
+
+namespace mt::server::testing {
+namespace {
+
+// "name{labels} value" lines -> value by "name{labels}".
+std::map<std::string, double> parse_exposition(const std::string& body) {
+  std::map<std::string, double> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+double get(const std::map<std::string, double>& m, const std::string& key) {
+  auto it = m.find(key);
+  EXPECT_NE(it, m.end()) << "missing series " << key;
+  return it == m.end() ? -1 : it->second;
+}
+
+TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
+  Server s(test_config(fresh_dir("metrics")));
+  ASSERT_TRUE(s.stub);
+  ASSERT_GT(s.daemon->metrics_port(), 0);
+  const std::string id = submit(*s.stub, tiny_spec(6));
+  ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string push = submit(*s.stub, tiny_spec(1, "push"));  // a queue for data_queue_tokens
+
+  const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
+  ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp.substr(0, 200);
+  const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
+  const std::string j = "{job=\"" + id + "\"}";
+
+  EXPECT_EQ(get(m, "megatrain_steps_total" + j), 6);
+  EXPECT_EQ(get(m, "megatrain_tokens_total" + j), 6 * 4 * 32);
+  EXPECT_GE(get(m, "megatrain_h2d_bytes_total" + j), 0);
+  EXPECT_GE(get(m, "megatrain_d2h_bytes_total" + j), 0);
+  EXPECT_GE(get(m, "megatrain_gpu_stall_seconds_total" + j), 0);
+  EXPECT_EQ(get(m, "megatrain_step_seconds_count" + j), 6);
+  EXPECT_GT(get(m, "megatrain_step_seconds_sum" + j), 0);
+  EXPECT_EQ(get(m, "megatrain_optimizer_seconds_count" + j), 6);
+  const double loss = get(m, "megatrain_loss" + j);
+  EXPECT_GT(loss, 0);
+  EXPECT_LT(loss, 10);
+  EXPECT_GT(get(m, "megatrain_tokens_per_second" + j), 0);
+  EXPECT_GE(get(m, "megatrain_h2d_bandwidth_bytes_per_second" + j), 0);
+  EXPECT_GE(get(m, "megatrain_d2h_bandwidth_bytes_per_second" + j), 0);
+  const double mfu = get(m, "megatrain_model_flops_utilization" + j);
+  EXPECT_GT(mfu, 0);
+  EXPECT_LE(mfu, 1);
+  EXPECT_GE(get(m, "megatrain_host_memory_bytes{kind=\"total\"}"), 0);
+  EXPECT_GE(get(m, "megatrain_device_memory_bytes{kind=\"total\"}"), 0);
+  EXPECT_EQ(get(m, "megatrain_jobs{state=\"succeeded\"}"), 1);
+  EXPECT_EQ(get(m, "megatrain_jobs{state=\"failed\"}"), 0);
+  EXPECT_GE(get(m, "megatrain_jobs{state=\"running\"}") + get(m, "megatrain_jobs{state=\"queued\"}"), 1);
+  EXPECT_EQ(get(m, "megatrain_data_queue_tokens{job=\"" + push + "\"}"), 0);
+}
+
+}  // namespace
+}  // namespace mt::server::testing
