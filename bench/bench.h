@@ -38,6 +38,11 @@ int run_sgemm(const Flags& f);
 int run_adamw(const Flags& f);
 int run_step(const Flags& f);
 int run_plan(const Flags& f);
+#ifdef MEGATRAIN_HAVE_CUDA
+int run_link(const Flags& f);       // bench_cuda.cc
+int run_gemm(const Flags& f);
+int run_attention(const Flags& f);
+#endif
 
 double measure_sgemm_flops(int n, int reps);  // for step's peak_flops
 

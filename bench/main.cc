@@ -75,7 +75,10 @@ int main(int argc, char** argv) {
       "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu]\n"
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
-      "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n";
+      "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
+      "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
+      "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes (CUDA)\n"
+      "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3]  fwd/bwd TFLOPS (CUDA)\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -90,6 +93,17 @@ int main(int argc, char** argv) {
   if (suite == "adamw") return run_adamw(*flags);
   if (suite == "step") return run_step(*flags);
   if (suite == "plan") return run_plan(*flags);
+#ifdef MEGATRAIN_HAVE_CUDA
+  if (suite == "link") return run_link(*flags);
+  if (suite == "gemm") return run_gemm(*flags);
+  if (suite == "attention") return run_attention(*flags);
+#else
+  if (suite == "link" || suite == "gemm" || suite == "attention") {
+    std::fprintf(stderr, "megatrain-bench: suite '%s' needs CUDA; this build has none (-DMEGATRAIN_CUDA=ON)\n",
+                 suite.c_str());
+    return 1;
+  }
+#endif
 
   std::fprintf(stderr, "megatrain-bench: unknown suite '%s'\n%s", suite.c_str(), usage);
   return 2;

@@ -58,6 +58,9 @@ class Backend {
 
   virtual const Ops<float>& ops() = 0;  // ops run on the compute stream
   virtual CopyStats take_copy_stats() = 0;  // since the last call
+  // The first failure of a void call above (a device backend cannot return it there); sticky.
+  // Callers check it at step boundaries. The CPU backend never fails this way.
+  virtual Status error() const { return Status::Ok(); }
 };
 
 struct CpuBackendOptions {

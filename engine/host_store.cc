@@ -37,6 +37,28 @@ HostAllocator& default_host_allocator() {
   return a;
 }
 
+Result<HostBuffer> HostBuffer::allocate(HostAllocator& alloc, size_t bytes) {
+  HostBuffer b;
+  if (bytes == 0) return b;
+  MT_ASSIGN_OR_RETURN(b.p_, alloc.allocate(bytes));
+  b.alloc_ = &alloc;
+  b.bytes_ = bytes;
+  return b;
+}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) alloc_->release(p_, bytes_);
+    alloc_ = o.alloc_, p_ = o.p_, bytes_ = o.bytes_;
+    o.alloc_ = nullptr, o.p_ = nullptr, o.bytes_ = 0;
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() {
+  if (p_) alloc_->release(p_, bytes_);
+}
+
 size_t host_bytes_per_param(MemoryLayout layout, bool shadow) {
   return (layout == MemoryLayout::kExact ? 16 : 10) + (shadow ? 2 : 0);
 }

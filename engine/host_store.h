@@ -29,6 +29,26 @@ class HostAllocator {
 };
 HostAllocator& default_host_allocator();  // plain aligned pageable memory
 
+// A buffer from a HostAllocator (pinned where the backend pins), released when destroyed.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  static Result<HostBuffer> allocate(HostAllocator& alloc, size_t bytes);
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  HostAllocator* alloc_ = nullptr;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Bytes per parameter of a layout (shadow adds 2).
 size_t host_bytes_per_param(MemoryLayout layout, bool shadow);
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "engine/cuda/cuda_backend.h"
 #include "engine/hf_io.h"
 #include "engine/resident_executor.h"
 #include "engine/streaming_executor.h"
@@ -25,9 +26,16 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 
 namespace {
 
+// backend: cpu, cuda, or auto (CUDA when a device is usable, else the CPU).
+Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
+  const bool cuda = spec.backend == "cuda" || (spec.backend == "auto" && cuda_available());
+  if (cuda) return make_cuda_backend({});
+  return make_cpu_backend({spec.link_gbps});
+}
+
 Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg) {
-  if (spec.backend == "cuda") return unimplemented("backend = cuda is not built into this engine");
   if (spec.executor == "resident") {
+    if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
     return std::unique_ptr<Executor>(std::move(ex));
   }
@@ -35,7 +43,8 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.slots = spec.slots;
   so.link_gbps = spec.link_gbps;
   MT_ASSIGN_OR_RETURN(so.placement, parse_checkpoint_placement(spec.checkpoint_placement));
-  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create_cpu(cfg, spec.train, so));
+  MT_ASSIGN_OR_RETURN(auto backend, make_backend(spec));
+  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, spec.train, so, std::move(backend)));
   return std::unique_ptr<Executor>(std::move(ex));
 }
 

@@ -23,7 +23,11 @@ size_t model_pass_workspace_numel(const LayerShape& s, bool recompute) {
 }
 
 template <typename T>
-cpu::LmHeadLossResult model_pass(const Ops<T>& ops, const LayerShape& s, const ModelPassArgs<T>& a, T* ws) {
+Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s, const ModelPassArgs<T>& a, T* ws,
+                                         size_t ws_numel) {
+  if (ws_numel < model_pass_workspace_numel(s, a.recompute))
+    return invalid_argument("model_pass: workspace of " + std::to_string(ws_numel) + " elements, " +
+                            std::to_string(model_pass_workspace_numel(s, a.recompute)) + " needed");
   const ModelConfig& c = *s.cfg;
   const int L = c.num_layers;
   const size_t NC = size_t(s.N()) * c.hidden_size, acts_n = decoder_acts_numel(s);
@@ -59,8 +63,9 @@ cpu::LmHeadLossResult model_pass(const Ops<T>& ops, const LayerShape& s, const M
   return loss;
 }
 
-template cpu::LmHeadLossResult model_pass(const Ops<float>&, const LayerShape&, const ModelPassArgs<float>&, float*);
-template cpu::LmHeadLossResult model_pass(const Ops<double>&, const LayerShape&, const ModelPassArgs<double>&,
-                                          double*);
+template Result<cpu::LmHeadLossResult> model_pass(const Ops<float>&, const LayerShape&, const ModelPassArgs<float>&,
+                                                  float*, size_t);
+template Result<cpu::LmHeadLossResult> model_pass(const Ops<double>&, const LayerShape&, const ModelPassArgs<double>&,
+                                                  double*, size_t);
 
 }  // namespace mt

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/layers.h"
+#include "engine/status.h"
 
 namespace mt {
 
@@ -23,7 +24,9 @@ struct ModelPassArgs {
 // Elements of workspace model_pass needs for this shape and activation policy.
 size_t model_pass_workspace_numel(const LayerShape& s, bool recompute);
 
+// Fails (without touching memory) when workspace_numel is smaller than the pass needs.
 template <typename T>
-cpu::LmHeadLossResult model_pass(const Ops<T>& ops, const LayerShape& s, const ModelPassArgs<T>& a, T* workspace);
+Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s, const ModelPassArgs<T>& a,
+                                         T* workspace, size_t workspace_numel);
 
 }  // namespace mt

@@ -63,7 +63,8 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
   for (int mb = 0; mb < opt_.global_batch / opt_.micro_batch; ++mb) {
     a.inputs = batch.inputs.data() + mb * mb_tokens;
     a.targets = batch.targets.data() + mb * mb_tokens;
-    loss_sum += model_pass(cpu_ops<float>(), s, a, workspace_.data()).loss_sum;
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<float>(), s, a, workspace_.data(), workspace_.size()));
+    loss_sum += r.loss_sum;
   }
   // Tied embeddings: d(embedding) = the LM head's share + the lookup's share.
   float* gemb = a.grads[0];
@@ -102,7 +103,7 @@ Result<double> ResidentExecutor::evaluate(const Batch& batch) {
   for (int g = 0; g < batch.num_seqs; ++g) {
     a.inputs = batch.inputs.data() + size_t(g) * batch.seq_len;
     a.targets = batch.targets.data() + size_t(g) * batch.seq_len;
-    auto r = model_pass(cpu_ops<float>(), s, a, ws.data());
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<float>(), s, a, ws.data(), ws.size()));
     loss_sum += r.loss_sum;
     counted += r.counted;
   }

@@ -60,7 +60,8 @@ Status StreamingExecutor::allocate() {
     ckpt_.push_back(p);
   }
   if (!plan_.checkpoints_on_device) {
-    host_checkpoints_.resize(size_t(cfg_.num_layers) * plan_.checkpoint_numel);
+    MT_ASSIGN_OR_RETURN(host_checkpoints_, HostBuffer::allocate(backend_->host_allocator(),
+                                                                size_t(cfg_.num_layers) * plan_.checkpoint_numel * sizeof(float)));
     ring_holds_.assign(3, -1);
     ring_offloaded_.resize(3);
     ring_ready_.resize(3);
@@ -77,11 +78,11 @@ Status StreamingExecutor::allocate() {
   backend_->host_wait(backend_->record(StreamKind::kH2D));
   shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk};
 
-  void* tied_host = nullptr;
   if (cfg_.tie_word_embeddings) {
-    if (opt_.layout == MemoryLayout::kExact) host_tied_grad_f32_.resize(units_[0].numel), tied_host = host_tied_grad_f32_.data();
-    else host_tied_grad_bf16_.resize(units_[0].numel), tied_host = host_tied_grad_bf16_.data();
+    const size_t elem = opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16);
+    MT_ASSIGN_OR_RETURN(host_tied_grad_, HostBuffer::allocate(backend_->host_allocator(), units_[0].numel * elem));
   }
+  void* tied_host = host_tied_grad_.as<void>();
   PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, cfg_.tie_word_embeddings};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
                                               build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
@@ -94,7 +95,10 @@ void StreamingExecutor::set_steps_done(long steps) {
   pipe_->mark_all_updated(steps);
 }
 
-Status StreamingExecutor::sync() { return pipe_->sync(); }
+Status StreamingExecutor::sync() {
+  MT_RETURN_IF_ERROR(pipe_->sync());
+  return backend_->error();
+}
 
 Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   if (batch.num_seqs != opt_.global_batch || batch.seq_len != opt_.seq_len)
@@ -136,6 +140,7 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
     pipe_->release(i);
   }
   pipe_->end_step();
+  MT_RETURN_IF_ERROR(backend_->error());
   ++steps_;
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
   const CopyStats cs = backend_->take_copy_stats();

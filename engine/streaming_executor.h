@@ -72,9 +72,9 @@ class StreamingExecutor final : public Executor {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<HostStore> store_;
   std::unique_ptr<StreamingPipeline> pipe_;
-  std::vector<float> host_tied_grad_f32_;  // tied embeddings: LM head's share of d(embedding)
-  std::vector<bf16> host_tied_grad_bf16_;
-  std::vector<float> host_checkpoints_;    // host placement: layer inputs (L x G*T*C)
+  // Host memory from the backend's allocator (pinned on CUDA, so copies overlap compute).
+  HostBuffer host_tied_grad_;    // tied embeddings: the LM head's share of d(embedding)
+  HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C floats)
 
   // Device regions.
   std::vector<float*> slots_, grad_slots_, ckpt_;

@@ -31,7 +31,7 @@ void StreamingExecutor::offload_layer_input(int l) {
   if (plan_.checkpoints_on_device) return;
   const size_t k = size_t(l % 3), n = plan_.checkpoint_numel;
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
-  backend_->copy_d2h(host_checkpoints_.data() + size_t(l) * n, ckpt_[k], n * sizeof(float));
+  backend_->copy_d2h(host_checkpoints_.as<float>() + size_t(l) * n, ckpt_[k], n * sizeof(float));
   ring_offloaded_[k] = last_offload_ = backend_->record(StreamKind::kD2H);
 }
 
@@ -40,7 +40,7 @@ void StreamingExecutor::fetch_layer_input(int l) {
   if (plan_.checkpoints_on_device || l < 0 || ring_holds_[k] == l) return;
   backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));  // ring buffer's last reader
   if (last_offload_) backend_->stream_wait(StreamKind::kH2D, last_offload_);        // x_l has reached the host
-  backend_->copy_h2d(ckpt_[k], host_checkpoints_.data() + size_t(l) * n, n * sizeof(float));
+  backend_->copy_h2d(ckpt_[k], host_checkpoints_.as<float>() + size_t(l) * n, n * sizeof(float));
   ring_ready_[k] = backend_->record(StreamKind::kH2D);
   ring_holds_[k] = l;
 }
@@ -131,10 +131,10 @@ void StreamingExecutor::send_grads(int unit, int k, size_t numel, bool tied_part
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
   const float* src = grad_slots_[size_t(k)];
   if (opt_.layout == MemoryLayout::kExact) {
-    void* dst = tied_part ? static_cast<void*>(host_tied_grad_f32_.data()) : store_->unit(size_t(unit)).grad;
+    void* dst = tied_part ? host_tied_grad_.as<void>() : store_->unit(size_t(unit)).grad;
     backend_->copy_d2h(dst, src, numel * sizeof(float));
   } else {
-    bf16* dst = tied_part ? host_tied_grad_bf16_.data() : static_cast<bf16*>(store_->unit(size_t(unit)).grad);
+    bf16* dst = tied_part ? host_tied_grad_.as<bf16>() : static_cast<bf16*>(store_->unit(size_t(unit)).grad);
     backend_->copy_d2h_bf16(dst, src, numel);
   }
   EventPtr landed = backend_->record(StreamKind::kD2H);

@@ -1,0 +1,188 @@
+// GPU suites (built only with CUDA): link (pinned H2D / D2H / duplex through the CudaBackend,
+// against a plain cudaMemcpyAsync baseline), gemm (bf16 TFLOPS of our cuBLASLt path against
+// cublasGemmEx at transformer shapes) and attention (forward/backward TFLOPS, causal, fp32
+// kernels). Without a device each prints a clear error and exits 1.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "bench/bench.h"
+#include "engine/cuda/cuda_backend.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/matmul.cuh"
+
+namespace mt::bench {
+
+namespace {
+
+bool require_gpu(const char* suite) {
+  if (cuda_available()) return true;
+  std::fprintf(stderr, "megatrain-bench %s: %s\n", suite, cuda_describe().c_str());
+  return false;
+}
+
+// Median seconds of `reps` runs of fn on `s`, timed with events (after one warm-up run).
+double time_on_stream(cudaStream_t s, int reps, const std::function<void()>& fn) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(a, s);
+    fn();
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+// Median wall seconds of `reps` runs of fn (which must wait for its own work).
+double time_wall(int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(seconds_since(t0));
+  }
+  return median(t);
+}
+
+}  // namespace
+
+int run_link(const Flags& f) {
+  auto mib = f.num("mib", 512), reps = f.num("reps", 10);
+  if (!mib.ok() || !reps.ok() || !f.check_all_used().ok()) return std::fprintf(stderr, "link: bad flags\n"), 2;
+  if (!require_gpu("link")) return 1;
+  const size_t bytes = size_t(*mib) << 20;
+  auto be = make_cuda_backend({});
+  if (!be.ok()) return std::fprintf(stderr, "link: %s\n", be.status().to_string().c_str()), 1;
+  Backend& b = **be;
+  auto h1 = b.host_allocator().allocate(bytes), h2 = b.host_allocator().allocate(bytes);
+  if (!h1.ok() || !h2.ok() || !b.reserve_device(2 * bytes + 4096).ok())
+    return std::fprintf(stderr, "link: cannot allocate %zu bytes pinned + device\n", 2 * bytes), 1;
+  void* d1 = *b.device_alloc(bytes);
+  void* d2 = *b.device_alloc(bytes);
+  const int n = int(*reps);
+  const double h2d = time_wall(n, [&] { b.copy_h2d(d1, *h1, bytes), b.host_wait(b.record(StreamKind::kH2D)); });
+  const double d2h = time_wall(n, [&] { b.copy_d2h(*h2, d2, bytes), b.host_wait(b.record(StreamKind::kD2H)); });
+  const double dup = time_wall(n, [&] {
+    b.copy_h2d(d1, *h1, bytes);
+    b.copy_d2h(*h2, d2, bytes);
+    b.host_wait(b.record(StreamKind::kH2D));
+    b.host_wait(b.record(StreamKind::kD2H));
+  });
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  const double base_h2d = time_on_stream(s, n, [&] { cudaMemcpyAsync(d1, *h1, bytes, cudaMemcpyHostToDevice, s); });
+  const double base_d2h = time_on_stream(s, n, [&] { cudaMemcpyAsync(*h2, d2, bytes, cudaMemcpyDeviceToHost, s); });
+  cudaStreamDestroy(s);
+  const double gb = double(bytes) / 1e9;
+  emit(Json::object({{"suite", "link"},
+                     {"bytes", int64_t(bytes)},
+                     {"h2d_gbps", gb / h2d},
+                     {"d2h_gbps", gb / d2h},
+                     {"duplex_gbps", 2 * gb / dup},
+                     {"baseline_h2d_gbps", gb / base_h2d},
+                     {"baseline_d2h_gbps", gb / base_d2h},
+                     {"h2d_vs_baseline", base_h2d / h2d},
+                     {"d2h_vs_baseline", base_d2h / d2h},
+                     {"error", b.error().ok() ? std::string("") : b.error().to_string()}}),
+       f.json());
+  b.host_allocator().release(*h1, bytes);
+  b.host_allocator().release(*h2, bytes);
+  return b.error().ok() ? 0 : 1;
+}
+
+int run_gemm(const Flags& f) {
+  auto tokens = f.num("tokens", 8192), reps = f.num("reps", 10);
+  if (!tokens.ok() || !reps.ok() || !f.check_all_used().ok()) return std::fprintf(stderr, "gemm: bad flags\n"), 2;
+  if (!require_gpu("gemm")) return 1;
+  std::unique_ptr<cuda::GemmContext> ctx;
+  cublasHandle_t h;
+  if (!cuda::GemmContext::create(ctx).ok() || cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+    return std::fprintf(stderr, "gemm: cannot create cuBLAS handles\n"), 1;
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cublasSetStream(h, s);
+  const int N = int(*tokens);
+  struct Shape {
+    const char* name;
+    int C, OC;
+  };  // qwen2.5-7b projections: out[N, OC] = in[N, C] @ W[OC, C]^T
+  const Shape shapes[] = {{"qkv", 3584, 4608}, {"o", 3584, 3584}, {"gate_up", 3584, 37888}, {"down", 18944, 3584}};
+  int rc = 0;
+  for (const Shape& sh : shapes) {
+    __nv_bfloat16 *a, *w, *c;
+    if (cudaMalloc(&a, size_t(N) * sh.C * 2) || cudaMalloc(&w, size_t(sh.OC) * sh.C * 2) ||
+        cudaMalloc(&c, size_t(N) * sh.OC * 2))
+      return std::fprintf(stderr, "gemm: out of device memory\n"), 1;
+    cudaMemset(a, 0, size_t(N) * sh.C * 2), cudaMemset(w, 0, size_t(sh.OC) * sh.C * 2);
+    bool ok = true;
+    const double ours = time_on_stream(s, int(*reps), [&] {
+      ok &= cuda::gemm<__nv_bfloat16>(false, true, N, sh.OC, sh.C, 1.f, a, sh.C, w, sh.C, 0.f, c, sh.OC, *ctx, s).ok();
+    });
+    const float one = 1.f, zero = 0.f;
+    const double ref = time_on_stream(s, int(*reps), [&] {
+      ok &= cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.OC, N, sh.C, &one, w, CUDA_R_16BF, sh.C, a, CUDA_R_16BF, sh.C,
+                         &zero, c, CUDA_R_16BF, sh.OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+    });
+    const double flops = 2.0 * N * sh.OC * sh.C;
+    emit(Json::object({{"suite", "gemm"}, {"shape", sh.name}, {"M", int64_t(N)}, {"N", int64_t(sh.OC)},
+                       {"K", int64_t(sh.C)}, {"tflops", flops / ours / 1e12}, {"cublas_tflops", flops / ref / 1e12},
+                       {"vs_cublas", ref / ours}, {"ok", ok}}),
+         f.json());
+    rc |= ok ? 0 : 1;
+    cudaFree(a), cudaFree(w), cudaFree(c);
+  }
+  cublasDestroy(h);
+  cudaStreamDestroy(s);
+  return rc;
+}
+
+int run_attention(const Flags& f) {
+  auto heads = f.num("heads", 32), kv = f.num("kv-heads", 8), dim = f.num("head-dim", 128), reps = f.num("reps", 3);
+  auto max_seq = f.num("max-seq", 8192);
+  if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !f.check_all_used().ok())
+    return std::fprintf(stderr, "attention: bad flags\n"), 2;
+  if (!require_gpu("attention")) return 1;
+  const int H = int(*heads), KVH = int(*kv), D = int(*dim);
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  int rc = 0;
+  for (int T = 1024; T <= int(*max_seq); T *= 2) {
+    const size_t rows = size_t(T), nqkv = rows * (H + 2 * KVH) * D, nout = rows * H * D;
+    float *qkv, *out, *lse, *dout, *dqkv;
+    if (cudaMalloc(&qkv, nqkv * 4) || cudaMalloc(&out, nout * 4) || cudaMalloc(&lse, size_t(H) * T * 4) ||
+        cudaMalloc(&dout, nout * 4) || cudaMalloc(&dqkv, nqkv * 4))
+      return std::fprintf(stderr, "attention: out of device memory at seq %d\n", T), 1;
+    cudaMemset(qkv, 0, nqkv * 4), cudaMemset(dout, 0, nout * 4);
+    bool ok = true;
+    const double fwd = time_on_stream(s, int(*reps), [&] {
+      ok &= cuda::attention_forward(out, lse, qkv, 1, T, H, KVH, D, s).ok();
+    });
+    const double bwd = time_on_stream(s, int(*reps), [&] {
+      ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, 1, T, H, KVH, D, s).ok();
+    });
+    const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
+    emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)}, {"head_dim", int64_t(D)},
+                       {"dtype", "fp32"}, {"fwd_tflops", flops / fwd / 1e12}, {"bwd_tflops", 2.5 * flops / bwd / 1e12},
+                       {"ok", ok}}),
+         f.json());
+    rc |= ok ? 0 : 1;
+    cudaFree(qkv), cudaFree(out), cudaFree(lse), cudaFree(dout), cudaFree(dqkv);
+  }
+  cudaStreamDestroy(s);
+  return rc;
+}
+
+}  // namespace mt::bench

@@ -1,0 +1,26 @@
+// CUDA causal GQA attention (kernels/attention.h contract), flash style: keys in tiles of 32
+// with an online softmax, O(T*D) memory, no T x T matrix. head_dim D <= 256, any value.
+// T = float or __nv_bfloat16 storage; math and lse in fp32.
+//  * forward: one warp per query row, a block of rows shares each K/V tile in shared memory.
+//  * backward (recomputes P from lse; deterministic, no atomics): dK/dV by the block that owns
+//    a (sequence, kv head, key tile) — summing over its query heads and rows in a fixed order —
+//    and dQ in a separate pass, one warp per query row.
+// This is the portable fp32-FMA version (correctness first); a tensor-core (wgmma) version for
+// sm_90a is future work.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/status.cuh"
+
+namespace mt::cuda {
+
+template <typename T>
+CudaStatus attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KVH, int D,
+                             cudaStream_t stream);
+
+// dqkv (same layout as qkv) is overwritten.
+template <typename T>
+CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int H, int KVH, int D, cudaStream_t stream);
+
+}  // namespace mt::cuda

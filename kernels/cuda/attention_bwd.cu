@@ -1,0 +1,183 @@
+// Attention backward: P is recomputed from lse; D_t = dO_t . O_t is recomputed per row.
+// dK/dV: block per (key tile, kv head, sequence), rows of its query heads in fixed order;
+// dQ: block of query rows per (tile, head, sequence). No atomics: bit-reproducible.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_common.cuh"
+
+namespace mt::cuda {
+
+namespace {
+
+using attn::Geo;
+using attn::kKeys;
+constexpr int kRows = 8;  // query rows (warps) per block in both kernels
+
+// Per-warp row state shared by both kernels: q and dO rows in shared memory, D_t and lse.
+template <typename T>
+__device__ void load_query(const T* qkv, const T* dout, const T* out, const float* lse, const Geo& g, int b, int h,
+                           int t, float* q_w, float* do_w, float& di, float& l) {
+  const bool valid = t < g.T;
+  const long tok = long(b) * g.T + t;
+  attn::load_row(q_w, qkv + tok * g.row() + g.q_off(h), g.D, valid);
+  attn::load_row(do_w, dout + tok * g.orow() + long(h) * g.D, g.D, valid);
+  float acc = 0.f;
+  if (valid)
+    for (int d = threadIdx.x & 31; d < g.D; d += 32)
+      acc += detail::ld(dout[tok * g.orow() + long(h) * g.D + d]) * detail::ld(out[tok * g.orow() + long(h) * g.D + d]);
+  di = detail::warp_sum(acc);
+  l = valid ? lse[(long(b) * g.H + h) * g.T + t] : 0.f;
+  __syncwarp();
+}
+
+// Lane j's probability and score gradient for key k0 + j against query row t.
+__device__ __forceinline__ void p_ds(const float* q_w, const float* do_w, const float* k_s, const float* v_s,
+                                     const Geo& g, int t, int k0, float di, float l, float& p, float& ds) {
+  const int j = threadIdx.x & 31, key = k0 + j;
+  p = ds = 0.f;
+  if (t >= g.T || key > t) return;
+  const float s = attn::dot_row(q_w, k_s + j * (g.D + 1), g.D) * g.scale;
+  p = expf(s - l);
+  const float dp = attn::dot_row(do_w, v_s + j * (g.D + 1), g.D);
+  ds = p * (dp - di) * g.scale;
+}
+
+template <int kDL>
+size_t dq_smem(int D) {
+  return sizeof(float) * (2 * size_t(kRows) * D + 2 * size_t(kKeys) * (D + 1));
+}
+
+template <typename T, int kDL>
+__global__ void __launch_bounds__(32 * kRows) dq_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
+                                                       const float* lse, Geo g) {
+  extern __shared__ float smem[];
+  const int D = g.D, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows, t = q0 + w;
+  const int kvh = h / (g.H / g.KVH);
+  float* q_w = smem + w * D;
+  float* do_w = smem + kRows * D + w * D;
+  float* k_s = smem + 2 * kRows * D;
+  float* v_s = k_s + kKeys * (D + 1);
+  float di, l;
+  load_query(qkv, dout, out, lse, g, b, h, t, q_w, do_w, di, l);
+  const T* base = qkv + long(b) * g.T * g.row();
+  float dq[kDL];
+#pragma unroll
+  for (int i = 0; i < kDL; ++i) dq[i] = 0.f;
+  for (int k0 = 0; k0 < min(g.T, q0 + kRows); k0 += kKeys) {
+    __syncthreads();
+    attn::load_tile(k_s, D + 1, base + g.k_off(kvh), g.row(), k0, g.T, D);
+    attn::load_tile(v_s, D + 1, base + g.v_off(kvh), g.row(), k0, g.T, D);
+    __syncthreads();
+    float p, ds;
+    p_ds(q_w, do_w, k_s, v_s, g, t, k0, di, l, p, ds);
+    for (int j = 0; j < kKeys; ++j) {
+      const float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+      for (int i = 0; i < kDL; ++i) {
+        const int d = lane + 32 * i;
+        if (d < D) dq[i] += dsj * k_s[j * (D + 1) + d];
+      }
+    }
+  }
+  if (t >= g.T) return;
+  T* dst = dqkv + (long(b) * g.T + t) * g.row() + g.q_off(h);
+#pragma unroll
+  for (int i = 0; i < kDL; ++i)
+    if (lane + 32 * i < D) dst[lane + 32 * i] = detail::st<T>(dq[i]);
+}
+
+template <int kDL>
+size_t dkv_smem(int D) {
+  return sizeof(float) * (2 * size_t(kKeys) * (D + 1) + 2 * size_t(kRows) * D + 2 * size_t(kRows) * kKeys);
+}
+
+template <typename T, int kDL>
+__global__ void __launch_bounds__(32 * kRows) dkv_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
+                                                        const float* lse, Geo g) {
+  constexpr int kElems = kKeys * 32 * kDL / (32 * kRows);  // accumulator elements per thread
+  extern __shared__ float smem[];
+  const int D = g.D, Dv = 32 * kDL, w = threadIdx.x >> 5;
+  const int b = blockIdx.z, kvh = blockIdx.y, k0 = blockIdx.x * kKeys, group = g.H / g.KVH;
+  float* k_s = smem;
+  float* v_s = k_s + kKeys * (D + 1);
+  float* q_s = v_s + kKeys * (D + 1);
+  float* do_s = q_s + kRows * D;
+  float* p_s = do_s + kRows * D;
+  float* ds_s = p_s + kRows * kKeys;
+  const T* base = qkv + long(b) * g.T * g.row();
+  attn::load_tile(k_s, D + 1, base + g.k_off(kvh), g.row(), k0, g.T, D);
+  attn::load_tile(v_s, D + 1, base + g.v_off(kvh), g.row(), k0, g.T, D);
+  float dk[kElems], dv[kElems];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) dk[i] = dv[i] = 0.f;
+  __syncthreads();
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    for (int t0 = k0; t0 < g.T; t0 += kRows) {
+      float di, l, p, ds;
+      load_query(qkv, dout, out, lse, g, b, h, t0 + w, q_s + w * D, do_s + w * D, di, l);
+      p_ds(q_s + w * D, do_s + w * D, k_s, v_s, g, t0 + w, k0, di, l, p, ds);
+      p_s[w * kKeys + (threadIdx.x & 31)] = p;
+      ds_s[w * kKeys + (threadIdx.x & 31)] = ds;
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const int e = threadIdx.x + i * 32 * kRows, j = e / Dv, d = e % Dv;
+        if (d >= D) continue;
+        for (int r = 0; r < kRows; ++r) {
+          dv[i] += p_s[r * kKeys + j] * do_s[r * D + d];
+          dk[i] += ds_s[r * kKeys + j] * q_s[r * D + d];
+        }
+      }
+      __syncthreads();
+    }
+  }
+  T* dbase = dqkv + long(b) * g.T * g.row();
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) {
+    const int e = threadIdx.x + i * 32 * kRows, j = e / Dv, d = e % Dv, key = k0 + j;
+    if (d >= D || key >= g.T) continue;
+    dbase[long(key) * g.row() + g.k_off(kvh) + d] = detail::st<T>(dk[i]);
+    dbase[long(key) * g.row() + g.v_off(kvh) + d] = detail::st<T>(dv[i]);
+  }
+}
+
+template <typename T, int kDL>
+CudaStatus launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const Geo& g,
+                           cudaStream_t stream) {
+  const size_t s1 = dq_smem<kDL>(g.D), s2 = dkv_smem<kDL>(g.D);
+  MT_CUDA_CALL(cudaFuncSetAttribute(dq_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+  MT_CUDA_CALL(cudaFuncSetAttribute(dkv_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
+  dq_kernel<T, kDL><<<dim3((g.T + kRows - 1) / kRows, g.H, g.B), 32 * kRows, s1, stream>>>(dqkv, dout, qkv, out,
+                                                                                          lse, g);
+  MT_CUDA_TRY(launched("attention dq_kernel"));
+  dkv_kernel<T, kDL><<<dim3((g.T + kKeys - 1) / kKeys, g.KVH, g.B), 32 * kRows, s2, stream>>>(dqkv, dout, qkv, out,
+                                                                                             lse, g);
+  return launched("attention dkv_kernel");
+}
+
+}  // namespace
+
+template <typename T>
+CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                              int H, int KVH, int D, cudaStream_t stream) {
+  if (B <= 0 || T_ <= 0) return {};
+  if (D <= 0 || D > 256 || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
+  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D)))};
+  if (D <= 32) return launch_backward<T, 1>(dqkv, dout, qkv, out, lse, g, stream);
+  if (D <= 64) return launch_backward<T, 2>(dqkv, dout, qkv, out, lse, g, stream);
+  if (D <= 128) return launch_backward<T, 4>(dqkv, dout, qkv, out, lse, g, stream);
+  return launch_backward<T, 8>(dqkv, dout, qkv, out, lse, g, stream);
+}
+
+#define MT_INSTANTIATE(T)                                                                                       \
+  template CudaStatus attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int, int, \
+                                            cudaStream_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(__nv_bfloat16)
+#undef MT_INSTANTIATE
+
+}  // namespace mt::cuda

@@ -1,0 +1,42 @@
+// Internal to the attention .cu files: geometry of fused qkv rows and shared-memory tiles.
+#pragma once
+#include "kernels/cuda/device_util.cuh"
+
+namespace mt::cuda::attn {
+
+constexpr int kKeys = 32;  // keys per tile (one per lane)
+
+struct Geo {
+  int B, T, H, KVH, D;
+  float scale;
+  __host__ __device__ long row() const { return long(H + 2 * KVH) * D; }  // qkv row length
+  __host__ __device__ long q_off(int h) const { return long(h) * D; }
+  __host__ __device__ long k_off(int g) const { return long(H + g) * D; }
+  __host__ __device__ long v_off(int g) const { return long(H + KVH + g) * D; }
+  __host__ __device__ long orow() const { return long(H) * D; }  // out / dout row length
+};
+
+// dst[r][0:D] (row stride `stride`) = rows k0.. of src (stride `src_row`), zero past T.
+// Cooperative over the whole block.
+template <typename T>
+__device__ void load_tile(float* dst, int stride, const T* src, long src_row, int k0, int T_, int D) {
+  for (int e = threadIdx.x; e < kKeys * stride; e += blockDim.x) {
+    const int r = e / stride, d = e % stride;
+    const int t = k0 + r;
+    dst[e] = (t < T_ && d < D) ? detail::ld(src[long(t) * src_row + d]) : 0.f;
+  }
+}
+
+// One warp: dst[0:D] = src[0:D] (zero-filled when !valid).
+template <typename T>
+__device__ void load_row(float* dst, const T* src, int D, bool valid) {
+  for (int d = threadIdx.x & 31; d < D; d += 32) dst[d] = valid ? detail::ld(src[d]) : 0.f;
+}
+
+__device__ __forceinline__ float dot_row(const float* a, const float* b, int D) {
+  float s = 0.f;
+  for (int d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+
+}  // namespace mt::cuda::attn

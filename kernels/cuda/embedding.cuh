@@ -1,0 +1,21 @@
+// CUDA token embedding (kernels/embedding.h contract).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/status.cuh"
+
+namespace mt::cuda {
+
+template <typename T>
+CudaStatus embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream);
+
+// dwte[tokens[i]] += dout[i], deterministic without sorting or atomics: each thread block owns
+// the rows of one token bucket (token % kBuckets) over one channel range and scans the tokens
+// in order, so every element receives its contributions in token order — the same sums, in
+// the same order, as the CPU reference.
+template <typename T>
+CudaStatus embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream);
+
+}  // namespace mt::cuda

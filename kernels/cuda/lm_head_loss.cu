@@ -1,0 +1,96 @@
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/lm_head_loss.cuh"
+
+namespace mt::cuda {
+
+namespace {
+
+using detail::ld;
+using detail::st;
+constexpr int kThreads = 512;
+
+// One block per row of logits: loss into row_loss[row]; with `backward`, the row becomes
+// (softmax - onehot(target)) * grad_scale (zeros for an ignored target).
+template <typename T>
+__global__ void softmax_ce_kernel(T* logits, double* row_loss, T* losses, const int32_t* targets, int V,
+                                  bool backward, float grad_scale) {
+  __shared__ float red[32];
+  const int row = blockIdx.x;
+  T* z = logits + size_t(row) * V;
+  const int32_t target = targets[row];
+  const bool counted = target >= 0 && target < V;
+  if (!counted) {
+    if (backward)
+      for (int v = threadIdx.x; v < V; v += blockDim.x) z[v] = st<T>(0.f);
+    if (threadIdx.x == 0) row_loss[row] = 0.0;
+    if (threadIdx.x == 0 && losses) losses[row] = st<T>(0.f);
+    return;
+  }
+  float mx = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, ld(z[v]));
+  mx = detail::block_reduce(mx, red, detail::Max{}, -INFINITY);
+  float sum = 0.f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(ld(z[v]) - mx);
+  sum = detail::block_reduce(sum, red, detail::Sum{}, 0.f);
+  const float zt = ld(z[target]);
+  __syncthreads();  // every thread has read z[target] before the row is overwritten
+  const double loss = double(mx) + log(double(sum)) - double(zt);
+  if (threadIdx.x == 0) row_loss[row] = loss;
+  if (threadIdx.x == 0 && losses) losses[row] = st<T>(float(loss));
+  if (!backward) return;
+  const float k = (1.f / sum) * grad_scale;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float g = expf(ld(z[v]) - mx) * k;
+    z[v] = st<T>(v == target ? g - grad_scale : g);
+  }
+}
+
+// totals = {sum of row_loss in token order, count of counted targets}: one thread, in order
+// (N is a micro-batch's tokens; this is a tiny fraction of the head's GEMM time).
+__global__ void total_kernel(double* totals, const double* row_loss, const int32_t* targets, int N, int V) {
+  double s = 0;
+  long c = 0;
+  for (int n = 0; n < N; ++n) {
+    const bool counted = targets[n] >= 0 && targets[n] < V;
+    s += counted ? row_loss[n] : 0.0;
+    c += counted ? 1 : 0;
+  }
+  totals[0] = s;
+  totals[1] = double(c);
+}
+
+}  // namespace
+
+template <typename T>
+CudaStatus lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
+                        int chunk, float grad_scale, T* scratch, double* row_loss, double* totals, GemmContext& ctx,
+                        cudaStream_t stream) {
+  const bool backward = dx != nullptr;
+  chunk = std::max(1, chunk);
+  for (int n0 = 0; n0 < N; n0 += chunk) {
+    const int rows = std::min(chunk, N - n0);
+    const T* xc = x + long(n0) * C;
+    MT_CUDA_TRY(gemm<T>(false, true, rows, V, C, 1.f, xc, C, W, C, 0.f, scratch, V, ctx, stream));
+    softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(scratch, row_loss + n0, losses ? losses + n0 : nullptr,
+                                                     targets + n0, V, backward, grad_scale);
+    MT_CUDA_TRY(launched("softmax_ce_kernel"));
+    if (!backward) continue;
+    MT_CUDA_TRY(gemm<T>(false, false, rows, C, V, 1.f, scratch, V, W, C, 0.f, dx + long(n0) * C, C, ctx, stream));
+    if (dW) MT_CUDA_TRY(gemm<T>(true, false, V, C, rows, 1.f, scratch, V, xc, C, 1.f, dW, C, ctx, stream));
+  }
+  total_kernel<<<1, 1, 0, stream>>>(totals, row_loss, targets, N, V);
+  return launched("lm_head_loss total_kernel");
+}
+
+#define MT_INSTANTIATE(T)                                                                                  \
+  template CudaStatus lm_head_loss<T>(T*, T*, T*, const T*, const T*, const int32_t*, int, int, int, int, float, \
+                                      T*, double*, double*, GemmContext&, cudaStream_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(__nv_bfloat16)
+#undef MT_INSTANTIATE
+
+}  // namespace mt::cuda

@@ -1,0 +1,26 @@
+// CUDA RMSNorm (kernels/rmsnorm.h contract). T = float or __nv_bfloat16 storage; statistics
+// (rstd) are always fp32 and math is fp32 with per-row sums in double.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/cuda/status.cuh"
+
+namespace mt::cuda {
+
+template <typename T>
+CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps,
+                           cudaStream_t stream);
+
+// Floats of scratch rmsnorm_backward needs for the deterministic dweight reduction.
+size_t rmsnorm_backward_scratch(int N, int C);
+
+// Accumulating: dinp += dL/dinp, dweight += dL/dweight. dweight is reduced without atomics:
+// per-row-block partials (a fixed partition of the rows) summed in block order, so results
+// are bit-reproducible on any GPU. scratch holds rmsnorm_backward_scratch(N, C) floats.
+template <typename T>
+CudaStatus rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
+                            int N, int C, float* scratch, cudaStream_t stream);
+
+}  // namespace mt::cuda

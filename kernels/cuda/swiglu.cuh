@@ -1,0 +1,15 @@
+// CUDA SwiGLU (kernels/swiglu.h contract): out = silu(gate) * up, gu rows [gate | up].
+#pragma once
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/status.cuh"
+
+namespace mt::cuda {
+
+template <typename T>
+CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream);
+// dgu is overwritten.
+template <typename T>
+CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream);
+
+}  // namespace mt::cuda

@@ -1,0 +1,61 @@
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/util.cuh"
+
+namespace mt::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void add_kernel(T* y, const T* x, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    y[i] = detail::st<T>(detail::ld(y[i]) + detail::ld(x[i]));
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D* dst, const S* src, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = detail::st<D>(detail::ld(src[i]));
+}
+
+}  // namespace
+
+template <typename T>
+CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  add_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(y, x, n);
+  return launched("add_kernel");
+}
+
+template <typename T>
+CudaStatus copy(T* dst, const T* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  return check_cuda(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(D2D)");
+}
+
+template <typename T>
+CudaStatus zero(T* dst, size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  return check_cuda(cudaMemsetAsync(dst, 0, n * sizeof(T), stream), "cudaMemsetAsync");
+}
+
+CudaStatus convert_f32_to_bf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  convert_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
+  return launched("convert_kernel<f32->bf16>");
+}
+
+CudaStatus convert_bf16_to_f32(float* dst, const __nv_bfloat16* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return {};
+  convert_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
+  return launched("convert_kernel<bf16->f32>");
+}
+
+#define MT_INSTANTIATE(T)                                                       \
+  template CudaStatus add_inplace<T>(T*, const T*, size_t, cudaStream_t); \
+  template CudaStatus copy<T>(T*, const T*, size_t, cudaStream_t);        \
+  template CudaStatus zero<T>(T*, size_t, cudaStream_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(__nv_bfloat16)
+#undef MT_INSTANTIATE
+
+}  // namespace mt::cuda

@@ -1,0 +1,22 @@
+// Small CUDA utilities for the op table and the backend: y += x, copy, zero, fp32 -> bf16.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/cuda/status.cuh"
+
+namespace mt::cuda {
+
+template <typename T>
+CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream);
+template <typename T>
+CudaStatus copy(T* dst, const T* src, size_t n, cudaStream_t stream);
+template <typename T>
+CudaStatus zero(T* dst, size_t n, cudaStream_t stream);
+// Round to nearest even (as mt::float_to_bf16).
+CudaStatus convert_f32_to_bf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream);
+CudaStatus convert_bf16_to_f32(float* dst, const __nv_bfloat16* src, size_t n, cudaStream_t stream);
+
+}  // namespace mt::cuda

@@ -1,0 +1,105 @@
+// Shared helpers of the CUDA tests: skip without a device, device buffers poisoned with NaN
+// (all-ones bytes) before every run, seeded data, and comparisons in which NaN never passes.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cuda_backend.h"
+
+#define MT_REQUIRE_CUDA()                                                           \
+  do {                                                                              \
+    if (!::mt::cuda_available()) GTEST_SKIP() << "no CUDA device: " << ::mt::cuda_describe(); \
+  } while (0)
+
+namespace mt::cudatest {
+
+template <typename T>
+class DeviceBuf {
+ public:
+  explicit DeviceBuf(size_t n) : n_(n) {
+    EXPECT_EQ(cudaSuccess, cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceBuf(const std::vector<T>& v) : DeviceBuf(v.size()) { upload(v); }
+  ~DeviceBuf() { cudaFree(p_); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  void poison() { EXPECT_EQ(cudaSuccess, cudaMemset(p_, 0xff, std::max<size_t>(n_, 1) * sizeof(T))); }  // NaN
+  void upload(const std::vector<T>& v) {
+    ASSERT_EQ(v.size(), n_);
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> v(n_);
+    EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+    EXPECT_EQ(cudaSuccess, cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(d(rng));
+  return v;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// |got - ref| <= rtol * (|ref| + rms(ref)) + atol for every element, NaN/Inf failing: an
+// elementwise relative check that does not demand relative accuracy of values far below the
+// tensor's own scale (cancellation). Reports the first few failures and the worst error.
+inline void expect_close(const std::vector<float>& got, const std::vector<double>& ref, double rtol, const std::string& what,
+                         double atol = 0) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double ss = 0;
+  for (double r : ref) ss += r * r;
+  const double rms = ref.empty() ? 0 : std::sqrt(ss / double(ref.size()));
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - ref[i]);
+    const double tol = rtol * (std::fabs(ref[i]) + rms) + atol;
+    if (!(err <= tol)) {  // written so that NaN fails
+      if (++bad <= 5) ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i] << " (tol " << tol << ")";
+    }
+    if (std::isfinite(err)) worst = std::max(worst, rms > 0 ? err / rms : err);
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements out of tolerance; worst error / rms "
+                    << worst;
+}
+
+inline void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && ++bad <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: " << a[i] << " vs " << b[i];
+  EXPECT_EQ(bad, 0) << what << ": not bit-identical";
+}
+
+inline cudaStream_t test_stream() { return cudaStreamPerThread; }
+
+}  // namespace mt::cudatest
+
+#define MT_EXPECT_CUDA_OK(expr)                                    \
+  do {                                                             \
+    const ::mt::cuda::CudaStatus mt_s_ = (expr);                   \
+    ASSERT_TRUE(mt_s_.ok()) << ::mt::cuda::describe(mt_s_);        \
+  } while (0)
