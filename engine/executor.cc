@@ -19,4 +19,12 @@ Status validate(const TrainOptions& o, const ModelConfig& cfg) {
   return validate(o.optimizer);
 }
 
+Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {
+  if (batch.num_seqs != o.global_batch || batch.seq_len != o.seq_len)
+    return invalid_argument("batch of " + std::to_string(batch.num_seqs) + "x" + std::to_string(batch.seq_len) +
+                            " sequences does not match global_batch x seq_len = " + std::to_string(o.global_batch) +
+                            "x" + std::to_string(o.seq_len));
+  return validate_batch(batch, vocab);
+}
+
 }  // namespace mt

@@ -28,6 +28,8 @@ struct TrainOptions {
 
 // Checks the options against the model; errors name the field and value.
 Status validate(const TrainOptions& o, const ModelConfig& cfg);
+// A step's batch: global_batch x seq_len tokens, every one inside the vocabulary.
+Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab);
 
 class Executor {
  public:

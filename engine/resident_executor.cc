@@ -36,10 +36,7 @@ Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelCo
 }
 
 Result<StepStats> ResidentExecutor::step(const Batch& batch) {
-  if (batch.num_seqs != opt_.global_batch || batch.seq_len != opt_.seq_len)
-    return invalid_argument("batch of " + std::to_string(batch.num_seqs) + "x" + std::to_string(batch.seq_len) +
-                            " does not match global_batch x seq_len");
-  MT_RETURN_IF_ERROR(validate_batch(batch, cfg_.vocab_size));
+  MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
   const auto t0 = std::chrono::steady_clock::now();
   StepStats st;
   st.step = steps_ + 1;

@@ -123,18 +123,4 @@ void Metrics::set_data_queue(const std::string& job, double tokens) {
   data_queue_.Add({{"job", job}}).Set(tokens);
 }
 
-Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string& address,
-                                                                std::shared_ptr<prometheus::Registry> registry) {
-  auto e = std::make_unique<MetricsExporter>();
-  try {
-    e->exposer_ = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& ex) {
-    return Status(StatusCode::kUnavailable, "cannot serve /metrics on '" + address + "': " + ex.what());
-  }
-  e->exposer_->RegisterCollectable(registry);
-  const auto ports = e->exposer_->GetListeningPorts();
-  e->port_ = ports.empty() ? 0 : ports.front();
-  return e;
-}
-
 }  // namespace mt::server

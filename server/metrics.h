@@ -2,16 +2,17 @@
 // engine's StepStats and the job manager. Job-level series carry a `job` label.
 #pragma once
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "engine/engine_stats.h"
 #include "engine/planner.h"
@@ -43,16 +44,26 @@ class Metrics {
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
 };
 
-// Serves a registry on `address` ("127.0.0.1:9464", port 0 picks a free one).
+// Serves a registry as Prometheus text on GET /metrics at `address` ("127.0.0.1:9464"; port 0
+// picks a free one). A small HTTP/1.1 loop of our own rather than prometheus-cpp's civetweb
+// Exposer: civetweb starts its threads with 100 KiB stacks, and once cuBLAS (94 KiB of static
+// TLS) is linked in, glibc can no longer fit the TLS in them and the Exposer fails to start.
 class MetricsExporter {
  public:
   static Result<std::unique_ptr<MetricsExporter>> start(const std::string& address,
                                                         std::shared_ptr<prometheus::Registry> registry);
+  ~MetricsExporter();
   int port() const { return port_; }
 
  private:
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  void serve();
+  void answer(int fd);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  int listen_fd_ = -1;
   int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace mt::server
