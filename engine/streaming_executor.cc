@@ -10,7 +10,12 @@ StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions&
                                      std::unique_ptr<Backend> backend)
     : cfg_(cfg), opt_(opt), so_(so), units_(build_param_schemas(cfg)), backend_(std::move(backend)) {}
 
-StreamingExecutor::~StreamingExecutor() = default;
+StreamingExecutor::~StreamingExecutor() {
+  // The optimizer thread may still be applying the last step's updates, which read the host
+  // buffers declared after pipe_: finish and join it before any member goes away.
+  if (pipe_) (void)pipe_->sync();
+  pipe_.reset();
+}
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
                                                                          const StreamingOptions& so) {
