@@ -50,6 +50,8 @@ Result<StepArgs> parse_step_args(const Flags& f) {
     return invalid_argument("--executor " + a.executor + " is not one of resident, streaming");
   MT_ASSIGN_OR_RETURN(double link, f.num("link-gbps", 0));
   MT_ASSIGN_OR_RETURN(double slots, f.num("slots", 2));
+  MT_ASSIGN_OR_RETURN(double opt_threads, f.num("optimizer-threads", 0));
+  a.opt.optimizer_threads = int(opt_threads);
   MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));
   a.so.link_gbps = link;
   a.so.slots = int(slots);

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The CPU numbers recorded in docs/PERF.md: one JSON object per line on stdout.
+#   scripts/bench_cpu.sh [BUILD_DIR]   (default build/, built by scripts/test.sh or run.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+b=${1:-build}/bin/megatrain-bench
+$b sgemm --json
+$b adamw --params 100000000 --json
+# Issue-2 target: the resident step of `small` at seq 512 (flops_fraction >= 0.5).
+$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 4 --executor resident --recompute off --steps 3 --warmup 1 --json
+# Issue-3 targets: streaming vs resident under the same activation policy (recompute from layer
+# inputs), a global batch of 16 sequences; then a throttled link where transfer ~ compute.
+$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --executor resident --recompute on --steps 3 --warmup 1 --json
+$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --executor streaming --recompute on --steps 3 --warmup 1 --json
+$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --executor streaming --recompute on --steps 3 --warmup 1 --link-gbps "${LINK_GBPS:-0.03}" --json
+for layout in exact compact; do $b plan --preset dense-120b --layout $layout --json; done
