@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "engine/cuda/cuda_backend.h"
 #include "absl/flags/usage.h"
 
 ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");
@@ -18,7 +19,9 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics li
 ABSL_FLAG(std::string, state_dir, "", "State directory (default: $XDG_STATE_HOME/megatrain)");
 ABSL_FLAG(std::string, data_root, "", "Root every path in a job spec resolves under (default: STATE_DIR/data)");
 ABSL_FLAG(std::string, host_memory, "", "Host memory budget for admission, e.g. 512G (default: 80% of RAM)");
-ABSL_FLAG(std::string, device_memory, "", "Device memory budget for admission, e.g. 80G (default: unlimited)");
+ABSL_FLAG(std::string, device_memory, "",
+          "Device memory budget for admission, e.g. 80G (default: the GPU's memory less 2 GiB for the CUDA "
+          "context and library workspaces; unlimited on the CPU backend)");
 ABSL_FLAG(std::string, tls_cert, "", "TLS certificate chain (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::string, auth_token_file, "", "File holding the bearer token clients must send");
@@ -134,6 +137,8 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   }
   if (auto s = absl::GetFlag(FLAGS_device_memory); !s.empty()) {
     MT_ASSIGN_OR_RETURN(c.device_memory, parse_bytes(s));
+  } else if (const uint64_t gpu = cuda_device_memory(); gpu > (2ull << 30)) {
+    c.device_memory = gpu - (2ull << 30);
   }
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   c.tls_key = absl::GetFlag(FLAGS_tls_key);

@@ -266,6 +266,16 @@ std::string cuda_describe() {
          std::to_string(p.minor) + ", " + std::to_string(p.totalGlobalMem >> 20) + " MiB)";
 }
 
+uint64_t cuda_device_memory() {
+  if (!cuda_available()) return 0;
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return uint64_t(p.totalGlobalMem);
+}
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt) { return CudaBackend::create(opt); }
 
 }  // namespace mt

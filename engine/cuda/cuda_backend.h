@@ -4,6 +4,7 @@
 // factory returns Unimplemented and cuda_available() is false, so callers need no #ifdef.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,8 @@ struct CudaBackendOptions {
 bool cuda_available();
 // A one-line description of why CUDA is (not) available: "CUDA: 1 device(s), NVIDIA H200 ...".
 std::string cuda_describe();
+// Device 0's memory in bytes (what the planner may budget against), 0 when there is none.
+uint64_t cuda_device_memory();
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt);
 
