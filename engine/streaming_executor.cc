@@ -133,7 +133,7 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
     pipe_->wait_ready(i, st.copy_wait_seconds, st.optimizer_wait_seconds);
     const auto c0 = std::chrono::steady_clock::now();
     if (is_head) loss_sum += head(i, tied ? i - 1 : -1, st);
-    else if (forward && u == 0) forward_embedding(i);
+    else if (forward && u == 0) forward_embedding(i, st);
     else if (forward) forward_decoder(i, u - 1, st);
     else if (u == 0) backward_embedding(i, st);
     else backward_decoder(i, u - 1, st);

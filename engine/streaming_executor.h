@@ -50,7 +50,7 @@ class StreamingExecutor final : public Executor {
                     std::unique_ptr<Backend> backend);
   Status allocate();
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
-  void forward_embedding(int use);
+  void forward_embedding(int use, StepStats& st);
   void forward_decoder(int use, int layer, StepStats& st);
   double head(int use, int tied_use, StepStats& st);  // returns the loss sum
   void backward_decoder(int use, int layer, StepStats& st);

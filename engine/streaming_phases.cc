@@ -45,10 +45,9 @@ void StreamingExecutor::fetch_layer_input(int l) {
   ring_holds_[k] = l;
 }
 
-void StreamingExecutor::forward_embedding(int use) {
+void StreamingExecutor::forward_embedding(int use, StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
-  StepStats unused;
-  prepare_output(0, unused);
+  prepare_output(0, st);
   float* out = layer_input(0);
   for (int m = 0; m < mb.count; ++m)
     embedding_forward(backend_->ops(), shape_, pipe_->slot_of(use), inputs_ + size_t(m) * mb.tokens, out + size_t(m) * mb.act);

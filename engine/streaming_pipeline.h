@@ -58,7 +58,7 @@ class StreamingPipeline {
   void end_step();                        // compute finished the step's work
   // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
   void grads_sent(int unit, EventPtr landed, bool tied_part);
-  // Waits until every update of every step begun so far is done. Errors are sticky.
+  // Waits until every update of every step begun so far is done.
   Status sync();
   void mark_all_updated(long step);  // after loading a checkpoint at `step`
   double take_optimizer_seconds();

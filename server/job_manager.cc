@@ -416,8 +416,8 @@ v1::JobEvent JobManager::event_of(const Job& job) const {
   ev.set_loss(r.loss);
   ev.set_tokens_per_second(r.tokens_per_second);
   ev.set_step_seconds(job.last.step_seconds);
-  ev.set_h2d_gbps(job.last.h2d_seconds > 0 ? double(job.last.h2d_bytes) / job.last.h2d_seconds / 1e9 : 0);
-  ev.set_d2h_gbps(job.last.d2h_seconds > 0 ? double(job.last.d2h_bytes) / job.last.d2h_seconds / 1e9 : 0);
+  ev.set_h2d_gbps(job.last.h2d_bandwidth() / 1e9);
+  ev.set_d2h_gbps(job.last.d2h_bandwidth() / 1e9);
   if (job.run_steps > 0) ev.set_eta_seconds(double(r.total_steps - r.step) * job.run_seconds / double(job.run_steps));
   ev.set_waiting_for_data(job.progress->waiting.load());
   return ev;

@@ -92,8 +92,8 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.loss->Set(st.loss);
   const double tps = st.step_seconds > 0 ? double(st.tokens) / st.step_seconds : 0;
   s.tps->Set(tps);
-  s.h2d_bw->Set(st.h2d_seconds > 0 ? double(st.h2d_bytes) / st.h2d_seconds : 0);
-  s.d2h_bw->Set(st.d2h_seconds > 0 ? double(st.d2h_bytes) / st.d2h_seconds : 0);
+  s.h2d_bw->Set(st.h2d_bandwidth());
+  s.d2h_bw->Set(st.d2h_bandwidth());
   s.mfu->Set(peak_flops > 0 ? tps * flops_per_token / peak_flops : 0);
 }
 

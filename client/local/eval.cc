@@ -1,7 +1,6 @@
 // megatrain eval --model DIR --data FILE: mean loss per token of a model over a token or text
 // file (every window of seq_len + 1 tokens once, or --max-seqs of them), printed with 6 decimals.
 #include <cstdio>
-#include <cstring>
 
 #include "client/cli.h"
 #include "client/local/model_files.h"
@@ -16,11 +15,13 @@ int cmd_eval(const Args& a) {
                         "[--seq-len 256] [--max-seqs N] [--json]");
   auto T = a.number("seq-len", 256), max_seqs = a.number("max-seqs", 0);
   if (!T.ok() || !max_seqs.ok() || *T < 1) return fail(kUsage, "--seq-len and --max-seqs must be positive numbers");
-  auto m = load_model_dir(model);
-  if (!m.ok()) return fail(kJobFailed, m.status().message());
+  auto files = find_model_files(model);
+  if (!files.ok()) return fail(kJobFailed, files.status().message());
+  auto cfg = load_model_config(files->dir);
+  if (!cfg.ok()) return fail(kJobFailed, cfg.status().message());
   const std::string format = a.get("format", data.size() > 4 && data.substr(data.size() - 4) == ".bin" ? "uint16" : "text");
-  auto src = format == "text" ? make_text_source(data, m->cfg.vocab_size)
-                              : make_token_file_source(data, format, m->cfg.vocab_size);
+  auto src = format == "text" ? make_text_source(data, cfg->vocab_size)
+                              : make_token_file_source(data, format, cfg->vocab_size);
   if (!src.ok()) return fail(kJobFailed, src.status().message());
   uint64_t n = (*src)->num_sequences(int(*T));
   if (*max_seqs > 0 && (n == 0 || uint64_t(*max_seqs) < n)) n = uint64_t(*max_seqs);
@@ -29,10 +30,9 @@ int cmd_eval(const Args& a) {
   TrainOptions opt;
   opt.seq_len = int(*T);
   opt.micro_batch = opt.global_batch = 1;
-  auto ex = ResidentExecutor::create(m->cfg, opt);
+  auto ex = ResidentExecutor::create(*cfg, opt);
   if (!ex.ok()) return fail(kJobFailed, ex.status().message());
-  for (size_t u = 0; u < m->store->num_units(); ++u)
-    std::memcpy((*ex)->store().unit(u).master, m->store->unit(u).master, m->store->unit(u).numel * sizeof(float));
+  if (Status s = load_model_weights(*files, *cfg, (*ex)->store()); !s.ok()) return fail(kJobFailed, s.message());
   Batch b;
   double loss_sum = 0;
   for (uint64_t i = 0; i < n; i += 16) {

@@ -7,23 +7,28 @@
 
 namespace mt::cli {
 
-Result<LoadedModel> load_model_dir(const std::string& path) {
+Result<ModelFiles> find_model_files(const std::string& path) {
   namespace fs = std::filesystem;
-  LoadedModel m;
-  const bool checkpoint = fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "trainer_state.json");
-  std::string dir = path;
-  if (checkpoint) {
-    MT_ASSIGN_OR_RETURN(dir, resolve_checkpoint(path));
+  ModelFiles f{path, fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "trainer_state.json")};
+  if (f.checkpoint) {
+    MT_ASSIGN_OR_RETURN(f.dir, resolve_checkpoint(path));
   }
-  MT_ASSIGN_OR_RETURN(m.cfg, load_model_config(dir));
+  return f;
+}
+
+Status load_model_weights(const ModelFiles& files, const ModelConfig& cfg, HostStore& store) {
+  if (files.checkpoint) return load_checkpoint(files.dir, cfg, store).status();
+  return load_hf_weights(files.dir, cfg, store);
+}
+
+Result<LoadedModel> load_model_dir(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(ModelFiles files, find_model_files(path));
+  LoadedModel m;
+  MT_ASSIGN_OR_RETURN(m.cfg, load_model_config(files.dir));
   MT_ASSIGN_OR_RETURN(m.store, HostStore::create(build_param_schemas(m.cfg), MemoryLayout::kExact, false,
                                                  default_host_allocator()));
-  if (checkpoint) {
-    MT_RETURN_IF_ERROR(load_checkpoint(dir, m.cfg, *m.store).status());
-  } else {
-    MT_RETURN_IF_ERROR(load_hf_weights(dir, m.cfg, *m.store));
-  }
-  m.source = dir;
+  MT_RETURN_IF_ERROR(load_model_weights(files, m.cfg, *m.store));
+  m.source = files.dir;
   return m;
 }
 

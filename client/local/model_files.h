@@ -9,12 +9,19 @@
 
 namespace mt::cli {
 
+struct ModelFiles {
+  std::string dir;          // the directory holding config.json and the weights
+  bool checkpoint = false;  // a training checkpoint (else an HF model directory)
+};
+Result<ModelFiles> find_model_files(const std::string& path);
+// Reads the weights into an existing store of the config's shape (no second copy).
+Status load_model_weights(const ModelFiles& files, const ModelConfig& cfg, HostStore& store);
+
 struct LoadedModel {
   ModelConfig cfg;
   std::unique_ptr<HostStore> store;
   std::string source;  // what was read
 };
-
 Result<LoadedModel> load_model_dir(const std::string& path);
 
 }  // namespace mt::cli

@@ -40,8 +40,7 @@ int cmd_train(const Args& a) {
   const long steps = spec->steps;
   hooks.on_step = [&](const StepStats& s) {
     ProgressEvent e{s.step, steps, s.loss, double(s.tokens) / s.step_seconds, s.step_seconds,
-                    s.h2d_seconds > 0 ? double(s.h2d_bytes) / s.step_seconds / 1e9 : 0,
-                    s.d2h_seconds > 0 ? double(s.d2h_bytes) / s.step_seconds / 1e9 : 0,
+                    s.h2d_bandwidth() / 1e9, s.d2h_bandwidth() / 1e9,
                     double(steps - s.step) * s.step_seconds};
     progress.step(e);
     if (g_interrupted) runner_ptr->request_cancel();
