@@ -25,6 +25,33 @@ class Event {
 };
 using EventPtr = std::shared_ptr<Event>;
 
+// The bump allocator both backends run inside the device memory they reserve up front: regions
+// are kAlign-aligned and never freed, so the high-water mark is simply what has been handed out.
+// (The planner's workspace entry carries slack for this alignment.)
+class DeviceArena {
+ public:
+  static constexpr size_t kAlign = 256;
+  void reset(char* base, size_t capacity) {
+    base_ = base;
+    capacity_ = capacity;
+    used_ = 0;
+  }
+  Result<void*> alloc(size_t bytes) {
+    const size_t off = (used_ + kAlign - 1) / kAlign * kAlign;
+    if (off + bytes > capacity_)
+      return resource_exhausted("device arena exhausted: " + std::to_string(off + bytes) + " bytes needed, " +
+                                std::to_string(capacity_) + " reserved");
+    used_ = off + bytes;
+    return static_cast<void*>(base_ + off);
+  }
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t capacity_ = 0, used_ = 0;
+};
+
 struct CopyStats {
   uint64_t h2d_bytes = 0, d2h_bytes = 0;
   double h2d_seconds = 0, d2h_seconds = 0;  // time each copy engine was busy

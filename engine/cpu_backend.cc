@@ -112,28 +112,21 @@ class CopyStream {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& o) : h2d_(o.link_gbps), d2h_(o.link_gbps) {}
-  ~CpuBackend() override { std::free(arena_); }
+  ~CpuBackend() override { std::free(memory_); }
 
   std::string name() const override { return "cpu"; }
   HostAllocator& host_allocator() override { return default_host_allocator(); }
 
   Status reserve_device(size_t bytes) override {
-    if (arena_) return failed_precondition("device arena already reserved");
-    arena_ = static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
-    if (!arena_ && bytes) return resource_exhausted("cannot reserve a device arena of " + std::to_string(bytes) + " bytes");
-    capacity_ = bytes;
+    if (memory_) return failed_precondition("device arena already reserved");
+    memory_ = static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+    if (!memory_ && bytes) return resource_exhausted("cannot reserve a device arena of " + std::to_string(bytes) + " bytes");
+    arena_.reset(memory_, bytes);
     return Status::Ok();
   }
-  Result<void*> device_alloc(size_t bytes) override {
-    const size_t off = (used_ + 63) / 64 * 64;
-    if (off + bytes > capacity_)
-      return resource_exhausted("device arena exhausted: " + std::to_string(off + bytes) + " bytes needed, " +
-                                std::to_string(capacity_) + " reserved");
-    used_ = off + bytes;
-    return static_cast<void*>(arena_ + off);
-  }
-  size_t device_capacity() const override { return capacity_; }
-  size_t device_peak() const override { return used_; }
+  Result<void*> device_alloc(size_t bytes) override { return arena_.alloc(bytes); }
+  size_t device_capacity() const override { return arena_.capacity(); }
+  size_t device_peak() const override { return arena_.used(); }
 
   void copy_h2d(void* dst, const void* src, size_t bytes) override {
     h2d_.enqueue_copy(bytes, [=] { std::memcpy(dst, src, bytes); });
@@ -178,8 +171,8 @@ class CpuBackend final : public Backend {
  private:
   CopyStream& stream(StreamKind s) { return s == StreamKind::kH2D ? h2d_ : d2h_; }
 
-  char* arena_ = nullptr;
-  size_t capacity_ = 0, used_ = 0;
+  char* memory_ = nullptr;  // the "device": host memory apart from everything else
+  DeviceArena arena_;
   CopyStream h2d_, d2h_;
 };
 

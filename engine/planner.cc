@@ -45,7 +45,7 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
           {"grad_slots", 2 * p.slot_numel * 4},
           {"checkpoints", ckpt_buffers * layer_io},
           {"residual_grads", layer_io},
-          {"workspace", p.workspace_numel * e + tokens * 8 + uint64_t(c.head_dim) * 2 + 4096}};  // + alignment
+          {"workspace", p.workspace_numel * e + tokens * 8 + uint64_t(c.head_dim) * 2 + 4096}};  // + DeviceArena alignment
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ class CudaBackend final : public Backend {
   HostAllocator& host_allocator() override { return pinned_; }
   Status reserve_device(size_t bytes) override;
   Result<void*> device_alloc(size_t bytes) override;
-  size_t device_capacity() const override { return capacity_; }
-  size_t device_peak() const override { return used_; }
+  size_t device_capacity() const override { return arena_.capacity(); }
+  size_t device_peak() const override { return arena_.used(); }
   void copy_h2d(void* dst, const void* src, size_t bytes) override;
   void copy_d2h(void* dst, const void* src, size_t bytes) override;
   void copy_d2h_bf16(bf16* dst, const float* src, size_t n) override;
@@ -73,8 +73,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaOps> ops_;
   double* host_totals_ = nullptr;
   __nv_bfloat16* staging_ = nullptr;
-  char* arena_ = nullptr;
-  size_t capacity_ = 0, used_ = 0;
+  char* memory_ = nullptr;  // one cudaMalloc; arena_ hands out regions inside it
+  DeviceArena arena_;
   std::mutex stats_mu_;
   std::deque<TimedCopy> pending_[3];
 };
@@ -121,37 +121,30 @@ CudaBackend::~CudaBackend() {
     for (auto& t : q) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
   gemm_.reset();
   if (staging_) cudaFree(staging_);
-  if (arena_) cudaFree(arena_);
+  if (memory_) cudaFree(memory_);
   if (host_totals_) cudaFreeHost(host_totals_);
   for (auto s : streams_)
     if (s) cudaStreamDestroy(s);
 }
 
 Status CudaBackend::reserve_device(size_t bytes) {
-  if (arena_) return failed_precondition("device arena already reserved");
+  if (memory_) return failed_precondition("device arena already reserved");
   bind();
-  const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&arena_), bytes ? bytes : 256);
+  const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&memory_), bytes ? bytes : 256);
   if (e != cudaSuccess) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    arena_ = nullptr;
+    memory_ = nullptr;
     return resource_exhausted("cannot reserve a device arena of " + std::to_string(bytes) + " bytes (cudaMalloc: " +
                               cudaGetErrorString(e) + "; " + std::to_string(free_b) + " of " +
                               std::to_string(total_b) + " bytes free)");
   }
-  capacity_ = bytes;
+  arena_.reset(memory_, bytes);
   return Status::Ok();
 }
 
-Result<void*> CudaBackend::device_alloc(size_t bytes) {
-  const size_t off = (used_ + 255) / 256 * 256;
-  if (off + bytes > capacity_)
-    return resource_exhausted("device arena exhausted: " + std::to_string(off + bytes) + " bytes needed, " +
-                              std::to_string(capacity_) + " reserved");
-  used_ = off + bytes;
-  return static_cast<void*>(arena_ + off);
-}
+Result<void*> CudaBackend::device_alloc(size_t bytes) { return arena_.alloc(bytes); }
 
 template <typename F>
 void CudaBackend::timed(StreamKind s, size_t bytes, F issue) {

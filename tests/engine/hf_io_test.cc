@@ -9,19 +9,15 @@
 
 #include "engine/json.h"
 
+#include "tests/engine/temp_dir.h"
+
 namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/mt-hf-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (fs::path(path) / f).string(); }
-  std::string path;
+struct TempDir : testing_util::TempDir {
+  TempDir() : testing_util::TempDir("mt-hf") {}
 };
 
 ModelConfig config(bool tied, bool bias = false) {

@@ -7,19 +7,14 @@
 
 #include "engine/job.h"
 
+#include "tests/engine/temp_dir.h"
+
 namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("mt_job_test_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing_util::TempDir;
 
 JobSpec tiny_spec(const std::string& executor, long steps) {
   auto j = Json::parse(R"({"name": "t", "model": {"preset": "tiny"}, "init": {"seed": 3},
@@ -68,14 +63,14 @@ TEST(JobRunner, TrainsAndCheckpoints) {
   std::vector<double> losses;
   JobHooks hooks;
   hooks.on_step = [&](const StepStats& s) { losses.push_back(s.loss); };
-  JobRunner runner(tiny_spec("streaming", 12), dir.path.string(), hooks);
+  JobRunner runner(tiny_spec("streaming", 12), dir.path, hooks);
   auto r = runner.run();
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->steps_done, 12);
   ASSERT_EQ(losses.size(), 12u);
   EXPECT_LT(losses.back(), losses.front() - 0.3);
   EXPECT_TRUE(fs::exists(fs::path(r->checkpoint) / "model.safetensors"));
-  EXPECT_TRUE(fs::exists(dir.path / "checkpoints" / "latest"));
+  EXPECT_TRUE(fs::exists(fs::path(dir.path) / "checkpoints" / "latest"));
 }
 
 std::string file_bytes(const fs::path& p) {
@@ -89,7 +84,7 @@ class ResumeExactness : public ::testing::TestWithParam<std::string> {};
 TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
   const long N = 4;
   TempDir a, b;
-  JobRunner whole(tiny_spec(GetParam(), 2 * N), a.path.string(), {});
+  JobRunner whole(tiny_spec(GetParam(), 2 * N), a.path, {});
   auto ra = whole.run();
   ASSERT_TRUE(ra.ok()) << ra.status().to_string();
 
@@ -98,14 +93,14 @@ TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
   stop_at_n.on_step = [&](const StepStats& s) {
     if (s.step == N) first_ptr->request_cancel();
   };
-  JobRunner first(tiny_spec(GetParam(), 2 * N), b.path.string(), stop_at_n);
+  JobRunner first(tiny_spec(GetParam(), 2 * N), b.path, stop_at_n);
   first_ptr = &first;
   auto r1 = first.run();
   ASSERT_TRUE(r1.ok()) << r1.status().to_string();
   EXPECT_TRUE(r1->cancelled);
   EXPECT_EQ(r1->steps_done, N);
 
-  JobRunner second(tiny_spec(GetParam(), 2 * N), b.path.string(), {});  // fresh state from disk
+  JobRunner second(tiny_spec(GetParam(), 2 * N), b.path, {});  // fresh state from disk
   auto r2 = second.run();
   ASSERT_TRUE(r2.ok()) << r2.status().to_string();
   EXPECT_EQ(r2->steps_done, 2 * N);
@@ -118,10 +113,10 @@ INSTANTIATE_TEST_SUITE_P(Cpu, ResumeExactness, ::testing::Values("resident", "st
 
 TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {
   TempDir dir;
-  ASSERT_TRUE(JobRunner(tiny_spec("resident", 2), dir.path.string(), {}).run().ok());
+  ASSERT_TRUE(JobRunner(tiny_spec("resident", 2), dir.path, {}).run().ok());
   JobSpec other = tiny_spec("resident", 4);
   other.train.optimizer.lr = 0.01f;
-  auto r = JobRunner(other, dir.path.string(), {}).run();
+  auto r = JobRunner(other, dir.path, {}).run();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("different job spec"), std::string::npos);

@@ -10,19 +10,15 @@
 
 #include "engine/json.h"
 
+#include "tests/engine/temp_dir.h"
+
 namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/mt-st-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (fs::path(path) / f).string(); }
-  std::string path;
+struct TempDir : testing_util::TempDir {
+  TempDir() : testing_util::TempDir("mt-st") {}
 };
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {

@@ -8,19 +8,15 @@
 
 #include "engine/data/data_source.h"
 
+#include "tests/engine/temp_dir.h"
+
 namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/mt-tok-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& f) const { return (fs::path(path) / f).string(); }
-  std::string path;
+struct TempDir : testing_util::TempDir {
+  TempDir() : testing_util::TempDir("mt-tok") {}
 };
 
 template <typename T>
