@@ -203,6 +203,11 @@ Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& 
   return final_dir;
 }
 
+bool is_training_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  return fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "trainer_state.json");
+}
+
 Result<std::string> resolve_checkpoint(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(join(path, "trainer_state.json"), ec)) return path;

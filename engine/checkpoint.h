@@ -25,6 +25,10 @@ struct TrainerState {
 Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
                                     const TrainerState& state, int keep);
 
+// True when `path` is a training checkpoint: a step directory (trainer_state.json) or a
+// checkpoints root (`latest`). Anything else is taken for an HF model directory.
+bool is_training_checkpoint(const std::string& path);
+
 // Resolves ROOT (via `latest`) or a step directory to the checkpoint directory.
 Result<std::string> resolve_checkpoint(const std::string& path);
 

@@ -1,7 +1,6 @@
 #include "engine/job.h"
 
 #include <chrono>
-#include <filesystem>
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/hf_io.h"
@@ -61,14 +60,13 @@ void JobRunner::log(LogLevel level, const std::string& msg) const {
 static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
                                        Executor& ex) {
   std::string from;
-  if (std::filesystem::exists(ckpt_root + "/latest")) from = ckpt_root;
+  if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
   else if (!spec.init.from.empty()) from = spec.init.from;
   if (from.empty()) {
     init_weights(cfg, ex.store(), spec.init.seed);
     return TrainerState{};
   }
-  if (std::filesystem::exists(from + "/config.json") && !std::filesystem::exists(from + "/trainer_state.json") &&
-      !std::filesystem::exists(from + "/latest")) {
+  if (!is_training_checkpoint(from)) {
     init_weights(cfg, ex.store(), spec.init.seed);  // zero optimizer state, then HF weights
     MT_RETURN_IF_ERROR(load_hf_weights(from, cfg, ex.store()));
     return TrainerState{};

@@ -1,15 +1,12 @@
 #include "client/local/model_files.h"
 
-#include <filesystem>
-
 #include "engine/checkpoint.h"
 #include "engine/hf_io.h"
 
 namespace mt::cli {
 
 Result<ModelFiles> find_model_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  ModelFiles f{path, fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "trainer_state.json")};
+  ModelFiles f{path, is_training_checkpoint(path)};
   if (f.checkpoint) {
     MT_ASSIGN_OR_RETURN(f.dir, resolve_checkpoint(path));
   }
