@@ -70,6 +70,20 @@ Result<std::unique_ptr<Executor>> make_bench_executor(const ModelConfig& cfg, co
   return std::unique_ptr<Executor>(std::move(ex));
 }
 
+// The shortest step any exact schedule could take with this step's compute, bytes and link.
+// Clipping by the global norm makes every update wait for the last gradient, so every weight
+// read before the LM head can start crosses the link after the previous step's last gradient
+// has landed; the head and backward compute follow, and the last gradient (the embedding's)
+// is copied after the last compute:
+//   step >= max(forward compute, forward H2D bytes / H2D bandwidth)
+//         + backward compute + last gradient bytes / D2H bandwidth.
+double exact_step_floor(const StepStats& s) {
+  const double up = s.h2d_bandwidth(), down = s.d2h_bandwidth();
+  const double fwd_link = up > 0 ? double(s.forward_h2d_bytes) / up : 0;
+  const double tail = down > 0 ? double(s.last_grad_bytes) / down : 0;
+  return std::max(s.forward_compute_seconds, fwd_link) + (s.compute_seconds - s.forward_compute_seconds) + tail;
+}
+
 // Per-step medians of the streaming counters. Transfer time is the busier direction (the link
 // is full duplex); overlap_efficiency = max(compute, transfer) / step time.
 void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step_s, double link_gbps) {
@@ -88,6 +102,12 @@ void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step
   out.set("stall_seconds", med([](const StepStats& s) { return s.stall_seconds(); }));
   out.set("optimizer_seconds", med([](const StepStats& s) { return s.optimizer_seconds; }));
   out.set("overlap_efficiency", std::max(compute, transfer) / step_s);
+  const double floor_s = med([](const StepStats& s) { return exact_step_floor(s); });
+  out.set("forward_compute_seconds", med([](const StepStats& s) { return s.forward_compute_seconds; }));
+  out.set("forward_h2d_bytes", int64_t(med([](const StepStats& s) { return s.forward_h2d_bytes; })));
+  out.set("step_floor_seconds", floor_s);
+  out.set("overlap_bound", floor_s > 0 ? std::min(1.0, std::max(compute, transfer) / floor_s) : 1.0);
+  out.set("schedule_efficiency", floor_s / step_s);
   out.set("device_peak_bytes", int64_t(st.empty() ? 0 : st.back().device_peak_bytes));
 }
 

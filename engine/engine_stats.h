@@ -17,6 +17,13 @@ struct StepStats {
   double h2d_seconds = 0;        // time the H2D copy engine was busy
   double d2h_seconds = 0;
   double compute_seconds = 0;    // time the compute stream was busy
+  // The step's critical path under exact clipping (docs/PERF.md, "Why overlap is bounded"):
+  // every weight read before the LM head can start crosses the link after the previous step's
+  // last gradient has landed, and that last gradient (the embedding's) is copied after the
+  // last compute.
+  double forward_compute_seconds = 0;  // compute before the LM head
+  uint64_t forward_h2d_bytes = 0;      // weights fetched for the forward and the LM head
+  uint64_t last_grad_bytes = 0;        // the embedding's gradient
   double copy_wait_seconds = 0;  // compute waited for weights to arrive
   double optimizer_wait_seconds = 0;  // compute waited for an optimizer update of the previous step
   double optimizer_seconds = 0;  // CPU time spent in norm + AdamW for this step's updates

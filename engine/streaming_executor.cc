@@ -135,12 +135,17 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
     if (is_head) loss_sum += head(i, tied ? i - 1 : -1, st);
     else if (forward && u == 0) forward_embedding(i, st);
     else if (forward) forward_decoder(i, u - 1, st);
-    else if (u == 0) backward_embedding(i, st);
     else backward_decoder(i, u - 1, st);
-    st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    st.compute_seconds += busy;
+    if (forward) st.forward_compute_seconds += busy;
+    if (is_head) st.forward_h2d_bytes = pipe_->fetch_bytes(0, i);
     if (is_head && tied) pipe_->release(i - 1);
     pipe_->release(i);
   }
+  const auto c0 = std::chrono::steady_clock::now();
+  backward_embedding(st);
+  st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   pipe_->end_step();
   MT_RETURN_IF_ERROR(backend_->error());
   ++steps_;

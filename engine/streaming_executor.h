@@ -54,7 +54,7 @@ class StreamingExecutor final : public Executor {
   void forward_decoder(int use, int layer, StepStats& st);
   double head(int use, int tied_use, StepStats& st);  // returns the loss sum
   void backward_decoder(int use, int layer, StepStats& st);
-  void backward_embedding(int use, StepStats& st);
+  void backward_embedding(StepStats& st);  // reads no weights: not a use
   // Layer inputs x_0..x_L (x_L feeds the head): all on the device, or a ring of three device
   // buffers backed by host memory (host placement).
   float* layer_input(int l);

@@ -108,7 +108,7 @@ void StreamingExecutor::backward_decoder(int use, int l, StepStats& st) {
   send_grads(l + 1, g, n, false);
 }
 
-void StreamingExecutor::backward_embedding(int use, StepStats& st) {
+void StreamingExecutor::backward_embedding(StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const size_t n = units_[0].numel;
   const int g = acquire_grad_slot(n, st);
@@ -116,6 +116,7 @@ void StreamingExecutor::backward_embedding(int use, StepStats& st) {
     embedding_backward(backend_->ops(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
                        dresid_ + size_t(m) * mb.act);
   send_grads(0, g, n, false);
+  st.last_grad_bytes = n * (opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16));
 }
 
 int StreamingExecutor::acquire_grad_slot(size_t numel, StepStats& st) {

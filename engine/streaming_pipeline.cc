@@ -16,7 +16,9 @@ std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
   for (int u = 0; u <= L; ++u) order.push_back(u);  // forward: embedding, decoders
   if (tied) order.push_back(0);                     // the LM head reads the embedding
   order.push_back(L + 1);                           // final norm + head
-  for (int u = L; u >= 0; --u) order.push_back(u);  // backward
+  // Backward, layers L..1. The embedding's backward scatters gradients into a zeroed slot and
+  // never reads the weights, so it is not a use: the executor runs it after the sequence.
+  for (int u = L; u >= 1; --u) order.push_back(u);
   std::vector<int> content(size_t(K), -1), last(size_t(K), -1);
   std::vector<UnitUse> uses;
   for (int i = 0; i < int(order.size()); ++i) {
@@ -38,6 +40,13 @@ std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
     uses.push_back(use);
   }
   return uses;
+}
+
+uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
+  uint64_t bytes = 0;
+  for (int i = first; i <= last; ++i)
+    if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * sizeof(float);
+  return bytes;
 }
 
 StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,

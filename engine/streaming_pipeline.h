@@ -1,6 +1,6 @@
 // The StreamingExecutor's two helper threads and the schedule they share.
 //  * The use sequence: every unit use of a step in order (forward 0..L, head [with the
-//    embedding when tied], backward L..0), each assigned a weight slot. A unit still resident
+//    embedding when tied], backward L..1), each assigned a weight slot. A unit still resident
 //    from its previous use is reused without a copy; otherwise the least recently used slot
 //    is refilled.
 //  * The uploader thread walks the sequence, filling each slot as soon as (a) the previous
@@ -48,6 +48,8 @@ class StreamingPipeline {
   ~StreamingPipeline();
 
   const std::vector<UnitUse>& uses() const { return uses_; }
+  // Bytes the uses [first, last] fetch from the host.
+  uint64_t fetch_bytes(int first, int last) const;
   float* slot_of(int use) const { return slots_[size_t(uses_[size_t(use)].slot)]; }
 
   void begin_step(long step, float lr);  // step: 1-based index of the step starting

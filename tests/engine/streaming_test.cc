@@ -7,6 +7,7 @@
 
 #include "engine/resident_executor.h"
 #include "engine/streaming_executor.h"
+#include "engine/streaming_pipeline.h"
 
 namespace mt {
 namespace {
@@ -75,6 +76,12 @@ TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
     auto r2 = (*str)->step(b);
     ASSERT_TRUE(r1.ok() && r2.ok());
     EXPECT_EQ(r1->loss, r2->loss) << "step " << s;  // exact equality
+    // Every unit once before the head; a tied head reads the embedding again (evicted by then).
+    const uint64_t emb_bytes = uint64_t(cfg.hidden_size) * uint64_t(cfg.vocab_size) * sizeof(float);
+    EXPECT_EQ(r2->forward_h2d_bytes, uint64_t(cfg.num_params()) * sizeof(float) + (c.tied ? emb_bytes : 0));
+    EXPECT_EQ(r2->last_grad_bytes, emb_bytes);
+    EXPECT_GT(r2->forward_compute_seconds, 0.0);
+    EXPECT_LT(r2->forward_compute_seconds, r2->compute_seconds);
     clipped |= r1->grad_norm > opt.optimizer.grad_clip;
   }
   EXPECT_TRUE(clipped) << "the test must exercise clipping";
@@ -91,6 +98,37 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tied_k2_host", true, false, 2, CheckpointPlacement::kHost},
                       Case{"qwen_untied_k3_device", false, true, 3, CheckpointPlacement::kDevice}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the
+// last K slots still hold and never fetching the embedding (its backward reads no weights).
+TEST(StreamingUseSequence, ForwardFetchesEveryUnitBackwardReusesSlotsAndSkipsTheEmbedding) {
+  const int L = 5;
+  for (bool tied : {false, true})
+    for (int K : {2, 3}) {
+      const auto uses = build_use_sequence(L, K, tied);
+      const int head_uses = tied ? 2 : 1;
+      ASSERT_EQ(int(uses.size()), (L + 1) + head_uses + L) << "tied " << tied << " K " << K;
+      std::vector<int> slot_unit(size_t(K), -1);
+      int backward_fetches = 0;
+      for (int i = 0; i < int(uses.size()); ++i) {
+        const UnitUse& u = uses[size_t(i)];
+        const int expected_unit = i <= L ? i : i < L + 1 + head_uses ? (tied && i == L + 1 ? 0 : L + 1)
+                                                                      : L - (i - (L + 1 + head_uses));
+        EXPECT_EQ(u.unit, expected_unit) << "use " << i;
+        ASSERT_GE(u.slot, 0);
+        ASSERT_LT(u.slot, K);
+        EXPECT_EQ(u.fetch, slot_unit[size_t(u.slot)] != u.unit) << "use " << i << ": fetch iff not resident";
+        if (i <= L) {
+          EXPECT_TRUE(u.fetch) << "forward use " << i;
+        }
+        if (i > L + head_uses) backward_fetches += u.fetch;
+        slot_unit[size_t(u.slot)] = u.unit;
+      }
+      // After the head, the K slots hold the head (and the embedding when tied) plus the last
+      // decoder layers; exactly those are reused.
+      EXPECT_EQ(backward_fetches, L - (K - head_uses)) << "tied " << tied << " K " << K;
+    }
+}
 
 TEST(StreamingArena, EightLayersTrainInAnArenaSmallerThanTheModel) {
   const ModelConfig cfg = small_config(false, 8);
