@@ -24,6 +24,7 @@ struct StepArgs {
   TrainOptions opt;
   StreamingOptions so;
   int steps = 5, warmup = 2;
+  int active_vocab = 0;  // distinct tokens the synthetic data draws from
 };
 
 Result<StepArgs> parse_step_args(const Flags& f) {
@@ -51,6 +52,9 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(double link, f.num("link-gbps", 0));
   MT_ASSIGN_OR_RETURN(double slots, f.num("slots", 2));
   MT_ASSIGN_OR_RETURN(double opt_threads, f.num("optimizer-threads", 0));
+  // The embedding moves only a batch's distinct tokens; 8192 keeps that share realistic.
+  MT_ASSIGN_OR_RETURN(double active_vocab, f.num("active-vocab", 8192));
+  a.active_vocab = int(active_vocab);
   a.opt.optimizer_threads = int(opt_threads);
   MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));
   a.so.link_gbps = link;
@@ -108,6 +112,8 @@ void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step
   out.set("step_floor_seconds", floor_s);
   out.set("overlap_bound", floor_s > 0 ? std::min(1.0, std::max(compute, transfer) / floor_s) : 1.0);
   out.set("schedule_efficiency", floor_s / step_s);
+  out.set("embedding_rows", int64_t(med([](const StepStats& s) { return s.embedding_rows; })));
+  out.set("last_grad_bytes", int64_t(med([](const StepStats& s) { return s.last_grad_bytes; })));
   out.set("device_peak_bytes", int64_t(st.empty() ? 0 : st.back().device_peak_bytes));
 }
 
@@ -131,7 +137,7 @@ int run_step(const Flags& f) {
     return 2;
   }
   init_weights(*cfg, (*ex)->store(), 1);
-  auto src = make_synthetic_source({1, cfg->vocab_size, 64, 4});
+  auto src = make_synthetic_source({1, cfg->vocab_size, args->active_vocab, 4});
   Batch batch;
   std::vector<double> times;
   std::vector<StepStats> measured;

@@ -24,6 +24,7 @@ struct StepStats {
   double forward_compute_seconds = 0;  // compute before the LM head
   uint64_t forward_h2d_bytes = 0;      // weights fetched for the forward and the LM head
   uint64_t last_grad_bytes = 0;        // the embedding's gradient
+  long embedding_rows = 0;             // distinct input tokens: the embedding rows moved each way
   double copy_wait_seconds = 0;  // compute waited for weights to arrive
   double optimizer_wait_seconds = 0;  // compute waited for an optimizer update of the previous step
   double optimizer_seconds = 0;  // CPU time spent in norm + AdamW for this step's updates

@@ -63,10 +63,13 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
   p.workspace_numel = decoder_acts_numel(s) + decoder_scratch_numel(s) + head_scratch_numel(s);
   p.checkpoint_numel = size_t(o.global_batch) * size_t(o.seq_len) * size_t(c.hidden_size);
 
-  // Host: per-parameter state, plus the LM head's share of a tied embedding gradient.
+  // Host: per-parameter state, the staging of the step's embedding rows (up, then their
+  // gradient down), and the LM head's share of a tied embedding gradient.
   const uint64_t P = uint64_t(p.params), gb = o.layout == MemoryLayout::kExact ? 4 : 2;
   p.host_by_kind = {{"master", 4 * P}, {"grad", gb * P}, {"adam_m", gb * P}, {"adam_v", gb * P}};
   if (po.shadow) p.host_by_kind.push_back({"shadow", 2 * P});
+  const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), uint64_t(o.global_batch) * uint64_t(o.seq_len));
+  p.host_by_kind.push_back({"embedding_rows", max_rows * uint64_t(c.hidden_size) * 4});
   if (c.tie_word_embeddings) p.host_by_kind.push_back({"tied_head_grad", gb * units[0].numel});
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory.

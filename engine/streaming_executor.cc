@@ -83,15 +83,18 @@ Status StreamingExecutor::allocate() {
   backend_->host_wait(backend_->record(StreamKind::kH2D));
   shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk};
 
+  const size_t grad_elem = opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16);
   if (cfg_.tie_word_embeddings) {
-    const size_t elem = opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16);
-    MT_ASSIGN_OR_RETURN(host_tied_grad_, HostBuffer::allocate(backend_->host_allocator(), units_[0].numel * elem));
+    MT_ASSIGN_OR_RETURN(host_tied_grad_, HostBuffer::allocate(backend_->host_allocator(), units_[0].numel * grad_elem));
   }
-  void* tied_host = host_tied_grad_.as<void>();
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, cfg_.tie_word_embeddings};
+  const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), tokens);
+  MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
+  row_of_token_.assign(size_t(cfg_.vocab_size), -1);
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, cfg_.tie_word_embeddings, C};
+  const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>()};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
                                               build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
-                                              pc, tied_host);
+                                              pc, staging);
   return Status::Ok();
 }
 
@@ -105,6 +108,20 @@ Status StreamingExecutor::sync() {
   return backend_->error();
 }
 
+EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inputs) {
+  auto rows = std::make_shared<std::vector<int32_t>>();
+  for (int32_t t : inputs) row_of_token_[size_t(t)] = 0;  // mark
+  for (int32_t t = 0; t < cfg_.vocab_size; ++t)
+    if (row_of_token_[size_t(t)] == 0) {
+      row_of_token_[size_t(t)] = int32_t(rows->size()) + 1;  // 1-based while marking
+      rows->push_back(t);
+    }
+  row_ids_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) row_ids_[i] = row_of_token_[size_t(inputs[i])] - 1;
+  for (int32_t t : *rows) row_of_token_[size_t(t)] = -1;  // reset for the next step
+  return rows;
+}
+
 Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
   const auto t0 = std::chrono::steady_clock::now();
@@ -114,10 +131,12 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   st.lr = opt_.schedule.at(opt_.optimizer.lr, steps_);
   const long counted = batch.counted_targets();
   grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
-  pipe_->begin_step(st.step, st.lr);
+  EmbeddingRows rows = embedding_rows(batch.inputs);
+  st.embedding_rows = long(rows->size());
+  pipe_->begin_step(st.step, st.lr, std::move(rows));
 
   const size_t tokens = batch.inputs.size();
-  backend_->copy_h2d(inputs_, batch.inputs.data(), tokens * sizeof(int32_t));
+  backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
   backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
   st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
 

@@ -13,6 +13,7 @@
 #include "engine/executor.h"
 #include "engine/layers.h"
 #include "engine/planner.h"
+#include "engine/streaming_pipeline.h"
 
 namespace mt {
 
@@ -25,8 +26,6 @@ struct StreamingOptions {
   // without global-norm clipping (refused when grad_clip > 0).
   bool update_during_backward = false;
 };
-
-class StreamingPipeline;  // the uploader and optimizer threads (streaming_pipeline.h)
 
 class StreamingExecutor final : public Executor {
  public:
@@ -62,7 +61,10 @@ class StreamingExecutor final : public Executor {
   void offload_layer_input(int l);             // host placement: x_l to host memory
   void fetch_layer_input(int l);               // host placement: x_l back to the device
   int acquire_grad_slot(size_t numel, StepStats& st);  // a zeroed gradient slot
-  void send_grads(int unit, int grad_slot, size_t numel, bool tied_part);
+  enum class GradShare { kUnit, kTiedHead, kEmbeddingRows };  // where a gradient slot goes on the host
+  void send_grads(int unit, int grad_slot, size_t numel, GradShare share);
+  // The batch's distinct tokens (ascending) and each input's index among them, in row_ids_.
+  EmbeddingRows embedding_rows(const std::vector<int32_t>& inputs);
 
   ModelConfig cfg_;
   TrainOptions opt_;
@@ -75,6 +77,10 @@ class StreamingExecutor final : public Executor {
   // Host memory from the backend's allocator (pinned on CUDA, so copies overlap compute).
   HostBuffer host_tied_grad_;    // tied embeddings: the LM head's share of d(embedding)
   HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C floats)
+  HostBuffer host_rows_;          // the step's embedding rows, then their gradient (HostStaging)
+  // Inputs as indices into the step's embedding rows (what the device's embedding reads), and
+  // a per-token scratch map from token to row.
+  std::vector<int32_t> row_ids_, row_of_token_;
 
   // Device regions.
   std::vector<float*> slots_, grad_slots_, ckpt_;

@@ -82,8 +82,8 @@ double StreamingExecutor::head(int use, int tied_use, StepStats& st) {
     loss += head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
                                   targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc)
                 .loss_sum;
-  send_grads(L + 1, g, n, false);
-  if (gt >= 0) send_grads(0, gt, units_[0].numel, true);
+  send_grads(L + 1, g, n, GradShare::kUnit);
+  if (gt >= 0) send_grads(0, gt, units_[0].numel, GradShare::kTiedHead);
   return loss;
 }
 
@@ -105,17 +105,19 @@ void StreamingExecutor::backward_decoder(int use, int l, StepStats& st) {
     decoder_forward<float>(backend_->ops(), shape_, w, x, nullptr, acts);  // recompute
     decoder_backward(backend_->ops(), shape_, w, dw, x, acts, dresid_ + size_t(m) * mb.act, sc);
   }
-  send_grads(l + 1, g, n, false);
+  send_grads(l + 1, g, n, GradShare::kUnit);
 }
 
+// The gradient of the step's embedding rows only, packed as the forward read them: every
+// other row of d(embedding) is zero, and the optimizer thread scatters these into place.
 void StreamingExecutor::backward_embedding(StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
-  const size_t n = units_[0].numel;
+  const size_t n = size_t(st.embedding_rows) * size_t(cfg_.hidden_size);
   const int g = acquire_grad_slot(n, st);
   for (int m = 0; m < mb.count; ++m)
     embedding_backward(backend_->ops(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
                        dresid_ + size_t(m) * mb.act);
-  send_grads(0, g, n, false);
+  send_grads(0, g, n, GradShare::kEmbeddingRows);
   st.last_grad_bytes = n * (opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16));
 }
 
@@ -127,19 +129,17 @@ int StreamingExecutor::acquire_grad_slot(size_t numel, StepStats& st) {
   return k;
 }
 
-void StreamingExecutor::send_grads(int unit, int k, size_t numel, bool tied_part) {
+void StreamingExecutor::send_grads(int unit, int k, size_t numel, GradShare share) {
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
   const float* src = grad_slots_[size_t(k)];
-  if (opt_.layout == MemoryLayout::kExact) {
-    void* dst = tied_part ? host_tied_grad_.as<void>() : store_->unit(size_t(unit)).grad;
-    backend_->copy_d2h(dst, src, numel * sizeof(float));
-  } else {
-    bf16* dst = tied_part ? host_tied_grad_.as<bf16>() : static_cast<bf16*>(store_->unit(size_t(unit)).grad);
-    backend_->copy_d2h_bf16(dst, src, numel);
-  }
+  void* dst = share == GradShare::kTiedHead        ? host_tied_grad_.as<void>()
+              : share == GradShare::kEmbeddingRows ? host_rows_.as<void>()
+                                                   : store_->unit(size_t(unit)).grad;
+  if (opt_.layout == MemoryLayout::kExact) backend_->copy_d2h(dst, src, numel * sizeof(float));
+  else backend_->copy_d2h_bf16(static_cast<bf16*>(dst), src, numel);
   EventPtr landed = backend_->record(StreamKind::kD2H);
   grad_slot_free_[size_t(k)] = landed;
-  pipe_->grads_sent(unit, landed, tied_part);
+  pipe_->grads_sent(unit, landed, share == GradShare::kTiedHead);
 }
 
 }  // namespace mt

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 namespace mt {
 
@@ -35,7 +36,8 @@ std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
     }
     use.slot = k;
     use.prev_of_slot = last[size_t(k)];
-    content[size_t(k)] = use.unit;
+    use.rows_only = i == 0;  // the embedding's forward reads only the batch's rows
+    content[size_t(k)] = use.rows_only ? -1 : use.unit;  // packed rows: not reusable as the unit
     last[size_t(k)] = i;
     uses.push_back(use);
   }
@@ -45,20 +47,21 @@ std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
 uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
   uint64_t bytes = 0;
   for (int i = first; i <= last; ++i)
-    if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * sizeof(float);
+    if (uses_[size_t(i)].rows_only) bytes += rows_->size() * cfg_.embedding_width * sizeof(float);
+    else if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * sizeof(float);
   return bytes;
 }
 
 StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                                      std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                                     void* tied_grad_host)
+                                     const HostStaging& staging)
     : backend_(backend),
       store_(store),
       units_(units),
       slots_(std::move(slots)),
       uses_(std::move(uses)),
       cfg_(cfg),
-      tied_grad_host_(tied_grad_host),
+      staging_(staging),
       pool_(cfg.optimizer_threads),
       ready_(uses_.size()),
       released_(uses_.size()),
@@ -79,10 +82,11 @@ StreamingPipeline::~StreamingPipeline() {
   optimizer_.join();
 }
 
-void StreamingPipeline::begin_step(long step, float lr) {
+void StreamingPipeline::begin_step(long step, float lr, EmbeddingRows rows) {
   std::lock_guard<std::mutex> l(mu_);
   step_ = step;
   lr_ = lr;
+  rows_ = std::move(rows);
   std::fill(ready_.begin(), ready_.end(), nullptr);
   std::fill(released_.begin(), released_.end(), nullptr);
   cv_.notify_all();
@@ -94,6 +98,7 @@ void StreamingPipeline::uploader_loop() {
     cv_.wait(l, [&] { return stop_ || step_ > uploaded_step_; });
     if (stop_) return;
     const long s = step_;
+    const EmbeddingRows rows = rows_;
     for (size_t i = 0; i < uses_.size(); ++i) {
       const UnitUse& u = uses_[i];
       if (!u.fetch) {
@@ -108,8 +113,10 @@ void StreamingPipeline::uploader_loop() {
       EventPtr free = u.prev_of_slot < 0 ? prev_step_done_ : released_[size_t(u.prev_of_slot)];
       l.unlock();
       if (free) backend_.stream_wait(StreamKind::kH2D, free);
-      backend_.copy_h2d(slots_[size_t(u.slot)], store_.unit(size_t(u.unit)).master,
-                        units_[size_t(u.unit)].numel * sizeof(float));
+      if (u.rows_only) upload_embedding_rows(slots_[size_t(u.slot)], *rows);
+      else
+        backend_.copy_h2d(slots_[size_t(u.slot)], store_.unit(size_t(u.unit)).master,
+                          units_[size_t(u.unit)].numel * sizeof(float));
       EventPtr e = backend_.record(StreamKind::kH2D);
       l.lock();
       ready_[i] = e;
@@ -151,7 +158,7 @@ void StreamingPipeline::end_step() {
 
 void StreamingPipeline::grads_sent(int unit, EventPtr landed, bool tied_part) {
   std::lock_guard<std::mutex> l(mu_);
-  landings_.push_back({unit, std::move(landed), tied_part, step_, lr_});
+  landings_.push_back({unit, std::move(landed), tied_part, step_, lr_, rows_});
   cv_.notify_all();
 }
 
@@ -167,6 +174,7 @@ void StreamingPipeline::optimizer_loop() {
     const double t0 = now_seconds();  // optimizer work only, not the wait for the copy
     if (!g.tied_part) {
       const size_t u = size_t(g.unit);
+      if (u == 0) scatter_embedding_grad(*g.rows);
       if (cfg_.tied && u == 0) merge_tied();
       const HostUnit& hu = store_.unit(u);
       sumsq_[u] = store_.layout() == MemoryLayout::kExact
@@ -183,15 +191,53 @@ void StreamingPipeline::optimizer_loop() {
   }
 }
 
+// Gathers the rows into staging and copies them, packed, to the slot. The previous copy out of
+// staging finished long ago (its step's forward waited for it); waiting keeps that explicit.
+void StreamingPipeline::upload_embedding_rows(float* slot, const std::vector<int32_t>& rows) {
+  if (rows_uploaded_) backend_.host_wait(rows_uploaded_);
+  const size_t C = cfg_.embedding_width;
+  const float* master = store_.unit(0).master;
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::memcpy(static_cast<float*>(staging_.embedding_rows) + r * C, master + size_t(rows[r]) * C, C * sizeof(float));
+  backend_.copy_h2d(slot, staging_.embedding_rows, rows.size() * C * sizeof(float));
+  rows_uploaded_ = backend_.record(StreamKind::kH2D);
+}
+
+namespace {
+// grad[rows[r]] = packed[r]; every other row zero. Only the rows a previous scatter wrote
+// (`dirty`, or all rows when all_dirty) need clearing first.
+template <typename G>
+void scatter_rows(G* grad, size_t numel, const G* packed, const std::vector<int32_t>& rows, size_t C,
+                  const std::vector<int32_t>& dirty, bool all_dirty) {
+  if (all_dirty) std::memset(static_cast<void*>(grad), 0, numel * sizeof(G));
+  else
+    for (int32_t row : dirty) std::memset(static_cast<void*>(grad + size_t(row) * C), 0, C * sizeof(G));
+  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(grad + size_t(rows[r]) * C, packed + r * C, C * sizeof(G));
+}
+}  // namespace
+
+void StreamingPipeline::scatter_embedding_grad(const std::vector<int32_t>& rows) {
+  const HostUnit& hu = store_.unit(0);
+  const size_t C = cfg_.embedding_width;
+  if (store_.layout() == MemoryLayout::kExact)
+    scatter_rows(static_cast<float*>(hu.grad), hu.numel, static_cast<const float*>(staging_.embedding_rows), rows, C,
+                 grad_rows_dirty_, grad_all_dirty_);
+  else
+    scatter_rows(static_cast<bf16*>(hu.grad), hu.numel, static_cast<const bf16*>(staging_.embedding_rows), rows, C,
+                 grad_rows_dirty_, grad_all_dirty_);
+  grad_rows_dirty_ = rows;
+  grad_all_dirty_ = cfg_.tied;  // merging the LM head's share writes every row
+}
+
 void StreamingPipeline::merge_tied() {
   const HostUnit& hu = store_.unit(0);
   if (store_.layout() == MemoryLayout::kExact) {
     float* g = static_cast<float*>(hu.grad);
-    const float* t = static_cast<const float*>(tied_grad_host_);
+    const float* t = static_cast<const float*>(staging_.tied_grad);
     for (size_t i = 0; i < hu.numel; ++i) g[i] = t[i] + g[i];
   } else {
     bf16* g = static_cast<bf16*>(hu.grad);
-    const bf16* t = static_cast<const bf16*>(tied_grad_host_);
+    const bf16* t = static_cast<const bf16*>(staging_.tied_grad);
     for (size_t i = 0; i < hu.numel; ++i) g[i] = float_to_bf16(bf16_to_float(t[i]) + bf16_to_float(g[i]));
   }
 }

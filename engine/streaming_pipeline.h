@@ -12,6 +12,7 @@
 #pragma once
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -26,8 +27,9 @@ namespace mt {
 struct UnitUse {
   int unit = 0;
   int slot = 0;
-  bool fetch = true;     // false: the unit is still resident in `slot` from an earlier use
-  int prev_of_slot = -1; // the previous use of the same slot in this step (-1: none)
+  bool fetch = true;      // false: the unit is still resident in `slot` from an earlier use
+  bool rows_only = false; // the embedding's forward: only the batch's token rows, packed
+  int prev_of_slot = -1;  // the previous use of the same slot in this step (-1: none)
 };
 
 // Builds the use sequence for L decoder layers, K slots, tied or untied embeddings.
@@ -38,13 +40,28 @@ struct PipelineConfig {
   bool update_during_backward = false;
   int optimizer_threads = 0;
   bool tied = false;
+  size_t embedding_width = 0;  // C: floats per embedding row
 };
+
+// Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
+struct HostStaging {
+  void* tied_grad = nullptr;  // tied embeddings: the LM head's share of d(embedding)
+  // The step's embedding rows, gathered for upload at the start of the forward; later the same
+  // buffer receives their gradient at the end of the backward. The two uses never overlap: the
+  // upload lands before the embedding's forward, the gradient is copied after its backward, and
+  // the next gather waits for the embedding's update, which follows the scatter of its gradient.
+  void* embedding_rows = nullptr;
+};
+
+// The distinct tokens of a step's inputs, ascending: the embedding rows the step reads and
+// the only rows of the embedding gradient that can be non-zero.
+using EmbeddingRows = std::shared_ptr<const std::vector<int32_t>>;
 
 class StreamingPipeline {
  public:
   StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                     std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                    void* tied_grad_host);
+                    const HostStaging& staging);
   ~StreamingPipeline();
 
   const std::vector<UnitUse>& uses() const { return uses_; }
@@ -52,13 +69,15 @@ class StreamingPipeline {
   uint64_t fetch_bytes(int first, int last) const;
   float* slot_of(int use) const { return slots_[size_t(uses_[size_t(use)].slot)]; }
 
-  void begin_step(long step, float lr);  // step: 1-based index of the step starting
+  // step: 1-based index of the step starting; rows: its inputs' embedding rows.
+  void begin_step(long step, float lr, EmbeddingRows rows);
   // Compute side: blocks until use's weights are on the device. Adds the seconds waited to
   // copy_wait / optimizer_wait.
   void wait_ready(int use, double& copy_wait, double& optimizer_wait);
   void release(int use);                  // compute finished with the use's weights
   void end_step();                        // compute finished the step's work
   // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
+  // The embedding's own share comes as the step's rows, into staging.embedding_grad.
   void grads_sent(int unit, EventPtr landed, bool tied_part);
   // Waits until every update of every step begun so far is done.
   Status sync();
@@ -71,6 +90,8 @@ class StreamingPipeline {
   void optimizer_loop();
   void update_phase(long step, float lr);
   void update_unit(size_t u, long step, float lr, float clip);
+  void upload_embedding_rows(float* slot, const std::vector<int32_t>& rows);
+  void scatter_embedding_grad(const std::vector<int32_t>& rows);
   void merge_tied();
 
   Backend& backend_;
@@ -79,8 +100,11 @@ class StreamingPipeline {
   std::vector<float*> slots_;
   std::vector<UnitUse> uses_;
   PipelineConfig cfg_;
-  void* tied_grad_host_;
+  HostStaging staging_;
   ThreadPool pool_;
+  EventPtr rows_uploaded_;                // the last copy out of staging_.embedding_rows
+  std::vector<int32_t> grad_rows_dirty_;  // embedding-gradient rows the last scatter wrote
+  bool grad_all_dirty_ = true;            // the whole embedding gradient may be non-zero
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -88,6 +112,7 @@ class StreamingPipeline {
   long step_ = 0;           // step the compute side is in (or last began)
   long uploaded_step_ = 0;  // last step whose uploads the uploader has issued
   float lr_ = 0;
+  EmbeddingRows rows_;      // of the step the compute side is in
   std::vector<EventPtr> ready_, released_;
   std::vector<double> opt_ready_time_;   // per use: when the unit's update was available
   EventPtr prev_step_done_;
@@ -98,6 +123,7 @@ class StreamingPipeline {
     bool tied_part;
     long step;
     float lr;
+    EmbeddingRows rows;
   };
   std::deque<Landing> landings_;
   std::vector<double> sumsq_;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "engine/resident_executor.h"
 #include "engine/streaming_executor.h"
@@ -76,10 +77,16 @@ TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
     auto r2 = (*str)->step(b);
     ASSERT_TRUE(r1.ok() && r2.ok());
     EXPECT_EQ(r1->loss, r2->loss) << "step " << s;  // exact equality
-    // Every unit once before the head; a tied head reads the embedding again (evicted by then).
-    const uint64_t emb_bytes = uint64_t(cfg.hidden_size) * uint64_t(cfg.vocab_size) * sizeof(float);
-    EXPECT_EQ(r2->forward_h2d_bytes, uint64_t(cfg.num_params()) * sizeof(float) + (c.tied ? emb_bytes : 0));
-    EXPECT_EQ(r2->last_grad_bytes, emb_bytes);
+    // The forward fetches only the batch's embedding rows, then every other unit once; a tied
+    // head reads the whole embedding again. The embedding's gradient comes back as those rows.
+    const uint64_t row_bytes = uint64_t(cfg.hidden_size) * sizeof(float);
+    const uint64_t rows = std::set<int32_t>(b.inputs.begin(), b.inputs.end()).size();
+    ASSERT_EQ(uint64_t(r2->embedding_rows), rows);
+    ASSERT_LT(rows, uint64_t(cfg.vocab_size)) << "the batch must leave rows untouched";
+    const uint64_t emb_bytes = uint64_t(cfg.vocab_size) * row_bytes;
+    EXPECT_EQ(r2->forward_h2d_bytes,
+              uint64_t(cfg.num_params()) * sizeof(float) - emb_bytes + rows * row_bytes + (c.tied ? emb_bytes : 0));
+    EXPECT_EQ(r2->last_grad_bytes, rows * row_bytes);
     EXPECT_GT(r2->forward_compute_seconds, 0.0);
     EXPECT_LT(r2->forward_compute_seconds, r2->compute_seconds);
     clipped |= r1->grad_norm > opt.optimizer.grad_clip;
