@@ -67,6 +67,8 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   auto job = std::make_shared<Job>();
   job->rec = rec;
   job->dir = dir;
+  job->progress->consumed = rec.consumed_tokens;  // a push job's spool restores these when it resumes
+  job->progress->checksum = rec.consumed_checksum;
   if (rec.terminal()) return job;
   auto spec = job_spec_from_json(rec.spec);
   Status st = spec.ok() ? Status::Ok() : spec.status();
@@ -451,7 +453,10 @@ v1::Job JobManager::to_proto(const Job& job) const {
 }
 
 void JobManager::save(const Job& job) {
-  Status st = save_record(job.dir + "/job.json", job.rec);
+  JobRecord rec = job.rec;
+  rec.consumed_tokens = job.progress->consumed.load();
+  rec.consumed_checksum = job.progress->checksum.load();
+  Status st = save_record(job.dir + "/job.json", rec);
   if (!st.ok()) spdlog::error("job {}: {}", job.rec.id, st.to_string());
 }
 

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 
 namespace mt::server {
@@ -45,7 +47,10 @@ Json record_to_json(const JobRecord& r) {
                        {"last_checkpoint", r.last_checkpoint},
                        {"created_ms", r.created_ms},
                        {"started_ms", r.started_ms},
-                       {"finished_ms", r.finished_ms}});
+                       {"finished_ms", r.finished_ms},
+                       {"consumed_tokens", int64_t(r.consumed_tokens)},
+                       // a uint64 sum: a string, since JSON numbers are doubles
+                       {"consumed_checksum", std::to_string(r.consumed_checksum)}});
 }
 
 Result<JobRecord> record_from_json(const Json& j) {
@@ -75,6 +80,8 @@ Result<JobRecord> record_from_json(const Json& j) {
   r.created_ms = i64("created_ms");
   r.started_ms = i64("started_ms");
   r.finished_ms = i64("finished_ms");
+  r.consumed_tokens = uint64_t(std::max<int64_t>(0, i64("consumed_tokens")));
+  r.consumed_checksum = std::strtoull(str("consumed_checksum").c_str(), nullptr, 10);
   return r;
 }
 

@@ -18,6 +18,8 @@ struct JobRecord {
   double loss = 0, first_loss = 0, tokens_per_second = 0;
   std::string last_checkpoint;
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0;
+  // Push jobs: tokens consumed and their checksum, so status still shows them after a restart.
+  uint64_t consumed_tokens = 0, consumed_checksum = 0;
   bool terminal() const;
 };
 

@@ -117,6 +117,13 @@ TEST(ServerCrash, KillNineDuringAPushJobLosesAndRepeatsNothing) {
   // SIGTERM exits 0.
   const int status = p.term();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // The finished job still reports what it consumed after another restart.
+  Process again(state);
+  ASSERT_GT(again.port, 0);
+  j = wait_terminal(*again.stub, id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(j.data_consumed_tokens(), 6 * per_step);
+  EXPECT_EQ(j.data_consumed_checksum(), sum);
 }
 
 }  // namespace
