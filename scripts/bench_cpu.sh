@@ -9,8 +9,10 @@ $b adamw --params 100000000 --json
 # Issue-2 target: the resident step of `small` at seq 512 (flops_fraction >= 0.5).
 $b step --preset small --seq-len 512 --micro-batch 4 --global-batch 4 --executor resident --recompute off --steps 3 --warmup 1 --json
 # Issue-3 targets: streaming vs resident under the same activation policy (recompute from layer
-# inputs), a global batch of 16 sequences; then a throttled link where transfer ~ compute.
-$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --executor resident --recompute on --steps 3 --warmup 1 --json
-$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --executor streaming --recompute on --steps 3 --warmup 1 --json
-$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --executor streaming --recompute on --steps 3 --warmup 1 --link-gbps "${LINK_GBPS:-0.03}" --json
+# inputs), a global batch of 16 sequences; then throttled links, from transfer ~ compute
+# (0.0125 GB/s) up to where the forward's fetches hide behind its compute.
+step="$b step --preset small --seq-len 512 --micro-batch 4 --global-batch 16 --recompute on --steps 3 --warmup 1 --json"
+$step --executor resident
+$step --executor streaming
+for link in ${LINK_GBPS:-0.0125 0.016 0.026 0.034}; do $step --executor streaming --link-gbps "$link"; done
 for layout in exact compact; do $b plan --preset dense-120b --layout $layout --json; done
