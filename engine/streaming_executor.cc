@@ -122,24 +122,8 @@ EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inpu
   return rows;
 }
 
-Result<StepStats> StreamingExecutor::step(const Batch& batch) {
-  MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
-  const auto t0 = std::chrono::steady_clock::now();
-  StepStats st;
-  st.step = steps_ + 1;
-  st.tokens = long(batch.inputs.size());
-  st.lr = opt_.schedule.at(opt_.optimizer.lr, steps_);
-  const long counted = batch.counted_targets();
-  grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
-  EmbeddingRows rows = embedding_rows(batch.inputs);
-  st.embedding_rows = long(rows->size());
-  pipe_->begin_step(st.step, st.lr, std::move(rows));
-
-  const size_t tokens = batch.inputs.size();
-  backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
-  backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
-  st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
-
+// Runs the step's unit uses in order (forward, head, backward L..1); returns the loss sum.
+double StreamingExecutor::run_uses(StepStats& st) {
   const int L = cfg_.num_layers;
   const auto& uses = pipe_->uses();
   double loss_sum = 0;
@@ -162,6 +146,28 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
     if (is_head && tied) pipe_->release(i - 1);
     pipe_->release(i);
   }
+  return loss_sum;
+}
+
+Result<StepStats> StreamingExecutor::step(const Batch& batch) {
+  MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
+  const auto t0 = std::chrono::steady_clock::now();
+  StepStats st;
+  st.step = steps_ + 1;
+  st.tokens = long(batch.inputs.size());
+  st.lr = opt_.schedule.at(opt_.optimizer.lr, steps_);
+  const long counted = batch.counted_targets();
+  grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
+  EmbeddingRows rows = embedding_rows(batch.inputs);
+  st.embedding_rows = long(rows->size());
+  pipe_->begin_step(st.step, st.lr, std::move(rows));
+
+  const size_t tokens = batch.inputs.size();
+  backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
+  backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
+  st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
+
+  const double loss_sum = run_uses(st);
   const auto c0 = std::chrono::steady_clock::now();
   backward_embedding(st);
   st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();

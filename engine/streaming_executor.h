@@ -48,6 +48,7 @@ class StreamingExecutor final : public Executor {
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                     std::unique_ptr<Backend> backend);
   Status allocate();
+  double run_uses(StepStats& st);
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
   void forward_embedding(int use, StepStats& st);
   void forward_decoder(int use, int layer, StepStats& st);

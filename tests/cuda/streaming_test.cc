@@ -3,6 +3,8 @@
 // in summation order and exp/sqrt rounding), and the same run twice is bit-identical.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "engine/cuda/cuda_backend.h"
 #include "engine/streaming_executor.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -38,6 +40,9 @@ struct Case {
   CheckpointPlacement placement;
   MemoryLayout layout;
 };
+// Printed by name, so ctest's test names are stable (not the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 
 std::vector<double> run(const Case& c, bool cuda, int steps) {
   const ModelConfig cfg = tiny(c.tied, c.qwen);

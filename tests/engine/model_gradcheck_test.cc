@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <random>
 
 #include "engine/model_pass.h"
@@ -16,6 +17,9 @@ struct Case {
   bool tied;
   int heads, kv_heads, T;
 };
+// Printed by name, so ctest's test names are stable (not the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 
 ModelConfig make_config(const Case& c) {
   std::string json = std::string(R"({"architectures": [")") + c.arch + R"("], "hidden_size": 16,

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <set>
 
 #include "engine/resident_executor.h"
@@ -50,6 +51,9 @@ struct Case {
   int slots;
   CheckpointPlacement placement;
 };
+// Printed by name, so ctest's test names are stable (not the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 
 class StreamingVsResident : public ::testing::TestWithParam<Case> {};
 
