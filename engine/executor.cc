@@ -27,4 +27,13 @@ Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {
   return validate_batch(batch, vocab);
 }
 
+Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done) {
+  MT_RETURN_IF_ERROR(check_step_batch(batch, o, vocab));
+  StepStats st;
+  st.step = steps_done + 1;
+  st.tokens = long(batch.inputs.size());
+  st.lr = o.schedule.at(o.optimizer.lr, steps_done);
+  return st;
+}
+
 }  // namespace mt

@@ -30,6 +30,9 @@ struct TrainOptions {
 Status validate(const TrainOptions& o, const ModelConfig& cfg);
 // A step's batch: global_batch x seq_len tokens, every one inside the vocabulary.
 Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab);
+// Both executors' step opening: the batch checked, then StepStats with the step's 1-based
+// index, its token count and its learning rate.
+Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done);
 
 class Executor {
  public:

@@ -36,11 +36,8 @@ Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelCo
 }
 
 Result<StepStats> ResidentExecutor::step(const Batch& batch) {
-  MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
+  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
   const auto t0 = std::chrono::steady_clock::now();
-  StepStats st;
-  st.step = steps_ + 1;
-  st.tokens = long(batch.inputs.size());
   const long counted = batch.counted_targets();
   const float scale = counted > 0 ? 1.0f / float(counted) : 0.0f;
 
@@ -66,7 +63,6 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
   // Tied embeddings: d(embedding) = the LM head's share + the lookup's share.
   float* gemb = a.grads[0];
   for (size_t i = 0; i < tied_head_grad_.size(); ++i) gemb[i] = tied_head_grad_[i] + gemb[i];
-  st.lr = opt_.schedule.at(opt_.optimizer.lr, steps_);
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
   const auto t1 = std::chrono::steady_clock::now();
   st.compute_seconds = std::chrono::duration<double>(t1 - t0).count();

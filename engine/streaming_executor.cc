@@ -150,12 +150,8 @@ double StreamingExecutor::run_uses(StepStats& st) {
 }
 
 Result<StepStats> StreamingExecutor::step(const Batch& batch) {
-  MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
+  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
   const auto t0 = std::chrono::steady_clock::now();
-  StepStats st;
-  st.step = steps_ + 1;
-  st.tokens = long(batch.inputs.size());
-  st.lr = opt_.schedule.at(opt_.optimizer.lr, steps_);
   const long counted = batch.counted_targets();
   grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
   EmbeddingRows rows = embedding_rows(batch.inputs);
