@@ -54,6 +54,7 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(double opt_threads, f.num("optimizer-threads", 0));
   // The embedding moves only a batch's distinct tokens; 8192 keeps that share realistic.
   MT_ASSIGN_OR_RETURN(double active_vocab, f.num("active-vocab", 8192));
+  if (active_vocab < 1) return invalid_argument("--active-vocab must be >= 1");
   a.active_vocab = int(active_vocab);
   a.opt.optimizer_threads = int(opt_threads);
   MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));

@@ -158,6 +158,9 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   st.embedding_rows = long(rows->size());
   pipe_->begin_step(st.step, st.lr, std::move(rows));
 
+  // inputs_/targets_ are overwritten only once the previous step's compute (its embedding
+  // backward reads inputs_) is done: on CUDA the H2D stream does not otherwise wait for it.
+  backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));
   const size_t tokens = batch.inputs.size();
   backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
   backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));

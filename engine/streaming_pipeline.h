@@ -77,7 +77,7 @@ class StreamingPipeline {
   void release(int use);                  // compute finished with the use's weights
   void end_step();                        // compute finished the step's work
   // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
-  // The embedding's own share comes as the step's rows, into staging.embedding_grad.
+  // The embedding's own share comes as the step's rows, into staging.embedding_rows.
   void grads_sent(int unit, EventPtr landed, bool tied_part);
   // Waits until every update of every step begun so far is done.
   Status sync();
@@ -92,7 +92,6 @@ class StreamingPipeline {
   void update_unit(size_t u, long step, float lr, float clip);
   void upload_embedding_rows(float* slot, const std::vector<int32_t>& rows);
   void scatter_embedding_grad(const std::vector<int32_t>& rows);
-  void merge_tied();
 
   Backend& backend_;
   HostStore& store_;
