@@ -175,7 +175,6 @@ void StreamingPipeline::optimizer_loop() {
     if (!g.tied_part) {
       const size_t u = size_t(g.unit);
       if (u == 0) scatter_embedding_grad(*g.rows);
-      if (cfg_.tied && u == 0) merge_tied();
       const HostUnit& hu = store_.unit(u);
       sumsq_[u] = store_.layout() == MemoryLayout::kExact
                       ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
@@ -204,8 +203,8 @@ void StreamingPipeline::upload_embedding_rows(float* slot, const std::vector<int
 }
 
 namespace {
-// grad[rows[r]] = packed[r]; every other row zero. Only the rows a previous scatter wrote
-// (`dirty`, or all rows when all_dirty) need clearing first.
+// Untied: grad[rows[r]] = packed[r], every other row zero. Only the rows a previous scatter
+// wrote (`dirty`, or all rows when all_dirty) need clearing first.
 template <typename G>
 void scatter_rows(G* grad, size_t numel, const G* packed, const std::vector<int32_t>& rows, size_t C,
                   const std::vector<int32_t>& dirty, bool all_dirty) {
@@ -214,32 +213,43 @@ void scatter_rows(G* grad, size_t numel, const G* packed, const std::vector<int3
     for (int32_t row : dirty) std::memset(static_cast<void*>(grad + size_t(row) * C), 0, C * sizeof(G));
   for (size_t r = 0; r < rows.size(); ++r) std::memcpy(grad + size_t(rows[r]) * C, packed + r * C, C * sizeof(G));
 }
-}  // namespace
 
-void StreamingPipeline::scatter_embedding_grad(const std::vector<int32_t>& rows) {
-  const HostUnit& hu = store_.unit(0);
-  const size_t C = cfg_.embedding_width;
-  if (store_.layout() == MemoryLayout::kExact)
-    scatter_rows(static_cast<float*>(hu.grad), hu.numel, static_cast<const float*>(staging_.embedding_rows), rows, C,
-                 grad_rows_dirty_, grad_all_dirty_);
-  else
-    scatter_rows(static_cast<bf16*>(hu.grad), hu.numel, static_cast<const bf16*>(staging_.embedding_rows), rows, C,
-                 grad_rows_dirty_, grad_all_dirty_);
-  grad_rows_dirty_ = rows;
-  grad_all_dirty_ = cfg_.tied;  // merging the LM head's share writes every row
+// Tied: grad = the LM head's share + the lookup's share, which is non-zero only on the step's
+// (ascending) rows. One pass writes every element, with the same sums as adding a dense lookup
+// share (head + 0 off the rows), so it matches the resident executor bit for bit.
+template <typename G>
+void merge_rows(G* grad, size_t numel, const G* head_share, const G* packed, const std::vector<int32_t>& rows,
+                size_t C) {
+  size_t r = 0;
+  for (size_t v = 0; v < numel / C; ++v) {
+    const G* lookup = r < rows.size() && size_t(rows[r]) == v ? packed + C * r++ : nullptr;
+    for (size_t c = v * C; c < (v + 1) * C; ++c)
+      grad[c] = from_float<G>(to_float(head_share[c]) + (lookup ? to_float(lookup[c - v * C]) : 0.0f));
+  }
 }
 
-void StreamingPipeline::merge_tied() {
+template <typename G>
+void embedding_grad(G* grad, size_t numel, const void* head_share, const void* packed, const std::vector<int32_t>& rows,
+                    size_t C, const std::vector<int32_t>& dirty, bool all_dirty) {
+  if (head_share)
+    merge_rows(grad, numel, static_cast<const G*>(head_share), static_cast<const G*>(packed), rows, C);
+  else scatter_rows(grad, numel, static_cast<const G*>(packed), rows, C, dirty, all_dirty);
+}
+}  // namespace
+
+// The embedding's gradient in the host store, from the rows copied into staging (and, when
+// tied, the LM head's share).
+void StreamingPipeline::scatter_embedding_grad(const std::vector<int32_t>& rows) {
   const HostUnit& hu = store_.unit(0);
-  if (store_.layout() == MemoryLayout::kExact) {
-    float* g = static_cast<float*>(hu.grad);
-    const float* t = static_cast<const float*>(staging_.tied_grad);
-    for (size_t i = 0; i < hu.numel; ++i) g[i] = t[i] + g[i];
-  } else {
-    bf16* g = static_cast<bf16*>(hu.grad);
-    const bf16* t = static_cast<const bf16*>(staging_.tied_grad);
-    for (size_t i = 0; i < hu.numel; ++i) g[i] = float_to_bf16(bf16_to_float(t[i]) + bf16_to_float(g[i]));
-  }
+  const void* head_share = cfg_.tied ? staging_.tied_grad : nullptr;
+  if (store_.layout() == MemoryLayout::kExact)
+    embedding_grad(static_cast<float*>(hu.grad), hu.numel, head_share, staging_.embedding_rows, rows,
+                   cfg_.embedding_width, grad_rows_dirty_, grad_all_dirty_);
+  else
+    embedding_grad(static_cast<bf16*>(hu.grad), hu.numel, head_share, staging_.embedding_rows, rows,
+                   cfg_.embedding_width, grad_rows_dirty_, grad_all_dirty_);
+  grad_rows_dirty_ = rows;
+  grad_all_dirty_ = cfg_.tied;  // a tied merge writes every row
 }
 
 void StreamingPipeline::update_phase(long step, float lr) {
