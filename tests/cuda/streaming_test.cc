@@ -8,18 +8,13 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/streaming_executor.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/engine/test_model.h"
 
 namespace mt {
 namespace {
 
 ModelConfig tiny(bool tied, bool qwen) {
-  std::string json = std::string(R"({"architectures": [")") + (qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM") +
-                     R"("], "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-      "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 97, "tie_word_embeddings": )" +
-                     (tied ? "true" : "false") + "}";
-  auto r = parse_model_config(json, "test");
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.value();
+  return testing_util::test_model_config({qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", 64, 3, 4, 2, 96, 97, tied});
 }
 
 TrainOptions options(MemoryLayout layout) {
@@ -42,7 +37,6 @@ struct Case {
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
 
 std::vector<double> run(const Case& c, bool cuda, int steps) {
   const ModelConfig cfg = tiny(c.tied, c.qwen);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/model_pass.h"
+#include "tests/engine/test_model.h"
 
 namespace mt {
 namespace {
@@ -20,16 +21,8 @@ struct Case {
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-
 ModelConfig make_config(const Case& c) {
-  std::string json = std::string(R"({"architectures": [")") + c.arch + R"("], "hidden_size": 16,
-      "num_hidden_layers": 2, "num_attention_heads": )" + std::to_string(c.heads) +
-                     R"(, "num_key_value_heads": )" + std::to_string(c.kv_heads) +
-                     R"(, "head_dim": 4, "intermediate_size": 24, "vocab_size": 11, "rope_theta": 100.0,
-      "tie_word_embeddings": )" + (c.tied ? "true" : "false") + "}";
-  auto r = parse_model_config(json, c.name);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.value();
+  return testing_util::test_model_config({c.arch, 16, 2, c.heads, c.kv_heads, 24, 11, c.tied, 4, 100.0});
 }
 
 class GradCheckModel : public ::testing::TestWithParam<Case> {};

@@ -10,18 +10,14 @@
 #include "engine/resident_executor.h"
 #include "engine/streaming_executor.h"
 #include "engine/streaming_pipeline.h"
+#include "tests/engine/test_model.h"
 
 namespace mt {
 namespace {
 
 ModelConfig small_config(bool tied, int layers, bool qwen = false) {
-  std::string json = std::string(R"({"architectures": [")") + (qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM") +
-                     R"("], "hidden_size": 32, "num_hidden_layers": )" + std::to_string(layers) +
-                     R"(, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
-      "vocab_size": 64, "tie_word_embeddings": )" + (tied ? "true" : "false") + "}";
-  auto r = parse_model_config(json, "test");
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.value();
+  return testing_util::test_model_config(
+      {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", 32, layers, 4, 2, 48, 64, tied});
 }
 
 TrainOptions small_options() {
@@ -53,7 +49,6 @@ struct Case {
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
 
 class StreamingVsResident : public ::testing::TestWithParam<Case> {};
 
