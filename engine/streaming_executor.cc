@@ -90,7 +90,7 @@ Status StreamingExecutor::allocate() {
   const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, cfg_.tie_word_embeddings, C};
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C};
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>()};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
                                               build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),

@@ -174,7 +174,7 @@ void StreamingPipeline::optimizer_loop() {
     const double t0 = now_seconds();  // optimizer work only, not the wait for the copy
     if (!g.tied_part) {
       const size_t u = size_t(g.unit);
-      if (u == 0) scatter_embedding_grad(*g.rows);
+      if (u == 0) scatter_embedding_grad(g.rows);
       const HostUnit& hu = store_.unit(u);
       sumsq_[u] = store_.layout() == MemoryLayout::kExact
                       ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
@@ -204,13 +204,13 @@ void StreamingPipeline::upload_embedding_rows(float* slot, const std::vector<int
 
 namespace {
 // Untied: grad[rows[r]] = packed[r], every other row zero. Only the rows a previous scatter
-// wrote (`dirty`, or all rows when all_dirty) need clearing first.
+// wrote need clearing first (every row when that is not known).
 template <typename G>
 void scatter_rows(G* grad, size_t numel, const G* packed, const std::vector<int32_t>& rows, size_t C,
-                  const std::vector<int32_t>& dirty, bool all_dirty) {
-  if (all_dirty) std::memset(static_cast<void*>(grad), 0, numel * sizeof(G));
+                  const std::vector<int32_t>* written) {
+  if (!written) std::memset(static_cast<void*>(grad), 0, numel * sizeof(G));
   else
-    for (int32_t row : dirty) std::memset(static_cast<void*>(grad + size_t(row) * C), 0, C * sizeof(G));
+    for (int32_t row : *written) std::memset(static_cast<void*>(grad + size_t(row) * C), 0, C * sizeof(G));
   for (size_t r = 0; r < rows.size(); ++r) std::memcpy(grad + size_t(rows[r]) * C, packed + r * C, C * sizeof(G));
 }
 
@@ -230,26 +230,25 @@ void merge_rows(G* grad, size_t numel, const G* head_share, const G* packed, con
 
 template <typename G>
 void embedding_grad(G* grad, size_t numel, const void* head_share, const void* packed, const std::vector<int32_t>& rows,
-                    size_t C, const std::vector<int32_t>& dirty, bool all_dirty) {
+                    size_t C, const std::vector<int32_t>* written) {
   if (head_share)
     merge_rows(grad, numel, static_cast<const G*>(head_share), static_cast<const G*>(packed), rows, C);
-  else scatter_rows(grad, numel, static_cast<const G*>(packed), rows, C, dirty, all_dirty);
+  else scatter_rows(grad, numel, static_cast<const G*>(packed), rows, C, written);
 }
 }  // namespace
 
 // The embedding's gradient in the host store, from the rows copied into staging (and, when
 // tied, the LM head's share).
-void StreamingPipeline::scatter_embedding_grad(const std::vector<int32_t>& rows) {
+void StreamingPipeline::scatter_embedding_grad(const EmbeddingRows& rows) {
   const HostUnit& hu = store_.unit(0);
-  const void* head_share = cfg_.tied ? staging_.tied_grad : nullptr;
+  const std::vector<int32_t>* written = scattered_.get();
   if (store_.layout() == MemoryLayout::kExact)
-    embedding_grad(static_cast<float*>(hu.grad), hu.numel, head_share, staging_.embedding_rows, rows,
-                   cfg_.embedding_width, grad_rows_dirty_, grad_all_dirty_);
+    embedding_grad(static_cast<float*>(hu.grad), hu.numel, staging_.tied_grad, staging_.embedding_rows, *rows,
+                   cfg_.embedding_width, written);
   else
-    embedding_grad(static_cast<bf16*>(hu.grad), hu.numel, head_share, staging_.embedding_rows, rows,
-                   cfg_.embedding_width, grad_rows_dirty_, grad_all_dirty_);
-  grad_rows_dirty_ = rows;
-  grad_all_dirty_ = cfg_.tied;  // a tied merge writes every row
+    embedding_grad(static_cast<bf16*>(hu.grad), hu.numel, staging_.tied_grad, staging_.embedding_rows, *rows,
+                   cfg_.embedding_width, written);
+  scattered_ = rows;
 }
 
 void StreamingPipeline::update_phase(long step, float lr) {

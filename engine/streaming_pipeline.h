@@ -39,13 +39,12 @@ struct PipelineConfig {
   OptimizerConfig optimizer;
   bool update_during_backward = false;
   int optimizer_threads = 0;
-  bool tied = false;
   size_t embedding_width = 0;  // C: floats per embedding row
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
 struct HostStaging {
-  void* tied_grad = nullptr;  // tied embeddings: the LM head's share of d(embedding)
+  void* tied_grad = nullptr;  // tied embeddings only: the LM head's share of d(embedding)
   // The step's embedding rows, gathered for upload at the start of the forward; later the same
   // buffer receives their gradient at the end of the backward. The two uses never overlap: the
   // upload lands before the embedding's forward, the gradient is copied after its backward, and
@@ -91,7 +90,7 @@ class StreamingPipeline {
   void update_phase(long step, float lr);
   void update_unit(size_t u, long step, float lr, float clip);
   void upload_embedding_rows(float* slot, const std::vector<int32_t>& rows);
-  void scatter_embedding_grad(const std::vector<int32_t>& rows);
+  void scatter_embedding_grad(const EmbeddingRows& rows);
 
   Backend& backend_;
   HostStore& store_;
@@ -102,8 +101,7 @@ class StreamingPipeline {
   HostStaging staging_;
   ThreadPool pool_;
   EventPtr rows_uploaded_;                // the last copy out of staging_.embedding_rows
-  std::vector<int32_t> grad_rows_dirty_;  // embedding-gradient rows the last scatter wrote
-  bool grad_all_dirty_ = true;            // the whole embedding gradient may be non-zero
+  EmbeddingRows scattered_;  // untied: the rows the last scatter wrote (null: clear every row)
 
   std::mutex mu_;
   std::condition_variable cv_;
