@@ -59,14 +59,16 @@ HostBuffer::~HostBuffer() {
   if (p_) alloc_->release(p_, bytes_);
 }
 
+size_t state_elem_bytes(MemoryLayout layout) { return layout == MemoryLayout::kExact ? 4 : 2; }
+
 size_t host_bytes_per_param(MemoryLayout layout, bool shadow) {
-  return (layout == MemoryLayout::kExact ? 16 : 10) + (shadow ? 2 : 0);
+  return 4 + 3 * state_elem_bytes(layout) + (shadow ? 2 : 0);
 }
 
 Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSchema>& units, MemoryLayout layout,
                                                      bool shadow, HostAllocator& alloc) {
   std::unique_ptr<HostStore> s(new HostStore(layout, alloc));
-  const size_t st = layout == MemoryLayout::kExact ? 4 : 2;  // bytes of grad, m, v elements
+  const size_t st = state_elem_bytes(layout);
   // Per unit: master, grad, m, v, shadow regions, each 4 KiB aligned. Units fill a chunk until
   // it would exceed kChunkBytes; a unit larger than that gets a chunk of its own.
   std::vector<size_t> unit_bytes;
@@ -110,7 +112,7 @@ size_t HostStore::total_params() const {
 }
 
 void HostStore::zero_optimizer_state() {
-  const size_t st = layout_ == MemoryLayout::kExact ? 4 : 2;
+  const size_t st = state_elem_bytes(layout_);
   for (auto& u : units_) {
     std::memset(u.m, 0, u.numel * st);
     std::memset(u.v, 0, u.numel * st);
@@ -118,7 +120,7 @@ void HostStore::zero_optimizer_state() {
 }
 
 void HostStore::zero_grads() {
-  const size_t st = layout_ == MemoryLayout::kExact ? 4 : 2;
+  const size_t st = state_elem_bytes(layout_);
   for (auto& u : units_) std::memset(u.grad, 0, u.numel * st);
 }
 

@@ -51,6 +51,8 @@ class HostBuffer {
 
 // Bytes per parameter of a layout (shadow adds 2).
 size_t host_bytes_per_param(MemoryLayout layout, bool shadow);
+// Bytes of one gradient, Adam m or Adam v element: fp32 (exact) or bf16 (compact).
+size_t state_elem_bytes(MemoryLayout layout);
 
 struct HostUnit {
   float* master = nullptr;

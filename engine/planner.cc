@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/host_store.h"
 #include "engine/layers.h"
 #include "engine/param_schema.h"
 
@@ -65,7 +66,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
 
   // Host: per-parameter state, the staging of the step's embedding rows (up, then their
   // gradient down), and the LM head's share of a tied embedding gradient.
-  const uint64_t P = uint64_t(p.params), gb = o.layout == MemoryLayout::kExact ? 4 : 2;
+  const uint64_t P = uint64_t(p.params), gb = state_elem_bytes(o.layout);
   p.host_by_kind = {{"master", 4 * P}, {"grad", gb * P}, {"adam_m", gb * P}, {"adam_v", gb * P}};
   if (po.shadow) p.host_by_kind.push_back({"shadow", 2 * P});
   const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), uint64_t(o.global_batch) * uint64_t(o.seq_len));

@@ -83,7 +83,7 @@ Status StreamingExecutor::allocate() {
   backend_->host_wait(backend_->record(StreamKind::kH2D));
   shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk};
 
-  const size_t grad_elem = opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16);
+  const size_t grad_elem = state_elem_bytes(opt_.layout);
   if (cfg_.tie_word_embeddings) {
     MT_ASSIGN_OR_RETURN(host_tied_grad_, HostBuffer::allocate(backend_->host_allocator(), units_[0].numel * grad_elem));
   }

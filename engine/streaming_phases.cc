@@ -118,7 +118,7 @@ void StreamingExecutor::backward_embedding(StepStats& st) {
     embedding_backward(backend_->ops(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
                        dresid_ + size_t(m) * mb.act);
   send_grads(0, g, n, GradShare::kEmbeddingRows);
-  st.last_grad_bytes = n * (opt_.layout == MemoryLayout::kExact ? sizeof(float) : sizeof(bf16));
+  st.last_grad_bytes = n * state_elem_bytes(opt_.layout);
 }
 
 int StreamingExecutor::acquire_grad_slot(size_t numel, StepStats& st) {
