@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/json.h"
-#include "engine/status.h"
+#include "engine/base/json.h"
+#include "engine/base/status.h"
 
 namespace mt::bench {
 

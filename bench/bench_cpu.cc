@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "engine/optimizer.h"
-#include "engine/thread_pool.h"
+#include "engine/optim/optimizer.h"
+#include "engine/base/thread_pool.h"
 #include "kernels/matmul.h"
 
 namespace mt::bench {

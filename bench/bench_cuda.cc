@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "engine/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/matmul.cuh"
 

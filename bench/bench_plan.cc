@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "bench/bench.h"
-#include "engine/planner.h"
+#include "engine/exec/planner.h"
 
 namespace mt::bench {
 

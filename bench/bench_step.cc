@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "bench/bench.h"
-#include "engine/resident_executor.h"
-#include "engine/streaming_executor.h"
+#include "engine/exec/resident_executor.h"
+#include "engine/exec/streaming_executor.h"
 
 namespace mt::bench {
 

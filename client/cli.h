@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/json.h"
-#include "engine/status.h"
+#include "engine/base/json.h"
+#include "engine/base/status.h"
 
 namespace mt::cli {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "engine/json.h"
+#include "engine/base/json.h"
 
 namespace mt::cli {
 

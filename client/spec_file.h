@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "engine/job_spec.h"
+#include "engine/job/job_spec.h"
 
 namespace mt::cli {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "engine/job_spec.h"
+#include "engine/job/job_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto j = mt::Json::parse(std::string_view(reinterpret_cast<const char*>(data), size));

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = mt::SafetensorsFile::from_bytes(std::string(reinterpret_cast<const char*>(data), size), "fuzz");

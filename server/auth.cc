@@ -1,6 +1,6 @@
 #include "server/auth.h"
 
-#include "engine/json.h"
+#include "engine/base/json.h"
 
 namespace mt::server {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace mt::server {
 

@@ -10,7 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
-#include "engine/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "absl/flags/usage.h"
 
 ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");

@@ -10,7 +10,7 @@
 
 #include <cstdio>
 
-#include "engine/json.h"
+#include "engine/base/json.h"
 
 namespace mt::server {
 

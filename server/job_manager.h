@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/job.h"
+#include "engine/job/job.h"
 #include "megatrain/v1/trainer.pb.h"
 #include "server/job_record.h"
 #include "server/metrics.h"

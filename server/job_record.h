@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/json.h"
+#include "engine/base/json.h"
 #include "megatrain/v1/trainer.pb.h"
 
 namespace mt::server {

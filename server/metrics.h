@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
-#include "engine/engine_stats.h"
-#include "engine/planner.h"
+#include "engine/exec/engine_stats.h"
+#include "engine/exec/planner.h"
 
 namespace mt::server {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/job_spec.h"
-#include "engine/planner.h"
+#include "engine/job/job_spec.h"
+#include "engine/exec/planner.h"
 #include "megatrain/v1/trainer.pb.h"
 
 namespace mt::server {

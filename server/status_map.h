@@ -2,7 +2,7 @@
 #pragma once
 #include <grpcpp/support/status.h>
 
-#include "engine/status.h"
+#include "engine/base/status.h"
 
 namespace mt::server {
 

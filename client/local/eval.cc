@@ -4,7 +4,7 @@
 
 #include "client/cli.h"
 #include "client/local/model_files.h"
-#include "engine/resident_executor.h"
+#include "engine/exec/resident_executor.h"
 
 namespace mt::cli {
 

@@ -4,7 +4,7 @@
 
 #include "client/cli.h"
 #include "client/local/model_files.h"
-#include "engine/hf_io.h"
+#include "engine/io/hf_io.h"
 
 namespace mt::cli {
 

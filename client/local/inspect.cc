@@ -4,8 +4,8 @@
 #include <filesystem>
 
 #include "client/cli.h"
-#include "engine/checkpoint.h"
-#include "engine/safetensors.h"
+#include "engine/io/checkpoint.h"
+#include "engine/io/safetensors.h"
 
 namespace mt::cli {
 

@@ -1,7 +1,7 @@
 #include "client/local/model_files.h"
 
-#include "engine/checkpoint.h"
-#include "engine/hf_io.h"
+#include "engine/io/checkpoint.h"
+#include "engine/io/hf_io.h"
 
 namespace mt::cli {
 

@@ -4,8 +4,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/host_store.h"
-#include "engine/model_config.h"
+#include "engine/optim/host_store.h"
+#include "engine/model/model_config.h"
 
 namespace mt::cli {
 

@@ -3,8 +3,8 @@
 
 #include "client/cli.h"
 #include "client/spec_file.h"
-#include "engine/job.h"
-#include "engine/planner.h"
+#include "engine/job/job.h"
+#include "engine/exec/planner.h"
 
 namespace mt::cli {
 

@@ -5,7 +5,7 @@
 #include "client/cli.h"
 #include "client/progress.h"
 #include "client/spec_file.h"
-#include "engine/job.h"
+#include "engine/job/job.h"
 
 namespace mt::cli {
 

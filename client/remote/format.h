@@ -4,7 +4,7 @@
 #include <string>
 
 #include "client/remote/connection.h"
-#include "engine/json.h"
+#include "engine/base/json.h"
 
 namespace mt::cli {
 

@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "engine/data/data_source.h"
-#include "engine/init.h"
+#include "engine/model/init.h"
 
 namespace mt {
 

@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "engine/data/data_source.h"
-#include "engine/json.h"
+#include "engine/base/json.h"
 
 namespace mt {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "engine/data/data_source.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 
 namespace mt {
 

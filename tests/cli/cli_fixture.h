@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/json.h"
+#include "engine/base/json.h"
 
 namespace mt::cli::testing {
 

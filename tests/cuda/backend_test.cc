@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "engine/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace mt {

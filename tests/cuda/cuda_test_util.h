@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 
 #define MT_REQUIRE_CUDA()                                                           \
   do {                                                                              \

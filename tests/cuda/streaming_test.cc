@@ -5,8 +5,8 @@
 
 #include <ostream>
 
-#include "engine/cuda/cuda_backend.h"
-#include "engine/streaming_executor.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/exec/streaming_executor.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/engine/test_model.h"
 

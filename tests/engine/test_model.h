@@ -3,8 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
-#include "engine/json.h"
-#include "engine/model_config.h"
+#include "engine/base/json.h"
+#include "engine/model/model_config.h"
 
 namespace mt::testing_util {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <random>
 
-#include "engine/json.h"
+#include "engine/base/json.h"
 #include "server/push_spool.h"
 #include "tests/server/server_fixture.h"
 

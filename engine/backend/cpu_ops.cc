@@ -1,0 +1,80 @@
+#include <cstring>
+
+#include "engine/backend/ops.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace mt {
+namespace {
+
+template <typename T>
+class CpuOps final : public Ops<T> {
+ public:
+  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const override {
+    cpu::matmul_forward(out, inp, w, b, N, C, OC);
+  }
+  void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C,
+                       int OC) const override {
+    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+  }
+  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, float eps) const override {
+    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  }
+  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd, int N,
+                        int C) const override {
+    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void rope_forward(T* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    cpu::rope_forward(qkv, f, B, T_, H, KVH, D);
+  }
+  void rope_backward(T* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    cpu::rope_backward(dqkv, f, B, T_, H, KVH, D);
+  }
+  void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const override {
+    cpu::attention_forward(out, lse, qkv, B, T_, H, KVH, D);
+  }
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_, int H,
+                          int KVH, int D) const override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KVH, D);
+  }
+  void swiglu_forward(T* out, const T* gu, int N, int F) const override { cpu::swiglu_forward(out, gu, N, F); }
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override {
+    cpu::swiglu_backward(dgu, dout, gu, N, F);
+  }
+  void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {
+    cpu::embedding_forward(out, tokens, wte, N, C);
+  }
+  void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C) const override {
+    cpu::embedding_backward(dwte, dout, tokens, N, C);
+  }
+  cpu::LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets,
+                                     int N, int C, int V, int chunk, T grad_scale, T* scratch) const override {
+    return cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch);
+  }
+  void add_inplace(T* y, const T* x, size_t n) const override {
+    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+  void copy(T* dst, const T* src, size_t n) const override {
+    if (n) std::memcpy(dst, src, n * sizeof(T));
+  }
+  void zero(T* dst, size_t n) const override {
+    if (n) std::memset(dst, 0, n * sizeof(T));
+  }
+};
+
+}  // namespace
+
+template <typename T>
+const Ops<T>& cpu_ops() {
+  static const CpuOps<T> ops;
+  return ops;
+}
+
+template const Ops<float>& cpu_ops<float>();
+template const Ops<double>& cpu_ops<double>();
+
+}  // namespace mt

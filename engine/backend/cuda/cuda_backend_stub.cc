@@ -1,0 +1,14 @@
+// Built only without CUDA: the factory refuses clearly.
+#include "engine/backend/cuda/cuda_backend.h"
+
+namespace mt {
+
+bool cuda_available() { return false; }
+std::string cuda_describe() { return "CUDA: not built into this engine (configure with -DMEGATRAIN_CUDA=ON)"; }
+uint64_t cuda_device_memory() { return 0; }
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions&) {
+  return unimplemented("backend = cuda is not built into this engine (configure with -DMEGATRAIN_CUDA=ON)");
+}
+
+}  // namespace mt

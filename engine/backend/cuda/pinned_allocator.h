@@ -1,0 +1,27 @@
+// Pinned (page-locked, DMA-able) host memory for the HostStore: cudaHostAlloc per request (the
+// HostStore already asks for large chunks). A refusal becomes a clear error naming the size,
+// what is pinned already and the locked-memory limit.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "engine/base/host_memory.h"
+
+namespace mt {
+
+// RLIMIT_MEMLOCK soft limit in bytes; SIZE_MAX when unlimited.
+size_t memlock_limit_bytes();
+
+class PinnedAllocator final : public HostAllocator {
+ public:
+  Result<void*> allocate(size_t bytes) override;
+  void release(void* p, size_t bytes) override;
+  bool pinned() const override { return true; }
+  size_t pinned_bytes() const { return pinned_.load(); }
+
+ private:
+  std::atomic<size_t> pinned_{0};
+};
+
+}  // namespace mt

@@ -1,0 +1,40 @@
+// Host memory: the allocator interface a backend supplies (pinned where it can pin, so every
+// byte is DMA-able) and an owning buffer on it. The HostStore and the executors' staging use it.
+#pragma once
+#include <cstddef>
+#include <utility>
+
+#include "engine/base/status.h"
+
+namespace mt {
+
+class HostAllocator {
+ public:
+  virtual ~HostAllocator() = default;
+  virtual Result<void*> allocate(size_t bytes) = 0;  // aligned to at least 4 KiB
+  virtual void release(void* p, size_t bytes) = 0;
+  virtual bool pinned() const { return false; }
+};
+HostAllocator& default_host_allocator();  // plain aligned pageable memory
+
+// A buffer from a HostAllocator (pinned where the backend pins), released when destroyed.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  static Result<HostBuffer> allocate(HostAllocator& alloc, size_t bytes);
+  HostBuffer(HostBuffer&& o) noexcept { *this = std::move(o); }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer();
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  HostAllocator* alloc_ = nullptr;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace mt

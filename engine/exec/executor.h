@@ -1,0 +1,52 @@
+// Executor: runs optimizer steps of a model whose state lives in a HostStore. Two exist:
+// ResidentExecutor (the reference: everything in one place, plain order) and
+// StreamingExecutor (units stream through a bounded device). On the CPU backend they agree
+// bit for bit.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "engine/data/data_source.h"
+#include "engine/exec/engine_stats.h"
+#include "engine/optim/host_store.h"
+#include "engine/model/model_config.h"
+#include "engine/optim/optimizer.h"
+
+namespace mt {
+
+struct TrainOptions {
+  int seq_len = 128;
+  int micro_batch = 8;    // sequences per micro-batch
+  int global_batch = 32;  // sequences per optimizer step
+  OptimizerConfig optimizer;
+  LrSchedule schedule;
+  bool recompute = true;  // keep only layer inputs, recompute activations in backward
+  MemoryLayout layout = MemoryLayout::kExact;
+  int optimizer_threads = 0;  // 0: all cores
+  int head_chunk = 256;       // tokens per chunk of the fused LM head + loss
+};
+
+// Checks the options against the model; errors name the field and value.
+Status validate(const TrainOptions& o, const ModelConfig& cfg);
+// A step's batch: global_batch x seq_len tokens, every one inside the vocabulary.
+Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab);
+// Both executors' step opening: the batch checked, then StepStats with the step's 1-based
+// index, its token count and its learning rate.
+Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done);
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // One optimizer step on a global batch (global_batch sequences of seq_len tokens).
+  virtual Result<StepStats> step(const Batch& batch) = 0;
+  // Finishes any update still in flight, so the HostStore holds the latest weights.
+  virtual Status sync() = 0;
+  virtual HostStore& store() = 0;
+  virtual long steps_done() const = 0;
+  virtual void set_steps_done(long steps) = 0;  // after loading a checkpoint
+};
+
+// Initialises every unit's master weights from `seed` (and clears the optimizer state).
+void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed);
+
+}  // namespace mt

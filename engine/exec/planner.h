@@ -1,0 +1,49 @@
+// The memory planner: for a model, training options and a backend, the host and device bytes a
+// run will use, by kind, and whether they fit the budgets. Computed from shapes alone — it never
+// allocates — so plans for 120B models are instant. The streaming executor allocates exactly
+// what the plan says.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/exec/executor.h"
+#include "engine/base/json.h"
+
+namespace mt {
+
+enum class CheckpointPlacement { kAuto, kDevice, kHost };
+Result<CheckpointPlacement> parse_checkpoint_placement(const std::string& name);
+
+struct PlanOptions {
+  int slots = 2;  // K weight slots on the device
+  CheckpointPlacement placement = CheckpointPlacement::kAuto;
+  bool shadow = false;              // bf16 compute shadow in host memory (CUDA bf16 compute)
+  int device_elem_bytes = 4;        // bytes per element of device weights/activations (4 fp32, 2 bf16)
+  uint64_t host_budget = 0;         // bytes; 0 = unlimited
+  uint64_t device_budget = 0;       // bytes; 0 = unlimited
+};
+
+struct MemoryPlan {
+  int64_t params = 0;
+  uint64_t host_bytes = 0;
+  double host_bytes_per_param = 0;
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, shadow, checkpoints
+  uint64_t device_bytes = 0;
+  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, workspace
+  bool checkpoints_on_device = true;
+  bool fits = true;
+  std::string reason;  // why it does not fit, with the numbers
+
+  // Element counts the streaming executor allocates from (device arena regions).
+  size_t slot_numel = 0;        // largest streamed unit
+  size_t checkpoint_numel = 0;  // per layer input (whole global batch): G*T*C
+  size_t workspace_numel = 0;   // one micro-batch: acts + scratch + head scratch + residual grads
+};
+
+Result<MemoryPlan> plan_memory(const ModelConfig& cfg, const TrainOptions& opt, const PlanOptions& popt);
+Json memory_plan_to_json(const MemoryPlan& p);
+std::string format_bytes(uint64_t bytes);  // "1.50 GiB"
+
+}  // namespace mt

@@ -1,0 +1,107 @@
+#include "engine/exec/resident_executor.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "engine/model/init.h"
+#include "engine/exec/model_pass.h"
+
+namespace mt {
+
+void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
+  const auto units = build_param_schemas(cfg);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const HostUnit& hu = store.unit(u);
+    init_unit_weights(cfg, units[u], hu.master, seed);
+    if (hu.shadow)
+      for (size_t i = 0; i < hu.numel; ++i) hu.shadow[i] = float_to_bf16(hu.master[i]);
+  }
+  store.zero_optimizer_state();
+  store.zero_grads();
+}
+
+ResidentExecutor::ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt)
+    : cfg_(cfg), opt_(opt), units_(build_param_schemas(cfg)), pool_(opt.optimizer_threads), inv_freq_(rope_inv_freq(cfg)) {}
+
+Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelConfig& cfg, const TrainOptions& opt) {
+  MT_RETURN_IF_ERROR(validate(opt, cfg));
+  if (opt.layout != MemoryLayout::kExact)
+    return invalid_argument("memory.layout = compact is not supported by the resident executor (use streaming)");
+  std::unique_ptr<ResidentExecutor> e(new ResidentExecutor(cfg, opt));
+  MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, false, default_host_allocator()));
+  LayerShape s{&e->cfg_, opt.micro_batch, opt.seq_len, e->inv_freq_.data(), opt.head_chunk};
+  e->workspace_.resize(model_pass_workspace_numel(s, opt.recompute));
+  if (cfg.tie_word_embeddings) e->tied_head_grad_.resize(e->units_[0].numel);
+  return e;
+}
+
+Result<StepStats> ResidentExecutor::step(const Batch& batch) {
+  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
+  const auto t0 = std::chrono::steady_clock::now();
+  const long counted = batch.counted_targets();
+  const float scale = counted > 0 ? 1.0f / float(counted) : 0.0f;
+
+  store_->zero_grads();
+  std::fill(tied_head_grad_.begin(), tied_head_grad_.end(), 0.0f);
+  LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk};
+  ModelPassArgs<float> a;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    a.weights.push_back(store_->unit(u).master);
+    a.grads.push_back(static_cast<float*>(store_->unit(u).grad));
+  }
+  a.tied_head_grad = tied_head_grad_.empty() ? nullptr : tied_head_grad_.data();
+  a.grad_scale = scale;
+  a.recompute = opt_.recompute;
+  double loss_sum = 0;
+  const size_t mb_tokens = size_t(opt_.micro_batch) * opt_.seq_len;
+  for (int mb = 0; mb < opt_.global_batch / opt_.micro_batch; ++mb) {
+    a.inputs = batch.inputs.data() + mb * mb_tokens;
+    a.targets = batch.targets.data() + mb * mb_tokens;
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<float>(), s, a, workspace_.data(), workspace_.size()));
+    loss_sum += r.loss_sum;
+  }
+  // Tied embeddings: d(embedding) = the LM head's share + the lookup's share.
+  float* gemb = a.grads[0];
+  for (size_t i = 0; i < tied_head_grad_.size(); ++i) gemb[i] = tied_head_grad_[i] + gemb[i];
+  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  const auto t1 = std::chrono::steady_clock::now();
+  st.compute_seconds = std::chrono::duration<double>(t1 - t0).count();
+  st.grad_norm = clip_and_update(st.lr, st);
+  ++steps_;
+  st.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+double ResidentExecutor::clip_and_update(float lr, StepStats& st) {
+  const auto t0 = std::chrono::steady_clock::now();
+  double sumsq = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    sumsq += unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(store_->unit(u).grad));
+  const double norm = std::sqrt(sumsq);
+  cpu::AdamWParams p{lr, opt_.optimizer.beta1, opt_.optimizer.beta2, opt_.optimizer.eps,
+                     opt_.optimizer.weight_decay, clip_factor(norm, opt_.optimizer.grad_clip), steps_ + 1};
+  for (size_t u = 0; u < units_.size(); ++u) adamw_unit(pool_, units_[u], store_->state<float>(u), p);
+  st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return norm;
+}
+
+Result<double> ResidentExecutor::evaluate(const Batch& batch) {
+  MT_RETURN_IF_ERROR(validate_batch(batch, cfg_.vocab_size));
+  LayerShape s{&cfg_, 1, batch.seq_len, inv_freq_.data(), opt_.head_chunk};
+  std::vector<float> ws(model_pass_workspace_numel(s, false));
+  ModelPassArgs<float> a;
+  for (size_t u = 0; u < units_.size(); ++u) a.weights.push_back(store_->unit(u).master);
+  double loss_sum = 0;
+  long counted = 0;
+  for (int g = 0; g < batch.num_seqs; ++g) {
+    a.inputs = batch.inputs.data() + size_t(g) * batch.seq_len;
+    a.targets = batch.targets.data() + size_t(g) * batch.seq_len;
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<float>(), s, a, ws.data(), ws.size()));
+    loss_sum += r.loss_sum;
+    counted += r.counted;
+  }
+  if (counted == 0) return invalid_argument("evaluation batch has no counted targets");
+  return loss_sum / double(counted);
+}
+
+}  // namespace mt

@@ -1,0 +1,39 @@
+// ResidentExecutor: the reference trainer. All weights sit in host memory; each micro-batch
+// runs the whole model (model_pass), gradients accumulate, then the global norm is clipped and
+// AdamW updates every unit. Nothing is streamed or overlapped.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/exec/executor.h"
+#include "engine/model/layers.h"
+
+namespace mt {
+
+class ResidentExecutor final : public Executor {
+ public:
+  static Result<std::unique_ptr<ResidentExecutor>> create(const ModelConfig& cfg, const TrainOptions& opt);
+
+  Result<StepStats> step(const Batch& batch) override;
+  Status sync() override { return Status::Ok(); }
+  HostStore& store() override { return *store_; }
+  long steps_done() const override { return steps_; }
+  void set_steps_done(long steps) override { steps_ = steps; }
+
+  // Mean loss of the current weights on a batch, without training (forward only).
+  Result<double> evaluate(const Batch& batch);
+
+ private:
+  ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt);
+  double clip_and_update(float lr, StepStats& st);
+
+  ModelConfig cfg_;
+  TrainOptions opt_;
+  std::vector<ParamSchema> units_;
+  std::unique_ptr<HostStore> store_;
+  ThreadPool pool_;
+  std::vector<float> inv_freq_, workspace_, tied_head_grad_;
+  long steps_ = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,189 @@
+#include "engine/exec/streaming_executor.h"
+
+#include <chrono>
+
+#include "engine/exec/streaming_pipeline.h"
+
+namespace mt {
+
+StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
+                                     std::unique_ptr<Backend> backend)
+    : cfg_(cfg), opt_(opt), so_(so), units_(build_param_schemas(cfg)), backend_(std::move(backend)) {}
+
+StreamingExecutor::~StreamingExecutor() {
+  // The optimizer thread may still be applying the last step's updates, which read the host
+  // buffers declared after pipe_: finish and join it before any member goes away.
+  if (pipe_) (void)pipe_->sync();
+  pipe_.reset();
+}
+
+Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
+                                                                         const StreamingOptions& so) {
+  return create(cfg, opt, so, make_cpu_backend({so.link_gbps}));
+}
+
+Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
+                                                                     const StreamingOptions& so,
+                                                                     std::unique_ptr<Backend> backend) {
+  MT_RETURN_IF_ERROR(validate(opt, cfg));
+  if (so.update_during_backward && opt.optimizer.grad_clip > 0)
+    return invalid_argument("update_during_backward needs optimizer.grad_clip = 0 (clipping needs every gradient "
+                            "before any update); grad_clip is " + std::to_string(opt.optimizer.grad_clip));
+  if (!opt.recompute)
+    return invalid_argument("recompute = false is not supported by the streaming executor (it keeps only layer inputs)");
+  PlanOptions po;
+  po.slots = so.slots;
+  po.placement = so.placement;
+  po.device_budget = so.device_budget;
+  MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
+  if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
+  std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend)));
+  e->plan_ = plan;
+  MT_RETURN_IF_ERROR(e->allocate());
+  return e;
+}
+
+Status StreamingExecutor::allocate() {
+  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, false, backend_->host_allocator()));
+  MT_RETURN_IF_ERROR(backend_->reserve_device(plan_.device_bytes));
+  auto floats = [&](size_t n) -> Result<float*> {
+    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(n * sizeof(float)));
+    return static_cast<float*>(p);
+  };
+  for (int k = 0; k < so_.slots; ++k) {
+    MT_ASSIGN_OR_RETURN(float* p, floats(plan_.slot_numel));
+    slots_.push_back(p);
+  }
+  for (int k = 0; k < 2; ++k) {
+    MT_ASSIGN_OR_RETURN(float* p, floats(plan_.slot_numel));
+    grad_slots_.push_back(p);
+  }
+  grad_slot_free_.resize(2);
+  const int ckpts = plan_.checkpoints_on_device ? cfg_.num_layers + 1 : 3;
+  for (int k = 0; k < ckpts; ++k) {
+    MT_ASSIGN_OR_RETURN(float* p, floats(plan_.checkpoint_numel));
+    ckpt_.push_back(p);
+  }
+  if (!plan_.checkpoints_on_device) {
+    MT_ASSIGN_OR_RETURN(host_checkpoints_, HostBuffer::allocate(backend_->host_allocator(),
+                                                                size_t(cfg_.num_layers) * plan_.checkpoint_numel * sizeof(float)));
+    ring_holds_.assign(3, -1);
+    ring_offloaded_.resize(3);
+    ring_ready_.resize(3);
+  }
+  MT_ASSIGN_OR_RETURN(dresid_, floats(plan_.checkpoint_numel));
+  MT_ASSIGN_OR_RETURN(work_, floats(plan_.workspace_numel));
+  const size_t tokens = size_t(opt_.global_batch) * size_t(opt_.seq_len);
+  MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(2 * tokens * sizeof(int32_t)));
+  inputs_ = static_cast<int32_t*>(tok);
+  targets_ = inputs_ + tokens;
+  const auto inv = rope_inv_freq(cfg_);
+  MT_ASSIGN_OR_RETURN(inv_freq_, floats(inv.size()));
+  backend_->copy_h2d(inv_freq_, inv.data(), inv.size() * sizeof(float));
+  backend_->host_wait(backend_->record(StreamKind::kH2D));
+  shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk};
+
+  const size_t grad_elem = state_elem_bytes(opt_.layout);
+  if (cfg_.tie_word_embeddings) {
+    MT_ASSIGN_OR_RETURN(host_tied_grad_, HostBuffer::allocate(backend_->host_allocator(), units_[0].numel * grad_elem));
+  }
+  const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), tokens);
+  MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
+  row_of_token_.assign(size_t(cfg_.vocab_size), -1);
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C};
+  const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>()};
+  pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
+                                              build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
+                                              pc, staging);
+  return Status::Ok();
+}
+
+void StreamingExecutor::set_steps_done(long steps) {
+  steps_ = steps;
+  pipe_->mark_all_updated(steps);
+}
+
+Status StreamingExecutor::sync() {
+  MT_RETURN_IF_ERROR(pipe_->sync());
+  return backend_->error();
+}
+
+EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inputs) {
+  auto rows = std::make_shared<std::vector<int32_t>>();
+  for (int32_t t : inputs) row_of_token_[size_t(t)] = 0;  // mark
+  for (int32_t t = 0; t < cfg_.vocab_size; ++t)
+    if (row_of_token_[size_t(t)] == 0) {
+      row_of_token_[size_t(t)] = int32_t(rows->size()) + 1;  // 1-based while marking
+      rows->push_back(t);
+    }
+  row_ids_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) row_ids_[i] = row_of_token_[size_t(inputs[i])] - 1;
+  for (int32_t t : *rows) row_of_token_[size_t(t)] = -1;  // reset for the next step
+  return rows;
+}
+
+// Runs the step's unit uses in order (forward, head, backward L..1); returns the loss sum.
+double StreamingExecutor::run_uses(StepStats& st) {
+  const int L = cfg_.num_layers;
+  const auto& uses = pipe_->uses();
+  double loss_sum = 0;
+  for (int i = 0; i < int(uses.size()); ++i) {
+    const int u = uses[size_t(i)].unit;
+    const bool forward = i <= L, tied = cfg_.tie_word_embeddings;
+    if (tied && i == L + 1) continue;  // the embedding's use by the LM head: taken with the head
+    const bool is_head = u == L + 1;
+    if (is_head && tied) pipe_->wait_ready(i - 1, st.copy_wait_seconds, st.optimizer_wait_seconds);
+    pipe_->wait_ready(i, st.copy_wait_seconds, st.optimizer_wait_seconds);
+    const auto c0 = std::chrono::steady_clock::now();
+    if (is_head) loss_sum += head(i, tied ? i - 1 : -1, st);
+    else if (forward && u == 0) forward_embedding(i, st);
+    else if (forward) forward_decoder(i, u - 1, st);
+    else backward_decoder(i, u - 1, st);
+    const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    st.compute_seconds += busy;
+    if (forward) st.forward_compute_seconds += busy;
+    if (is_head) st.forward_h2d_bytes = pipe_->fetch_bytes(0, i);
+    if (is_head && tied) pipe_->release(i - 1);
+    pipe_->release(i);
+  }
+  return loss_sum;
+}
+
+Result<StepStats> StreamingExecutor::step(const Batch& batch) {
+  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
+  const auto t0 = std::chrono::steady_clock::now();
+  const long counted = batch.counted_targets();
+  grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
+  EmbeddingRows rows = embedding_rows(batch.inputs);
+  st.embedding_rows = long(rows->size());
+  pipe_->begin_step(st.step, st.lr, std::move(rows));
+
+  // inputs_/targets_ are overwritten only once the previous step's compute (its embedding
+  // backward reads inputs_) is done: on CUDA the H2D stream does not otherwise wait for it.
+  backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));
+  const size_t tokens = batch.inputs.size();
+  backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
+  backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
+  st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
+
+  const double loss_sum = run_uses(st);
+  const auto c0 = std::chrono::steady_clock::now();
+  backward_embedding(st);
+  st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  pipe_->end_step();
+  MT_RETURN_IF_ERROR(backend_->error());
+  ++steps_;
+  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  const CopyStats cs = backend_->take_copy_stats();
+  st.h2d_bytes = cs.h2d_bytes;
+  st.d2h_bytes = cs.d2h_bytes;
+  st.h2d_seconds = cs.h2d_seconds;
+  st.d2h_seconds = cs.d2h_seconds;
+  st.optimizer_seconds = pipe_->take_optimizer_seconds();
+  st.grad_norm = pipe_->last_grad_norm();
+  st.device_peak_bytes = backend_->device_peak();
+  st.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace mt

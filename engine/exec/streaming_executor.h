@@ -1,0 +1,101 @@
+// StreamingExecutor: every unit's state lives in the HostStore; the device holds only K weight
+// slots, gradient staging slots, the layer-input checkpoints and one micro-batch's workspace.
+// Layer-major: each unit is fetched once per forward and once per backward for the whole
+// global batch, every micro-batch passing through it while it is resident. Gradients go back
+// to the host as each unit finishes and a CPU optimizer thread clips and updates the units
+// in order 0..U-1, overlapped with the next step's forward (unit u's upload waits only for
+// unit u's update). On the CPU backend it reproduces ResidentExecutor bit for bit.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/exec/executor.h"
+#include "engine/model/layers.h"
+#include "engine/exec/planner.h"
+#include "engine/exec/streaming_pipeline.h"
+
+namespace mt {
+
+struct StreamingOptions {
+  int slots = 2;  // K weight slots
+  CheckpointPlacement placement = CheckpointPlacement::kAuto;
+  uint64_t device_budget = 0;  // bytes the device may use; 0 = no limit
+  double link_gbps = 0;        // CPU backend: emulated link bandwidth per direction
+  // Update each unit as soon as its gradient lands, during backward. Faster, but only valid
+  // without global-norm clipping (refused when grad_clip > 0).
+  bool update_during_backward = false;
+};
+
+class StreamingExecutor final : public Executor {
+ public:
+  static Result<std::unique_ptr<StreamingExecutor>> create(const ModelConfig& cfg, const TrainOptions& opt,
+                                                           const StreamingOptions& so, std::unique_ptr<Backend> backend);
+  static Result<std::unique_ptr<StreamingExecutor>> create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
+                                                               const StreamingOptions& so);
+  ~StreamingExecutor() override;
+
+  Result<StepStats> step(const Batch& batch) override;
+  Status sync() override;
+  HostStore& store() override { return *store_; }
+  long steps_done() const override { return steps_; }
+  void set_steps_done(long steps) override;
+
+  const MemoryPlan& plan() const { return plan_; }
+  size_t device_peak() const { return backend_->device_peak(); }
+
+ private:
+  StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
+                    std::unique_ptr<Backend> backend);
+  Status allocate();
+  double run_uses(StepStats& st);
+  // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
+  void forward_embedding(int use, StepStats& st);
+  void forward_decoder(int use, int layer, StepStats& st);
+  double head(int use, int tied_use, StepStats& st);  // returns the loss sum
+  void backward_decoder(int use, int layer, StepStats& st);
+  void backward_embedding(StepStats& st);  // reads no weights: not a use
+  // Layer inputs x_0..x_L (x_L feeds the head): all on the device, or a ring of three device
+  // buffers backed by host memory (host placement).
+  float* layer_input(int l);
+  void prepare_output(int l, StepStats& st);   // x_l is about to be written
+  void offload_layer_input(int l);             // host placement: x_l to host memory
+  void fetch_layer_input(int l);               // host placement: x_l back to the device
+  int acquire_grad_slot(size_t numel, StepStats& st);  // a zeroed gradient slot
+  enum class GradShare { kUnit, kTiedHead, kEmbeddingRows };  // where a gradient slot goes on the host
+  void send_grads(int unit, int grad_slot, size_t numel, GradShare share);
+  // The batch's distinct tokens (ascending) and each input's index among them, in row_ids_.
+  EmbeddingRows embedding_rows(const std::vector<int32_t>& inputs);
+
+  ModelConfig cfg_;
+  TrainOptions opt_;
+  StreamingOptions so_;
+  std::vector<ParamSchema> units_;
+  MemoryPlan plan_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<HostStore> store_;
+  std::unique_ptr<StreamingPipeline> pipe_;
+  // Host memory from the backend's allocator (pinned on CUDA, so copies overlap compute).
+  HostBuffer host_tied_grad_;    // tied embeddings: the LM head's share of d(embedding)
+  HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C floats)
+  HostBuffer host_rows_;          // the step's embedding rows, then their gradient (HostStaging)
+  // Inputs as indices into the step's embedding rows (what the device's embedding reads), and
+  // a per-token scratch map from token to row.
+  std::vector<int32_t> row_ids_, row_of_token_;
+
+  // Device regions.
+  std::vector<float*> slots_, grad_slots_, ckpt_;
+  std::vector<EventPtr> grad_slot_free_;
+  std::vector<int> ring_holds_;            // host placement: which layer input each ring buffer holds
+  std::vector<EventPtr> ring_offloaded_, ring_ready_;
+  EventPtr last_offload_;
+  float *dresid_ = nullptr, *work_ = nullptr, *inv_freq_ = nullptr;
+  int32_t *inputs_ = nullptr, *targets_ = nullptr;
+  int next_grad_slot_ = 0;
+
+  LayerShape shape_;
+  float grad_scale_ = 0;
+  long steps_ = 0;
+};
+
+}  // namespace mt

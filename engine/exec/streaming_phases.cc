@@ -1,0 +1,145 @@
+// The StreamingExecutor's per-unit work: every micro-batch through one resident unit, layer
+// inputs kept (or offloaded and fetched back), gradients accumulated in a device slot and sent
+// to the host when the unit is done.
+#include "engine/exec/streaming_executor.h"
+#include "engine/exec/streaming_pipeline.h"
+
+namespace mt {
+
+namespace {
+struct MicroBatches {
+  int count;
+  size_t tokens;  // per micro-batch
+  size_t act;     // elements of one micro-batch's [tokens, C] slice
+};
+MicroBatches micro_batches(const TrainOptions& o, const ModelConfig& c) {
+  const size_t t = size_t(o.micro_batch) * size_t(o.seq_len);
+  return {o.global_batch / o.micro_batch, t, t * size_t(c.hidden_size)};
+}
+}  // namespace
+
+float* StreamingExecutor::layer_input(int l) { return ckpt_[size_t(plan_.checkpoints_on_device ? l : l % 3)]; }
+
+void StreamingExecutor::prepare_output(int l, StepStats& st) {
+  if (plan_.checkpoints_on_device) return;
+  const size_t k = size_t(l % 3);
+  if (ring_offloaded_[k]) st.copy_wait_seconds += backend_->host_wait(ring_offloaded_[k]);
+  ring_holds_[k] = l;
+}
+
+void StreamingExecutor::offload_layer_input(int l) {
+  if (plan_.checkpoints_on_device) return;
+  const size_t k = size_t(l % 3), n = plan_.checkpoint_numel;
+  backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
+  backend_->copy_d2h(host_checkpoints_.as<float>() + size_t(l) * n, ckpt_[k], n * sizeof(float));
+  ring_offloaded_[k] = last_offload_ = backend_->record(StreamKind::kD2H);
+}
+
+void StreamingExecutor::fetch_layer_input(int l) {
+  const size_t k = size_t(l % 3), n = plan_.checkpoint_numel;
+  if (plan_.checkpoints_on_device || l < 0 || ring_holds_[k] == l) return;
+  backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));  // ring buffer's last reader
+  if (last_offload_) backend_->stream_wait(StreamKind::kH2D, last_offload_);        // x_l has reached the host
+  backend_->copy_h2d(ckpt_[k], host_checkpoints_.as<float>() + size_t(l) * n, n * sizeof(float));
+  ring_ready_[k] = backend_->record(StreamKind::kH2D);
+  ring_holds_[k] = l;
+}
+
+void StreamingExecutor::forward_embedding(int use, StepStats& st) {
+  const MicroBatches mb = micro_batches(opt_, cfg_);
+  prepare_output(0, st);
+  float* out = layer_input(0);
+  for (int m = 0; m < mb.count; ++m)
+    embedding_forward(backend_->ops(), shape_, pipe_->slot_of(use), inputs_ + size_t(m) * mb.tokens, out + size_t(m) * mb.act);
+}
+
+void StreamingExecutor::forward_decoder(int use, int l, StepStats& st) {
+  const MicroBatches mb = micro_batches(opt_, cfg_);
+  prepare_output(l + 1, st);
+  const float* in = layer_input(l);
+  float* out = layer_input(l + 1);
+  const auto w = bind_decoder<const float>(cfg_, pipe_->slot_of(use));
+  const auto acts = bind_decoder_acts<float>(shape_, work_);
+  for (int m = 0; m < mb.count; ++m)
+    decoder_forward(backend_->ops(), shape_, w, in + size_t(m) * mb.act, out + size_t(m) * mb.act, acts);
+  offload_layer_input(l);
+}
+
+double StreamingExecutor::head(int use, int tied_use, StepStats& st) {
+  const MicroBatches mb = micro_batches(opt_, cfg_);
+  const int L = cfg_.num_layers, C = cfg_.hidden_size;
+  const float* w = pipe_->slot_of(use);
+  const float* lm = tied_use >= 0 ? pipe_->slot_of(tied_use) : w + C;
+  const size_t n = units_[size_t(L) + 1].numel;
+  const int g = acquire_grad_slot(n, st);
+  const int gt = tied_use >= 0 ? acquire_grad_slot(units_[0].numel, st) : -1;
+  float* dlm = gt >= 0 ? grad_slots_[size_t(gt)] : grad_slots_[size_t(g)] + C;
+  const size_t acts_n = decoder_acts_numel(shape_) + decoder_scratch_numel(shape_);
+  const auto sc = bind_head_scratch<float>(shape_, work_ + acts_n);
+  const float* x = layer_input(L);
+  double loss = 0;
+  for (int m = 0; m < mb.count; ++m)
+    loss += head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
+                                  targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc)
+                .loss_sum;
+  send_grads(L + 1, g, n, GradShare::kUnit);
+  if (gt >= 0) send_grads(0, gt, units_[0].numel, GradShare::kTiedHead);
+  return loss;
+}
+
+void StreamingExecutor::backward_decoder(int use, int l, StepStats& st) {
+  const MicroBatches mb = micro_batches(opt_, cfg_);
+  fetch_layer_input(l);
+  if (!plan_.checkpoints_on_device && ring_ready_[size_t(l % 3)])
+    st.copy_wait_seconds += backend_->host_wait(ring_ready_[size_t(l % 3)]);
+  fetch_layer_input(l - 1);  // prefetch the next layer's input while this one computes
+  const float* in = layer_input(l);
+  const auto w = bind_decoder<const float>(cfg_, pipe_->slot_of(use));
+  const size_t n = units_[size_t(l) + 1].numel;
+  const int g = acquire_grad_slot(n, st);
+  const auto dw = bind_decoder<float>(cfg_, grad_slots_[size_t(g)]);
+  const auto acts = bind_decoder_acts<float>(shape_, work_);
+  const auto sc = bind_decoder_scratch<float>(shape_, work_ + decoder_acts_numel(shape_));
+  for (int m = 0; m < mb.count; ++m) {
+    const float* x = in + size_t(m) * mb.act;
+    decoder_forward<float>(backend_->ops(), shape_, w, x, nullptr, acts);  // recompute
+    decoder_backward(backend_->ops(), shape_, w, dw, x, acts, dresid_ + size_t(m) * mb.act, sc);
+  }
+  send_grads(l + 1, g, n, GradShare::kUnit);
+}
+
+// The gradient of the step's embedding rows only, packed as the forward read them: every
+// other row of d(embedding) is zero, and the optimizer thread scatters these into place.
+void StreamingExecutor::backward_embedding(StepStats& st) {
+  const MicroBatches mb = micro_batches(opt_, cfg_);
+  const size_t n = size_t(st.embedding_rows) * size_t(cfg_.hidden_size);
+  const int g = acquire_grad_slot(n, st);
+  for (int m = 0; m < mb.count; ++m)
+    embedding_backward(backend_->ops(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
+                       dresid_ + size_t(m) * mb.act);
+  send_grads(0, g, n, GradShare::kEmbeddingRows);
+  st.last_grad_bytes = n * state_elem_bytes(opt_.layout);
+}
+
+int StreamingExecutor::acquire_grad_slot(size_t numel, StepStats& st) {
+  const int k = next_grad_slot_;
+  next_grad_slot_ = (k + 1) % int(grad_slots_.size());
+  if (grad_slot_free_[size_t(k)]) st.copy_wait_seconds += backend_->host_wait(grad_slot_free_[size_t(k)]);
+  backend_->ops().zero(grad_slots_[size_t(k)], numel);
+  return k;
+}
+
+void StreamingExecutor::send_grads(int unit, int k, size_t numel, GradShare share) {
+  backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
+  const float* src = grad_slots_[size_t(k)];
+  void* dst = share == GradShare::kTiedHead        ? host_tied_grad_.as<void>()
+              : share == GradShare::kEmbeddingRows ? host_rows_.as<void>()
+                                                   : store_->unit(size_t(unit)).grad;
+  if (opt_.layout == MemoryLayout::kExact) backend_->copy_d2h(dst, src, numel * sizeof(float));
+  else backend_->copy_d2h_bf16(static_cast<bf16*>(dst), src, numel);
+  EventPtr landed = backend_->record(StreamKind::kD2H);
+  grad_slot_free_[size_t(k)] = landed;
+  pipe_->grads_sent(unit, landed, share == GradShare::kTiedHead);
+}
+
+}  // namespace mt

@@ -1,0 +1,302 @@
+#include "engine/exec/streaming_pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace mt {
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
+  std::vector<int> order;
+  for (int u = 0; u <= L; ++u) order.push_back(u);  // forward: embedding, decoders
+  if (tied) order.push_back(0);                     // the LM head reads the embedding
+  order.push_back(L + 1);                           // final norm + head
+  // Backward, layers L..1. The embedding's backward scatters gradients into a zeroed slot and
+  // never reads the weights, so it is not a use: the executor runs it after the sequence.
+  for (int u = L; u >= 1; --u) order.push_back(u);
+  std::vector<int> content(size_t(K), -1), last(size_t(K), -1);
+  std::vector<UnitUse> uses;
+  for (int i = 0; i < int(order.size()); ++i) {
+    UnitUse use;
+    use.unit = order[size_t(i)];
+    int k = -1;
+    for (int s = 0; s < K; ++s)
+      if (content[size_t(s)] == use.unit) k = s;
+    use.fetch = k < 0;
+    if (k < 0) {  // refill the least recently used slot
+      k = 0;
+      for (int s = 1; s < K; ++s)
+        if (last[size_t(s)] < last[size_t(k)]) k = s;
+    }
+    use.slot = k;
+    use.prev_of_slot = last[size_t(k)];
+    use.rows_only = i == 0;  // the embedding's forward reads only the batch's rows
+    content[size_t(k)] = use.rows_only ? -1 : use.unit;  // packed rows: not reusable as the unit
+    last[size_t(k)] = i;
+    uses.push_back(use);
+  }
+  return uses;
+}
+
+uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
+  uint64_t bytes = 0;
+  for (int i = first; i <= last; ++i)
+    if (uses_[size_t(i)].rows_only) bytes += rows_->size() * cfg_.embedding_width * sizeof(float);
+    else if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * sizeof(float);
+  return bytes;
+}
+
+StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
+                                     std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
+                                     const HostStaging& staging)
+    : backend_(backend),
+      store_(store),
+      units_(units),
+      slots_(std::move(slots)),
+      uses_(std::move(uses)),
+      cfg_(cfg),
+      staging_(staging),
+      pool_(cfg.optimizer_threads),
+      ready_(uses_.size()),
+      released_(uses_.size()),
+      opt_ready_time_(uses_.size()),
+      updated_(units.size(), 0),
+      sumsq_(units.size()) {
+  uploader_ = std::thread([this] { uploader_loop(); });
+  optimizer_ = std::thread([this] { optimizer_loop(); });
+}
+
+StreamingPipeline::~StreamingPipeline() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  uploader_.join();
+  optimizer_.join();
+}
+
+void StreamingPipeline::begin_step(long step, float lr, EmbeddingRows rows) {
+  std::lock_guard<std::mutex> l(mu_);
+  step_ = step;
+  lr_ = lr;
+  rows_ = std::move(rows);
+  std::fill(ready_.begin(), ready_.end(), nullptr);
+  std::fill(released_.begin(), released_.end(), nullptr);
+  cv_.notify_all();
+}
+
+void StreamingPipeline::uploader_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return stop_ || step_ > uploaded_step_; });
+    if (stop_) return;
+    const long s = step_;
+    const EmbeddingRows rows = rows_;
+    for (size_t i = 0; i < uses_.size(); ++i) {
+      const UnitUse& u = uses_[i];
+      if (!u.fetch) {
+        ready_[i] = ready_[size_t(u.prev_of_slot)];
+        cv_.notify_all();
+        continue;
+      }
+      cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+      opt_ready_time_[i] = now_seconds();
+      cv_.wait(l, [&] { return stop_ || u.prev_of_slot < 0 || released_[size_t(u.prev_of_slot)]; });
+      if (stop_) return;
+      EventPtr free = u.prev_of_slot < 0 ? prev_step_done_ : released_[size_t(u.prev_of_slot)];
+      l.unlock();
+      if (free) backend_.stream_wait(StreamKind::kH2D, free);
+      if (u.rows_only) upload_embedding_rows(slots_[size_t(u.slot)], *rows);
+      else
+        backend_.copy_h2d(slots_[size_t(u.slot)], store_.unit(size_t(u.unit)).master,
+                          units_[size_t(u.unit)].numel * sizeof(float));
+      EventPtr e = backend_.record(StreamKind::kH2D);
+      l.lock();
+      ready_[i] = e;
+      cv_.notify_all();
+    }
+    uploaded_step_ = s;
+  }
+}
+
+void StreamingPipeline::wait_ready(int use, double& copy_wait, double& optimizer_wait) {
+  const double t0 = now_seconds();
+  EventPtr e;
+  double opt_t;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return ready_[size_t(use)] != nullptr; });
+    e = ready_[size_t(use)];
+    opt_t = uses_[size_t(use)].fetch ? opt_ready_time_[size_t(use)] : 0;
+  }
+  backend_.stream_wait(StreamKind::kCompute, e);
+  const double t1 = now_seconds();
+  const double opt = std::max(0.0, std::min(opt_t, t1) - t0);
+  optimizer_wait += opt;
+  copy_wait += (t1 - t0) - opt;
+}
+
+void StreamingPipeline::release(int use) {
+  EventPtr e = backend_.record(StreamKind::kCompute);
+  std::lock_guard<std::mutex> l(mu_);
+  released_[size_t(use)] = e;
+  cv_.notify_all();
+}
+
+void StreamingPipeline::end_step() {
+  EventPtr e = backend_.record(StreamKind::kCompute);
+  std::lock_guard<std::mutex> l(mu_);
+  prev_step_done_ = e;
+}
+
+void StreamingPipeline::grads_sent(int unit, EventPtr landed, bool tied_part) {
+  std::lock_guard<std::mutex> l(mu_);
+  landings_.push_back({unit, std::move(landed), tied_part, step_, lr_, rows_});
+  cv_.notify_all();
+}
+
+void StreamingPipeline::optimizer_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return stop_ || !landings_.empty(); });
+    if (landings_.empty()) return;
+    Landing g = landings_.front();
+    landings_.pop_front();
+    l.unlock();
+    backend_.host_wait(g.event);
+    const double t0 = now_seconds();  // optimizer work only, not the wait for the copy
+    if (!g.tied_part) {
+      const size_t u = size_t(g.unit);
+      if (u == 0) scatter_embedding_grad(g.rows);
+      const HostUnit& hu = store_.unit(u);
+      sumsq_[u] = store_.layout() == MemoryLayout::kExact
+                      ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
+                      : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
+      if (cfg_.update_during_backward) update_unit(u, g.step, g.lr, 1.0f);
+      if (++landed_ == int(units_.size())) {
+        landed_ = 0;
+        if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
+      }
+    }
+    l.lock();
+    optimizer_seconds_ += now_seconds() - t0;
+  }
+}
+
+// Gathers the rows into staging and copies them, packed, to the slot. The previous copy out of
+// staging finished long ago (its step's forward waited for it); waiting keeps that explicit.
+void StreamingPipeline::upload_embedding_rows(float* slot, const std::vector<int32_t>& rows) {
+  if (rows_uploaded_) backend_.host_wait(rows_uploaded_);
+  const size_t C = cfg_.embedding_width;
+  const float* master = store_.unit(0).master;
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::memcpy(static_cast<float*>(staging_.embedding_rows) + r * C, master + size_t(rows[r]) * C, C * sizeof(float));
+  backend_.copy_h2d(slot, staging_.embedding_rows, rows.size() * C * sizeof(float));
+  rows_uploaded_ = backend_.record(StreamKind::kH2D);
+}
+
+namespace {
+// Untied: grad[rows[r]] = packed[r], every other row zero. Only the rows a previous scatter
+// wrote need clearing first (every row when that is not known).
+template <typename G>
+void scatter_rows(G* grad, size_t numel, const G* packed, const std::vector<int32_t>& rows, size_t C,
+                  const std::vector<int32_t>* written) {
+  if (!written) std::memset(static_cast<void*>(grad), 0, numel * sizeof(G));
+  else
+    for (int32_t row : *written) std::memset(static_cast<void*>(grad + size_t(row) * C), 0, C * sizeof(G));
+  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(grad + size_t(rows[r]) * C, packed + r * C, C * sizeof(G));
+}
+
+// Tied: grad = the LM head's share + the lookup's share, which is non-zero only on the step's
+// (ascending) rows. One pass writes every element, with the same sums as adding a dense lookup
+// share (head + 0 off the rows), so it matches the resident executor bit for bit.
+template <typename G>
+void merge_rows(G* grad, size_t numel, const G* head_share, const G* packed, const std::vector<int32_t>& rows,
+                size_t C) {
+  size_t r = 0;
+  for (size_t v = 0; v < numel / C; ++v) {
+    const G* lookup = r < rows.size() && size_t(rows[r]) == v ? packed + C * r++ : nullptr;
+    for (size_t c = v * C; c < (v + 1) * C; ++c)
+      grad[c] = from_float<G>(to_float(head_share[c]) + (lookup ? to_float(lookup[c - v * C]) : 0.0f));
+  }
+}
+
+template <typename G>
+void embedding_grad(G* grad, size_t numel, const void* head_share, const void* packed, const std::vector<int32_t>& rows,
+                    size_t C, const std::vector<int32_t>* written) {
+  if (head_share)
+    merge_rows(grad, numel, static_cast<const G*>(head_share), static_cast<const G*>(packed), rows, C);
+  else scatter_rows(grad, numel, static_cast<const G*>(packed), rows, C, written);
+}
+}  // namespace
+
+// The embedding's gradient in the host store, from the rows copied into staging (and, when
+// tied, the LM head's share).
+void StreamingPipeline::scatter_embedding_grad(const EmbeddingRows& rows) {
+  const HostUnit& hu = store_.unit(0);
+  const std::vector<int32_t>* written = scattered_.get();
+  if (store_.layout() == MemoryLayout::kExact)
+    embedding_grad(static_cast<float*>(hu.grad), hu.numel, staging_.tied_grad, staging_.embedding_rows, *rows,
+                   cfg_.embedding_width, written);
+  else
+    embedding_grad(static_cast<bf16*>(hu.grad), hu.numel, staging_.tied_grad, staging_.embedding_rows, *rows,
+                   cfg_.embedding_width, written);
+  scattered_ = rows;
+}
+
+void StreamingPipeline::update_phase(long step, float lr) {
+  double total = 0;
+  for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
+  const double norm = std::sqrt(total);
+  last_grad_norm_ = norm;
+  const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
+  for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
+}
+
+void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
+  const OptimizerConfig& o = cfg_.optimizer;
+  cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, o.weight_decay, clip, step};
+  if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
+  else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
+  std::lock_guard<std::mutex> l(mu_);
+  updated_[u] = step;
+  cv_.notify_all();
+}
+
+Status StreamingPipeline::sync() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] {
+    for (long s : updated_)
+      if (s < step_) return false;
+    return true;
+  });
+  return Status::Ok();
+}
+
+void StreamingPipeline::mark_all_updated(long step) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::fill(updated_.begin(), updated_.end(), step);
+  step_ = uploaded_step_ = step;  // no upload pass for a step that was loaded, not run
+  cv_.notify_all();
+}
+
+double StreamingPipeline::take_optimizer_seconds() {
+  std::lock_guard<std::mutex> l(mu_);
+  double s = optimizer_seconds_;
+  optimizer_seconds_ = 0;
+  return s;
+}
+
+double StreamingPipeline::last_grad_norm() {
+  std::lock_guard<std::mutex> l(mu_);
+  return last_grad_norm_;
+}
+
+}  // namespace mt

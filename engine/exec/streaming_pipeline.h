@@ -1,0 +1,133 @@
+// The StreamingExecutor's two helper threads and the schedule they share.
+//  * The use sequence: every unit use of a step in order (forward 0..L, head [with the
+//    embedding when tied], backward L..1), each assigned a weight slot. A unit still resident
+//    from its previous use is reused without a copy; otherwise the least recently used slot
+//    is refilled.
+//  * The uploader thread walks the sequence, filling each slot as soon as (a) the previous
+//    user of that slot has released it and (b) the optimizer has finished updating the unit
+//    from the previous step; it records an H2D event the compute side waits on.
+//  * The optimizer thread takes each unit's gradient as its D2H copy lands, computes its sum
+//    of squares, and — once all units have landed — clips by the global norm and updates the
+//    units in order 0..U-1 (or, with update_during_backward, each unit as it lands).
+#pragma once
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/optim/host_store.h"
+#include "engine/optim/optimizer.h"
+#include "engine/base/thread_pool.h"
+
+namespace mt {
+
+struct UnitUse {
+  int unit = 0;
+  int slot = 0;
+  bool fetch = true;      // false: the unit is still resident in `slot` from an earlier use
+  bool rows_only = false; // the embedding's forward: only the batch's token rows, packed
+  int prev_of_slot = -1;  // the previous use of the same slot in this step (-1: none)
+};
+
+// Builds the use sequence for L decoder layers, K slots, tied or untied embeddings.
+std::vector<UnitUse> build_use_sequence(int num_layers, int slots, bool tied);
+
+struct PipelineConfig {
+  OptimizerConfig optimizer;
+  bool update_during_backward = false;
+  int optimizer_threads = 0;
+  size_t embedding_width = 0;  // C: floats per embedding row
+};
+
+// Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
+struct HostStaging {
+  void* tied_grad = nullptr;  // tied embeddings only: the LM head's share of d(embedding)
+  // The step's embedding rows, gathered for upload at the start of the forward; later the same
+  // buffer receives their gradient at the end of the backward. The two uses never overlap: the
+  // upload lands before the embedding's forward, the gradient is copied after its backward, and
+  // the next gather waits for the embedding's update, which follows the scatter of its gradient.
+  void* embedding_rows = nullptr;
+};
+
+// The distinct tokens of a step's inputs, ascending: the embedding rows the step reads and
+// the only rows of the embedding gradient that can be non-zero.
+using EmbeddingRows = std::shared_ptr<const std::vector<int32_t>>;
+
+class StreamingPipeline {
+ public:
+  StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
+                    std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
+                    const HostStaging& staging);
+  ~StreamingPipeline();
+
+  const std::vector<UnitUse>& uses() const { return uses_; }
+  // Bytes the uses [first, last] fetch from the host.
+  uint64_t fetch_bytes(int first, int last) const;
+  float* slot_of(int use) const { return slots_[size_t(uses_[size_t(use)].slot)]; }
+
+  // step: 1-based index of the step starting; rows: its inputs' embedding rows.
+  void begin_step(long step, float lr, EmbeddingRows rows);
+  // Compute side: blocks until use's weights are on the device. Adds the seconds waited to
+  // copy_wait / optimizer_wait.
+  void wait_ready(int use, double& copy_wait, double& optimizer_wait);
+  void release(int use);                  // compute finished with the use's weights
+  void end_step();                        // compute finished the step's work
+  // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
+  // The embedding's own share comes as the step's rows, into staging.embedding_rows.
+  void grads_sent(int unit, EventPtr landed, bool tied_part);
+  // Waits until every update of every step begun so far is done.
+  Status sync();
+  void mark_all_updated(long step);  // after loading a checkpoint at `step`
+  double take_optimizer_seconds();
+  double last_grad_norm();  // global norm of the latest completed update
+
+ private:
+  void uploader_loop();
+  void optimizer_loop();
+  void update_phase(long step, float lr);
+  void update_unit(size_t u, long step, float lr, float clip);
+  void upload_embedding_rows(float* slot, const std::vector<int32_t>& rows);
+  void scatter_embedding_grad(const EmbeddingRows& rows);
+
+  Backend& backend_;
+  HostStore& store_;
+  const std::vector<ParamSchema>& units_;
+  std::vector<float*> slots_;
+  std::vector<UnitUse> uses_;
+  PipelineConfig cfg_;
+  HostStaging staging_;
+  ThreadPool pool_;
+  EventPtr rows_uploaded_;                // the last copy out of staging_.embedding_rows
+  EmbeddingRows scattered_;  // untied: the rows the last scatter wrote (null: clear every row)
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  long step_ = 0;           // step the compute side is in (or last began)
+  long uploaded_step_ = 0;  // last step whose uploads the uploader has issued
+  float lr_ = 0;
+  EmbeddingRows rows_;      // of the step the compute side is in
+  std::vector<EventPtr> ready_, released_;
+  std::vector<double> opt_ready_time_;   // per use: when the unit's update was available
+  EventPtr prev_step_done_;
+  std::vector<long> updated_;            // per unit: last step whose update is applied
+  struct Landing {
+    int unit;
+    EventPtr event;
+    bool tied_part;
+    long step;
+    float lr;
+    EmbeddingRows rows;
+  };
+  std::deque<Landing> landings_;
+  std::vector<double> sumsq_;
+  int landed_ = 0;
+  double optimizer_seconds_ = 0;
+  double last_grad_norm_ = 0;
+  std::thread uploader_, optimizer_;
+};
+
+}  // namespace mt

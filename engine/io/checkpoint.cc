@@ -1,0 +1,258 @@
+// Checkpoints: ROOT/step-XXXXXXXX/{model,optimizer}.safetensors + trainer_state.json + config.json,
+// written into ROOT/.tmp-step-XXXXXXXX, fsynced, renamed into place, then `latest` is replaced
+// (temp file + fsync + rename) and old steps are pruned. Any failure before the rename removes
+// the temp dir, so the previous checkpoint and `latest` stay as they were.
+#include "engine/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "engine/io/hf_io.h"
+#include "engine/base/json.h"
+#include "engine/io/safetensors.h"
+
+namespace mt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "megatrain-checkpoint";
+constexpr int kVersion = 1;
+
+std::string step_dir_name(long step) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "step-%08ld", step);
+  return buf;
+}
+
+// The step of a directory named step-NNNNNNNN, or -1.
+long parse_step_dir(const std::string& name) {
+  if (name.size() < 6 || name.rfind("step-", 0) != 0 || name.size() > 5 + 18) return -1;
+  long v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+std::string join(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
+
+// ---- trainer_state.json ------------------------------------------------------------------------
+
+std::string state_to_json(const TrainerState& s, const HostStore& store) {
+  Json j = Json::object();
+  j.set("format", kFormat);
+  j.set("version", kVersion);
+  j.set("step", int64_t(s.step));
+  if (s.data_cursor <= uint64_t(std::numeric_limits<int64_t>::max())) j.set("data_cursor", int64_t(s.data_cursor));
+  else j.set("data_cursor", std::to_string(s.data_cursor));
+  j.set("spec_hash", s.spec_hash);
+  j.set("data_source", s.data_source);
+  j.set("last_loss", s.last_loss);
+  j.set("memory_layout", memory_layout_name(store.layout()));
+  return j.dump(2) + "\n";
+}
+
+Result<TrainerState> state_from_json(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  auto j = Json::parse(text);
+  if (!j.ok()) return data_loss("'" + path + "': " + j.status().message());
+  const Json* fmt = j->find("format");
+  const Json* step = j->find("step");
+  const Json* cursor = j->find("data_cursor");
+  if (!fmt || !fmt->is_string() || fmt->as_string() != kFormat || !step || !step->is_integer() || !cursor)
+    return data_loss("'" + path + "' is not a MegaTrain trainer state (needs format, step, data_cursor)");
+  TrainerState s;
+  s.step = long(step->as_int());
+  if (cursor->is_integer() && cursor->as_int() >= 0) {
+    s.data_cursor = uint64_t(cursor->as_int());
+  } else if (cursor->is_string()) {
+    s.data_cursor = std::strtoull(cursor->as_string().c_str(), nullptr, 10);
+  } else {
+    return data_loss("'" + path + "': data_cursor is not a non-negative integer");
+  }
+  if (const Json* h = j->find("spec_hash"); h && h->is_string()) s.spec_hash = h->as_string();
+  if (const Json* d = j->find("data_source"); d && d->is_string()) s.data_source = d->as_string();
+  if (const Json* l = j->find("last_loss"))
+    s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+// ---- writing -----------------------------------------------------------------------------------
+
+std::vector<WriteTensor> weight_tensors(const std::vector<ParamSchema>& units, const HostStore& store) {
+  std::vector<WriteTensor> out;
+  for (size_t i = 0; i < units.size(); ++i)
+    for (const auto& t : units[i].tensors)
+      out.push_back({t.name, t.shape, DType::kF32, store.unit(i).master + t.offset, DType::kF32});
+  return out;
+}
+
+std::vector<WriteTensor> moment_tensors(const std::vector<ParamSchema>& units, const HostStore& store) {
+  const bool exact = store.layout() == MemoryLayout::kExact;
+  const DType dt = exact ? DType::kF32 : DType::kBF16;
+  const size_t es = exact ? 4 : 2;
+  std::vector<WriteTensor> out;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const HostUnit& u = store.unit(i);
+    for (const auto& t : units[i].tensors) {
+      out.push_back({t.name + ".exp_avg", t.shape, dt, static_cast<const char*>(u.m) + t.offset * es, dt});
+      out.push_back({t.name + ".exp_avg_sq", t.shape, dt, static_cast<const char*>(u.v) + t.offset * es, dt});
+    }
+  }
+  return out;
+}
+
+Status write_files(const std::string& dir, const ModelConfig& cfg, const std::vector<ParamSchema>& units,
+                   const HostStore& store, const TrainerState& state) {
+  const Metadata meta = {{"format", "pt"}, {"step", std::to_string(state.step)}};
+  MT_RETURN_IF_ERROR(write_safetensors(join(dir, "model.safetensors"), weight_tensors(units, store), meta));
+  Metadata ometa = meta;
+  ometa["memory_layout"] = memory_layout_name(store.layout());
+  MT_RETURN_IF_ERROR(write_safetensors(join(dir, "optimizer.safetensors"), moment_tensors(units, store), ometa));
+  MT_RETURN_IF_ERROR(write_file_durable(join(dir, "trainer_state.json"), state_to_json(state, store)));
+  MT_RETURN_IF_ERROR(write_file_durable(join(dir, "config.json"), model_config_to_json(cfg).dump(2) + "\n"));
+  return fsync_dir(dir);
+}
+
+// Moves the finished temp dir to `final`. An existing `final` (the same step saved again) is
+// swapped atomically with renameat2(RENAME_EXCHANGE), so its name never disappears.
+Status publish(const std::string& tmp, const std::string& final_dir) {
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+      return data_loss("cannot replace '" + final_dir + "': " + std::strerror(errno));
+    fs::remove_all(tmp, ec);  // now holds the replaced checkpoint
+    return Status::Ok();
+  }
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    return data_loss("cannot rename '" + tmp + "' to '" + final_dir + "': " + std::strerror(errno));
+  return Status::Ok();
+}
+
+Status write_latest(const std::string& root, const std::string& name) {
+  const std::string tmp = join(root, ".latest.tmp"), latest = join(root, "latest");
+  MT_RETURN_IF_ERROR(write_file_durable(tmp, name + "\n"));
+  if (::rename(tmp.c_str(), latest.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return data_loss("cannot rename '" + tmp + "' to '" + latest + "': " + std::strerror(err));
+  }
+  return fsync_dir(root);
+}
+
+// Keeps the `keep` newest step directories (keep <= 0 keeps all) and always `current`.
+void prune(const std::string& root, int keep, const std::string& current) {
+  if (keep <= 0) return;
+  std::vector<std::pair<long, std::string>> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (long s = parse_step_dir(n); s >= 0 && e.is_directory(ec)) steps.emplace_back(s, n);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  int kept = 1;  // `current`
+  for (const auto& [s, n] : steps) {
+    if (n == current) continue;
+    if (kept < keep) ++kept;
+    else fs::remove_all(join(root, n), ec);
+  }
+}
+
+Result<std::string> read_latest(const std::string& root) {
+  MT_ASSIGN_OR_RETURN(std::string text, read_file(join(root, "latest")));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  if (parse_step_dir(text) < 0) return data_loss("'" + join(root, "latest") + "' does not name a step directory: '" + text + "'");
+  return text;
+}
+
+}  // namespace
+
+Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
+                                    const TrainerState& state, int keep) {
+  const auto units = build_param_schemas(cfg);
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  if (state.step < 0) return invalid_argument("checkpoint step " + std::to_string(state.step) + " is negative");
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return data_loss("cannot create checkpoint root '" + root + "': " + ec.message());
+  const std::string name = step_dir_name(state.step);
+  const std::string tmp = join(root, ".tmp-" + name), final_dir = join(root, name);
+  fs::remove_all(tmp, ec);  // left over from a crash
+  if (!fs::create_directory(tmp, ec))
+    return data_loss("cannot create '" + tmp + "': " + (ec ? ec.message() : "exists"));
+  Status s = write_files(tmp, cfg, units, store, state);
+  if (s.ok()) s = publish(tmp, final_dir);
+  if (!s.ok()) {
+    fs::remove_all(tmp, ec);
+    return s.with_context("saving checkpoint " + name);
+  }
+  MT_RETURN_IF_ERROR(fsync_dir(root).with_context("saving checkpoint " + name));
+  MT_RETURN_IF_ERROR(write_latest(root, name).with_context("saving checkpoint " + name));
+  prune(root, keep, name);
+  return final_dir;
+}
+
+bool is_training_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  return fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "trainer_state.json");
+}
+
+Result<std::string> resolve_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(join(path, "trainer_state.json"), ec)) return path;
+  if (fs::exists(join(path, "latest"), ec)) {
+    MT_ASSIGN_OR_RETURN(std::string name, read_latest(path));
+    const std::string dir = join(path, name);
+    if (!fs::is_regular_file(join(dir, "trainer_state.json"), ec))
+      return not_found("'" + join(path, "latest") + "' names '" + name + "', which is not a complete checkpoint");
+    return dir;
+  }
+  return not_found("'" + path + "' is neither a checkpoint directory (no trainer_state.json) nor a checkpoint root (no latest)");
+}
+
+Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store) {
+  const auto units = build_param_schemas(cfg);
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  MT_ASSIGN_OR_RETURN(TrainerState state, state_from_json(join(dir, "trainer_state.json")));
+  MT_ASSIGN_OR_RETURN(auto model, SafetensorsSet::open(join(dir, "model.safetensors")));
+  MT_ASSIGN_OR_RETURN(auto opt, SafetensorsSet::open(join(dir, "optimizer.safetensors")));
+  std::vector<ExpectedTensor> weights, moments;
+  for (const auto& u : units)
+    for (const auto& t : u.tensors) {
+      weights.push_back({t.name, t.shape});
+      moments.push_back({t.name + ".exp_avg", t.shape});
+      moments.push_back({t.name + ".exp_avg_sq", t.shape});
+    }
+  // Everything is validated before the store is touched.
+  MT_RETURN_IF_ERROR(check_tensor_set(*model, weights, nullptr).with_context("loading checkpoint '" + dir + "'"));
+  MT_RETURN_IF_ERROR(check_tensor_set(*opt, moments, nullptr).with_context("loading checkpoint '" + dir + "'"));
+  const bool exact = store.layout() == MemoryLayout::kExact;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const HostUnit& u = store.unit(i);
+    for (const auto& t : units[i].tensors) {
+      const auto* w = model->find(t.name);
+      MT_RETURN_IF_ERROR(w->file->read_f32(*w->info, u.master + t.offset));
+      for (auto [suffix, dst] : {std::pair{".exp_avg", u.m}, std::pair{".exp_avg_sq", u.v}}) {
+        const auto* e = opt->find(t.name + suffix);
+        if (exact) MT_RETURN_IF_ERROR(e->file->read_f32(*e->info, static_cast<float*>(dst) + t.offset));
+        else MT_RETURN_IF_ERROR(e->file->read_bf16(*e->info, static_cast<bf16*>(dst) + t.offset));
+      }
+    }
+  }
+  store.zero_grads();
+  refresh_shadow(store);
+  return state;
+}
+
+}  // namespace mt

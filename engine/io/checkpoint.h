@@ -1,0 +1,38 @@
+// Training checkpoints: weights, optimizer state and trainer state in one directory, written
+// atomically (temp dir, fsync files and dir, rename), keep-last-K retention, and a `latest`
+// pointer updated last. A failed write leaves the previous checkpoint intact and current.
+//   ROOT/step-00000100/{model.safetensors, optimizer.safetensors, trainer_state.json, config.json}
+//   ROOT/latest   (text: "step-00000100")
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/optim/host_store.h"
+#include "engine/model/model_config.h"
+#include "engine/base/status.h"
+
+namespace mt {
+
+struct TrainerState {
+  long step = 0;              // optimizer steps completed
+  uint64_t data_cursor = 0;   // DataSource::cursor() after the last consumed batch
+  std::string spec_hash;      // job_spec_hash of the job that wrote it
+  std::string data_source;    // DataSource::describe(), informational
+  double last_loss = 0;
+};
+
+// Writes a checkpoint of `store` under root and prunes to `keep`. Returns its directory.
+Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
+                                    const TrainerState& state, int keep);
+
+// True when `path` is a training checkpoint: a step directory (trainer_state.json) or a
+// checkpoints root (`latest`). Anything else is taken for an HF model directory.
+bool is_training_checkpoint(const std::string& path);
+
+// Resolves ROOT (via `latest`) or a step directory to the checkpoint directory.
+Result<std::string> resolve_checkpoint(const std::string& path);
+
+// Loads weights and optimizer state into `store` (shapes checked against cfg).
+Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store);
+
+}  // namespace mt

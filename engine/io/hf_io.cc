@@ -1,0 +1,125 @@
+#include "engine/io/hf_io.h"
+
+#include <filesystem>
+#include <set>
+
+#include "engine/base/json.h"
+
+namespace mt {
+
+namespace {
+
+std::string name_list(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 12;
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) s += ", ... (" + std::to_string(names.size() - kShown) + " more)";
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<ExpectedTensor> expected_weights(const std::vector<ParamSchema>& units) {
+  std::vector<ExpectedTensor> out;
+  for (const auto& u : units)
+    for (const auto& t : u.tensors) out.push_back({t.name, t.shape});
+  return out;
+}
+
+// Removes the weight files of an earlier export, so a stale index never shadows new shards.
+void remove_old_weights(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool shard = n.rfind("model-", 0) == 0 && ends_with(n, ".safetensors") && n.find("-of-") != std::string::npos;
+    if (shard || n == "model.safetensors" || n == "model.safetensors.index.json") std::filesystem::remove(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+Status check_tensor_set(const SafetensorsSet& set, const std::vector<ExpectedTensor>& expected,
+                        const std::function<bool(const std::string&)>& ignore) {
+  std::vector<std::string> missing, unexpected, misshaped;
+  std::set<std::string> wanted;
+  for (const auto& e : expected) {
+    wanted.insert(e.name);
+    const auto* entry = set.find(e.name);
+    if (!entry) {
+      missing.push_back(e.name);
+    } else if (entry->info->shape != e.shape) {
+      misshaped.push_back(e.name + " " + shape_string(entry->info->shape) + " (expected " + shape_string(e.shape) + ")");
+    } else if (entry->info->dtype != DType::kF32 && entry->info->dtype != DType::kBF16 &&
+               entry->info->dtype != DType::kF16) {
+      misshaped.push_back(e.name + " dtype " + dtype_name(entry->info->dtype) + " (expected F32, BF16 or F16)");
+    }
+  }
+  for (const auto& n : set.names())
+    if (!wanted.count(n) && !(ignore && ignore(n))) unexpected.push_back(n);
+  if (missing.empty() && unexpected.empty() && misshaped.empty()) return Status::Ok();
+  std::string msg = set.describe() + " does not match the model:";
+  if (!missing.empty()) msg += " missing " + std::to_string(missing.size()) + " tensor(s): " + name_list(missing) + ";";
+  if (!unexpected.empty())
+    msg += " unexpected " + std::to_string(unexpected.size()) + " tensor(s): " + name_list(unexpected) + ";";
+  if (!misshaped.empty()) msg += " wrong shape/dtype: " + name_list(misshaped) + ";";
+  msg.pop_back();
+  return invalid_argument(msg);
+}
+
+void refresh_shadow(const HostStore& store) {
+  for (size_t i = 0; i < store.num_units(); ++i) {
+    const HostUnit& u = store.unit(i);
+    if (!u.shadow) continue;
+    for (size_t k = 0; k < u.numel; ++k) u.shadow[k] = float_to_bf16(u.master[k]);
+  }
+}
+
+Status check_store_matches(const ModelConfig& cfg, const std::vector<ParamSchema>& units, const HostStore& store) {
+  bool ok = store.num_units() == units.size();
+  for (size_t i = 0; ok && i < units.size(); ++i) ok = store.unit(i).numel == units[i].numel;
+  if (!ok) return invalid_argument("the host store was not built for this model config (" + cfg.architecture + ")");
+  return Status::Ok();
+}
+
+Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, HostStore& store) {
+  const auto units = build_param_schemas(cfg);
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  MT_ASSIGN_OR_RETURN(auto set, SafetensorsSet::open(model_dir));
+  auto ignore = [&](const std::string& n) {
+    return (cfg.tie_word_embeddings && n == "lm_head.weight") || ends_with(n, "rotary_emb.inv_freq");
+  };
+  MT_RETURN_IF_ERROR(check_tensor_set(*set, expected_weights(units), ignore).with_context("loading weights"));
+  for (size_t i = 0; i < units.size(); ++i) {
+    float* master = store.unit(i).master;
+    for (const auto& t : units[i].tensors) {
+      const auto* e = set->find(t.name);
+      MT_RETURN_IF_ERROR(e->file->read_f32(*e->info, master + t.offset));
+    }
+  }
+  refresh_shadow(store);
+  return Status::Ok();
+}
+
+Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
+                       size_t max_shard_bytes) {
+  const auto units = build_param_schemas(cfg);
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return data_loss("cannot create '" + out_dir + "': " + ec.message());
+  remove_old_weights(out_dir);
+  Json config = model_config_to_json(cfg);
+  config.set("torch_dtype", bf16 ? "bfloat16" : "float32");
+  MT_RETURN_IF_ERROR(write_file_durable((std::filesystem::path(out_dir) / "config.json").string(), config.dump(2) + "\n"));
+  std::vector<WriteTensor> tensors;
+  for (size_t i = 0; i < units.size(); ++i)
+    for (const auto& t : units[i].tensors)
+      tensors.push_back({t.name, t.shape, bf16 ? DType::kBF16 : DType::kF32, store.unit(i).master + t.offset, DType::kF32});
+  auto files = write_sharded_safetensors(out_dir, "model", tensors, max_shard_bytes, {{"format", "pt"}});
+  if (!files.ok()) return files.status();
+  return fsync_dir(out_dir);
+}
+
+}  // namespace mt

@@ -1,0 +1,142 @@
+#include "engine/job/job.h"
+
+#include <chrono>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/io/hf_io.h"
+#include "engine/exec/resident_executor.h"
+#include "engine/exec/streaming_executor.h"
+
+namespace mt {
+
+Result<ModelConfig> resolve_model(const JobSpec& spec) {
+  if (!spec.model.preset.empty()) return preset_config(spec.model.preset);
+  if (!spec.model.hf_config.empty()) return load_model_config(spec.model.hf_config);
+  return load_model_config(spec.model.hf_model);
+}
+
+Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
+  const DataSpec& d = spec.data;
+  if (d.source == "synthetic") return make_synthetic_source({d.seed, vocab, d.active_vocab, d.branching});
+  if (d.source == "text") return make_text_source(d.path, vocab);
+  if (d.source == "tokens") return make_token_file_source(d.path, d.dtype, vocab);
+  return invalid_argument("data.source = '" + d.source + "' needs a provider (push data is served by the daemon)");
+}
+
+namespace {
+
+// backend: cpu, cuda, or auto (CUDA when a device is usable, else the CPU).
+Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
+  const bool cuda = spec.backend == "cuda" || (spec.backend == "auto" && cuda_available());
+  if (cuda) return make_cuda_backend({});
+  return make_cpu_backend({spec.link_gbps});
+}
+
+Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg) {
+  if (spec.executor == "resident") {
+    if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
+    MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
+    return std::unique_ptr<Executor>(std::move(ex));
+  }
+  StreamingOptions so;
+  so.slots = spec.slots;
+  so.link_gbps = spec.link_gbps;
+  MT_ASSIGN_OR_RETURN(so.placement, parse_checkpoint_placement(spec.checkpoint_placement));
+  MT_ASSIGN_OR_RETURN(auto backend, make_backend(spec));
+  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, spec.train, so, std::move(backend)));
+  return std::unique_ptr<Executor>(std::move(ex));
+}
+
+}  // namespace
+
+JobRunner::JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks)
+    : spec_(std::move(spec)), job_dir_(std::move(job_dir)), hooks_(std::move(hooks)) {}
+
+void JobRunner::log(LogLevel level, const std::string& msg) const {
+  if (hooks_.on_log) hooks_.on_log(level, msg);
+}
+
+// Initial state: the job's own latest checkpoint (a resumed job), else spec.init.
+static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
+                                       Executor& ex) {
+  std::string from;
+  if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
+  else if (!spec.init.from.empty()) from = spec.init.from;
+  if (from.empty()) {
+    init_weights(cfg, ex.store(), spec.init.seed);
+    return TrainerState{};
+  }
+  if (!is_training_checkpoint(from)) {
+    init_weights(cfg, ex.store(), spec.init.seed);  // zero optimizer state, then HF weights
+    MT_RETURN_IF_ERROR(load_hf_weights(from, cfg, ex.store()));
+    return TrainerState{};
+  }
+  MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
+  MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
+  if (from == ckpt_root && st.spec_hash != job_spec_hash(spec))
+    return failed_precondition("checkpoint '" + dir + "' was written by a different job spec (hash " + st.spec_hash +
+                               ", this spec " + job_spec_hash(spec) + ")");
+  ex.set_steps_done(st.step);
+  return st;
+}
+
+Result<JobResult> JobRunner::run() {
+  MT_RETURN_IF_ERROR(validate(spec_));
+  MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
+  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg));
+  std::unique_ptr<DataSource> data;
+  if (spec_.data.source == "push") {
+    if (!hooks_.make_push_source) return invalid_argument("data.source = push needs the daemon");
+    MT_ASSIGN_OR_RETURN(data, hooks_.make_push_source(spec_, cfg.vocab_size));
+  } else {
+    MT_ASSIGN_OR_RETURN(data, make_data_source(spec_, cfg.vocab_size));
+  }
+  const std::string ckpt_root = job_dir_ + "/checkpoints";
+  MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex));
+  MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
+  log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
+                           data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
+  state.spec_hash = job_spec_hash(spec_);
+  state.data_source = data->describe();
+
+  JobResult result;
+  result.steps_done = state.step;
+  auto checkpoint = [&]() -> Status {
+    MT_RETURN_IF_ERROR(ex->sync());
+    MT_ASSIGN_OR_RETURN(result.checkpoint, save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+    if (hooks_.on_checkpoint) hooks_.on_checkpoint(result.checkpoint, state.step);
+    log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
+    return Status::Ok();
+  };
+  Batch batch;
+  double seconds = 0;
+  long tokens = 0;
+  while (state.step < spec_.steps) {
+    if (cancel_) {
+      result.cancelled = true;
+      break;
+    }
+    Status got = data->next_batch(spec_.train.global_batch, spec_.train.seq_len, batch);
+    if (got.code() == StatusCode::kCancelled && cancel_) {  // a source waiting for data was stopped
+      result.cancelled = true;
+      break;
+    }
+    MT_RETURN_IF_ERROR(got);
+    MT_ASSIGN_OR_RETURN(StepStats st, ex->step(batch));
+    state.step = st.step;
+    state.data_cursor = data->cursor();
+    state.last_loss = st.loss;
+    seconds += st.step_seconds;
+    tokens += st.tokens;
+    result.final_loss = st.loss;
+    if (hooks_.on_step) hooks_.on_step(st);
+    const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0;
+    if ((periodic && state.step < spec_.steps) || checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
+  }
+  MT_RETURN_IF_ERROR(checkpoint());  // final (or on cancel)
+  result.steps_done = state.step;
+  result.tokens_per_second = seconds > 0 ? double(tokens) / seconds : 0;
+  return result;
+}
+
+}  // namespace mt

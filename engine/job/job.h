@@ -1,0 +1,61 @@
+// JobRunner: runs one training job end to end — model, initial weights (seed, HF model or
+// checkpoint), data source, executor, the step loop, checkpoints, cancel — and reports each
+// step through hooks. The CLI's `train` and the daemon's job manager both drive this.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/io/checkpoint.h"
+#include "engine/data/data_source.h"
+#include "engine/exec/engine_stats.h"
+#include "engine/job/job_spec.h"
+
+namespace mt {
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+
+struct JobHooks {
+  std::function<void(const StepStats&)> on_step;
+  std::function<void(LogLevel, const std::string&)> on_log;
+  std::function<void(const std::string& checkpoint_dir, long step)> on_checkpoint;
+  // Supplies the data source for `data.source: push` (the daemon's spool); other sources are
+  // built by the engine itself.
+  std::function<Result<std::unique_ptr<DataSource>>(const JobSpec&, int vocab)> make_push_source;
+};
+
+struct JobResult {
+  long steps_done = 0;
+  double final_loss = 0;
+  double tokens_per_second = 0;  // over the steps run
+  std::string checkpoint;        // last checkpoint written ("" if none)
+  bool cancelled = false;
+};
+
+// Resolves the spec's model to a config (preset, config.json or HF model dir).
+Result<ModelConfig> resolve_model(const JobSpec& spec);
+
+class JobRunner {
+ public:
+  // job_dir holds checkpoints/ (created if needed). A run resumes from job_dir's latest
+  // checkpoint when one exists (same spec hash), else initialises from spec.init.
+  JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks);
+
+  Result<JobResult> run();       // blocking
+  void request_cancel() { cancel_ = true; }        // stops at the next step boundary, checkpoints
+  void request_checkpoint() { checkpoint_now_ = true; }  // writes one at the next step boundary
+
+ private:
+  void log(LogLevel level, const std::string& msg) const;
+
+  JobSpec spec_;
+  std::string job_dir_;
+  JobHooks hooks_;
+  std::atomic<bool> cancel_{false}, checkpoint_now_{false};
+};
+
+// Builds the data source a spec names (not push).
+Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab);
+
+}  // namespace mt

@@ -1,0 +1,264 @@
+#include "engine/job/job_spec.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "engine/model/init.h"
+
+namespace mt {
+
+namespace {
+
+// Reads the members of one JSON object, remembering which keys were read so that any other
+// key is reported as unknown (a misspelt key never silently falls back to a default).
+class ObjectReader {
+ public:
+  ObjectReader(const Json* j, std::string path) : j_(j), path_(std::move(path)) {}
+
+  Status check_object() const {
+    if (j_ && !j_->is_object()) return invalid_argument(where("") + " must be an object, got " + j_->dump());
+    return Status::Ok();
+  }
+  Status str(const char* key, std::string& out) {
+    const Json* v = get(key);
+    if (!v) return Status::Ok();
+    if (!v->is_string()) return invalid_argument(where(key) + " must be a string, got " + v->dump());
+    out = v->as_string();
+    return Status::Ok();
+  }
+  template <typename I>
+  Status integer(const char* key, I& out) {
+    const Json* v = get(key);
+    if (!v) return Status::Ok();
+    int64_t x = 0;
+    if (v->is_integer()) {
+      x = v->as_int();
+    } else if (v->is_string() && !v->as_string().empty()) {  // protobuf's JSON writes int64 as strings
+      char* end = nullptr;
+      x = std::strtoll(v->as_string().c_str(), &end, 10);
+      if (*end) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+    } else {
+      return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+    }
+    out = I(x);
+    if (int64_t(out) != x) return invalid_argument(where(key) + " is out of range: " + v->dump());
+    return Status::Ok();
+  }
+  template <typename F>
+  Status number(const char* key, F& out) {
+    const Json* v = get(key);
+    if (!v) return Status::Ok();
+    if (!v->is_number() || !std::isfinite(v->as_double()))
+      return invalid_argument(where(key) + " must be a number, got " + v->dump());
+    out = F(v->as_double());
+    return Status::Ok();
+  }
+  Status boolean(const char* key, bool& out) {
+    const Json* v = get(key);
+    if (!v) return Status::Ok();
+    if (!v->is_bool()) return invalid_argument(where(key) + " must be true or false, got " + v->dump());
+    out = v->as_bool();
+    return Status::Ok();
+  }
+  ObjectReader child(const char* key) { return ObjectReader(get(key), where(key)); }
+  const Json* get(const char* key) {
+    known_.insert(key);
+    const Json* v = j_ ? j_->find(key) : nullptr;
+    return v && !v->is_null() ? v : nullptr;
+  }
+  Status finish() const {
+    if (!j_) return Status::Ok();
+    for (const auto& [k, v] : j_->members())
+      if (!known_.count(k)) return invalid_argument("unknown key '" + where(k.c_str()) + "' in job spec");
+    return Status::Ok();
+  }
+
+ private:
+  std::string where(const char* key) const {
+    if (!*key) return path_.empty() ? "job spec" : path_;
+    return path_.empty() ? key : path_ + "." + key;
+  }
+  const Json* j_;
+  std::string path_;
+  std::set<std::string> known_;
+};
+
+Status read_model(ObjectReader r, ModelSpec& m) {
+  MT_RETURN_IF_ERROR(r.check_object());
+  MT_RETURN_IF_ERROR(r.str("preset", m.preset));
+  MT_RETURN_IF_ERROR(r.str("hf_config", m.hf_config));
+  MT_RETURN_IF_ERROR(r.str("hf_model", m.hf_model));
+  return r.finish();
+}
+
+Status read_data(ObjectReader r, DataSpec& d) {
+  MT_RETURN_IF_ERROR(r.check_object());
+  MT_RETURN_IF_ERROR(r.str("source", d.source));
+  MT_RETURN_IF_ERROR(r.str("path", d.path));
+  MT_RETURN_IF_ERROR(r.str("dtype", d.dtype));
+  MT_RETURN_IF_ERROR(r.integer("seed", d.seed));
+  MT_RETURN_IF_ERROR(r.integer("active_vocab", d.active_vocab));
+  MT_RETURN_IF_ERROR(r.integer("branching", d.branching));
+  return r.finish();
+}
+
+Status read_optimizer(ObjectReader r, OptimizerConfig& o) {
+  MT_RETURN_IF_ERROR(r.check_object());
+  MT_RETURN_IF_ERROR(r.number("lr", o.lr));
+  if (const Json* b = r.get("betas")) {
+    if (!b->is_array() || b->items().size() != 2 || !b->items()[0].is_number() || !b->items()[1].is_number())
+      return invalid_argument("optimizer.betas must be a list of two numbers, got " + b->dump());
+    o.beta1 = float(b->items()[0].as_double());
+    o.beta2 = float(b->items()[1].as_double());
+  }
+  MT_RETURN_IF_ERROR(r.number("eps", o.eps));
+  MT_RETURN_IF_ERROR(r.number("weight_decay", o.weight_decay));
+  MT_RETURN_IF_ERROR(r.number("grad_clip", o.grad_clip));
+  return r.finish();
+}
+
+Status read_schedule(ObjectReader r, LrSchedule& s) {
+  MT_RETURN_IF_ERROR(r.check_object());
+  MT_RETURN_IF_ERROR(r.integer("warmup_steps", s.warmup_steps));
+  std::string decay = lr_decay_name(s.decay);
+  MT_RETURN_IF_ERROR(r.str("decay", decay));
+  MT_ASSIGN_OR_RETURN(s.decay, parse_lr_decay(decay));
+  MT_RETURN_IF_ERROR(r.number("min_lr_ratio", s.min_lr_ratio));
+  return r.finish();
+}
+
+Status read_top(ObjectReader& r, JobSpec& s) {
+  MT_RETURN_IF_ERROR(r.str("name", s.name));
+  MT_RETURN_IF_ERROR(read_model(r.child("model"), s.model));
+  ObjectReader init = r.child("init");
+  MT_RETURN_IF_ERROR(init.check_object());
+  MT_RETURN_IF_ERROR(init.integer("seed", s.init.seed));
+  MT_RETURN_IF_ERROR(init.str("from", s.init.from));
+  MT_RETURN_IF_ERROR(init.finish());
+  MT_RETURN_IF_ERROR(read_data(r.child("data"), s.data));
+  MT_RETURN_IF_ERROR(r.integer("seq_len", s.train.seq_len));
+  MT_RETURN_IF_ERROR(r.integer("micro_batch", s.train.micro_batch));
+  s.train.global_batch = s.train.micro_batch;
+  MT_RETURN_IF_ERROR(r.integer("global_batch", s.train.global_batch));
+  MT_RETURN_IF_ERROR(r.integer("steps", s.steps));
+  MT_RETURN_IF_ERROR(read_optimizer(r.child("optimizer"), s.train.optimizer));
+  MT_RETURN_IF_ERROR(read_schedule(r.child("schedule"), s.train.schedule));
+  ObjectReader ck = r.child("checkpoint");
+  MT_RETURN_IF_ERROR(ck.check_object());
+  MT_RETURN_IF_ERROR(ck.integer("every", s.checkpoint.every));
+  MT_RETURN_IF_ERROR(ck.integer("keep", s.checkpoint.keep));
+  MT_RETURN_IF_ERROR(ck.finish());
+  MT_RETURN_IF_ERROR(r.str("precision", s.precision));
+  MT_RETURN_IF_ERROR(r.str("backend", s.backend));
+  MT_RETURN_IF_ERROR(r.str("executor", s.executor));
+  MT_RETURN_IF_ERROR(r.integer("slots", s.slots));
+  MT_RETURN_IF_ERROR(r.number("link_gbps", s.link_gbps));
+  MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
+  MT_RETURN_IF_ERROR(r.boolean("recompute", s.train.recompute));
+  ObjectReader mem = r.child("memory");
+  MT_RETURN_IF_ERROR(mem.check_object());
+  std::string layout = memory_layout_name(s.train.layout);
+  MT_RETURN_IF_ERROR(mem.str("layout", layout));
+  MT_ASSIGN_OR_RETURN(s.train.layout, parse_memory_layout(layout));
+  return mem.finish();
+}
+
+Status one_of(const char* field, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return Status::Ok();
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  return invalid_argument(std::string(field) + " = '" + v + "' is not one of " + list);
+}
+
+}  // namespace
+
+Result<JobSpec> job_spec_from_json(const Json& j) {
+  if (!j.is_object()) return invalid_argument("job spec must be an object");
+  JobSpec s;
+  ObjectReader r(&j, "");
+  MT_RETURN_IF_ERROR(read_top(r, s));
+  MT_RETURN_IF_ERROR(r.finish());
+  s.train.schedule.total_steps = s.steps;
+  MT_RETURN_IF_ERROR(validate(s));
+  return s;
+}
+
+Status validate(const JobSpec& s) {
+  const int sources = !s.model.preset.empty() + !s.model.hf_config.empty() + !s.model.hf_model.empty();
+  if (sources != 1) return invalid_argument("model must name exactly one of preset, hf_config, hf_model");
+  if (s.steps < 1) return invalid_argument("steps = " + std::to_string(s.steps) + " must be >= 1");
+  if (s.checkpoint.every < 0) return invalid_argument("checkpoint.every = " + std::to_string(s.checkpoint.every) + " must be >= 0");
+  if (s.checkpoint.keep < 1) return invalid_argument("checkpoint.keep = " + std::to_string(s.checkpoint.keep) + " must be >= 1");
+  if (s.slots < 2) return invalid_argument("slots = " + std::to_string(s.slots) + " must be >= 2");
+  if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
+  MT_RETURN_IF_ERROR(one_of("data.source", s.data.source, {"synthetic", "text", "tokens", "push"}));
+  if ((s.data.source == "text" || s.data.source == "tokens") && s.data.path.empty())
+    return invalid_argument("data.path is required for data.source = " + s.data.source);
+  MT_RETURN_IF_ERROR(one_of("data.dtype", s.data.dtype, {"uint16", "uint32", "llmc"}));
+  MT_RETURN_IF_ERROR(one_of("precision", s.precision, {"auto", "bf16", "fp32"}));
+  MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
+  MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
+  MT_RETURN_IF_ERROR(one_of("checkpoint_placement", s.checkpoint_placement, {"auto", "device", "host"}));
+  ModelConfig dummy;
+  return validate(s.train, dummy);
+}
+
+Json job_spec_to_json(const JobSpec& s) {
+  Json model = Json::object();
+  if (!s.model.preset.empty()) model.set("preset", s.model.preset);
+  if (!s.model.hf_config.empty()) model.set("hf_config", s.model.hf_config);
+  if (!s.model.hf_model.empty()) model.set("hf_model", s.model.hf_model);
+  Json init = Json::object({{"seed", int64_t(s.init.seed)}});
+  if (!s.init.from.empty()) init.set("from", s.init.from);
+  const OptimizerConfig& o = s.train.optimizer;
+  const LrSchedule& sc = s.train.schedule;
+  return Json::object({
+      {"name", s.name},
+      {"model", model},
+      {"init", init},
+      {"data", Json::object({{"source", s.data.source}, {"path", s.data.path}, {"dtype", s.data.dtype},
+                             {"seed", int64_t(s.data.seed)}, {"active_vocab", s.data.active_vocab},
+                             {"branching", s.data.branching}})},
+      {"seq_len", s.train.seq_len},
+      {"micro_batch", s.train.micro_batch},
+      {"global_batch", s.train.global_batch},
+      {"steps", int64_t(s.steps)},
+      {"optimizer", Json::object({{"lr", double(o.lr)}, {"betas", Json::array({double(o.beta1), double(o.beta2)})},
+                                  {"eps", double(o.eps)}, {"weight_decay", double(o.weight_decay)},
+                                  {"grad_clip", double(o.grad_clip)}})},
+      {"schedule", Json::object({{"warmup_steps", sc.warmup_steps}, {"decay", lr_decay_name(sc.decay)},
+                                 {"min_lr_ratio", double(sc.min_lr_ratio)}})},
+      {"checkpoint", Json::object({{"every", int64_t(s.checkpoint.every)}, {"keep", s.checkpoint.keep}})},
+      {"precision", s.precision},
+      {"backend", s.backend},
+      {"executor", s.executor},
+      {"slots", s.slots},
+      {"link_gbps", s.link_gbps},
+      {"checkpoint_placement", s.checkpoint_placement},
+      {"recompute", s.train.recompute},
+      {"memory", Json::object({{"layout", memory_layout_name(s.train.layout)}})},
+  });
+}
+
+std::string job_spec_hash(const JobSpec& s) {
+  // Fields that change the trajectory; name, steps, checkpoint policy and executor do not.
+  Json j = job_spec_to_json(s);
+  for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend"})
+    j.set(k, Json());
+  const std::string text = j.dump();
+  uint64_t h = 0;
+  for (size_t i = 0; i < text.size(); i += 8) {
+    uint64_t w = 0;
+    for (size_t k = 0; k < 8 && i + k < text.size(); ++k) w |= uint64_t(uint8_t(text[i + k])) << (8 * k);
+    h = mix64(h ^ w);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
+}  // namespace mt

@@ -1,0 +1,61 @@
+// JobSpec: everything a training job needs, as a plain struct (the server converts its proto
+// to this through JSON; the CLI reads YAML/JSON into it). Parsing rejects unknown keys and
+// names the key and value of every error.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/exec/executor.h"
+#include "engine/base/json.h"
+
+namespace mt {
+
+struct ModelSpec {
+  std::string preset;     // a built-in preset name, or
+  std::string hf_config;  // a config.json path (random init), or
+  std::string hf_model;   // an HF model directory (config + safetensors)
+};
+
+struct InitSpec {
+  uint64_t seed = 1;
+  std::string from;  // HF model dir or training checkpoint dir to start from
+};
+
+struct DataSpec {
+  std::string source = "synthetic";  // synthetic | text | tokens | push
+  std::string path;                  // text and tokens
+  std::string dtype = "uint16";      // tokens: uint16 | uint32
+  uint64_t seed = 1;                 // synthetic
+  int active_vocab = 64;             // synthetic
+  int branching = 4;                 // synthetic
+};
+
+struct CheckpointPolicy {
+  long every = 0;  // steps between checkpoints; 0: only at the end and on cancel
+  int keep = 2;    // checkpoints retained
+};
+
+struct JobSpec {
+  std::string name = "job";
+  ModelSpec model;
+  InitSpec init;
+  DataSpec data;
+  TrainOptions train;
+  long steps = 100;
+  CheckpointPolicy checkpoint;
+  std::string precision = "auto";  // auto | bf16 | fp32
+  std::string backend = "auto";    // auto | cpu | cuda
+  std::string executor = "streaming";  // streaming | resident
+  int slots = 2;                   // streaming weight slots (K >= 2)
+  double link_gbps = 0;            // CPU backend: emulated link bandwidth per direction, 0 = off
+  std::string checkpoint_placement = "auto";  // auto | device | host (layer-input checkpoints)
+};
+
+// JSON (snake_case keys as in DESIGN.md §5) to JobSpec and back.
+Result<JobSpec> job_spec_from_json(const Json& j);
+Json job_spec_to_json(const JobSpec& s);
+Status validate(const JobSpec& s);
+// A stable hash of the fields that define the training trajectory (checked on resume).
+std::string job_spec_hash(const JobSpec& s);
+
+}  // namespace mt

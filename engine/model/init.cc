@@ -1,0 +1,47 @@
+#include "engine/model/init.h"
+
+#include <cmath>
+#include <numbers>
+#include <string_view>
+
+namespace mt {
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+double normal_from(uint64_t key, uint64_t index) {
+  uint64_t a = mix64(key ^ mix64(2 * index)), b = mix64(key ^ mix64(2 * index + 1));
+  double u1 = (double(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+  double u2 = double(b >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+}
+
+namespace {
+uint64_t hash_name(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return h;
+}
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+}  // namespace
+
+void init_unit_weights(const ModelConfig& cfg, const ParamSchema& unit, float* w, uint64_t seed) {
+  for (const auto& t : unit.tensors) {
+    float* p = w + t.offset;
+    const bool norm = ends_with(t.name, "norm.weight"), bias = ends_with(t.name, ".bias");
+    if (norm || bias) {
+      for (size_t i = 0; i < t.numel; ++i) p[i] = norm ? 1.0f : 0.0f;
+      continue;
+    }
+    const uint64_t key = mix64(seed) ^ hash_name(t.name);
+    for (size_t i = 0; i < t.numel; ++i) p[i] = float(cfg.initializer_range * normal_from(key, i));
+  }
+}
+
+}  // namespace mt

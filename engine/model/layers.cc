@@ -1,0 +1,168 @@
+#include "engine/model/layers.h"
+
+namespace mt {
+
+namespace {
+struct Dims {
+  size_t N, C, QKV, Q, F, H, T;
+};
+Dims dims(const LayerShape& s) {
+  const ModelConfig& c = *s.cfg;
+  return {size_t(s.N()), size_t(c.hidden_size), size_t(c.qkv_dim()), size_t(c.q_dim()),
+          size_t(c.intermediate_size), size_t(c.num_heads), size_t(s.T)};
+}
+}  // namespace
+
+size_t decoder_acts_numel(const LayerShape& s) {
+  Dims d = dims(s);
+  // xn1 rstd1 qkv att lse x2 xn2 rstd2 gu h
+  return d.N * d.C + d.N + d.N * d.QKV + d.N * d.Q + d.N * d.H + d.N * d.C + d.N * d.C + d.N +
+         d.N * 2 * d.F + d.N * d.F;
+}
+
+template <typename T>
+DecoderActs<T> bind_decoder_acts(const LayerShape& s, T* p) {
+  Dims d = dims(s);
+  DecoderActs<T> a{};
+  a.xn1 = p, p += d.N * d.C;
+  a.rstd1 = p, p += d.N;
+  a.qkv = p, p += d.N * d.QKV;
+  a.att = p, p += d.N * d.Q;
+  a.lse = p, p += d.N * d.H;
+  a.x2 = p, p += d.N * d.C;
+  a.xn2 = p, p += d.N * d.C;
+  a.rstd2 = p, p += d.N;
+  a.gu = p, p += d.N * 2 * d.F;
+  a.h = p;
+  return a;
+}
+
+size_t decoder_scratch_numel(const LayerShape& s) {
+  Dims d = dims(s);
+  // dh dgu dxn dx2 datt dqkv
+  return d.N * d.F + d.N * 2 * d.F + d.N * d.C + d.N * d.C + d.N * d.Q + d.N * d.QKV;
+}
+
+template <typename T>
+DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, T* p) {
+  Dims d = dims(s);
+  DecoderScratch<T> sc{};
+  sc.dh = p, p += d.N * d.F;
+  sc.dgu = p, p += d.N * 2 * d.F;
+  sc.dxn = p, p += d.N * d.C;
+  sc.dx2 = p, p += d.N * d.C;
+  sc.datt = p, p += d.N * d.Q;
+  sc.dqkv = p;
+  return sc;
+}
+
+template <typename T>
+void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
+                     T* out, const DecoderActs<T>& a) {
+  const ModelConfig& c = *s.cfg;
+  const int N = s.N(), C = c.hidden_size, F = c.intermediate_size;
+  const float eps = float(c.rms_norm_eps);
+  // attention block: x2 = x + o_proj(attn(rope(qkv(norm(x)))))
+  ops.rmsnorm_forward(a.xn1, a.rstd1, x, w.ln1, N, C, eps);
+  ops.matmul_forward(a.qkv, a.xn1, w.wqkv, w.bqkv, N, C, c.qkv_dim());
+  ops.rope_forward(a.qkv, s.inv_freq, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.attention_forward(a.att, a.lse, a.qkv, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
+  ops.add_inplace(a.x2, x, size_t(N) * C);
+  // MLP block: out = x2 + down(silu(gate(norm(x2))) * up(norm(x2)))
+  ops.rmsnorm_forward(a.xn2, a.rstd2, a.x2, w.ln2, N, C, eps);
+  ops.matmul_forward(a.gu, a.xn2, w.wgu, nullptr, N, C, 2 * F);
+  ops.swiglu_forward(a.h, a.gu, N, F);
+  if (!out) return;  // recompute for backward: everything backward needs is in acts
+  ops.matmul_forward(out, a.h, w.wdown, nullptr, N, F, C);
+  ops.add_inplace(out, a.x2, size_t(N) * C);
+}
+
+template <typename T>
+void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+                      const DecoderView<T>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
+                      const DecoderScratch<T>& sc) {
+  const ModelConfig& c = *s.cfg;
+  const int N = s.N(), C = c.hidden_size, F = c.intermediate_size, Q = c.q_dim(), QKV = c.qkv_dim();
+  const size_t NC = size_t(N) * C;
+  // MLP block
+  ops.zero(sc.dh, size_t(N) * F);
+  ops.matmul_backward(sc.dh, dw.wdown, nullptr, dresid, a.h, w.wdown, N, F, C);
+  ops.swiglu_backward(sc.dgu, sc.dh, a.gu, N, F);
+  ops.zero(sc.dxn, NC);
+  ops.matmul_backward(sc.dxn, dw.wgu, nullptr, sc.dgu, a.xn2, w.wgu, N, C, 2 * F);
+  ops.copy(sc.dx2, dresid, NC);
+  ops.rmsnorm_backward(sc.dx2, dw.ln2, sc.dxn, a.x2, w.ln2, a.rstd2, N, C);
+  // attention block
+  ops.zero(sc.datt, size_t(N) * Q);
+  ops.matmul_backward(sc.datt, dw.wo, nullptr, sc.dx2, a.att, w.wo, N, Q, C);
+  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.rope_backward(sc.dqkv, s.inv_freq, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.zero(sc.dxn, NC);
+  ops.matmul_backward(sc.dxn, dw.wqkv, dw.bqkv, sc.dqkv, a.xn1, w.wqkv, N, C, QKV);
+  ops.copy(dresid, sc.dx2, NC);
+  ops.rmsnorm_backward(dresid, dw.ln1, sc.dxn, x, w.ln1, a.rstd1, N, C);
+}
+
+template <typename T>
+void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, const int32_t* tokens, T* out) {
+  ops.embedding_forward(out, tokens, wte, s.N(), s.cfg->hidden_size);
+}
+
+template <typename T>
+void embedding_backward(const Ops<T>& ops, const LayerShape& s, T* dwte, const int32_t* tokens, const T* dx) {
+  ops.embedding_backward(dwte, dx, tokens, s.N(), s.cfg->hidden_size);
+}
+
+size_t head_scratch_numel(const LayerShape& s) {
+  const size_t N = size_t(s.N()), C = size_t(s.cfg->hidden_size), V = size_t(s.cfg->vocab_size);
+  return N * C + N + N * C + size_t(s.head_chunk) * V;
+}
+
+template <typename T>
+HeadScratch<T> bind_head_scratch(const LayerShape& s, T* p) {
+  const size_t N = size_t(s.N()), C = size_t(s.cfg->hidden_size);
+  HeadScratch<T> sc{};
+  sc.xn = p, p += N * C;
+  sc.rstd = p, p += N;
+  sc.dxn = p, p += N * C;
+  sc.logits = p;
+  return sc;
+}
+
+template <typename T>
+cpu::LmHeadLossResult head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w,
+                                            const T* lm, T* dnorm_w, T* dlm, const T* x,
+                                            const int32_t* targets, T grad_scale, T* dx,
+                                            const HeadScratch<T>& sc) {
+  const ModelConfig& c = *s.cfg;
+  const int N = s.N(), C = c.hidden_size;
+  ops.rmsnorm_forward(sc.xn, sc.rstd, x, norm_w, N, C, float(c.rms_norm_eps));
+  auto r = ops.lm_head_loss(dx ? sc.dxn : nullptr, dlm, nullptr, sc.xn, lm, targets, N, C, c.vocab_size,
+                            s.head_chunk, grad_scale, sc.logits);
+  if (dx) {
+    ops.zero(dx, size_t(N) * C);
+    ops.rmsnorm_backward(dx, dnorm_w, sc.dxn, x, norm_w, sc.rstd, N, C);
+  }
+  return r;
+}
+
+#define MT_INSTANTIATE_LAYERS(T)                                                                          \
+  template DecoderActs<T> bind_decoder_acts(const LayerShape&, T*);                                      \
+  template DecoderScratch<T> bind_decoder_scratch(const LayerShape&, T*);                                \
+  template HeadScratch<T> bind_head_scratch(const LayerShape&, T*);                                      \
+  template void decoder_forward(const Ops<T>&, const LayerShape&, const DecoderView<const T>&, const T*, \
+                                T*, const DecoderActs<T>&);                                              \
+  template void decoder_backward(const Ops<T>&, const LayerShape&, const DecoderView<const T>&,          \
+                                 const DecoderView<T>&, const T*, const DecoderActs<T>&, T*,             \
+                                 const DecoderScratch<T>&);                                              \
+  template void embedding_forward(const Ops<T>&, const LayerShape&, const T*, const int32_t*, T*);       \
+  template void embedding_backward(const Ops<T>&, const LayerShape&, T*, const int32_t*, const T*);      \
+  template cpu::LmHeadLossResult head_forward_backward(const Ops<T>&, const LayerShape&, const T*,       \
+                                                       const T*, T*, T*, const T*, const int32_t*, T, T*, \
+                                                       const HeadScratch<T>&);
+MT_INSTANTIATE_LAYERS(float)
+MT_INSTANTIATE_LAYERS(double)
+#undef MT_INSTANTIATE_LAYERS
+
+}  // namespace mt

@@ -1,0 +1,76 @@
+// Layer templates: the stateless forward and backward of each unit kind, written once against
+// Ops<T> so they run on every backend. Weights arrive as views (param_schema.h) of wherever the
+// unit sits; activations and scratch are views into caller-owned buffers. No per-layer objects.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/model/model_config.h"
+#include "engine/backend/ops.h"
+#include "engine/model/param_schema.h"
+
+namespace mt {
+
+// What a layer call needs besides weights: the model, the micro-batch shape (B sequences of
+// T tokens) and the rotary table (a device pointer, head_dim/2 floats).
+struct LayerShape {
+  const ModelConfig* cfg = nullptr;
+  int B = 0;
+  int T = 0;
+  const float* inv_freq = nullptr;
+  int head_chunk = 256;  // tokens per chunk of the fused LM head + loss
+  int N() const { return B * T; }
+};
+
+// Saved activations of one decoder layer for one micro-batch.
+template <typename T>
+struct DecoderActs {
+  T *xn1, *rstd1, *qkv, *att, *lse, *x2, *xn2, *rstd2, *gu, *h;
+};
+size_t decoder_acts_numel(const LayerShape& s);
+template <typename T>
+DecoderActs<T> bind_decoder_acts(const LayerShape& s, T* base);
+
+// Backward scratch of one decoder layer for one micro-batch (reused across layers).
+template <typename T>
+struct DecoderScratch {
+  T *dh, *dgu, *dxn, *dx2, *datt, *dqkv;
+};
+size_t decoder_scratch_numel(const LayerShape& s);
+template <typename T>
+DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, T* base);
+
+// out = layer(x); fills acts. x and out are [N, C]. out == nullptr skips the last projection
+// (a recompute before backward needs only the activations).
+template <typename T>
+void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
+                     T* out, const DecoderActs<T>& a);
+
+// dresid holds dL/dout on entry and dL/dx on return; dw accumulates (+=).
+template <typename T>
+void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+                      const DecoderView<T>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
+                      const DecoderScratch<T>& sc);
+
+template <typename T>
+void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, const int32_t* tokens, T* out);
+template <typename T>
+void embedding_backward(const Ops<T>& ops, const LayerShape& s, T* dwte, const int32_t* tokens, const T* dx);
+
+// Final norm + LM head + cross-entropy, forward and (when dx != nullptr) backward in one pass.
+// lm is the LM-head matrix [V, C] (the embedding when tied); dlm accumulates its gradient.
+template <typename T>
+struct HeadScratch {
+  T *xn, *rstd, *dxn, *logits;
+};
+size_t head_scratch_numel(const LayerShape& s);
+template <typename T>
+HeadScratch<T> bind_head_scratch(const LayerShape& s, T* base);
+
+template <typename T>
+cpu::LmHeadLossResult head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w,
+                                            const T* lm, T* dnorm_w, T* dlm, const T* x,
+                                            const int32_t* targets, T grad_scale, T* dx,
+                                            const HeadScratch<T>& sc);
+
+}  // namespace mt

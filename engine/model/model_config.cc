@@ -1,0 +1,244 @@
+#include "engine/model/model_config.h"
+
+#include <cmath>
+#include <numbers>
+#include <string_view>
+#include <utility>
+
+#include "engine/model/param_schema.h"
+
+namespace mt {
+
+extern const std::pair<std::string_view, std::string_view> kPresetFiles[];
+extern const int kPresetCount;
+
+namespace {
+
+const char* const kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+
+class ConfigReader {
+ public:
+  ConfigReader(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  Status fail(const std::string& field, const std::string& why) const {
+    return invalid_argument(source_ + ": field '" + field + "' " + why);
+  }
+
+  Status positive_int(const char* field, int& out, bool required = true) const {
+    const Json* v = j_.find(field);
+    if (!v || v->is_null()) return required ? fail(field, "is required but missing") : Status::Ok();
+    if (!v->is_integer() || v->as_int() <= 0 || v->as_int() > (int64_t(1) << 30))
+      return fail(field, "must be a positive integer, got " + v->dump());
+    out = int(v->as_int());
+    return Status::Ok();
+  }
+
+  Status number(const char* field, double& out) const {
+    const Json* v = j_.find(field);
+    if (!v || v->is_null()) return Status::Ok();
+    if (!v->is_number() || !(v->as_double() > 0)) return fail(field, "must be a positive number, got " + v->dump());
+    out = v->as_double();
+    return Status::Ok();
+  }
+
+  Status boolean(const char* field, bool& out) const {
+    const Json* v = j_.find(field);
+    if (!v || v->is_null()) return Status::Ok();
+    if (!v->is_bool()) return fail(field, "must be true or false, got " + v->dump());
+    out = v->as_bool();
+    return Status::Ok();
+  }
+
+  const Json* get(const char* field) const { return j_.find(field); }
+
+ private:
+  const Json& j_;
+  std::string source_;
+};
+
+Status read_architecture(const ConfigReader& r, ModelConfig& c) {
+  const Json* arch = r.get("architectures");
+  if (!arch || !arch->is_array() || arch->items().size() != 1 || !arch->items()[0].is_string())
+    return r.fail("architectures", "must be a list with one architecture name");
+  c.architecture = arch->items()[0].as_string();
+  for (const char* a : kArchitectures)
+    if (c.architecture == a) return Status::Ok();
+  return r.fail("architectures", "names '" + c.architecture +
+                                     "', which is not supported (supported: LlamaForCausalLM, "
+                                     "MistralForCausalLM, Qwen2ForCausalLM)");
+}
+
+Status read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
+  const Json* rs = r.get("rope_scaling");
+  if (!rs || rs->is_null()) return Status::Ok();
+  if (!rs->is_object()) return r.fail("rope_scaling", "must be an object or null");
+  const Json* type = rs->find("rope_type");
+  if (!type) type = rs->find("type");
+  if (!type || !type->is_string()) return r.fail("rope_scaling.rope_type", "is missing");
+  RopeScaling& s = c.rope_scaling;
+  s.type = type->as_string();
+  if (s.type != "default" && s.type != "linear" && s.type != "llama3")
+    return r.fail("rope_scaling.rope_type", "'" + s.type + "' is not supported (supported: default, linear, llama3)");
+  auto num = [&](const char* k, double& out) -> Status {
+    const Json* v = rs->find(k);
+    if (!v) return Status::Ok();
+    if (!v->is_number() || !(v->as_double() > 0))
+      return r.fail(std::string("rope_scaling.") + k, "must be a positive number, got " + v->dump());
+    out = v->as_double();
+    return Status::Ok();
+  };
+  MT_RETURN_IF_ERROR(num("factor", s.factor));
+  MT_RETURN_IF_ERROR(num("low_freq_factor", s.low_freq_factor));
+  MT_RETURN_IF_ERROR(num("high_freq_factor", s.high_freq_factor));
+  double orig = double(s.original_max_position_embeddings);
+  MT_RETURN_IF_ERROR(num("original_max_position_embeddings", orig));
+  s.original_max_position_embeddings = int64_t(orig);
+  if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
+    return r.fail("rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+  return Status::Ok();
+}
+
+// Options that change the math and that we do not implement: refused, never ignored.
+Status refuse_unsupported(const ConfigReader& r, const ModelConfig& c) {
+  const Json* act = r.get("hidden_act");
+  if (act && !(act->is_string() && act->as_string() == "silu"))
+    return r.fail("hidden_act", "is " + act->dump() + "; only \"silu\" (SwiGLU) is supported");
+  const Json* sw = r.get("sliding_window");
+  const Json* use_sw = r.get("use_sliding_window");
+  bool sliding = sw && !sw->is_null();
+  if (c.architecture == "Qwen2ForCausalLM") sliding = use_sw && use_sw->is_bool() && use_sw->as_bool();
+  if (sliding) return r.fail(c.architecture == "Qwen2ForCausalLM" ? "use_sliding_window" : "sliding_window",
+                             "enables sliding-window attention, which is not supported");
+  const Json* mlp_bias = r.get("mlp_bias");
+  if (mlp_bias && mlp_bias->is_bool() && mlp_bias->as_bool()) return r.fail("mlp_bias", "true is not supported");
+  const Json* attn_bias = r.get("attention_bias");
+  if (c.architecture != "Qwen2ForCausalLM" && attn_bias && attn_bias->is_bool() && attn_bias->as_bool())
+    return r.fail("attention_bias", "true (biases on q/k/v/o) is not supported for " + c.architecture);
+  const Json* prf = r.get("partial_rotary_factor");
+  if (prf && !(prf->is_number() && prf->as_double() == 1.0))
+    return r.fail("partial_rotary_factor", "must be 1 (partial rotary embeddings are not supported)");
+  const Json* pt = r.get("pretraining_tp");
+  if (pt && !(pt->is_integer() && pt->as_int() == 1))
+    return r.fail("pretraining_tp", "must be 1");
+  return Status::Ok();
+}
+
+Status check_shape(const ConfigReader& r, const ModelConfig& c) {
+  if (c.num_heads % c.num_kv_heads != 0)
+    return r.fail("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
+                                             ") must divide num_attention_heads (" + std::to_string(c.num_heads) + ")");
+  if (c.head_dim % 2 != 0) return r.fail("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source) {
+  auto parsed = Json::parse(json_text);
+  if (!parsed.ok()) return parsed.status().with_context(source);
+  const Json& j = parsed.value();
+  if (!j.is_object()) return invalid_argument(source + ": config must be a JSON object");
+  ConfigReader r(j, source);
+  ModelConfig c;
+  c.raw = j;
+  MT_RETURN_IF_ERROR(read_architecture(r, c));
+  if (const Json* mt = j.find("model_type"); mt && mt->is_string()) c.model_type = mt->as_string();
+  MT_RETURN_IF_ERROR(r.positive_int("hidden_size", c.hidden_size));
+  MT_RETURN_IF_ERROR(r.positive_int("num_hidden_layers", c.num_layers));
+  MT_RETURN_IF_ERROR(r.positive_int("num_attention_heads", c.num_heads));
+  c.num_kv_heads = c.num_heads;
+  MT_RETURN_IF_ERROR(r.positive_int("num_key_value_heads", c.num_kv_heads, false));
+  MT_RETURN_IF_ERROR(r.positive_int("intermediate_size", c.intermediate_size));
+  MT_RETURN_IF_ERROR(r.positive_int("vocab_size", c.vocab_size));
+  if (c.hidden_size % c.num_heads != 0 && !j.find("head_dim"))
+    return r.fail("hidden_size", "must be divisible by num_attention_heads when head_dim is absent");
+  c.head_dim = c.hidden_size / c.num_heads;
+  MT_RETURN_IF_ERROR(r.positive_int("head_dim", c.head_dim, false));
+  int max_pos = 0;
+  MT_RETURN_IF_ERROR(r.positive_int("max_position_embeddings", max_pos, false));
+  c.max_position_embeddings = max_pos;
+  MT_RETURN_IF_ERROR(r.number("rms_norm_eps", c.rms_norm_eps));
+  MT_RETURN_IF_ERROR(r.number("rope_theta", c.rope_theta));
+  MT_RETURN_IF_ERROR(r.number("initializer_range", c.initializer_range));
+  MT_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", c.tie_word_embeddings));
+  c.attention_bias = c.architecture == "Qwen2ForCausalLM";
+  MT_RETURN_IF_ERROR(read_rope_scaling(r, c));
+  MT_RETURN_IF_ERROR(refuse_unsupported(r, c));
+  MT_RETURN_IF_ERROR(check_shape(r, c));
+  return c;
+}
+
+Result<ModelConfig> load_model_config(const std::string& path) {
+  std::string file = path;
+  auto text = read_file(file);
+  if (!text.ok()) {
+    file = path + "/config.json";
+    text = read_file(file);
+  }
+  if (!text.ok()) return not_found("no config.json at '" + path + "'");
+  return parse_model_config(text.value(), file);
+}
+
+Result<ModelConfig> preset_config(const std::string& name) {
+  for (int i = 0; i < kPresetCount; ++i)
+    if (kPresetFiles[i].first == name)
+      return parse_model_config(std::string(kPresetFiles[i].second), "preset '" + name + "'");
+  std::string names;
+  for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+  return not_found("unknown model preset '" + name + "' (available: " + names + ")");
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (int i = 0; i < kPresetCount; ++i) out.emplace_back(kPresetFiles[i].first);
+  return out;
+}
+
+Json model_config_to_json(const ModelConfig& cfg) {
+  Json j = cfg.raw.is_object() ? cfg.raw : Json::object();
+  j.set("architectures", Json::array({Json(cfg.architecture)}));
+  j.set("hidden_size", cfg.hidden_size);
+  j.set("num_hidden_layers", cfg.num_layers);
+  j.set("num_attention_heads", cfg.num_heads);
+  j.set("num_key_value_heads", cfg.num_kv_heads);
+  j.set("head_dim", cfg.head_dim);
+  j.set("intermediate_size", cfg.intermediate_size);
+  j.set("vocab_size", cfg.vocab_size);
+  j.set("rms_norm_eps", cfg.rms_norm_eps);
+  j.set("rope_theta", cfg.rope_theta);
+  j.set("tie_word_embeddings", cfg.tie_word_embeddings);
+  j.set("torch_dtype", "float32");
+  return j;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
+  const int half = cfg.head_dim / 2;
+  const RopeScaling& s = cfg.rope_scaling;
+  std::vector<float> out(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double inv = 1.0 / std::pow(cfg.rope_theta, double(2 * i) / cfg.head_dim);
+    if (s.type == "linear") {
+      inv /= s.factor;
+    } else if (s.type == "llama3") {
+      double old_ctx = double(s.original_max_position_embeddings);
+      double low_wavelen = old_ctx / s.low_freq_factor, high_wavelen = old_ctx / s.high_freq_factor;
+      double wavelen = 2 * std::numbers::pi / inv;
+      if (wavelen > low_wavelen) {
+        inv /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        inv = (1 - smooth) * inv / s.factor + smooth * inv;
+      }
+    }
+    out[size_t(i)] = float(inv);
+  }
+  return out;
+}
+
+int64_t ModelConfig::num_params() const {
+  int64_t n = 0;
+  for (const auto& u : build_param_schemas(*this)) n += int64_t(u.numel);
+  return n;
+}
+
+}  // namespace mt

@@ -1,0 +1,59 @@
+// ModelConfig: the decoder-only Llama-family shape read from a Hugging Face config.json
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM). Anything we do not implement is
+// refused with a message naming the field; nothing is silently ignored.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/base/json.h"
+#include "engine/base/status.h"
+
+namespace mt {
+
+struct RopeScaling {
+  std::string type = "default";  // default | linear | llama3
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;   // e.g. "LlamaForCausalLM"
+  std::string model_type;     // e.g. "llama"
+  int hidden_size = 0;        // C
+  int num_layers = 0;         // L
+  int num_heads = 0;          // H
+  int num_kv_heads = 0;       // KVH (GQA when < H)
+  int head_dim = 0;           // D
+  int intermediate_size = 0;  // F
+  int vocab_size = 0;         // V
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projection biases (Qwen2)
+  double initializer_range = 0.02;
+  Json raw;                     // the config.json as read, for export
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  int64_t num_params() const;
+};
+
+// Parses and validates a config.json text; `source` names it in messages.
+Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);
+Result<ModelConfig> load_model_config(const std::string& path);  // a file or a model directory
+Result<ModelConfig> preset_config(const std::string& name);     // a built-in preset
+std::vector<std::string> preset_names();
+
+// The config as an HF config.json (the original keys plus ours), for export.
+Json model_config_to_json(const ModelConfig& cfg);
+
+// Rotary inverse frequencies [head_dim / 2], with the config's rope scaling applied.
+std::vector<float> rope_inv_freq(const ModelConfig& cfg);
+
+}  // namespace mt

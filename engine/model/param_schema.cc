@@ -1,0 +1,96 @@
+#include "engine/model/param_schema.h"
+
+namespace mt {
+
+const char* unit_kind_name(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kEmbedding: return "embedding";
+    case UnitKind::kDecoder: return "decoder";
+    case UnitKind::kHead: return "head";
+  }
+  return "?";
+}
+
+const TensorSpec* ParamSchema::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+namespace {
+
+void add(ParamSchema& u, std::string name, std::vector<int64_t> shape, bool decay) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  u.tensors.push_back({std::move(name), std::move(shape), u.numel, n, decay});
+  u.numel += n;
+}
+
+ParamSchema decoder_schema(const ModelConfig& c, int l) {
+  ParamSchema u{UnitKind::kDecoder, l, {}, 0};
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  const int64_t C = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
+  add(u, p + "input_layernorm.weight", {C}, false);
+  add(u, p + "self_attn.q_proj.weight", {Q, C}, true);  // q, k, v adjacent: one qkv matrix
+  add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
+  add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
+  if (c.attention_bias) {
+    add(u, p + "self_attn.q_proj.bias", {Q}, false);
+    add(u, p + "self_attn.k_proj.bias", {KV}, false);
+    add(u, p + "self_attn.v_proj.bias", {KV}, false);
+  }
+  add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
+  add(u, p + "post_attention_layernorm.weight", {C}, false);
+  add(u, p + "mlp.gate_proj.weight", {F, C}, true);  // gate, up adjacent: one [2F, C] matrix
+  add(u, p + "mlp.up_proj.weight", {F, C}, true);
+  add(u, p + "mlp.down_proj.weight", {C, F}, true);
+  return u;
+}
+
+}  // namespace
+
+std::vector<ParamSchema> build_param_schemas(const ModelConfig& c) {
+  std::vector<ParamSchema> units;
+  ParamSchema emb{UnitKind::kEmbedding, -1, {}, 0};
+  add(emb, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, true);
+  units.push_back(std::move(emb));
+  for (int l = 0; l < c.num_layers; ++l) units.push_back(decoder_schema(c, l));
+  ParamSchema head{UnitKind::kHead, -1, {}, 0};
+  add(head, "model.norm.weight", {c.hidden_size}, false);
+  if (!c.tie_word_embeddings) add(head, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
+  units.push_back(std::move(head));
+  return units;
+}
+
+template <typename T>
+DecoderView<T> bind_decoder(const ModelConfig& c, T* base) {
+  const size_t C = size_t(c.hidden_size), QKV = size_t(c.qkv_dim()), Q = size_t(c.q_dim());
+  const size_t F = size_t(c.intermediate_size);
+  DecoderView<T> v{};
+  T* p = base;
+  v.ln1 = p, p += C;
+  v.wqkv = p, p += QKV * C;
+  v.bqkv = c.attention_bias ? p : nullptr;
+  if (c.attention_bias) p += QKV;
+  v.wo = p, p += C * Q;
+  v.ln2 = p, p += C;
+  v.wgu = p, p += 2 * F * C;
+  v.wdown = p;
+  return v;
+}
+
+template <typename T>
+HeadView<T> bind_head(const ModelConfig& c, T* base) {
+  return {base, c.tie_word_embeddings ? nullptr : base + c.hidden_size};
+}
+
+template DecoderView<float> bind_decoder(const ModelConfig&, float*);
+template DecoderView<const float> bind_decoder(const ModelConfig&, const float*);
+template DecoderView<double> bind_decoder(const ModelConfig&, double*);
+template DecoderView<const double> bind_decoder(const ModelConfig&, const double*);
+template HeadView<float> bind_head(const ModelConfig&, float*);
+template HeadView<const float> bind_head(const ModelConfig&, const float*);
+template HeadView<double> bind_head(const ModelConfig&, double*);
+template HeadView<const double> bind_head(const ModelConfig&, const double*);
+
+}  // namespace mt

@@ -1,0 +1,69 @@
+// HostStore: everything that lives in host memory per streamed unit — fp32 master weights,
+// Adam m and v, the gradient buffer and the optional bf16 compute shadow — in the `exact`
+// (fp32 moments and grads: 16 B/param) or `compact` (bf16 moments and grads: 10 B/param)
+// layout. Memory comes from a HostAllocator in large aligned chunks; a backend that can pin
+// (CUDA) supplies a pinning allocator, so every byte is DMA-able.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/optim/optimizer.h"
+#include "engine/model/param_schema.h"
+#include "engine/base/host_memory.h"
+#include "engine/base/status.h"
+#include "kernels/bf16.h"
+
+namespace mt {
+
+enum class MemoryLayout { kExact, kCompact };
+Result<MemoryLayout> parse_memory_layout(const std::string& name);
+const char* memory_layout_name(MemoryLayout l);
+
+// Bytes per parameter of a layout (shadow adds 2).
+size_t host_bytes_per_param(MemoryLayout layout, bool shadow);
+// Bytes of one gradient, Adam m or Adam v element: fp32 (exact) or bf16 (compact).
+size_t state_elem_bytes(MemoryLayout layout);
+
+struct HostUnit {
+  float* master = nullptr;
+  void* grad = nullptr;  // float* (exact) or bf16* (compact)
+  void* m = nullptr;
+  void* v = nullptr;
+  bf16* shadow = nullptr;
+  size_t numel = 0;
+};
+
+class HostStore {
+ public:
+  static Result<std::unique_ptr<HostStore>> create(const std::vector<ParamSchema>& units, MemoryLayout layout,
+                                                   bool shadow, HostAllocator& alloc);
+  ~HostStore();
+  HostStore(const HostStore&) = delete;
+  HostStore& operator=(const HostStore&) = delete;
+
+  MemoryLayout layout() const { return layout_; }
+  size_t num_units() const { return units_.size(); }
+  const HostUnit& unit(size_t i) const { return units_[i]; }
+  size_t total_bytes() const { return total_bytes_; }
+  size_t total_params() const;
+  template <typename S>
+  UnitState<S> state(size_t i) const {
+    const HostUnit& u = units_[i];
+    return {u.master, static_cast<S*>(u.grad), static_cast<S*>(u.m), static_cast<S*>(u.v), u.shadow};
+  }
+  void zero_optimizer_state();  // m = v = 0
+  void zero_grads();
+
+ private:
+  HostStore(MemoryLayout layout, HostAllocator& alloc) : layout_(layout), alloc_(alloc) {}
+
+  MemoryLayout layout_;
+  HostAllocator& alloc_;
+  std::vector<HostUnit> units_;
+  std::vector<std::pair<void*, size_t>> chunks_;
+  size_t total_bytes_ = 0;
+};
+
+}  // namespace mt

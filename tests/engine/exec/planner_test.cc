@@ -1,0 +1,87 @@
+// The memory planner: every preset plans instantly without allocating, host bytes per parameter
+// follow the layout, and budgets are enforced with the numbers.
+#include <gtest/gtest.h>
+
+#include "engine/exec/planner.h"
+
+namespace mt {
+namespace {
+
+TEST(Planner, EveryPresetPlansWithoutAllocating) {
+  TrainOptions opt;
+  opt.seq_len = 1024;
+  opt.micro_batch = 4;
+  opt.global_batch = 64;
+  for (const auto& name : preset_names()) {
+    auto cfg = preset_config(name);
+    ASSERT_TRUE(cfg.ok()) << name;
+    for (auto layout : {MemoryLayout::kExact, MemoryLayout::kCompact}) {
+      opt.layout = layout;
+      auto p = plan_memory(*cfg, opt, {});  // a 120B model would need 1.9 TB if this allocated
+      ASSERT_TRUE(p.ok()) << name << ": " << p.status().to_string();
+      const uint64_t per_param = layout == MemoryLayout::kExact ? 16 : 10, gb = per_param == 16 ? 4 : 2;
+      uint64_t state = 0;
+      for (const auto& [kind, bytes] : p->host_by_kind)
+        if (kind == "master" || kind == "grad" || kind == "adam_m" || kind == "adam_v") state += bytes;
+      EXPECT_EQ(state, per_param * uint64_t(p->params)) << name;
+      // Beyond the per-parameter state: embedding-row staging (4 B per embedding element at
+      // most) and a tied head's gradient share (gb); layer inputs stay on the device here.
+      const uint64_t emb = uint64_t(cfg->vocab_size) * uint64_t(cfg->hidden_size);
+      EXPECT_LE(p->host_bytes - state, emb * (4 + (cfg->tie_word_embeddings ? gb : 0))) << name;
+      EXPECT_GT(p->host_bytes, state) << name;
+      EXPECT_GT(p->device_bytes, 0u);
+      EXPECT_TRUE(p->fits);
+    }
+  }
+}
+
+TEST(Planner, Dense120bCompactFitsInOnePointFiveTerabytes) {
+  auto cfg = preset_config("dense-120b");
+  ASSERT_TRUE(cfg.ok());
+  TrainOptions opt;
+  opt.layout = MemoryLayout::kCompact;
+  opt.seq_len = 1024;
+  opt.micro_batch = 1;
+  opt.global_batch = 64;
+  PlanOptions po;
+  po.host_budget = 1500ull * 1000 * 1000 * 1000;
+  auto p = plan_memory(*cfg, opt, po);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fits) << p->reason;
+  EXPECT_LE(p->host_bytes_per_param, 10.5);
+  EXPECT_GT(p->params, 115'000'000'000);
+}
+
+TEST(Planner, HostBudgetRefusalCarriesTheNumbers) {
+  auto cfg = preset_config("llama3-70b");
+  ASSERT_TRUE(cfg.ok());
+  PlanOptions po;
+  po.host_budget = 128ull << 30;
+  auto p = plan_memory(*cfg, TrainOptions{}, po);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->fits);
+  EXPECT_NE(p->reason.find("host memory"), std::string::npos);
+  EXPECT_NE(p->reason.find(std::to_string(128ull << 30)), std::string::npos) << p->reason;
+}
+
+TEST(Planner, AutoPlacementMovesCheckpointsToHostWhenTheDeviceIsSmall) {
+  auto cfg = preset_config("small");
+  ASSERT_TRUE(cfg.ok());
+  TrainOptions opt;
+  opt.seq_len = 512;
+  opt.micro_batch = 4;
+  opt.global_batch = 64;
+  auto big = plan_memory(*cfg, opt, {});
+  ASSERT_TRUE(big.ok());
+  EXPECT_TRUE(big->checkpoints_on_device);
+  PlanOptions po;
+  po.device_budget = big->device_bytes - 1;
+  auto small = plan_memory(*cfg, opt, po);
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE(small->checkpoints_on_device);
+  EXPECT_TRUE(small->fits) << small->reason;
+  EXPECT_GT(small->host_bytes, big->host_bytes);
+}
+
+}  // namespace
+}  // namespace mt

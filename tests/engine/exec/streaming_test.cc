@@ -1,0 +1,260 @@
+// The streaming executor against the resident reference: bit for bit on the CPU backend, in a
+// bounded device arena, in the compact layout, and its refusals.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+#include <set>
+
+#include "engine/exec/resident_executor.h"
+#include "engine/exec/streaming_executor.h"
+#include "engine/exec/streaming_pipeline.h"
+#include "tests/engine/test_model.h"
+
+namespace mt {
+namespace {
+
+ModelConfig small_config(bool tied, int layers, bool qwen = false) {
+  return testing_util::test_model_config(
+      {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", 32, layers, 4, 2, 48, 64, tied});
+}
+
+TrainOptions small_options() {
+  TrainOptions o;
+  o.seq_len = 24;
+  o.micro_batch = 2;
+  o.global_batch = 6;  // three micro-batches accumulate
+  o.optimizer.lr = 3e-3f;
+  o.optimizer.grad_clip = 0.5f;  // active: early gradients are larger than this
+  o.schedule = {2, LrDecay::kCosine, 0.1f, 4};
+  return o;
+}
+
+void expect_same_state(const HostStore& a, const HostStore& b) {
+  ASSERT_EQ(a.num_units(), b.num_units());
+  for (size_t u = 0; u < a.num_units(); ++u) {
+    const size_t bytes = a.unit(u).numel * sizeof(float);
+    EXPECT_EQ(0, std::memcmp(a.unit(u).master, b.unit(u).master, bytes)) << "master of unit " << u;
+    EXPECT_EQ(0, std::memcmp(a.unit(u).m, b.unit(u).m, bytes)) << "adam m of unit " << u;
+    EXPECT_EQ(0, std::memcmp(a.unit(u).v, b.unit(u).v, bytes)) << "adam v of unit " << u;
+  }
+}
+
+struct Case {
+  const char* name;
+  bool tied, qwen;
+  int slots;
+  CheckpointPlacement placement;
+};
+// Printed by name, so ctest's test names are stable (not the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class StreamingVsResident : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
+  const Case& c = GetParam();
+  const ModelConfig cfg = small_config(c.tied, 4, c.qwen);
+  const TrainOptions opt = small_options();
+  auto res = ResidentExecutor::create(cfg, opt);
+  ASSERT_TRUE(res.ok()) << res.status().to_string();
+  StreamingOptions so;
+  so.slots = c.slots;
+  so.placement = c.placement;
+  auto str = StreamingExecutor::create_cpu(cfg, opt, so);
+  ASSERT_TRUE(str.ok()) << str.status().to_string();
+  EXPECT_EQ((*str)->plan().checkpoints_on_device, c.placement != CheckpointPlacement::kHost);
+  init_weights(cfg, (*res)->store(), 3);
+  init_weights(cfg, (*str)->store(), 3);
+  auto src = make_synthetic_source({5, cfg.vocab_size, 32, 3});
+  Batch b;
+  bool clipped = false;
+  for (int s = 0; s < 4; ++s) {
+    ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+    if (s == 1) b.targets[5] = b.targets[17] = -1;  // masked positions
+    auto r1 = (*res)->step(b);
+    auto r2 = (*str)->step(b);
+    ASSERT_TRUE(r1.ok() && r2.ok());
+    EXPECT_EQ(r1->loss, r2->loss) << "step " << s;  // exact equality
+    // The forward fetches only the batch's embedding rows, then every other unit once; a tied
+    // head reads the whole embedding again. The embedding's gradient comes back as those rows.
+    const uint64_t row_bytes = uint64_t(cfg.hidden_size) * sizeof(float);
+    const uint64_t rows = std::set<int32_t>(b.inputs.begin(), b.inputs.end()).size();
+    ASSERT_EQ(uint64_t(r2->embedding_rows), rows);
+    ASSERT_LT(rows, uint64_t(cfg.vocab_size)) << "the batch must leave rows untouched";
+    const uint64_t emb_bytes = uint64_t(cfg.vocab_size) * row_bytes;
+    EXPECT_EQ(r2->forward_h2d_bytes,
+              uint64_t(cfg.num_params()) * sizeof(float) - emb_bytes + rows * row_bytes + (c.tied ? emb_bytes : 0));
+    EXPECT_EQ(r2->last_grad_bytes, rows * row_bytes);
+    EXPECT_GT(r2->forward_compute_seconds, 0.0);
+    EXPECT_LT(r2->forward_compute_seconds, r2->compute_seconds);
+    clipped |= r1->grad_norm > opt.optimizer.grad_clip;
+  }
+  EXPECT_TRUE(clipped) << "the test must exercise clipping";
+  ASSERT_TRUE((*str)->sync().ok());
+  expect_same_state((*res)->store(), (*str)->store());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, StreamingVsResident,
+    ::testing::Values(Case{"untied_k2_device", false, false, 2, CheckpointPlacement::kDevice},
+                      Case{"tied_k2_device", true, false, 2, CheckpointPlacement::kDevice},
+                      Case{"untied_k3_host", false, false, 3, CheckpointPlacement::kHost},
+                      Case{"tied_k3_host", true, false, 3, CheckpointPlacement::kHost},
+                      Case{"tied_k2_host", true, false, 2, CheckpointPlacement::kHost},
+                      Case{"qwen_untied_k3_device", false, true, 3, CheckpointPlacement::kDevice}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the
+// last K slots still hold and never fetching the embedding (its backward reads no weights).
+TEST(StreamingUseSequence, ForwardFetchesEveryUnitBackwardReusesSlotsAndSkipsTheEmbedding) {
+  const int L = 5;
+  for (bool tied : {false, true})
+    for (int K : {2, 3}) {
+      const auto uses = build_use_sequence(L, K, tied);
+      const int head_uses = tied ? 2 : 1;
+      ASSERT_EQ(int(uses.size()), (L + 1) + head_uses + L) << "tied " << tied << " K " << K;
+      std::vector<int> slot_unit(size_t(K), -1);
+      int backward_fetches = 0;
+      for (int i = 0; i < int(uses.size()); ++i) {
+        const UnitUse& u = uses[size_t(i)];
+        const int expected_unit = i <= L ? i : i < L + 1 + head_uses ? (tied && i == L + 1 ? 0 : L + 1)
+                                                                      : L - (i - (L + 1 + head_uses));
+        EXPECT_EQ(u.unit, expected_unit) << "use " << i;
+        ASSERT_GE(u.slot, 0);
+        ASSERT_LT(u.slot, K);
+        EXPECT_EQ(u.fetch, slot_unit[size_t(u.slot)] != u.unit) << "use " << i << ": fetch iff not resident";
+        if (i <= L) {
+          EXPECT_TRUE(u.fetch) << "forward use " << i;
+        }
+        if (i > L + head_uses) backward_fetches += u.fetch;
+        slot_unit[size_t(u.slot)] = u.unit;
+      }
+      // After the head, the K slots hold the head (and the embedding when tied) plus the last
+      // decoder layers; exactly those are reused.
+      EXPECT_EQ(backward_fetches, L - (K - head_uses)) << "tied " << tied << " K " << K;
+    }
+}
+
+TEST(StreamingArena, EightLayersTrainInAnArenaSmallerThanTheModel) {
+  const ModelConfig cfg = small_config(false, 8);
+  TrainOptions opt = small_options();
+  opt.optimizer.grad_clip = 1.0f;
+  opt.schedule = {0, LrDecay::kConstant, 1.0f, 30};
+  PlanOptions po;
+  po.slots = 2;
+  po.placement = CheckpointPlacement::kHost;
+  auto plan = plan_memory(cfg, opt, po);
+  ASSERT_TRUE(plan.ok());
+  const uint64_t weight_bytes = uint64_t(cfg.num_params()) * 4;
+  const uint64_t layer_bytes = build_param_schemas(cfg)[1].numel * 4;
+  // The arena cannot hold more than K (=2) layers' weights beyond the checkpoints and workspace.
+  const uint64_t non_weight = plan->device_bytes - plan->device_by_kind[0].second;
+  EXPECT_LT(plan->device_bytes, non_weight + 3 * std::max<uint64_t>(layer_bytes, plan->slot_numel * 4));
+  EXPECT_LT(plan->device_bytes, weight_bytes + non_weight);
+
+  StreamingOptions so;
+  so.placement = CheckpointPlacement::kHost;
+  so.device_budget = plan->device_bytes;
+  auto ex = StreamingExecutor::create_cpu(cfg, opt, so);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  init_weights(cfg, (*ex)->store(), 1);
+  auto src = make_synthetic_source({2, cfg.vocab_size, 16, 2});
+  Batch b;
+  double first = 0, last = 0;
+  for (int s = 0; s < 30; ++s) {
+    ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+    auto st = (*ex)->step(b);
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    (s == 0 ? first : last) = st->loss;
+    EXPECT_LE(st->device_peak_bytes, plan->device_bytes);
+  }
+  EXPECT_LT(last, first - 0.5);
+  EXPECT_LE((*ex)->device_peak(), (*ex)->plan().device_bytes);
+  EXPECT_GT((*ex)->device_peak(), (*ex)->plan().device_bytes * 9 / 10);  // the plan is not padded
+}
+
+TEST(StreamingArena, OverBudgetIsRefusedBeforeAllocatingWithTheNumbers) {
+  const ModelConfig cfg = small_config(false, 8);
+  StreamingOptions so;
+  so.device_budget = 10000;
+  auto ex = StreamingExecutor::create_cpu(cfg, small_options(), so);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_EQ(ex.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(ex.status().message().find("device memory"), std::string::npos) << ex.status().message();
+  EXPECT_NE(ex.status().message().find("10000"), std::string::npos) << ex.status().message();
+}
+
+TEST(StreamingOptionsRefusal, UpdateDuringBackwardNeedsNoClipping) {
+  StreamingOptions so;
+  so.update_during_backward = true;
+  auto ex = StreamingExecutor::create_cpu(small_config(false, 2), small_options(), so);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("grad_clip"), std::string::npos);
+}
+
+// Without clipping each unit's update depends only on its own gradient, so updating it the
+// moment that gradient lands must give the resident executor's bits exactly.
+TEST(StreamingUpdateDuringBackward, EqualsResidentBitForBitWithoutClipping) {
+  for (bool tied : {false, true}) {
+    const ModelConfig cfg = small_config(tied, 3);
+    TrainOptions opt = small_options();
+    opt.optimizer.grad_clip = 0;
+    auto res = ResidentExecutor::create(cfg, opt);
+    ASSERT_TRUE(res.ok()) << res.status().to_string();
+    StreamingOptions so;
+    so.update_during_backward = true;
+    auto str = StreamingExecutor::create_cpu(cfg, opt, so);
+    ASSERT_TRUE(str.ok()) << str.status().to_string();
+    init_weights(cfg, (*res)->store(), 4);
+    init_weights(cfg, (*str)->store(), 4);
+    auto src = make_synthetic_source({6, cfg.vocab_size, 32, 3});
+    Batch b;
+    for (int s = 0; s < 4; ++s) {
+      ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+      auto r1 = (*res)->step(b);
+      auto r2 = (*str)->step(b);
+      ASSERT_TRUE(r1.ok() && r2.ok());
+      EXPECT_EQ(r1->loss, r2->loss) << "tied " << tied << " step " << s;
+    }
+    ASSERT_TRUE((*str)->sync().ok());
+    expect_same_state((*res)->store(), (*str)->store());
+  }
+}
+
+// Compact (bf16 moments and gradients) against exact (fp32) on the tiny preset. bf16 keeps 8
+// mantissa bits, so each gradient and moment carries ~0.4% relative rounding; AdamW normalises
+// by sqrt(v), so the update direction is barely changed and the two runs should end within a
+// few hundredths of a nat of each other. We allow 0.05 nats/token.
+TEST(StreamingCompact, TinyTrainsToWithinToleranceOfExact) {
+  auto cfg = preset_config("tiny");
+  ASSERT_TRUE(cfg.ok());
+  TrainOptions opt;
+  opt.seq_len = 32;
+  opt.micro_batch = 8;
+  opt.global_batch = 8;
+  opt.optimizer.lr = 3e-3f;
+  opt.optimizer.weight_decay = 0;
+  opt.schedule = {5, LrDecay::kCosine, 0.1f, 60};
+  double final_loss[2];
+  for (int layout = 0; layout < 2; ++layout) {
+    opt.layout = layout == 0 ? MemoryLayout::kExact : MemoryLayout::kCompact;
+    auto ex = StreamingExecutor::create_cpu(*cfg, opt, {});
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    init_weights(*cfg, (*ex)->store(), 1);
+    auto src = make_synthetic_source({7, cfg->vocab_size, 64, 4});
+    Batch b;
+    for (int s = 0; s < 60; ++s) {
+      ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+      auto st = (*ex)->step(b);
+      ASSERT_TRUE(st.ok());
+      final_loss[layout] = st->loss;
+    }
+  }
+  std::printf("exact final loss %.5f, compact %.5f\n", final_loss[0], final_loss[1]);
+  EXPECT_LT(final_loss[0], 4.0);  // it trained
+  EXPECT_NEAR(final_loss[1], final_loss[0], 0.05);
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,141 @@
+// Model config parsing: presets load, real shapes have the expected sizes, and every option
+// we do not implement is refused with a message naming the field.
+#include <gtest/gtest.h>
+
+#include "engine/model/model_config.h"
+
+namespace mt {
+namespace {
+
+std::string llama(const std::string& extra) {
+  return R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+            "vocab_size": 100)" + extra + "}";
+}
+
+std::string refusal(const std::string& text) {
+  auto r = parse_model_config(text, "config.json");
+  EXPECT_FALSE(r.ok()) << "accepted: " << text;
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(ModelConfig, ParsesLlamaDefaults) {
+  auto r = parse_model_config(llama(""), "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->head_dim, 16);
+  EXPECT_EQ(r->num_kv_heads, 2);
+  EXPECT_EQ(r->qkv_dim(), 64 + 2 * 32);
+  EXPECT_FALSE(r->attention_bias);
+  EXPECT_FALSE(r->tie_word_embeddings);
+}
+
+TEST(ModelConfig, QwenHasQkvBias) {
+  auto r = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 50,
+      "use_sliding_window": false, "sliding_window": 4096})", "q.json");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->attention_bias);
+}
+
+TEST(ModelConfig, AllPresetsLoadWithExpectedSizes) {
+  const std::pair<const char*, double> expected[] = {
+      {"tiny", 0.82e6},       {"small", 42e6},        {"llama3-8b", 8.03e9},  {"llama3-70b", 70.6e9},
+      {"qwen2.5-7b", 7.62e9}, {"qwen2.5-14b", 14.8e9}, {"qwen2.5-32b", 32.8e9}, {"qwen2.5-72b", 72.7e9},
+      {"dense-120b", 120e9}};
+  for (auto [name, params] : expected) {
+    auto r = preset_config(name);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().to_string();
+    EXPECT_NEAR(double(r->num_params()), params, 0.03 * params) << name;
+  }
+  EXPECT_EQ(preset_names().size(), std::size(expected));
+}
+
+TEST(ModelConfig, UnknownPresetListsTheAvailableOnes) {
+  auto r = preset_config("gpt-5");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'gpt-5'"), std::string::npos);
+  EXPECT_NE(r.status().message().find("tiny"), std::string::npos);
+}
+
+TEST(ModelConfig, Llama3RopeScalingChangesLowFrequenciesOnly) {
+  auto r = preset_config("llama3-8b");
+  ASSERT_TRUE(r.ok());
+  auto scaled = rope_inv_freq(*r);
+  ModelConfig plain = *r;
+  plain.rope_scaling = RopeScaling{};
+  auto base = rope_inv_freq(plain);
+  EXPECT_FLOAT_EQ(scaled[0], base[0]);                   // high frequency: unchanged
+  EXPECT_FLOAT_EQ(scaled.back(), base.back() / 8.0f);    // low frequency: divided by factor
+}
+
+TEST(ModelConfigRefusal, UnknownArchitecture) {
+  auto m = refusal(R"({"architectures": ["GPT2LMHeadModel"], "hidden_size": 8})");
+  EXPECT_NE(m.find("'architectures'"), std::string::npos) << m;
+  EXPECT_NE(m.find("GPT2LMHeadModel"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, MissingRequiredField) {
+  auto m = refusal(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})");
+  EXPECT_NE(m.find("'num_hidden_layers'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, NonPositiveSize) {
+  auto m = refusal(llama(R"(, "head_dim": -4)"));
+  EXPECT_NE(m.find("'head_dim'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, UnsupportedRopeScalingType) {
+  auto m = refusal(llama(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"));
+  EXPECT_NE(m.find("'rope_scaling.rope_type'"), std::string::npos) << m;
+  EXPECT_NE(m.find("yarn"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, MistralSlidingWindow) {
+  auto m = refusal(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "sliding_window": 4096})");
+  EXPECT_NE(m.find("'sliding_window'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, QwenSlidingWindowEnabled) {
+  auto m = refusal(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "use_sliding_window": true})");
+  EXPECT_NE(m.find("'use_sliding_window'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, ActivationOtherThanSilu) {
+  auto m = refusal(llama(R"(, "hidden_act": "gelu")"));
+  EXPECT_NE(m.find("'hidden_act'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, LlamaAttentionBias) {
+  auto m = refusal(llama(R"(, "attention_bias": true)"));
+  EXPECT_NE(m.find("'attention_bias'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, MlpBias) {
+  auto m = refusal(llama(R"(, "mlp_bias": true)"));
+  EXPECT_NE(m.find("'mlp_bias'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, PartialRotary) {
+  auto m = refusal(llama(R"(, "partial_rotary_factor": 0.5)"));
+  EXPECT_NE(m.find("'partial_rotary_factor'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, KvHeadsMustDivideHeads) {
+  auto m = refusal(llama(R"(, "num_key_value_heads": 3)"));
+  EXPECT_NE(m.find("'num_key_value_heads'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, OddHeadDim) {
+  auto m = refusal(llama(R"(, "head_dim": 15)"));
+  EXPECT_NE(m.find("'head_dim'"), std::string::npos) << m;
+}
+
+TEST(ModelConfigRefusal, MalformedJsonNamesTheSource) {
+  auto m = refusal(R"({"architectures": ["LlamaForCausalLM"], )");
+  EXPECT_NE(m.find("config.json"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace mt
