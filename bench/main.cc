@@ -1,9 +1,11 @@
 // megatrain-bench SUITE [--flag value ...] [--json]
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "bench/bench.h"
+#include "engine/base/omp_wait_policy.h"
 
 namespace mt::bench {
 
@@ -44,7 +46,10 @@ Status Flags::check_all_used() const {
   return Status::Ok();
 }
 
-void emit(const Json& result, bool json) {
+void emit(const Json& measured, bool json) {
+  Json result = measured;  // every result says which OpenMP wait policy it ran under
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  result.set("omp_wait_policy", policy ? policy : "default");
   if (json) {
     std::printf("%s\n", result.dump().c_str());
   } else {
@@ -66,6 +71,7 @@ double median(std::vector<double> v) {
 }  // namespace mt::bench
 
 int main(int argc, char** argv) {
+  mt::use_passive_omp_wait_policy(argv);
   using namespace mt::bench;
   const char* usage =
       "usage: megatrain-bench SUITE [--flag value ...] [--json]\n"

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "client/cli.h"
+#include "engine/base/omp_wait_policy.h"
 #ifdef MEGATRAIN_HAVE_REMOTE
 #include "client/remote/remote.h"
 #endif
@@ -36,6 +37,7 @@ const char* kUsageText =
 }  // namespace
 
 int main(int argc, char** argv) {
+  mt::use_passive_omp_wait_policy(argv);
   using namespace mt::cli;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::fputs(kUsageText, argc < 2 ? stderr : stdout);

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/base/omp_wait_policy.h"
 #include "server/daemon.h"
 
 #ifdef MEGATRAIN_HAVE_SYSTEMD
@@ -16,6 +17,7 @@ static int sd_notify(int, const char*) { return 0; }
 #endif
 
 int main(int argc, char** argv) {
+  mt::use_passive_omp_wait_policy(argv);
   // Block the stop signals in every thread; one waits for them below with sigwait.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
