@@ -50,7 +50,9 @@ Json record_to_json(const JobRecord& r) {
                        {"finished_ms", r.finished_ms},
                        {"consumed_tokens", int64_t(r.consumed_tokens)},
                        // a uint64 sum: a string, since JSON numbers are doubles
-                       {"consumed_checksum", std::to_string(r.consumed_checksum)}});
+                       {"consumed_checksum", std::to_string(r.consumed_checksum)},
+                       {"spooled_tokens", int64_t(r.spooled_tokens)},
+                       {"cancel_requested", r.cancel_requested}});
 }
 
 Result<JobRecord> record_from_json(const Json& j) {
@@ -82,6 +84,9 @@ Result<JobRecord> record_from_json(const Json& j) {
   r.finished_ms = i64("finished_ms");
   r.consumed_tokens = uint64_t(std::max<int64_t>(0, i64("consumed_tokens")));
   r.consumed_checksum = std::strtoull(str("consumed_checksum").c_str(), nullptr, 10);
+  r.spooled_tokens = uint64_t(std::max<int64_t>(0, i64("spooled_tokens")));
+  const Json* cancel = j.find("cancel_requested");
+  r.cancel_requested = cancel && cancel->is_bool() && cancel->as_bool();
   return r;
 }
 

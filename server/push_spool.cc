@@ -129,12 +129,15 @@ class PushSource final : public DataSource {
 
   Status next_batch(int num_seqs, int seq_len, Batch& out) override {
     const uint64_t need = uint64_t(num_seqs) * uint64_t(seq_len + 1);
+    const auto since = std::chrono::steady_clock::now();
     while (!spool_->wait_for(cursor_ + need, std::chrono::milliseconds(100))) {
       if (spool_->stopped()) {
         progress_->waiting = false;
         return cancelled("push data: stopped while waiting for data");
       }
       progress_->waiting = true;
+      if (progress_->interrupt.exchange(false) || std::chrono::steady_clock::now() - since >= kStarvedCheck)
+        return Status(StatusCode::kUnavailable, "push data: waiting for " + std::to_string(need) + " tokens");
     }
     progress_->waiting = false;
     buf_.resize(need);
