@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
+
+#include "engine/io/safetensors.h"
 
 namespace mt::server {
 
@@ -98,7 +101,8 @@ Status save_record(const std::string& path, const JobRecord& r) {
   bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) return resource_exhausted("cannot write job record '" + path + "'");
-  return Status::Ok();
+  // The rename itself is durable only once the directory is synced (a power loss, not just a kill).
+  return fsync_dir(std::filesystem::path(path).parent_path().string());
 }
 
 Result<JobRecord> load_record(const std::string& path) {
