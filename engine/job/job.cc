@@ -94,17 +94,18 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   return st;
 }
 
+// The spec's data source; push data comes from the hook (the daemon's spool).
+static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const JobHooks& hooks, int vocab) {
+  if (spec.data.source != "push") return make_data_source(spec, vocab);
+  if (!hooks.make_push_source) return invalid_argument("data.source = push needs the daemon");
+  return hooks.make_push_source(spec, vocab);
+}
+
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
   MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg));
-  std::unique_ptr<DataSource> data;
-  if (spec_.data.source == "push") {
-    if (!hooks_.make_push_source) return invalid_argument("data.source = push needs the daemon");
-    MT_ASSIGN_OR_RETURN(data, hooks_.make_push_source(spec_, cfg.vocab_size));
-  } else {
-    MT_ASSIGN_OR_RETURN(data, make_data_source(spec_, cfg.vocab_size));
-  }
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   const bool resuming = is_training_checkpoint(ckpt_root);
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex));
@@ -148,10 +149,8 @@ Result<JobResult> JobRunner::run() {
     }
     if (got.code() == StatusCode::kUnavailable) {  // no data now: checkpoint, yield or wait on
       if (checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
-      if (!cancel_ && hooks_.yield_when_starved && hooks_.yield_when_starved()) {
-        result.starved = true;
-        break;
-      }
+      result.starved = !cancel_ && hooks_.yield_when_starved && hooks_.yield_when_starved();
+      if (result.starved) break;
       continue;
     }
     MT_RETURN_IF_ERROR(got);
