@@ -140,6 +140,7 @@ class PushSource final : public DataSource {
         return Status(StatusCode::kUnavailable, "push data: waiting for " + std::to_string(need) + " tokens");
     }
     progress_->waiting = false;
+    progress_->interrupt = false;  // a checkpoint-now that raced the data is served at the step boundary
     buf_.resize(need);
     MT_RETURN_IF_ERROR(read(buf_.data(), need));
     out.num_seqs = num_seqs;

@@ -294,5 +294,23 @@ TEST(ServerStarvation, StarvedJobYieldsTheDeviceAndResumesWhenFed) {
   EXPECT_EQ(j.data_consumed_tokens(), 3 * kBatchTokens);
 }
 
+// Issue 11.11: a job that yielded for want of data cancels at once, like any queued job.
+TEST(ServerStarvation, YieldedJobCancelsAtOnce) {
+  Server s(test_config(fresh_dir("starved_cancel")));
+  ASSERT_TRUE(s.stub);
+  const std::string starved = submit(*s.stub, tiny_spec(3, "push"));
+  wait_job(*s.stub, starved, [](const v1::Job& j) { return j.waiting_for_data(); });
+  const std::string next = submit(*s.stub, tiny_spec(100000));
+  wait_job(*s.stub, next, [](const v1::Job& j) { return j.step() >= 1; });
+  ASSERT_EQ(wait_job(*s.stub, starved, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_QUEUED; }).state(),
+            v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(cancel(*s.stub, starved).state(), v1::JOB_STATE_CANCELLED);
+  v1::Job j = wait_terminal(*s.stub, starved, 5);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_FALSE(j.waiting_for_data());
+  cancel(*s.stub, next);
+  EXPECT_EQ(wait_terminal(*s.stub, next).state(), v1::JOB_STATE_CANCELLED);
+}
+
 }  // namespace
 }  // namespace mt::server::testing
