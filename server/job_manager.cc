@@ -126,6 +126,7 @@ Status JobManager::start() {
     spdlog::info("job {} was interrupted at step {}; resuming it", j->rec.id, j->rec.step);
     j->log->info("interrupted at step {}; resuming after a daemon restart", j->rec.step);
     j->rec.state = v1::JOB_STATE_QUEUED;
+    j->rec.reason.clear();  // older daemons saved "interrupted ..." here
     queue_.push_back(j->rec.id);
   }
   for (auto& j : queued) queue_.push_back(j->rec.id);
