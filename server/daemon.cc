@@ -18,6 +18,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg) {
   MT_RETURN_IF_ERROR(finalize_config(cfg));
   std::unique_ptr<Daemon> d(new Daemon());
   d->cfg_ = cfg;
+  // Before anything reads or writes the state directory: a second daemon on it stops here.
+  MT_ASSIGN_OR_RETURN(d->lock_, StateLock::acquire(cfg.state_dir));
   MT_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::from_file(cfg.auth_token_file));
 
   std::shared_ptr<grpc::ServerCredentials> creds;

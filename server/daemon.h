@@ -10,6 +10,7 @@
 #include "server/job_manager.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "server/state_lock.h"
 
 namespace mt::server {
 
@@ -28,6 +29,7 @@ class Daemon {
  private:
   Daemon() = default;
   DaemonConfig cfg_;
+  std::unique_ptr<StateLock> lock_;  // released last, after the job manager has stopped
   Metrics metrics_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TrainerService> service_;

@@ -21,7 +21,7 @@ struct JobManager::Job {
   std::shared_ptr<PushSpool> spool;
   std::shared_ptr<PushProgress> progress = std::make_shared<PushProgress>();
   JobRunner* runner = nullptr;
-  bool cancel_requested = false;
+  bool parked = false;  // yielded the worker for want of data; rejoins the queue when fed
   double run_seconds = 0;
   long run_steps = 0;
   StepStats last;
@@ -70,6 +70,10 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   job->progress->consumed = rec.consumed_tokens;  // a push job's spool restores these when it resumes
   job->progress->checksum = rec.consumed_checksum;
   if (rec.terminal()) return job;
+  if (rec.cancel_requested) {
+    cancel_on_restart(*job);
+    return job;
+  }
   auto spec = job_spec_from_json(rec.spec);
   Status st = spec.ok() ? Status::Ok() : spec.status();
   if (st.ok()) {
@@ -80,9 +84,19 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
     job->rec.state = v1::JOB_STATE_FAILED;
     job->rec.reason = "cannot resume after restart: " + st.to_string();
     job->rec.finished_ms = now_ms();
-    save(*job);
+    (void)save(*job);
   }
   return job;
+}
+
+void JobManager::cancel_on_restart(Job& job) {
+  JobRecord& r = job.rec;
+  r.state = v1::JOB_STATE_CANCELLED;
+  r.reason = "cancelled by request at step " + std::to_string(r.step) +
+             " (acknowledged before a daemon restart; not resumed)";
+  r.finished_ms = now_ms();
+  (void)save(job);
+  spdlog::info("job {}: {}", r.id, r.reason);
 }
 
 Status JobManager::start() {
@@ -110,7 +124,9 @@ Status JobManager::start() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& j : resume) {
     spdlog::info("job {} was interrupted at step {}; resuming it", j->rec.id, j->rec.step);
+    j->log->info("interrupted at step {}; resuming after a daemon restart", j->rec.step);
     j->rec.state = v1::JOB_STATE_QUEUED;
+    j->rec.reason.clear();  // older daemons saved "interrupted ..." here
     queue_.push_back(j->rec.id);
   }
   for (auto& j : queued) queue_.push_back(j->rec.id);
@@ -149,7 +165,7 @@ void JobManager::worker() {
       job->rec.state = v1::JOB_STATE_RUNNING;
       if (!job->rec.started_ms) job->rec.started_ms = now_ms();
       running_ = job;
-      save(*job);
+      (void)save(*job);
       update_job_metrics();
       metrics_.set_memory(&job->plan);
     }
@@ -205,7 +221,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       job->rec.last_checkpoint = dir;
-      save(*job);
+      (void)save(*job);
       waiters.swap(job->ckpt_waiters);
       ev = event_of(*job);
     }
@@ -216,11 +232,15 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
   hooks.make_push_source = [job](const JobSpec&, int vocab) {
     return make_push_source(job->spool, vocab, job->progress);
   };
+  hooks.yield_when_starved = [this] {  // only when another job waits for the device
+    std::lock_guard<std::mutex> lock(mu_);
+    return !queue_.empty();
+  };
   JobRunner runner(job->spec, job->dir, hooks);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->runner = &runner;
-    if (job->cancel_requested || stopping_) runner.request_cancel();
+    if (job->rec.cancel_requested || stopping_) runner.request_cancel();
   }
   Result<JobResult> res = runner.run();
   finish_job(job, res);
@@ -234,37 +254,70 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
     job->runner = nullptr;
     running_.reset();
     JobRecord& r = job->rec;
-    const bool stopped = !res.ok() ? res.status().code() == StatusCode::kCancelled : res->cancelled;
-    if (stopping_ && stopped && !job->cancel_requested) {
-      r.reason = "interrupted by a daemon shutdown at step " + std::to_string(r.step) + "; resumes on restart";
+    const bool stopped = !res.ok() ? res.status().code() == StatusCode::kCancelled : res->cancelled || res->starved;
+    std::string message;
+    if (stopping_ && stopped && !r.cancel_requested) {
+      // Still RUNNING in its record; the reason stays empty (it is for failed or cancelled jobs).
+      message = "interrupted by a daemon shutdown at step " + std::to_string(r.step) + "; resumes on restart";
+    } else if (res.ok() && res->starved && !r.cancel_requested) {
+      message = park(*job, *res);
     } else {
-      if (!res.ok()) {
-        r.state = job->cancel_requested ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED;
-        r.reason = job->cancel_requested ? "cancelled while waiting for data" : res.status().to_string();
-      } else {
-        r.state = res->cancelled ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_SUCCEEDED;
-        r.reason = res->cancelled ? "cancelled by request at step " + std::to_string(res->steps_done) : "";
-        r.step = res->steps_done;
-        if (res->steps_done) r.loss = res->final_loss;
-        if (!res->checkpoint.empty()) r.last_checkpoint = res->checkpoint;
-      }
-      r.finished_ms = now_ms();
-      if (job->spool) job->spool->stop();
+      message = settle(*job, res);
     }
-    save(*job);
+    (void)save(*job);
     waiters.swap(job->ckpt_waiters);
     update_job_metrics();
     metrics_.set_memory(nullptr);
     ev = event_of(*job);
-    job->log->info("job {} ({})", state_name(r.state), r.reason);
+    ev.set_message(message);
+    job->log->info("job {}: {}", state_name(r.state), message);
   }
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
   emit(job->rec.id, ev);
 }
 
+std::string JobManager::settle(Job& job, const Result<JobResult>& res) {
+  JobRecord& r = job.rec;
+  if (!res.ok()) {
+    r.state = r.cancel_requested ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED;
+    r.reason = r.cancel_requested ? "cancelled while waiting for data" : res.status().to_string();
+  } else {
+    r.state = res->cancelled || r.cancel_requested ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_SUCCEEDED;
+    r.reason = r.state == v1::JOB_STATE_CANCELLED ? "cancelled by request at step " + std::to_string(res->steps_done) : "";
+    r.step = res->steps_done;
+    if (res->steps_done) r.loss = res->final_loss;
+    if (!res->checkpoint.empty()) r.last_checkpoint = res->checkpoint;
+  }
+  r.finished_ms = now_ms();
+  if (job.spool) job.spool->stop();
+  job.progress->waiting = false;
+  return r.reason.empty() ? "finished" : r.reason;
+}
+
+std::string JobManager::park(Job& job, const JobResult& res) {
+  JobRecord& r = job.rec;
+  r.state = v1::JOB_STATE_QUEUED;
+  r.step = res.steps_done;
+  if (res.steps_done) r.loss = res.final_loss;
+  if (!res.checkpoint.empty()) r.last_checkpoint = res.checkpoint;
+  job.parked = true;
+  unpark_if_fed(job);  // a push may have arrived while it checkpointed
+  return "waiting for data at step " + std::to_string(r.step) +
+         ": yielded the device to the next queued job; rejoins the queue when a push brings a full batch";
+}
+
+void JobManager::unpark_if_fed(Job& job) {
+  const uint64_t batch = uint64_t(job.spec.train.global_batch) * uint64_t(job.spec.train.seq_len + 1);
+  if (!job.parked || !job.spool || job.spool->tokens() < job.progress->consumed.load() + batch) return;
+  job.parked = false;
+  queue_.push_back(job.rec.id);
+  cv_.notify_all();
+}
+
 Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   auto job = std::make_shared<Job>();
   MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}));
+  MT_RETURN_IF_ERROR(check_spec_inputs(job->spec));
   auto cfg = resolve_model(job->spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
   auto plan = plan_job(job->spec, *cfg, opt_.budgets);
@@ -282,7 +335,7 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   job->rec.created_ms = now_ms();
   job->dir = opt_.state_dir + "/jobs/" + job->rec.id;
   MT_RETURN_IF_ERROR(prepare(*job));
-  save(*job);
+  MT_RETURN_IF_ERROR(save(*job));
   jobs_[job->rec.id] = job;
   queue_.push_back(job->rec.id);
   if (job->spool) metrics_.set_data_queue(job->rec.id, 0);
@@ -332,18 +385,29 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
     MT_ASSIGN_OR_RETURN(auto job, find(id));
     if (job->rec.terminal())
       return failed_precondition("job " + id + " is already " + state_name(job->rec.state));
-    job->cancel_requested = true;
+    job->rec.cancel_requested = true;
     if (job->runner) {
+      // Durable before it is acknowledged: a crash from here on ends the job CANCELLED.
+      if (Status st = save(*job); !st.ok()) {
+        job->rec.cancel_requested = false;
+        return st;
+      }
       job->runner->request_cancel();
       if (job->spool) job->spool->stop();  // a job waiting for data stops waiting
-      return to_proto(*job);               // CANCELLED once it reaches a step boundary
+      out = to_proto(*job);                // the state it ends in, at its next step boundary
+      out.set_state(v1::JOB_STATE_CANCELLED);
+      out.set_reason("cancel requested at step " + std::to_string(job->rec.step) +
+                     "; the job stops at its next step boundary with a checkpoint");
+      return out;
     }
+    job->parked = false;
+    job->progress->waiting = false;
     job->rec.state = v1::JOB_STATE_CANCELLED;
     job->rec.reason = "cancelled by request while queued";
     job->rec.finished_ms = now_ms();
     queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
     if (job->spool) job->spool->stop();
-    save(*job);
+    if (Status st = save(*job); !st.ok()) return st;
     update_job_metrics();
     ev = event_of(*job);
     out = to_proto(*job);
@@ -367,18 +431,30 @@ Result<uint64_t> JobManager::push(const std::string& id, const uint32_t* tokens,
       return invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
                               " is out of vocabulary (vocab_size " + std::to_string(vocab) + ")");
   MT_RETURN_IF_ERROR(job->spool->append(tokens, n));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unpark_if_fed(*job);
+  }
   const uint64_t total = job->spool->tokens();
   metrics_.set_data_queue(id, double(total - job->progress->consumed));
   return total;
 }
 
 Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   MT_ASSIGN_OR_RETURN(auto job, find(id));
+  if (job->parked && !job->rec.last_checkpoint.empty()) {  // it checkpointed when it yielded
+    const std::string dir = job->rec.last_checkpoint;
+    const long step = job->rec.step;
+    lock.unlock();
+    done(Status::Ok(), dir, step);
+    return Status::Ok();
+  }
   if (!job->runner)
     return failed_precondition("job " + id + " is " + state_name(job->rec.state) + "; only a running job checkpoints");
   job->ckpt_waiters.push_back(std::move(done));
   job->runner->request_checkpoint();
+  if (job->progress->waiting) job->progress->interrupt = true;  // checkpoints while it waits for data
   return Status::Ok();
 }
 
@@ -421,7 +497,7 @@ v1::JobEvent JobManager::event_of(const Job& job) const {
   ev.set_h2d_gbps(job.last.h2d_bandwidth() / 1e9);
   ev.set_d2h_gbps(job.last.d2h_bandwidth() / 1e9);
   if (job.run_steps > 0) ev.set_eta_seconds(double(r.total_steps - r.step) * job.run_seconds / double(job.run_steps));
-  ev.set_waiting_for_data(job.progress->waiting.load());
+  ev.set_waiting_for_data(job.progress->waiting.load() || job.parked);
   return ev;
 }
 
@@ -445,19 +521,21 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_created_unix_ms(r.created_ms);
   out.set_started_unix_ms(r.started_ms);
   out.set_finished_unix_ms(r.finished_ms);
-  out.set_waiting_for_data(job.progress->waiting.load());
-  if (job.spool) out.set_data_spooled_tokens(job.spool->tokens());
+  out.set_waiting_for_data(job.progress->waiting.load() || job.parked);
+  out.set_data_spooled_tokens(job.spool ? job.spool->tokens() : r.spooled_tokens);
   out.set_data_consumed_tokens(job.progress->consumed.load());
   out.set_data_consumed_checksum(job.progress->checksum.load());
   return out;
 }
 
-void JobManager::save(const Job& job) {
+Status JobManager::save(const Job& job) {
   JobRecord rec = job.rec;
   rec.consumed_tokens = job.progress->consumed.load();
   rec.consumed_checksum = job.progress->checksum.load();
+  if (job.spool) rec.spooled_tokens = job.spool->tokens();
   Status st = save_record(job.dir + "/job.json", rec);
   if (!st.ok()) spdlog::error("job {}: {}", job.rec.id, st.to_string());
+  return st;
 }
 
 void JobManager::update_job_metrics() {

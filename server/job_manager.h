@@ -1,7 +1,11 @@
 // The job manager: a FIFO queue in front of one worker thread (one running job per device),
 // admission by the memory plan against the daemon's budgets, cancel, checkpoint-now, push-data
 // spools, progress events for watchers, and job records under STATE_DIR/jobs/ID/ that survive a
-// restart (an interrupted job is queued first again and resumes from its last checkpoint).
+// restart (an interrupted job is queued first again and resumes from its last checkpoint). What
+// a client is told is saved before it is told (a submitted job, an acknowledged cancel). A push
+// job starved of data while others are queued yields the worker: it checkpoints, goes back to
+// QUEUED (waiting_for_data) outside the queue, and rejoins the queue's tail once a push brings
+// a full batch.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -47,10 +51,14 @@ class JobManager {
   Result<v1::MemoryPlan> plan(const v1::JobSpec& spec);
   Result<v1::Job> get(const std::string& id);
   std::vector<v1::Job> list(v1::JobState filter);
+  // A running job's cancel is saved in its record before the reply, which shows the state the
+  // job ends in (CANCELLED); it stops at its next step boundary (at once while waiting for data).
   Result<v1::Job> cancel(const std::string& id);
   // Validates (every token < vocab; errors name the index) and spools durably. Returns the
   // job's total spooled tokens.
   Result<uint64_t> push(const std::string& id, const uint32_t* tokens, size_t n);
+  // A running job checkpoints at its next step boundary, or at once while it waits for data; a
+  // job that yielded for want of data answers with the checkpoint it wrote when it yielded.
   Status checkpoint(const std::string& id, CheckpointDone done);
   // Calls `l` with the job's current state at once, then with every event until unwatch.
   Result<uint64_t> watch(const std::string& id, Listener l);
@@ -64,10 +72,14 @@ class JobManager {
   void worker();
   void run_job(const std::shared_ptr<Job>& job);
   void finish_job(const std::shared_ptr<Job>& job, const Result<JobResult>& res);
+  std::string settle(Job& job, const Result<JobResult>& res);  // mu_ held; terminal state
+  std::string park(Job& job, const JobResult& res);            // mu_ held; starved: off the queue
+  void unpark_if_fed(Job& job);                                 // mu_ held; back in the queue
+  void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
   v1::Job to_proto(const Job& job) const;  // mu_ held
   v1::JobEvent event_of(const Job& job) const;  // mu_ held
   void emit(const std::string& id, const v1::JobEvent& ev);
-  void save(const Job& job);  // mu_ held
+  Status save(const Job& job);  // mu_ held; logged as well
   void update_job_metrics();  // mu_ held
 
   Options opt_;

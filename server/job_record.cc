@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
+
+#include "engine/io/safetensors.h"
 
 namespace mt::server {
 
@@ -50,7 +53,9 @@ Json record_to_json(const JobRecord& r) {
                        {"finished_ms", r.finished_ms},
                        {"consumed_tokens", int64_t(r.consumed_tokens)},
                        // a uint64 sum: a string, since JSON numbers are doubles
-                       {"consumed_checksum", std::to_string(r.consumed_checksum)}});
+                       {"consumed_checksum", std::to_string(r.consumed_checksum)},
+                       {"spooled_tokens", int64_t(r.spooled_tokens)},
+                       {"cancel_requested", r.cancel_requested}});
 }
 
 Result<JobRecord> record_from_json(const Json& j) {
@@ -82,6 +87,9 @@ Result<JobRecord> record_from_json(const Json& j) {
   r.finished_ms = i64("finished_ms");
   r.consumed_tokens = uint64_t(std::max<int64_t>(0, i64("consumed_tokens")));
   r.consumed_checksum = std::strtoull(str("consumed_checksum").c_str(), nullptr, 10);
+  r.spooled_tokens = uint64_t(std::max<int64_t>(0, i64("spooled_tokens")));
+  const Json* cancel = j.find("cancel_requested");
+  r.cancel_requested = cancel && cancel->is_bool() && cancel->as_bool();
   return r;
 }
 
@@ -93,7 +101,8 @@ Status save_record(const std::string& path, const JobRecord& r) {
   bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) return resource_exhausted("cannot write job record '" + path + "'");
-  return Status::Ok();
+  // The rename itself is durable only once the directory is synced (a power loss, not just a kill).
+  return fsync_dir(std::filesystem::path(path).parent_path().string());
 }
 
 Result<JobRecord> load_record(const std::string& path) {

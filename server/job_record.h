@@ -20,6 +20,11 @@ struct JobRecord {
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0;
   // Push jobs: tokens consumed and their checksum, so status still shows them after a restart.
   uint64_t consumed_tokens = 0, consumed_checksum = 0;
+  // Push jobs: tokens spooled, so a finished job (whose spool is not reopened) still reports them.
+  uint64_t spooled_tokens = 0;
+  // An acknowledged CancelJob of a running job, saved before the reply: a job whose record says
+  // so ends CANCELLED after a restart instead of training on.
+  bool cancel_requested = false;
   bool terminal() const;
 };
 

@@ -129,14 +129,18 @@ class PushSource final : public DataSource {
 
   Status next_batch(int num_seqs, int seq_len, Batch& out) override {
     const uint64_t need = uint64_t(num_seqs) * uint64_t(seq_len + 1);
+    const auto since = std::chrono::steady_clock::now();
     while (!spool_->wait_for(cursor_ + need, std::chrono::milliseconds(100))) {
       if (spool_->stopped()) {
         progress_->waiting = false;
         return cancelled("push data: stopped while waiting for data");
       }
       progress_->waiting = true;
+      if (progress_->interrupt.exchange(false) || std::chrono::steady_clock::now() - since >= kStarvedCheck)
+        return Status(StatusCode::kUnavailable, "push data: waiting for " + std::to_string(need) + " tokens");
     }
     progress_->waiting = false;
+    progress_->interrupt = false;  // a checkpoint-now that raced the data is served at the step boundary
     buf_.resize(need);
     MT_RETURN_IF_ERROR(read(buf_.data(), need));
     out.num_seqs = num_seqs;

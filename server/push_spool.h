@@ -46,12 +46,16 @@ struct PushProgress {
   std::atomic<uint64_t> consumed{0};
   std::atomic<uint64_t> checksum{0};
   std::atomic<bool> waiting{false};
+  std::atomic<bool> interrupt{false};  // set: a waiting source returns UNAVAILABLE once (checkpoint-now)
 };
 uint64_t token_checksum(uint32_t token);
 
 // Reads the spool in windows of seq_len + 1 tokens (inputs and shifted targets), one window per
 // sequence, so every token is consumed exactly once. Memory is bounded by one batch. Waits while
-// the spool is short (progress->waiting), and returns CANCELLED once the spool is stopped.
+// the spool is short (progress->waiting), returning UNAVAILABLE every kStarvedCheck of waiting and
+// when interrupted (so the runner can checkpoint or yield the device), and CANCELLED once the
+// spool is stopped.
+inline constexpr std::chrono::milliseconds kStarvedCheck{1000};
 Result<std::unique_ptr<DataSource>> make_push_source(std::shared_ptr<PushSpool> spool, int vocab,
                                                      std::shared_ptr<PushProgress> progress);
 

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace mt::server {
@@ -30,21 +31,45 @@ bool within(const fs::path& p, const fs::path& root) {
   return true;
 }
 
+bool within_any(const fs::path& p, const std::vector<fs::path>& roots) {
+  return std::any_of(roots.begin(), roots.end(), [&](const fs::path& r) { return within(p, r); });
+}
+
+// A path is taken under the first root it names (relative paths: the first root); it must stay
+// inside the allowed roots once symlinks are resolved. One that names a place inside a root but
+// resolves outside escaped through a symlink, and is refused rather than tried elsewhere.
 Status resolve_path(const char* field, std::string& value, const std::vector<std::string>& roots) {
   if (value.empty()) return Status::Ok();
   if (roots.empty()) return invalid_argument(std::string(field) + " = '" + value + "': no data root configured");
   std::error_code ec;
+  std::vector<fs::path> real_roots;
   for (const std::string& root : roots) {
-    fs::path p = fs::path(value).is_absolute() ? fs::path(value) : fs::path(root) / value;
-    fs::path canon = fs::weakly_canonical(p, ec);
+    fs::path r = fs::weakly_canonical(root, ec);
+    real_roots.push_back(ec ? fs::path(root).lexically_normal() : r);
+  }
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const fs::path p = (fs::path(value).is_absolute() ? fs::path(value) : fs::path(roots[i]) / value).lexically_normal();
+    const fs::path canon = fs::weakly_canonical(p, ec);
     if (ec) continue;
-    if (within(canon, fs::path(root))) {
+    if (within_any(canon, real_roots)) {
       value = canon.string();
       return Status::Ok();
     }
+    if (within(p, fs::path(roots[i]).lexically_normal()) || within(p, real_roots[i]))
+      return invalid_argument(std::string(field) + " = '" + value + "' escapes '" + roots[i] +
+                              "' through a symlink: it resolves to '" + canon.string() + "', outside the allowed roots");
   }
   return invalid_argument(std::string(field) + " = '" + value + "' resolves outside the allowed roots (--data_root '" +
                           roots.front() + "')");
+}
+
+Status require_file(const char* field, const std::string& path, bool regular) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) return invalid_argument(std::string(field) + " = '" + path + "' does not exist");
+  if (regular && !fs::is_regular_file(st))
+    return invalid_argument(std::string(field) + " = '" + path + "' is not a regular file");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -54,6 +79,13 @@ Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots) 
   MT_RETURN_IF_ERROR(resolve_path("model.hf_config", spec.model.hf_config, roots));
   MT_RETURN_IF_ERROR(resolve_path("model.hf_model", spec.model.hf_model, roots));
   return resolve_path("init.from", spec.init.from, roots);
+}
+
+Status check_spec_inputs(const JobSpec& spec) {
+  if (spec.data.source == "text" || spec.data.source == "tokens")
+    MT_RETURN_IF_ERROR(require_file("data.path", spec.data.path, true));
+  if (!spec.init.from.empty()) MT_RETURN_IF_ERROR(require_file("init.from", spec.init.from, false));
+  return Status::Ok();
 }
 
 megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec) {

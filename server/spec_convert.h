@@ -15,6 +15,9 @@ namespace mt::server {
 // `roots` and a path that escapes them is refused naming the field and value.
 Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::vector<std::string>& roots);
 Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots);
+// The files a job reads when it starts exist (data.path of text/tokens data, init.from), so a
+// job that would fail at start is refused at submit, naming the path. INVALID_ARGUMENT.
+Status check_spec_inputs(const JobSpec& spec);
 megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec);
 
 struct Budgets {

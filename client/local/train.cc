@@ -25,6 +25,18 @@ Status apply_overrides(const Args& a, JobSpec& spec) {
   return validate(spec);
 }
 
+// A run that trained no step (the job in --out had already finished) reports the saved loss and
+// no throughput: there is none to measure, and 0 would read as a measurement.
+Json summary_of(const JobResult& r) {
+  Json j = Json::object({{"steps", int64_t(r.steps_done)}, {"final_loss", r.final_loss}});
+  if (r.steps_run > 0) j.set("tokens_per_second", r.tokens_per_second);
+  else j.set("note", "nothing to train: the job had already reached step " + std::to_string(r.steps_done) +
+                         "; final_loss is the loss saved in its checkpoint");
+  j.set("checkpoint", r.checkpoint);
+  j.set("cancelled", r.cancelled);
+  return j;
+}
+
 }  // namespace
 
 int cmd_train(const Args& a) {
@@ -52,11 +64,7 @@ int cmd_train(const Args& a) {
   auto r = runner.run();
   std::signal(SIGINT, SIG_DFL);
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
-  progress.summary(Json::object({{"steps", int64_t(r->steps_done)},
-                                 {"final_loss", r->final_loss},
-                                 {"tokens_per_second", r->tokens_per_second},
-                                 {"checkpoint", r->checkpoint},
-                                 {"cancelled", r->cancelled}}));
+  progress.summary(summary_of(*r));
   return kOk;
 }
 

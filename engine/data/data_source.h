@@ -26,7 +26,10 @@ Status validate_batch(const Batch& b, int vocab);
 class DataSource {
  public:
   virtual ~DataSource() = default;
-  // Fills `out` with the next `num_seqs` sequences of `seq_len` tokens.
+  // Fills `out` with the next `num_seqs` sequences of `seq_len` tokens. A source that waits for
+  // data (the daemon's push spool) returns UNAVAILABLE while it has none, now and then and when
+  // interrupted, so the runner can checkpoint, cancel or yield the device; the runner then calls
+  // next_batch again (or stops). Sources that never wait never return UNAVAILABLE.
   virtual Status next_batch(int num_seqs, int seq_len, Batch& out) = 0;
   virtual uint64_t cursor() const = 0;
   virtual Status seek(uint64_t cursor) = 0;

@@ -59,6 +59,7 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
   j.set("spec_hash", s.spec_hash);
   j.set("data_source", s.data_source);
   j.set("last_loss", s.last_loss);
+  j.set("total_steps", int64_t(s.total_steps));
   j.set("memory_layout", memory_layout_name(store.layout()));
   return j.dump(2) + "\n";
 }
@@ -85,6 +86,7 @@ Result<TrainerState> state_from_json(const std::string& path) {
   if (const Json* d = j->find("data_source"); d && d->is_string()) s.data_source = d->as_string();
   if (const Json* l = j->find("last_loss"))
     s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();
+  if (const Json* t = j->find("total_steps"); t && t->is_integer()) s.total_steps = long(t->as_int());
   return s;
 }
 

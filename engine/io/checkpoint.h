@@ -19,6 +19,7 @@ struct TrainerState {
   std::string spec_hash;      // job_spec_hash of the job that wrote it
   std::string data_source;    // DataSource::describe(), informational
   double last_loss = 0;
+  long total_steps = 0;       // the job's `steps` (the LR schedule's span); 0: unknown (older checkpoint)
 };
 
 // Writes a checkpoint of `store` under root and prunes to `keep`. Returns its directory.

@@ -56,6 +56,19 @@ void JobRunner::log(LogLevel level, const std::string& msg) const {
   if (hooks_.on_log) hooks_.on_log(level, msg);
 }
 
+// `steps` is the LR schedule's span, so resuming with another one would silently change the
+// learning rate of every remaining step; refused unless the schedule is constant.
+static Status check_schedule_span(const JobSpec& spec, const TrainerState& st, const std::string& dir) {
+  if (st.total_steps <= 0 || st.total_steps == spec.steps || spec.train.schedule.decay == LrDecay::kConstant)
+    return Status::Ok();
+  return failed_precondition("steps = " + std::to_string(spec.steps) + " differs from the steps = " +
+                             std::to_string(st.total_steps) + " of the run that wrote checkpoint '" + dir +
+                             "'; its " + lr_decay_name(spec.train.schedule.decay) +
+                             " LR schedule spans that many steps and resuming would change it. Resume with steps = " +
+                             std::to_string(st.total_steps) +
+                             ", or start a new run with init.from pointing at the checkpoint");
+}
+
 // Initial state: the job's own latest checkpoint (a resumed job), else spec.init.
 static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
                                        Executor& ex) {
@@ -76,36 +89,49 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   if (from == ckpt_root && st.spec_hash != job_spec_hash(spec))
     return failed_precondition("checkpoint '" + dir + "' was written by a different job spec (hash " + st.spec_hash +
                                ", this spec " + job_spec_hash(spec) + ")");
+  if (from == ckpt_root) MT_RETURN_IF_ERROR(check_schedule_span(spec, st, dir));
   ex.set_steps_done(st.step);
   return st;
+}
+
+// The spec's data source; push data comes from the hook (the daemon's spool).
+static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const JobHooks& hooks, int vocab) {
+  if (spec.data.source != "push") return make_data_source(spec, vocab);
+  if (!hooks.make_push_source) return invalid_argument("data.source = push needs the daemon");
+  return hooks.make_push_source(spec, vocab);
 }
 
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
   MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg));
-  std::unique_ptr<DataSource> data;
-  if (spec_.data.source == "push") {
-    if (!hooks_.make_push_source) return invalid_argument("data.source = push needs the daemon");
-    MT_ASSIGN_OR_RETURN(data, hooks_.make_push_source(spec_, cfg.vocab_size));
-  } else {
-    MT_ASSIGN_OR_RETURN(data, make_data_source(spec_, cfg.vocab_size));
-  }
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
+  const bool resuming = is_training_checkpoint(ckpt_root);
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex));
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
   state.spec_hash = job_spec_hash(spec_);
   state.data_source = data->describe();
+  state.total_steps = spec_.steps;
 
   JobResult result;
   result.steps_done = state.step;
+  result.final_loss = state.last_loss;  // what a run that trains no step reports
+  long saved_step = -1;                 // the step of the checkpoint on disk (-1: none)
+  if (resuming) {
+    MT_ASSIGN_OR_RETURN(result.checkpoint, resolve_checkpoint(ckpt_root));
+    saved_step = state.step;
+  }
   auto checkpoint = [&]() -> Status {
-    MT_RETURN_IF_ERROR(ex->sync());
-    MT_ASSIGN_OR_RETURN(result.checkpoint, save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+    if (state.step != saved_step) {
+      MT_RETURN_IF_ERROR(ex->sync());
+      MT_ASSIGN_OR_RETURN(result.checkpoint, save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+      saved_step = state.step;
+      log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
+    }
     if (hooks_.on_checkpoint) hooks_.on_checkpoint(result.checkpoint, state.step);
-    log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
     return Status::Ok();
   };
   Batch batch;
@@ -121,6 +147,12 @@ Result<JobResult> JobRunner::run() {
       result.cancelled = true;
       break;
     }
+    if (got.code() == StatusCode::kUnavailable) {  // no data now: checkpoint, yield or wait on
+      if (checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
+      result.starved = !cancel_ && hooks_.yield_when_starved && hooks_.yield_when_starved();
+      if (result.starved) break;
+      continue;
+    }
     MT_RETURN_IF_ERROR(got);
     MT_ASSIGN_OR_RETURN(StepStats st, ex->step(batch));
     state.step = st.step;
@@ -128,12 +160,13 @@ Result<JobResult> JobRunner::run() {
     state.last_loss = st.loss;
     seconds += st.step_seconds;
     tokens += st.tokens;
+    result.steps_run += 1;
     result.final_loss = st.loss;
     if (hooks_.on_step) hooks_.on_step(st);
     const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0;
     if ((periodic && state.step < spec_.steps) || checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
   }
-  MT_RETURN_IF_ERROR(checkpoint());  // final (or on cancel)
+  MT_RETURN_IF_ERROR(checkpoint());  // final (or on cancel, or starved); none when nothing new
   result.steps_done = state.step;
   result.tokens_per_second = seconds > 0 ? double(tokens) / seconds : 0;
   return result;

@@ -23,14 +23,20 @@ struct JobHooks {
   // Supplies the data source for `data.source: push` (the daemon's spool); other sources are
   // built by the engine itself.
   std::function<Result<std::unique_ptr<DataSource>>(const JobSpec&, int vocab)> make_push_source;
+  // Asked when the data source has no data now (UNAVAILABLE): true stops the run, checkpointed,
+  // with result.starved (the daemon yields the device to the next queued job); false or unset
+  // waits on.
+  std::function<bool()> yield_when_starved;
 };
 
 struct JobResult {
   long steps_done = 0;
-  double final_loss = 0;
-  double tokens_per_second = 0;  // over the steps run
-  std::string checkpoint;        // last checkpoint written ("" if none)
+  long steps_run = 0;            // trained by this run (0: the job had already finished, or was starved)
+  double final_loss = 0;         // of the last step; restored from the checkpoint when this run trained none
+  double tokens_per_second = 0;  // over the steps this run trained; 0 when it trained none
+  std::string checkpoint;        // last checkpoint ("" if none)
   bool cancelled = false;
+  bool starved = false;          // stopped for want of data (hooks.yield_when_starved)
 };
 
 // Resolves the spec's model to a config (preset, config.json or HF model dir).
@@ -39,12 +45,16 @@ Result<ModelConfig> resolve_model(const JobSpec& spec);
 class JobRunner {
  public:
   // job_dir holds checkpoints/ (created if needed). A run resumes from job_dir's latest
-  // checkpoint when one exists (same spec hash), else initialises from spec.init.
+  // checkpoint when one exists (same spec hash, and the same `steps` unless the LR schedule is
+  // constant: a different span would silently change the schedule), else initialises from
+  // spec.init. A checkpoint is written only when there is a step not yet saved; a request when
+  // there is none reports the existing one.
   JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks);
 
   Result<JobResult> run();       // blocking
   void request_cancel() { cancel_ = true; }        // stops at the next step boundary, checkpoints
-  void request_checkpoint() { checkpoint_now_ = true; }  // writes one at the next step boundary
+  // Writes one at the next step boundary, or while the data source reports it has no data.
+  void request_checkpoint() { checkpoint_now_ = true; }
 
  private:
   void log(LogLevel level, const std::string& msg) const;

@@ -1,64 +1,14 @@
 // kill -9 the daemon (a real megatraind process) during a push job, restart it: the job resumes
 // from its checkpoint and no acknowledged token is lost or repeated.
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <fstream>
 #include <random>
 
 #include "engine/base/json.h"
 #include "server/push_spool.h"
-#include "tests/server/server_fixture.h"
+#include "tests/server/daemon_process.h"
 
 namespace mt::server::testing {
 namespace {
-
-std::string megatraind_path() {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "megatraind").string();
-}
-
-struct Process {
-  pid_t pid = -1;
-  int port = 0;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Trainer::Stub> stub;
-
-  explicit Process(const std::string& state) {
-    std::filesystem::remove(state + "/megatraind.json");
-    pid = ::fork();
-    if (pid == 0) {
-      const std::string s = "--state_dir=" + state;
-      ::execl(megatraind_path().c_str(), "megatraind", s.c_str(), "--listen=127.0.0.1:0",
-              "--metrics_listen=127.0.0.1:0", "--host_memory=8G", "--log_level=warning", nullptr);
-      ::_exit(127);
-    }
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < end && port == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto text = read_file(state + "/megatraind.json");
-      if (!text.ok()) continue;
-      auto j = Json::parse(*text);
-      if (j.ok() && j->find("pid") && j->find("pid")->as_int() == pid) port = int(j->find("port")->as_int());
-    }
-    channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
-    stub = v1::Trainer::NewStub(channel);
-  }
-  void kill9() {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    pid = -1;
-  }
-  int term() {
-    ::kill(pid, SIGTERM);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    pid = -1;
-    return status;
-  }
-  ~Process() {
-    if (pid > 0) kill9();
-  }
-};
 
 uint64_t push(v1::Trainer::Stub& stub, const std::string& id, uint64_t n, std::mt19937& rng, uint64_t& sum) {
   v1::PushDataResponse resp;

@@ -122,5 +122,103 @@ TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {
   EXPECT_NE(r.status().message().find("different job spec"), std::string::npos);
 }
 
+
+// Issue 11.3: a run that has nothing left to train reports the loss its checkpoint saved (it
+// used to report 0), trains nothing and writes no new checkpoint.
+TEST(JobRunner, FinishedJobRerunReportsTheSavedLoss) {
+  TempDir dir;
+  auto first = JobRunner(tiny_spec("resident", 3), dir.path, {}).run();
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_GT(first->final_loss, 0);
+  long steps_seen = 0;
+  JobHooks hooks;
+  hooks.on_step = [&](const StepStats&) { ++steps_seen; };
+  auto again = JobRunner(tiny_spec("resident", 3), dir.path, hooks).run();
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->final_loss, first->final_loss);
+  EXPECT_EQ(again->steps_done, 3);
+  EXPECT_EQ(again->steps_run, 0);
+  EXPECT_EQ(again->tokens_per_second, 0);
+  EXPECT_EQ(again->checkpoint, first->checkpoint);
+  EXPECT_EQ(steps_seen, 0);
+}
+
+// Issue 11.13: `steps` is the LR schedule's span; resuming with another one is refused by name
+// (a constant schedule does not depend on it, so it may be extended).
+TEST(JobRunner, ResumeWithDifferentStepsIsRefusedUnlessTheScheduleIsConstant) {
+  TempDir dir;
+  ASSERT_TRUE(JobRunner(tiny_spec("resident", 2), dir.path, {}).run().ok());
+  auto r = JobRunner(tiny_spec("resident", 4), dir.path, {}).run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("steps = 4 differs from the steps = 2"), std::string::npos)
+      << r.status().message();
+
+  TempDir flat;
+  JobSpec constant = tiny_spec("resident", 2);
+  constant.train.schedule.decay = LrDecay::kConstant;
+  ASSERT_TRUE(JobRunner(constant, flat.path, {}).run().ok());
+  constant.steps = constant.train.schedule.total_steps = 4;
+  auto extended = JobRunner(constant, flat.path, {}).run();
+  ASSERT_TRUE(extended.ok()) << extended.status().to_string();
+  EXPECT_EQ(extended->steps_done, 4);
+}
+
+// A source with no data: UNAVAILABLE until `ready` batches are allowed.
+class StarvingSource final : public DataSource {
+ public:
+  explicit StarvingSource(std::unique_ptr<DataSource> inner, int ready) : inner_(std::move(inner)), ready_(ready) {}
+  Status next_batch(int g, int t, Batch& out) override {
+    if (ready_ == 0) {
+      ++unavailable;
+      return Status(StatusCode::kUnavailable, "no data now");
+    }
+    --ready_;
+    return inner_->next_batch(g, t, out);
+  }
+  uint64_t cursor() const override { return inner_->cursor(); }
+  Status seek(uint64_t c) override { return inner_->seek(c); }
+  std::string describe() const override { return "starving " + inner_->describe(); }
+  int unavailable = 0;
+
+ private:
+  std::unique_ptr<DataSource> inner_;
+  int ready_;
+};
+
+// Issue 11.11: while the source has no data a requested checkpoint is written at once, and the
+// runner stops (checkpointed, starved) when the yield hook says so; a later run resumes there.
+TEST(JobRunner, StarvedSourceCheckpointsOnRequestAndYields) {
+  TempDir dir;
+  JobSpec spec = tiny_spec("resident", 6);
+  spec.data.source = "push";
+  StarvingSource* source = nullptr;
+  std::vector<long> checkpoints;
+  int asked = 0;
+  JobRunner* runner_ptr = nullptr;
+  JobHooks hooks;
+  hooks.make_push_source = [&](const JobSpec&, int vocab) -> Result<std::unique_ptr<DataSource>> {
+    MT_ASSIGN_OR_RETURN(auto inner, make_synthetic_source({4, vocab, 64, 4}));
+    auto s = std::make_unique<StarvingSource>(std::move(inner), 2);
+    source = s.get();
+    return std::unique_ptr<DataSource>(std::move(s));
+  };
+  hooks.on_checkpoint = [&](const std::string&, long step) { checkpoints.push_back(step); };
+  hooks.yield_when_starved = [&] {  // asks for a checkpoint while starved, waits twice, then yields
+    if (++asked == 1) runner_ptr->request_checkpoint();
+    return asked == 3;
+  };
+  JobRunner runner(spec, dir.path, hooks);
+  runner_ptr = &runner;
+  auto r = runner.run();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->starved);
+  EXPECT_EQ(r->steps_done, 2);
+  EXPECT_EQ(source->unavailable, 3);
+  // The request is written while starved; the final checkpoint is that same one, not rewritten.
+  EXPECT_EQ(checkpoints, (std::vector<long>{2, 2}));
+  EXPECT_TRUE(fs::exists(fs::path(dir.path) / "checkpoints" / "step-00000002"));
+}
+
 }  // namespace
 }  // namespace mt

@@ -1,0 +1,54 @@
+// `megatrain train SPEC --out DIR` on a DIR that holds the job's checkpoints resumes it: a
+// finished job reports what it saved (issue 11.3), and a different `steps` is refused rather
+// than silently changing the LR schedule (issue 11.13).
+#include "tests/cli/cli_fixture.h"
+
+namespace mt::cli::testing {
+namespace {
+
+// The run's summary line (an empty object when it printed none).
+Json summary(const RunResult& r) {
+  auto lines = r.json_lines();
+  if (lines.empty() || !lines.back().find("event") || lines.back().find("event")->as_string() != "summary")
+    return Json::object();
+  return lines.back();
+}
+
+TEST(CliTrain, RerunOfAFinishedJobPrintsTheSavedLoss) {
+  const std::string dir = fresh_dir("train_rerun");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(3));
+  RunResult first = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  ASSERT_EQ(first.rc, 0) << describe(first);
+  const Json s1 = summary(first);
+  ASSERT_TRUE(s1.find("final_loss") && s1.find("checkpoint")) << describe(first);
+  const std::string loss = s1.find("final_loss")->dump();
+  const std::string checkpoint = s1.find("checkpoint")->as_string();
+
+  RunResult again = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  ASSERT_EQ(again.rc, 0) << describe(again);
+  const Json summary2 = summary(again);
+  const Json* s = &summary2;
+  ASSERT_TRUE(s->find("final_loss")) << describe(again);
+  EXPECT_EQ(s->find("final_loss")->dump(), loss) << s->dump();
+  EXPECT_NE(loss, "0");
+  EXPECT_EQ(s->find("steps")->dump(), "3");
+  EXPECT_EQ(s->find("tokens_per_second"), nullptr) << "no throughput was measured: " << s->dump();
+  ASSERT_TRUE(s->find("note")) << s->dump();
+  EXPECT_NE(s->find("note")->as_string().find("nothing to train"), std::string::npos);
+  EXPECT_EQ(s->find("checkpoint")->as_string(), checkpoint);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+TEST(CliTrain, ResumeWithADifferentStepsIsRefused) {
+  const std::string dir = fresh_dir("train_steps");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(2));
+  RunResult first = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  ASSERT_EQ(first.rc, 0) << describe(first);
+  RunResult longer = megatrain({"train", spec, "--json", "--out", dir + "/run", "--steps", "4"});
+  EXPECT_NE(longer.rc, 0) << describe(longer);
+  EXPECT_NE(longer.err.find("steps = 4 differs from the steps = 2"), std::string::npos) << describe(longer);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mt::cli::testing
