@@ -1,15 +1,38 @@
 #include "engine/job/job_spec.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <set>
+#include <type_traits>
 
 #include "engine/model/init.h"
 
 namespace mt {
 
 namespace {
+
+// The shortest text that reads back as `v` ("1e+300", not "1.0000000000000001e+300").
+template <typename F>
+std::string shortest(F v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+template <typename F>
+Status to_number(const Json& v, const std::string& field, F& out) {
+  if (!v.is_number() || !std::isfinite(v.as_double()))
+    return invalid_argument(field + " must be a number, got " + v.dump());
+  if (std::abs(v.as_double()) > double(std::numeric_limits<F>::max()))
+    return invalid_argument(field + " = " + shortest(v.as_double()) + " is out of range for a " +
+                            std::to_string(8 * sizeof(F)) + "-bit float (magnitude at most " +
+                            shortest(std::numeric_limits<F>::max()) + ")");
+  out = F(v.as_double());
+  return Status::Ok();
+}
 
 // Reads the members of one JSON object, remembering which keys were read so that any other
 // key is reported as unknown (a misspelt key never silently falls back to a default).
@@ -28,32 +51,34 @@ class ObjectReader {
     out = v->as_string();
     return Status::Ok();
   }
+  // An integer that fits I; protobuf's JSON writes int64 as a string. Out of range is refused
+  // naming the field, never clamped.
   template <typename I>
   Status integer(const char* key, I& out) {
     const Json* v = get(key);
     if (!v) return Status::Ok();
-    int64_t x = 0;
-    if (v->is_integer()) {
-      x = v->as_int();
-    } else if (v->is_string() && !v->as_string().empty()) {  // protobuf's JSON writes int64 as strings
-      char* end = nullptr;
-      x = std::strtoll(v->as_string().c_str(), &end, 10);
-      if (*end) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
-    } else {
-      return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+    Json n = *v;
+    if (v->is_string()) {
+      auto parsed = Json::parse_number(v->as_string());
+      if (!parsed.ok()) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+      n = *parsed;
     }
+    const bool huge = n.is_number() && !n.is_integer() && std::abs(n.as_double()) >= 9.2e18;  // integral, past int64
+    if (!n.is_integer() && !huge) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+    const int64_t x = n.as_int();
     out = I(x);
-    if (int64_t(out) != x) return invalid_argument(where(key) + " is out of range: " + v->dump());
+    if (huge || int64_t(out) != x || (x < 0 && std::is_unsigned_v<I>))
+      return invalid_argument(where(key) + " = " + n.dump() + " is out of range (" +
+                              std::to_string(std::numeric_limits<I>::min()) + " .. " +
+                              std::to_string(std::numeric_limits<I>::max()) + ")");
     return Status::Ok();
   }
+  // A number that fits F: a double beyond float's range would become an infinity in training.
   template <typename F>
   Status number(const char* key, F& out) {
     const Json* v = get(key);
     if (!v) return Status::Ok();
-    if (!v->is_number() || !std::isfinite(v->as_double()))
-      return invalid_argument(where(key) + " must be a number, got " + v->dump());
-    out = F(v->as_double());
-    return Status::Ok();
+    return to_number(*v, where(key), out);
   }
   Status boolean(const char* key, bool& out) {
     const Json* v = get(key);
@@ -108,10 +133,10 @@ Status read_optimizer(ObjectReader r, OptimizerConfig& o) {
   MT_RETURN_IF_ERROR(r.check_object());
   MT_RETURN_IF_ERROR(r.number("lr", o.lr));
   if (const Json* b = r.get("betas")) {
-    if (!b->is_array() || b->items().size() != 2 || !b->items()[0].is_number() || !b->items()[1].is_number())
+    if (!b->is_array() || b->items().size() != 2)
       return invalid_argument("optimizer.betas must be a list of two numbers, got " + b->dump());
-    o.beta1 = float(b->items()[0].as_double());
-    o.beta2 = float(b->items()[1].as_double());
+    MT_RETURN_IF_ERROR(to_number(b->items()[0], "optimizer.betas[0]", o.beta1));
+    MT_RETURN_IF_ERROR(to_number(b->items()[1], "optimizer.betas[1]", o.beta2));
   }
   MT_RETURN_IF_ERROR(r.number("eps", o.eps));
   MT_RETURN_IF_ERROR(r.number("weight_decay", o.weight_decay));
