@@ -8,6 +8,7 @@
 #include <set>
 #include <type_traits>
 
+#include "engine/data/data_source.h"
 #include "engine/model/init.h"
 
 namespace mt {
@@ -218,12 +219,14 @@ Status validate(const JobSpec& s) {
   if (s.steps < 1) return invalid_argument("steps = " + std::to_string(s.steps) + " must be >= 1");
   if (s.checkpoint.every < 0) return invalid_argument("checkpoint.every = " + std::to_string(s.checkpoint.every) + " must be >= 0");
   if (s.checkpoint.keep < 1) return invalid_argument("checkpoint.keep = " + std::to_string(s.checkpoint.keep) + " must be >= 1");
-  if (s.slots < 2) return invalid_argument("slots = " + std::to_string(s.slots) + " must be >= 2");
+  if (s.slots < 2 || s.slots > kMaxSlots)
+    return invalid_argument("slots = " + std::to_string(s.slots) + " must be in 2.." + std::to_string(kMaxSlots));
   if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
   MT_RETURN_IF_ERROR(one_of("data.source", s.data.source, {"synthetic", "text", "tokens", "push"}));
   if ((s.data.source == "text" || s.data.source == "tokens") && s.data.path.empty())
     return invalid_argument("data.path is required for data.source = " + s.data.source);
   MT_RETURN_IF_ERROR(one_of("data.dtype", s.data.dtype, {"uint16", "uint32", "llmc"}));
+  if (s.data.source == "synthetic") MT_RETURN_IF_ERROR(check_synthetic_options(s.data.active_vocab, s.data.branching));
   MT_RETURN_IF_ERROR(one_of("precision", s.precision, {"auto", "bf16", "fp32"}));
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));

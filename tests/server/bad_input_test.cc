@@ -152,6 +152,10 @@ TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, "the limit for this file is"},
       {"2^20 x 2^20 tokens a step", [&](auto& st) { return plan_status(st, spec_with([](auto& sp) { sp.set_seq_len(1 << 20); sp.set_micro_batch(1 << 20); sp.set_global_batch(1 << 20); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "tokens per step exceeds the limit"},
+      {"2^30 weight slots", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_slots(1 << 30); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "slots = 1073741824 must be in 2..64"},
+      {"2^30 synthetic states", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_data()->set_active_vocab(1 << 30); sp.mutable_data()->set_branching(1 << 30); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.active_vocab = 1073741824 exceeds the limit"},
       {"seq_len past the limit", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_seq_len(1 << 30); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "seq_len = 1073741824 exceeds the limit"},
   };

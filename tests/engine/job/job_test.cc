@@ -43,6 +43,10 @@ TEST(JobSpec, NumbersThatOverflowTheirFieldAreRefusedByName) {
       {R"("schedule": {"min_lr_ratio": -1e300})", "schedule.min_lr_ratio"},
       {R"("data": {"seed": -1})", "data.seed"},
       {R"("seq_len": 2000000)", "seq_len"},
+      // Bounded, so a spec cannot make a job allocate without bound (issue 11.6).
+      {R"("slots": 1000000)", "slots"},
+      {R"("data": {"active_vocab": 1000000})", "data.active_vocab"},
+      {R"("data": {"branching": 1000000})", "data.branching"},
   };
   for (const auto& [field, name] : cases) {
     auto j = Json::parse(R"({"model": {"preset": "tiny"}, )" + std::string(field) + "}");
