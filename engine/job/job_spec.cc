@@ -58,21 +58,31 @@ class ObjectReader {
   Status integer(const char* key, I& out) {
     const Json* v = get(key);
     if (!v) return Status::Ok();
-    Json n = *v;
-    if (v->is_string()) {
-      auto parsed = Json::parse_number(v->as_string());
-      if (!parsed.ok()) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
-      n = *parsed;
-    }
-    const bool huge = n.is_number() && !n.is_integer() && std::abs(n.as_double()) >= 9.2e18;  // integral, past int64
-    if (!n.is_integer() && !huge) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
-    const int64_t x = n.as_int();
+    if (v->is_string()) return integer_text(key, v->as_string(), out);
+    const bool huge = v->is_number() && !v->is_integer() && std::abs(v->as_double()) >= 9.2e18;  // integral, past int64
+    if (!v->is_integer() && !huge) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+    const int64_t x = v->as_int();
     out = I(x);
-    if (huge || int64_t(out) != x || (x < 0 && std::is_unsigned_v<I>))
-      return invalid_argument(where(key) + " = " + n.dump() + " is out of range (" +
-                              std::to_string(std::numeric_limits<I>::min()) + " .. " +
-                              std::to_string(std::numeric_limits<I>::max()) + ")");
+    if (huge || int64_t(out) != x || (x < 0 && std::is_unsigned_v<I>)) return out_of_range<I>(key, v->dump());
     return Status::Ok();
+  }
+  // protobuf's JSON writes 64-bit integers as strings: read them straight into I (uint64 seeds
+  // past INT64_MAX included).
+  template <typename I>
+  Status integer_text(const char* key, const std::string& t, I& out) {
+    I x{};
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+    if (ec == std::errc::result_out_of_range) return out_of_range<I>(key, t);
+    if (t.empty() || ec != std::errc() || end != t.data() + t.size())
+      return invalid_argument(where(key) + " must be an integer, got \"" + t + "\"");
+    out = x;
+    return Status::Ok();
+  }
+  template <typename I>
+  Status out_of_range(const char* key, const std::string& value) const {
+    return invalid_argument(where(key) + " = " + value + " is out of range (" +
+                            std::to_string(std::numeric_limits<I>::min()) + " .. " +
+                            std::to_string(std::numeric_limits<I>::max()) + ")");
   }
   // A number that fits F: a double beyond float's range would become an infinity in training.
   template <typename F>
@@ -235,12 +245,20 @@ Status validate(const JobSpec& s) {
   return validate(s.train, dummy);
 }
 
+namespace {
+// A uint64 as JSON: an integer while it fits int64, else the decimal string (as protobuf writes
+// 64-bit integers), which the reader takes back exactly.
+Json unsigned_json(uint64_t v) {
+  return v <= uint64_t(std::numeric_limits<int64_t>::max()) ? Json(int64_t(v)) : Json(std::to_string(v));
+}
+}  // namespace
+
 Json job_spec_to_json(const JobSpec& s) {
   Json model = Json::object();
   if (!s.model.preset.empty()) model.set("preset", s.model.preset);
   if (!s.model.hf_config.empty()) model.set("hf_config", s.model.hf_config);
   if (!s.model.hf_model.empty()) model.set("hf_model", s.model.hf_model);
-  Json init = Json::object({{"seed", int64_t(s.init.seed)}});
+  Json init = Json::object({{"seed", unsigned_json(s.init.seed)}});
   if (!s.init.from.empty()) init.set("from", s.init.from);
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
@@ -249,7 +267,7 @@ Json job_spec_to_json(const JobSpec& s) {
       {"model", model},
       {"init", init},
       {"data", Json::object({{"source", s.data.source}, {"path", s.data.path}, {"dtype", s.data.dtype},
-                             {"seed", int64_t(s.data.seed)}, {"active_vocab", s.data.active_vocab},
+                             {"seed", unsigned_json(s.data.seed)}, {"active_vocab", s.data.active_vocab},
                              {"branching", s.data.branching}})},
       {"seq_len", s.train.seq_len},
       {"micro_batch", s.train.micro_batch},

@@ -86,6 +86,13 @@ TEST(JobSpec, JsonRoundTripAndIntegerStrings) {
   auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "steps": "12"})"));
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->steps, 12);
+  // A uint64 seed past INT64_MAX (protobuf writes it as a string) round-trips exactly.
+  auto d = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "init": {"seed": "18446744073709551615"}})"));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->init.seed, UINT64_MAX);
+  auto e = job_spec_from_json(job_spec_to_json(*d));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->init.seed, UINT64_MAX);
 }
 
 TEST(JobRunner, TrainsAndCheckpoints) {
