@@ -10,8 +10,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
-#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/base/address.h"
+#include "engine/job/job.h"
 #include "absl/flags/usage.h"
 
 ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");
@@ -147,8 +147,8 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   }
   if (auto s = absl::GetFlag(FLAGS_device_memory); !s.empty()) {
     MT_ASSIGN_OR_RETURN(c.device_memory, parse_bytes(s));
-  } else if (const uint64_t gpu = cuda_device_memory(); gpu > (2ull << 30)) {
-    c.device_memory = gpu - (2ull << 30);
+  } else {
+    c.device_memory = default_device_budget();  // what a job's executor assumes too
   }
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   c.tls_key = absl::GetFlag(FLAGS_tls_key);

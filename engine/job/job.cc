@@ -15,6 +15,12 @@ Result<ModelConfig> resolve_model(const JobSpec& spec) {
   return load_model_config(spec.model.hf_model);
 }
 
+uint64_t default_device_budget() {
+  constexpr uint64_t kReserved = 2ull << 30;
+  const uint64_t gpu = cuda_device_memory();
+  return gpu > kReserved ? gpu - kReserved : 0;
+}
+
 PlanOptions job_plan_options(const JobSpec& spec, uint64_t host_budget, uint64_t device_budget) {
   PlanOptions p;
   p.slots = spec.slots;
@@ -41,9 +47,10 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 namespace {
 
 // backend: cpu, cuda, or auto (CUDA when a device is usable, else the CPU).
+bool uses_cuda(const JobSpec& spec) { return spec.backend == "cuda" || (spec.backend == "auto" && cuda_available()); }
+
 Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
-  const bool cuda = spec.backend == "cuda" || (spec.backend == "auto" && cuda_available());
-  if (cuda) return make_cuda_backend({});
+  if (uses_cuda(spec)) return make_cuda_backend({});
   return make_cpu_backend({spec.link_gbps});
 }
 
@@ -53,7 +60,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
     return std::unique_ptr<Executor>(std::move(ex));
   }
-  const PlanOptions po = job_plan_options(spec);  // as `plan` and the daemon plan it
+  const PlanOptions po = job_plan_options(spec, 0, uses_cuda(spec) ? default_device_budget() : 0);  // as the daemon plans it
   StreamingOptions so;
   so.slots = po.slots;
   so.placement = po.placement;
