@@ -1,10 +1,10 @@
 #include "engine/exec/streaming_pipeline.h"
 
-#include "engine/exec/executor.h"
-
 #include <chrono>
 #include <cmath>
 #include <cstring>
+
+#include "engine/exec/executor.h"
 
 namespace mt {
 
