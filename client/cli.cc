@@ -41,6 +41,36 @@ Result<double> Args::number(const std::string& k, double def) const {
   return v;
 }
 
+const char* command_usage(const std::string& cmd) {
+  static const std::map<std::string, const char*> kUsage = {
+      {"train", "train SPEC [--out DIR] [--steps N] [--backend B] [--executor E] [--json]"},
+      {"plan", "plan SPEC [--host-memory SIZE] [--device-memory SIZE] [--server ADDR] [--json]"},
+      {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--json]"},
+      {"inspect", "inspect PATH [--json]"},
+      {"export", "export CHECKPOINT OUT_DIR [--dtype bf16|fp32] [--shard-size 5GB] [--overwrite] [--json]"},
+      {"submit", "submit SPEC [--watch] [--json]"},
+      {"list", "list [--state STATE] [--json]"},
+      {"status", "status ID [--json]"},
+      {"watch", "watch ID [--json]"},
+      {"cancel", "cancel ID [--json]"},
+      {"checkpoint", "checkpoint ID [--json]"},
+      {"push", "push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--json]"},
+  };
+  auto it = kUsage.find(cmd);
+  return it == kUsage.end() ? nullptr : it->second;
+}
+
+bool wants_help(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+  return false;
+}
+
+int usage_error(const std::string& cmd) {
+  const char* u = command_usage(cmd);
+  return fail(kUsage, std::string("usage: megatrain ") + (u ? u : cmd));
+}
+
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "megatrain: %s\n", message.c_str());
   return code;

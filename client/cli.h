@@ -28,6 +28,12 @@ class Args {
   std::map<std::string, std::string> flags_;
 };
 
+// The usage line of a command ("train SPEC [--out DIR] ..."), or nullptr for an unknown one.
+// `megatrain CMD --help` (or -h) prints it and exits 0; a usage error prints it and exits 2.
+const char* command_usage(const std::string& cmd);
+bool wants_help(int argc, char** argv, int first);  // --help or -h among the arguments
+int usage_error(const std::string& cmd);             // "usage: megatrain ..." on stderr, kUsage
+
 // Prints an error ("megatrain: ...") and returns the exit code.
 int fail(int code, const std::string& message);
 // One JSON object on one line, flushed.

@@ -17,12 +17,12 @@ const char* kUsageText =
     "usage: megatrain COMMAND [ARGS] [--json]\n"
     "\n"
     "local commands (no daemon needed):\n"
-    "  train SPEC [--out DIR] [--steps N]   run a job in the foreground (Ctrl-C checkpoints and exits)\n"
+    "  train SPEC [--out DIR] [--steps N]   run a job in the foreground (Ctrl-C or SIGTERM checkpoints and exits)\n"
     "  plan SPEC [--host-memory SIZE] [--device-memory SIZE]   memory plan (offline)\n"
     "  eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len T]\n"
     "                                       mean loss per token of a model over a file\n"
     "  inspect PATH                         tensors of a safetensors file, HF model or checkpoint\n"
-    "  export CHECKPOINT OUT_DIR [--dtype bf16|fp32]   a Hugging Face model directory\n"
+    "  export CHECKPOINT OUT_DIR [--dtype bf16|fp32] [--overwrite]   a Hugging Face model directory\n"
 #ifdef MEGATRAIN_HAVE_REMOTE
     "\n"
     "remote commands (megatraind; --server ADDR, --tls-ca FILE, --token-file FILE or\n"
@@ -31,7 +31,7 @@ const char* kUsageText =
     "  push ID FILE --format tokens-u16|tokens-u32|text   plan SPEC --server ADDR\n"
 #endif
     "\n"
-    "--json prints one JSON object per line.\n"
+    "--json prints one JSON object per line. megatrain COMMAND --help prints the command's usage.\n"
     "exit codes: 0 success, 1 job failed, 2 usage or spec error, 3 server unreachable or unauthenticated\n";
 
 }  // namespace
@@ -44,7 +44,11 @@ int main(int argc, char** argv) {
     return argc < 2 ? kUsage : kOk;
   }
   const std::string cmd = argv[1];
-  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure"});
+  if (const char* usage = command_usage(cmd); usage && wants_help(argc, argv, 2)) {
+    std::printf("usage: megatrain %s\n", usage);
+    return kOk;
+  }
+  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite"});
   if (!args.ok()) return fail(kUsage, args.status().message());
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));
   if (cmd == "train") return cmd_train(*args);

@@ -10,7 +10,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
-#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/base/address.h"
+#include "engine/job/job.h"
 #include "absl/flags/usage.h"
 
 ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");
@@ -68,7 +69,16 @@ bool is_loopback_listen(const std::string& a) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+Status check_listen_addresses(const DaemonConfig& c) {
+  const bool unix_socket = c.listen.rfind("unix:", 0) == 0;
+  if (unix_socket && c.listen.size() == 5) return invalid_argument("--listen = 'unix:' needs a socket path");
+  if (!unix_socket) MT_RETURN_IF_ERROR(parse_host_port("--listen", c.listen, 0).status());
+  if (!c.metrics_listen.empty()) MT_RETURN_IF_ERROR(parse_host_port("--metrics_listen", c.metrics_listen, 0).status());
+  return Status::Ok();
+}
+
 Status finalize_config(DaemonConfig& c) {
+  MT_RETURN_IF_ERROR(check_listen_addresses(c));
   if (c.state_dir.empty()) c.state_dir = default_state_dir();
   if (c.data_root.empty()) c.data_root = c.state_dir + "/data";
   if (c.host_memory == 0) c.host_memory = physical_memory_bytes() / 10 * 8;
@@ -137,8 +147,8 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   }
   if (auto s = absl::GetFlag(FLAGS_device_memory); !s.empty()) {
     MT_ASSIGN_OR_RETURN(c.device_memory, parse_bytes(s));
-  } else if (const uint64_t gpu = cuda_device_memory(); gpu > (2ull << 30)) {
-    c.device_memory = gpu - (2ull << 30);
+  } else {
+    c.device_memory = default_device_budget();  // what a job's executor assumes too
   }
   c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   c.tls_key = absl::GetFlag(FLAGS_tls_key);

@@ -29,6 +29,9 @@ uint64_t physical_memory_bytes();
 // "64G", "1.5TiB", "4096" -> bytes.
 Result<uint64_t> parse_bytes(const std::string& text);
 bool is_loopback_listen(const std::string& address);
+// --listen (HOST:PORT or unix:PATH) and --metrics_listen (HOST:PORT or empty): the host present,
+// the port a number in 0..65535 (0: any free port). Refused naming the flag otherwise.
+Status check_listen_addresses(const DaemonConfig& c);
 // Fills defaults (state dir, data root, host budget) and checks the security rules.
 Status finalize_config(DaemonConfig& c);
 

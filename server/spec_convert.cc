@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "engine/job/job.h"
+
 namespace mt::server {
 
 namespace fs = std::filesystem;
@@ -96,22 +98,8 @@ megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec) {
   return out;
 }
 
-PlanOptions plan_options_for(const JobSpec& spec, const Budgets& budgets) {
-  PlanOptions p;
-  p.slots = spec.slots;
-  auto placement = parse_checkpoint_placement(spec.checkpoint_placement);
-  if (placement.ok()) p.placement = *placement;
-  const bool bf16 = spec.backend == "cuda" && spec.precision != "fp32";
-  p.shadow = bf16;
-  p.device_elem_bytes = bf16 ? 2 : 4;
-  p.host_budget = budgets.host;
-  p.device_budget = budgets.device;
-  return p;
-}
-
 Result<MemoryPlan> plan_job(const JobSpec& spec, const ModelConfig& cfg, const Budgets& budgets) {
-  MT_RETURN_IF_ERROR(validate(spec.train, cfg));
-  return plan_memory(cfg, spec.train, plan_options_for(spec, budgets));
+  return plan_for_job(spec, cfg, budgets.host, budgets.device);  // the engine's one planner
 }
 
 void plan_to_proto(const MemoryPlan& p, const Budgets& budgets, megatrain::v1::MemoryPlan* out) {

@@ -23,7 +23,6 @@ megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec);
 struct Budgets {
   uint64_t host = 0, device = 0;  // 0: unlimited
 };
-PlanOptions plan_options_for(const JobSpec& spec, const Budgets& budgets);
 Result<MemoryPlan> plan_job(const JobSpec& spec, const ModelConfig& cfg, const Budgets& budgets);
 void plan_to_proto(const MemoryPlan& plan, const Budgets& budgets, megatrain::v1::MemoryPlan* out);
 

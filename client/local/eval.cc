@@ -11,8 +11,7 @@ namespace mt::cli {
 int cmd_eval(const Args& a) {
   const std::string model = a.get("model"), data = a.get("data");
   if (model.empty() || data.empty())
-    return fail(kUsage, "usage: megatrain eval --model DIR --data FILE [--format text|uint16|uint32|llmc] "
-                        "[--seq-len 256] [--max-seqs N] [--json]");
+    return usage_error("eval");
   auto T = a.number("seq-len", 256), max_seqs = a.number("max-seqs", 0);
   if (!T.ok() || !max_seqs.ok() || *T < 1) return fail(kUsage, "--seq-len and --max-seqs must be positive numbers");
   auto files = find_model_files(model);

@@ -12,14 +12,16 @@ Result<uint64_t> parse_size(const std::string& text);  // local/plan.cc
 
 int cmd_export(const Args& a) {
   if (a.positional().size() != 2)
-    return fail(kUsage, "usage: megatrain export CHECKPOINT OUT_DIR [--dtype bf16|fp32] [--shard-size 5GB]");
+    return usage_error("export");
   const std::string dtype = a.get("dtype", "bf16");
   if (dtype != "bf16" && dtype != "fp32") return fail(kUsage, "--dtype = '" + dtype + "' is not one of bf16, fp32");
   auto shard = parse_size(a.get("shard-size", "5GB"));
   if (!shard.ok()) return fail(kUsage, shard.status().message());
+  const bool overwrite = a.has("overwrite");
+  if (Status s = check_export_dir(a.positional()[1], overwrite); !s.ok()) return fail(kUsage, s.message());
   auto m = load_model_dir(a.positional()[0]);
   if (!m.ok()) return fail(kJobFailed, m.status().message());
-  if (Status s = export_hf_model(a.positional()[1], m->cfg, *m->store, dtype == "bf16", *shard); !s.ok())
+  if (Status s = export_hf_model(a.positional()[1], m->cfg, *m->store, dtype == "bf16", *shard, overwrite); !s.ok())
     return fail(kJobFailed, s.message());
   if (a.json()) print_json(Json::object({{"exported", a.positional()[1]}, {"from", m->source}, {"dtype", dtype}}));
   else std::printf("exported %s -> %s (%s)\n", m->source.c_str(), a.positional()[1].c_str(), dtype.c_str());

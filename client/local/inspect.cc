@@ -33,7 +33,7 @@ int list_set(const SafetensorsSet& set, bool json, uint64_t& total) {
 
 int cmd_inspect(const Args& a) {
   namespace fs = std::filesystem;
-  if (a.positional().size() != 1) return fail(kUsage, "usage: megatrain inspect PATH [--json]");
+  if (a.positional().size() != 1) return usage_error("inspect");
   std::string path = a.positional()[0];
   if (fs::exists(fs::path(path) / "latest")) {
     auto dir = resolve_checkpoint(path);

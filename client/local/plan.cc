@@ -24,21 +24,15 @@ Result<uint64_t> parse_size(const std::string& text) {
 
 int cmd_plan_local(const Args& a) {
   if (a.positional().size() != 1)
-    return fail(kUsage, "usage: megatrain plan SPEC [--host-memory SIZE] [--device-memory SIZE] [--json]");
+    return usage_error("plan");
   auto spec = load_job_spec(a.positional()[0]);
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   auto cfg = resolve_model(*spec);
   if (!cfg.ok()) return fail(kUsage, cfg.status().message());
-  PlanOptions po;
-  po.slots = spec->slots;
-  auto placement = parse_checkpoint_placement(spec->checkpoint_placement);
   auto host = parse_size(a.get("host-memory", "0")), dev = parse_size(a.get("device-memory", "0"));
-  for (const Status* s : {&placement.status(), &host.status(), &dev.status()})
+  for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
-  po.placement = *placement;
-  po.host_budget = *host;
-  po.device_budget = *dev;
-  auto plan = plan_memory(*cfg, spec->train, po);
+  auto plan = plan_for_job(*spec, *cfg, *host, *dev);  // the daemon's PlanJob answers with the same planner
   if (!plan.ok()) return fail(kUsage, plan.status().message());
   if (a.json()) {
     print_json(memory_plan_to_json(*plan));

@@ -1,5 +1,7 @@
 // megatrain train SPEC: runs a job in the foreground with the engine linked in (no daemon).
-// Ctrl-C stops at the next step boundary, writes a checkpoint and exits cleanly.
+// Ctrl-C (SIGINT) or SIGTERM (a service manager, `kill`) stops at the next step boundary, writes
+// a checkpoint and exits cleanly.
+#include <cmath>
 #include <csignal>
 
 #include "client/cli.h"
@@ -12,11 +14,14 @@ namespace mt::cli {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-void on_sigint(int) { g_interrupted = 1; }
+void on_stop_signal(int) { g_interrupted = 1; }
+constexpr int kStopSignals[] = {SIGINT, SIGTERM};
 
 Status apply_overrides(const Args& a, JobSpec& spec) {
   if (a.has("steps")) {
     MT_ASSIGN_OR_RETURN(double steps, a.number("steps", 0));
+    if (!(steps >= 1 && steps <= 9.0e18) || steps != std::floor(steps))
+      return invalid_argument("--steps = '" + a.get("steps") + "' must be a whole number of steps >= 1");
     spec.steps = long(steps);
     spec.train.schedule.total_steps = spec.steps;
   }
@@ -40,7 +45,7 @@ Json summary_of(const JobResult& r) {
 }  // namespace
 
 int cmd_train(const Args& a) {
-  if (a.positional().size() != 1) return fail(kUsage, "usage: megatrain train SPEC [--out DIR] [--steps N] [--json]");
+  if (a.positional().size() != 1) return usage_error("train");
   auto spec = load_job_spec(a.positional()[0]);
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   if (Status s = apply_overrides(a, *spec); !s.ok()) return fail(kUsage, s.message());
@@ -60,9 +65,9 @@ int cmd_train(const Args& a) {
   hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
   JobRunner runner(*spec, dir, hooks);
   runner_ptr = &runner;
-  std::signal(SIGINT, on_sigint);
+  for (int sig : kStopSignals) std::signal(sig, on_stop_signal);
   auto r = runner.run();
-  std::signal(SIGINT, SIG_DFL);
+  for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
   progress.summary(summary_of(*r));
   return kOk;

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "engine/base/address.h"
+
 namespace mt::cli {
 
 namespace {
@@ -20,12 +22,22 @@ std::string trim(std::string s) {
   return s.substr(b);
 }
 
+// A gRPC target: unix:PATH as given, else HOST:PORT (optionally after dns:///) with a port in
+// 1..65535, so that "--server=localhost:99999" is refused instead of reaching another port.
+Status check_server_address(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0) return Status::Ok();
+  std::string hostport = address;
+  if (hostport.rfind("dns:///", 0) == 0) hostport = hostport.substr(7);
+  return parse_host_port("--server", hostport).status();
+}
+
 }  // namespace
 
 Result<Connection> Connection::open(const Args& a) {
   Connection c;
   c.address_ = flag_or_env(a, "server", "MEGATRAIN_SERVER", "127.0.0.1:50051");
   if (c.address_.empty()) return invalid_argument("--server is empty");
+  MT_RETURN_IF_ERROR(check_server_address(c.address_));
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (const std::string ca = flag_or_env(a, "tls-ca", "MEGATRAIN_TLS_CA"); !ca.empty()) {
     auto pem = read_file(ca);

@@ -10,9 +10,9 @@ namespace mt::cli {
 namespace {
 
 // The single positional argument (a job id or a spec path), or a usage error.
-bool one_positional(const Args& a, const char* usage, std::string& out, int& rc) {
+bool one_positional(const Args& a, const char* cmd, std::string& out, int& rc) {
   if (a.positional().size() != 1) {
-    rc = fail(kUsage, std::string("usage: megatrain ") + usage);
+    rc = usage_error(cmd);
     return false;
   }
   out = a.positional()[0];
@@ -24,7 +24,7 @@ bool one_positional(const Args& a, const char* usage, std::string& out, int& rc)
 int remote_submit(Connection& c, const Args& a) {
   std::string path;
   int rc = 0;
-  if (!one_positional(a, "submit SPEC [--watch] [--json]", path, rc)) return rc;
+  if (!one_positional(a, "submit", path, rc)) return rc;
   auto spec = load_proto_spec(path);
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   v1::SubmitJobRequest req;
@@ -47,7 +47,7 @@ int remote_submit(Connection& c, const Args& a) {
 }
 
 int remote_list(Connection& c, const Args& a) {
-  if (!a.positional().empty()) return fail(kUsage, "usage: megatrain list [--state STATE] [--json]");
+  if (!a.positional().empty()) return usage_error("list");
   v1::ListJobsRequest req;
   if (a.has("state")) {
     std::string name = "JOB_STATE_" + a.get("state");
@@ -71,7 +71,7 @@ int remote_list(Connection& c, const Args& a) {
 int remote_status(Connection& c, const Args& a) {
   std::string id;
   int rc = 0;
-  if (!one_positional(a, "status ID [--json]", id, rc)) return rc;
+  if (!one_positional(a, "status", id, rc)) return rc;
   v1::GetJobRequest req;
   req.set_job_id(id);
   v1::Job job;
@@ -85,7 +85,7 @@ int remote_status(Connection& c, const Args& a) {
 int remote_cancel(Connection& c, const Args& a) {
   std::string id;
   int rc = 0;
-  if (!one_positional(a, "cancel ID [--json]", id, rc)) return rc;
+  if (!one_positional(a, "cancel", id, rc)) return rc;
   v1::CancelJobRequest req;
   req.set_job_id(id);
   v1::Job job;
@@ -100,7 +100,7 @@ int remote_cancel(Connection& c, const Args& a) {
 int remote_checkpoint(Connection& c, const Args& a) {
   std::string id;
   int rc = 0;
-  if (!one_positional(a, "checkpoint ID [--json]", id, rc)) return rc;
+  if (!one_positional(a, "checkpoint", id, rc)) return rc;
   v1::CheckpointRequest req;
   req.set_job_id(id);
   v1::CheckpointResponse resp;
@@ -116,7 +116,7 @@ int remote_checkpoint(Connection& c, const Args& a) {
 int remote_plan(Connection& c, const Args& a) {
   std::string path;
   int rc = 0;
-  if (!one_positional(a, "plan SPEC --server ADDR [--json]", path, rc)) return rc;
+  if (!one_positional(a, "plan", path, rc)) return rc;
   auto spec = load_proto_spec(path);
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   v1::PlanJobRequest req;

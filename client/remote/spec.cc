@@ -26,9 +26,11 @@ std::string explain(std::string msg) {
 }  // namespace
 
 Result<v1::JobSpec> load_proto_spec(const std::string& path) {
-  MT_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  MT_ASSIGN_OR_RETURN(Json json, spec_text_to_json(text, path));
+  MT_ASSIGN_OR_RETURN(Json json, load_spec_json(path));
   if (!json.is_object()) return invalid_argument(path + ": a job spec is a mapping of keys to values");
+  // The engine's reader first: the same refusals, in the same words, as a local run (an
+  // out-of-range number is named before protobuf's JSON mapping would round or reject it).
+  if (auto engine = job_spec_from_json(json); !engine.ok()) return engine.status().with_context(path);
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions opt;
   opt.ignore_unknown_fields = false;  // a misspelt key is an error that names it

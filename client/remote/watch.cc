@@ -94,7 +94,7 @@ int watch_job(Connection& c, const std::string& id, bool json) {
 }
 
 int remote_watch(Connection& c, const Args& a) {
-  if (a.positional().size() != 1) return fail(kUsage, "usage: megatrain watch ID [--json]");
+  if (a.positional().size() != 1) return usage_error("watch");
   return watch_job(c, a.positional()[0], a.json());
 }
 

@@ -1,7 +1,9 @@
 #include "engine/base/json.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -175,16 +177,14 @@ class Parser {
       if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') { integral = false; ++pos_; continue; }
       break;
     }
-    std::string text(s_.substr(start, pos_ - start));
+    std::string_view text = s_.substr(start, pos_ - start);
     if (text.empty() || text == "-") { pos_ = start; return error("invalid value"); }
-    char* end = nullptr;
-    if (integral && text.size() < 19) {
-      long long i = std::strtoll(text.c_str(), &end, 10);
-      if (*end == 0) { out = Json(int64_t(i)); return Status::Ok(); }
+    auto n = Json::parse_number(text);
+    if (!n.ok()) {
+      pos_ = start;
+      return error(n.status().message());
     }
-    double d = std::strtod(text.c_str(), &end);
-    if (*end != 0) { pos_ = start; return error("invalid number '" + text + "'"); }
-    out = Json(d);
+    out = std::move(*n);
     return Status::Ok();
   }
 
@@ -297,9 +297,30 @@ class Parser {
 
 Result<Json> Json::parse(std::string_view text) { return Parser(text).parse_document(); }
 
-Result<std::string> read_file(const std::string& path) {
+Result<Json> Json::parse_number(std::string_view text) {
+  const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+  const char* last = text.data() + text.size();
+  int64_t i = 0;
+  auto [iend, ierr] = std::from_chars(first, last, i);
+  if (ierr == std::errc() && iend == last) return Json(i);
+  double d = 0;
+  auto [dend, derr] = std::from_chars(first, last, d);
+  const bool numeric = dend == last && first != last && (derr == std::errc() || derr == std::errc::result_out_of_range);
+  if (!numeric || (derr == std::errc() && !std::isfinite(d)))  // not a number, or "inf", "nan"
+    return invalid_argument("invalid number '" + std::string(text) + "'");
+  if (derr == std::errc::result_out_of_range) {  // from_chars leaves d: strtod tells overflow from underflow
+    d = std::strtod(std::string(first, last).c_str(), nullptr);
+    if (std::isinf(d)) return Status(StatusCode::kOutOfRange, "number '" + std::string(text) + "' is out of range");
+  }
+  return Json(d);
+}
+
+Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return invalid_argument("'" + path + "' is a directory, not a file");
+  if (const auto size = std::filesystem::file_size(path, ec); max_bytes && !ec && size > max_bytes)
+    return invalid_argument("'" + path + "' is " + std::to_string(size) + " bytes; the limit for this file is " +
+                            std::to_string(max_bytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open '" + path + "'");
   std::ostringstream ss;

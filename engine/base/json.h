@@ -55,6 +55,10 @@ class Json {
 
   std::string dump(int indent = -1) const;
   static Result<Json> parse(std::string_view text);
+  // One number as JSON (or YAML) spells it: an integer that fits int64 stays an integer; a larger
+  // integer or a fraction becomes a double. Text that is not a whole number is kInvalidArgument;
+  // a number beyond a double's range (1e999) is kOutOfRange, never a silent infinity.
+  static Result<Json> parse_number(std::string_view text);
 
  private:
   // double -> int64 without undefined behaviour for out-of-range or NaN values (0 then).
@@ -71,7 +75,8 @@ class Json {
   std::shared_ptr<Object> obj_;
 };
 
-// Reads a whole file into a string.
-Result<std::string> read_file(const std::string& path);
+// Reads a whole file into a string; a file larger than max_bytes (when not 0) is refused with
+// kInvalidArgument before anything is read, so an untrusted path cannot exhaust memory.
+Result<std::string> read_file(const std::string& path, uint64_t max_bytes = 0);
 
 }  // namespace mt

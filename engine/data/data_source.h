@@ -45,7 +45,13 @@ struct SyntheticOptions {
   int vocab = 256;      // tokens are drawn from [0, min(vocab, active_vocab))
   int active_vocab = 64;
   int branching = 4;    // successors per state of the Markov chain
+  // Bounds: building the chain takes O(states^2) time and states x branching memory, so a spec
+  // cannot make a job (or the daemon running it) spend hours or terabytes on test data.
+  static constexpr int kMaxActiveVocab = 16384;
+  static constexpr int kMaxBranching = 256;
 };
+// Checks active_vocab and branching (the spec fields data.active_vocab, data.branching).
+Status check_synthetic_options(int active_vocab, int branching);
 
 // A seeded first-order Markov chain with sparse random transitions. Its entropy rate is
 // computed exactly from the stationary distribution, so tests know the loss floor.

@@ -126,10 +126,22 @@ class SyntheticSource final : public DataSource {
 
 }  // namespace
 
+Status check_synthetic_options(int active_vocab, int branching) {
+  auto bad = [](const char* f, int v, const std::string& why) {
+    return invalid_argument(std::string("data.") + f + " = " + std::to_string(v) + " " + why);
+  };
+  if (active_vocab < 2) return bad("active_vocab", active_vocab, "must be >= 2");
+  if (active_vocab > SyntheticOptions::kMaxActiveVocab)
+    return bad("active_vocab", active_vocab, "exceeds the limit of " + std::to_string(SyntheticOptions::kMaxActiveVocab));
+  if (branching < 1) return bad("branching", branching, "must be >= 1");
+  if (branching > SyntheticOptions::kMaxBranching)
+    return bad("branching", branching, "exceeds the limit of " + std::to_string(SyntheticOptions::kMaxBranching));
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<DataSource>> make_synthetic_source(const SyntheticOptions& opt) {
   if (opt.vocab < 2) return invalid_argument("synthetic data needs a vocabulary of at least 2, got " + std::to_string(opt.vocab));
-  if (opt.active_vocab < 2) return invalid_argument("data.active_vocab = " + std::to_string(opt.active_vocab) + " must be >= 2");
-  if (opt.branching < 1) return invalid_argument("data.branching = " + std::to_string(opt.branching) + " must be >= 1");
+  MT_RETURN_IF_ERROR(check_synthetic_options(opt.active_vocab, opt.branching));
   return std::unique_ptr<DataSource>(new SyntheticSource(opt));
 }
 

@@ -1,5 +1,8 @@
 #include "engine/exec/executor.h"
 
+#include <cmath>
+#include <cstdio>
+
 namespace mt {
 
 Status validate(const TrainOptions& o, const ModelConfig& cfg) {
@@ -11,6 +14,12 @@ Status validate(const TrainOptions& o, const ModelConfig& cfg) {
   if (o.global_batch < 1) return bad("global_batch", o.global_batch, "must be >= 1");
   if (o.global_batch % o.micro_batch != 0)
     return bad("global_batch", o.global_batch, "must be a multiple of micro_batch (" + std::to_string(o.micro_batch) + ")");
+  if (o.seq_len > TrainLimits::kSeqLen) return bad("seq_len", o.seq_len, "exceeds the limit of " + std::to_string(TrainLimits::kSeqLen));
+  if (o.global_batch > TrainLimits::kBatch)
+    return bad("global_batch", o.global_batch, "exceeds the limit of " + std::to_string(TrainLimits::kBatch));
+  if (int64_t(o.global_batch) * o.seq_len > TrainLimits::kTokensPerStep)
+    return invalid_argument("global_batch x seq_len = " + std::to_string(int64_t(o.global_batch) * o.seq_len) +
+                            " tokens per step exceeds the limit of " + std::to_string(TrainLimits::kTokensPerStep));
   if (o.head_chunk < 1) return bad("head_chunk", o.head_chunk, "must be >= 1");
   if (o.schedule.warmup_steps < 0) return bad("schedule.warmup_steps", o.schedule.warmup_steps, "must be >= 0");
   if (!(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1))
@@ -34,6 +43,35 @@ Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab
   st.tokens = long(batch.inputs.size());
   st.lr = o.schedule.at(o.optimizer.lr, steps_done);
   return st;
+}
+
+namespace {
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";  // not "-nan": the sign of a NaN means nothing
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+std::string unit_label(const ParamSchema& u) {
+  if (u.kind == UnitKind::kDecoder) return "decoder layer " + std::to_string(u.layer);
+  return unit_kind_name(u.kind);
+}
+}  // namespace
+
+Status check_step_loss(long step, double loss) {
+  if (std::isfinite(loss)) return Status::Ok();
+  return failed_precondition("step " + std::to_string(step) + ": the loss is not finite (" + number_text(loss) +
+                             "); the update was not applied");
+}
+
+Status check_grad_norm(long step, double norm, const std::vector<double>& unit_sumsq,
+                       const std::vector<ParamSchema>& units) {
+  if (std::isfinite(norm)) return Status::Ok();
+  std::string where;
+  for (size_t u = 0; u < unit_sumsq.size() && u < units.size() && where.empty(); ++u)
+    if (!std::isfinite(unit_sumsq[u])) where = "; first non-finite gradient in unit " + std::to_string(u) + " (" + unit_label(units[u]) + ")";
+  return failed_precondition("step " + std::to_string(step) + ": the gradient norm is not finite (" + number_text(norm) + ")" +
+                             where + "; the update was not applied");
 }
 
 }  // namespace mt

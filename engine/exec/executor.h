@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "engine/data/data_source.h"
 #include "engine/exec/engine_stats.h"
@@ -13,6 +14,14 @@
 #include "engine/optim/optimizer.h"
 
 namespace mt {
+
+// Bounds on a step's shape, so that no spec can make an executor (or the planner's arithmetic)
+// size buffers without bound: a million-token context, a million sequences, 2^28 tokens a step.
+struct TrainLimits {
+  static constexpr int kSeqLen = 1 << 20;
+  static constexpr int kBatch = 1 << 20;
+  static constexpr int64_t kTokensPerStep = int64_t(1) << 28;
+};
 
 struct TrainOptions {
   int seq_len = 128;
@@ -33,6 +42,14 @@ Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab);
 // Both executors' step opening: the batch checked, then StepStats with the step's 1-based
 // index, its token count and its learning rate.
 Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done);
+
+// Non-finite numbers fail the step before its update is applied, so the weights (and the last
+// checkpoint) stay as they were. The reasons name the step, the quantity and, for a gradient,
+// the first unit whose gradient is not finite.
+Status check_step_loss(long step, double loss);
+// unit_sumsq: each unit's sum of squared gradients, in unit order.
+Status check_grad_norm(long step, double norm, const std::vector<double>& unit_sumsq,
+                       const std::vector<ParamSchema>& units);
 
 class Executor {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/base/checked_math.h"
 #include "engine/optim/host_store.h"
 #include "engine/model/layers.h"
 #include "engine/model/param_schema.h"
@@ -28,9 +29,11 @@ std::string format_bytes(uint64_t b) {
 
 namespace {
 
+constexpr uint64_t kDeviceElem = sizeof(float);  // the streaming executor's device weights and activations
+
 uint64_t sum(const std::vector<std::pair<std::string, uint64_t>>& kinds) {
   uint64_t s = 0;
-  for (const auto& [k, b] : kinds) s += b;
+  for (const auto& [k, b] : kinds) s = sat_add(s, b);
   return s;
 }
 
@@ -38,15 +41,35 @@ uint64_t sum(const std::vector<std::pair<std::string, uint64_t>>& kinds) {
 std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, const ModelConfig& c,
                                                            const TrainOptions& o, const PlanOptions& po,
                                                            bool on_device) {
-  const uint64_t e = uint64_t(po.device_elem_bytes);
-  const uint64_t tokens = uint64_t(o.global_batch) * uint64_t(o.seq_len);
-  const uint64_t layer_io = tokens * uint64_t(c.hidden_size) * e;
+  const uint64_t e = kDeviceElem, tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
+  const uint64_t layer_io = sat_mul(tokens, uint64_t(c.hidden_size), e);
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
-  return {{"weight_slots", uint64_t(po.slots) * p.slot_numel * e},
-          {"grad_slots", 2 * p.slot_numel * 4},
-          {"checkpoints", ckpt_buffers * layer_io},
+  const uint64_t workspace = sat_add(sat_add(sat_mul(p.workspace_numel, e), sat_mul(tokens, 8)),
+                                     uint64_t(c.head_dim) * 2 + 4096);  // + DeviceArena alignment
+  return {{"weight_slots", sat_mul(uint64_t(po.slots), p.slot_numel, e)},
+          {"grad_slots", sat_mul(2, p.slot_numel, 4)},
+          {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
           {"residual_grads", layer_io},
-          {"workspace", p.workspace_numel * e + tokens * 8 + uint64_t(c.head_dim) * 2 + 4096}};  // + DeviceArena alignment
+          {"workspace", workspace}};
+}
+
+// Host: per-parameter state as the HostStore lays it out, the staging of the step's embedding
+// rows (up, then their gradient down), and the LM head's share of a tied embedding gradient.
+std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, const ModelConfig& c,
+                                                         const TrainOptions& o) {
+  const HostStoreBytes sb = host_store_bytes(units, o.layout, false);
+  std::vector<std::pair<std::string, uint64_t>> kinds = {
+      {"master", sb.master}, {"grad", sb.grad}, {"adam_m", sb.m}, {"adam_v", sb.v}};
+  const uint64_t tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
+  const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), tokens);
+  kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4)});
+  if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
+  return kinds;
+}
+
+std::string budget_reason(const char* what, uint64_t need, uint64_t budget) {
+  return std::string(what) + " memory: needs " + format_bytes(need) + " (" + std::to_string(need) + " bytes), budget " +
+         format_bytes(budget) + " (" + std::to_string(budget) + " bytes)";
 }
 
 }  // namespace
@@ -62,16 +85,8 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
   }
   LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk};
   p.workspace_numel = decoder_acts_numel(s) + decoder_scratch_numel(s) + head_scratch_numel(s);
-  p.checkpoint_numel = size_t(o.global_batch) * size_t(o.seq_len) * size_t(c.hidden_size);
-
-  // Host: per-parameter state, the staging of the step's embedding rows (up, then their
-  // gradient down), and the LM head's share of a tied embedding gradient.
-  const uint64_t P = uint64_t(p.params), gb = state_elem_bytes(o.layout);
-  p.host_by_kind = {{"master", 4 * P}, {"grad", gb * P}, {"adam_m", gb * P}, {"adam_v", gb * P}};
-  if (po.shadow) p.host_by_kind.push_back({"shadow", 2 * P});
-  const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), uint64_t(o.global_batch) * uint64_t(o.seq_len));
-  p.host_by_kind.push_back({"embedding_rows", max_rows * uint64_t(c.hidden_size) * 4});
-  if (c.tie_word_embeddings) p.host_by_kind.push_back({"tied_head_grad", gb * units[0].numel});
+  p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
+  p.host_by_kind = host_kinds(units, c, o);
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory.
   bool on_device = po.placement != CheckpointPlacement::kHost;
@@ -81,20 +96,22 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
     p.device_by_kind = device_kinds(p, c, o, po, false);
   }
   p.checkpoints_on_device = on_device;
-  if (!on_device)
-    p.host_by_kind.push_back({"checkpoints", uint64_t(c.num_layers) * p.checkpoint_numel * uint64_t(po.device_elem_bytes)});
+  if (!on_device) p.host_by_kind.push_back({"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, kDeviceElem)});
   p.host_bytes = sum(p.host_by_kind);
   p.device_bytes = sum(p.device_by_kind);
-  p.host_bytes_per_param = double(p.host_bytes) / double(P);
+  if (p.host_bytes == kSaturated || p.device_bytes == kSaturated)
+    return invalid_argument("the memory plan's byte counts overflow 64 bits (hidden_size " +
+                            std::to_string(c.hidden_size) + ", vocab_size " + std::to_string(c.vocab_size) +
+                            ", seq_len " + std::to_string(o.seq_len) + ", global_batch " +
+                            std::to_string(o.global_batch) + "): no machine holds this run");
+  p.host_bytes_per_param = double(p.host_bytes) / double(p.params);
 
   if (po.host_budget && p.host_bytes > po.host_budget) {
     p.fits = false;
-    p.reason = "host memory: needs " + format_bytes(p.host_bytes) + " (" + std::to_string(p.host_bytes) +
-               " bytes), budget " + format_bytes(po.host_budget) + " (" + std::to_string(po.host_budget) + " bytes)";
+    p.reason = budget_reason("host", p.host_bytes, po.host_budget);
   } else if (po.device_budget && p.device_bytes > po.device_budget) {
     p.fits = false;
-    p.reason = "device memory: needs " + format_bytes(p.device_bytes) + " (" + std::to_string(p.device_bytes) +
-               " bytes), budget " + format_bytes(po.device_budget) + " (" + std::to_string(po.device_budget) + " bytes)";
+    p.reason = budget_reason("device", p.device_bytes, po.device_budget);
   }
   return p;
 }

@@ -1,7 +1,9 @@
 // The memory planner: for a model, training options and a backend, the host and device bytes a
 // run will use, by kind, and whether they fit the budgets. Computed from shapes alone — it never
 // allocates — so plans for 120B models are instant. The streaming executor allocates exactly
-// what the plan says.
+// what the plan says (it plans its own allocations with this function): fp32 weights and
+// activations on the device, no bf16 shadow on the host. Byte counts are overflow-checked: a
+// shape whose sizes do not fit 64 bits is refused, never wrapped.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -19,8 +21,6 @@ Result<CheckpointPlacement> parse_checkpoint_placement(const std::string& name);
 struct PlanOptions {
   int slots = 2;  // K weight slots on the device
   CheckpointPlacement placement = CheckpointPlacement::kAuto;
-  bool shadow = false;              // bf16 compute shadow in host memory (CUDA bf16 compute)
-  int device_elem_bytes = 4;        // bytes per element of device weights/activations (4 fp32, 2 bf16)
   uint64_t host_budget = 0;         // bytes; 0 = unlimited
   uint64_t device_budget = 0;       // bytes; 0 = unlimited
 };
@@ -29,7 +29,7 @@ struct MemoryPlan {
   int64_t params = 0;
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, shadow, checkpoints
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, tied_head_grad, checkpoints
   uint64_t device_bytes = 0;
   std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, workspace
   bool checkpoints_on_device = true;

@@ -64,20 +64,25 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
   float* gemb = a.grads[0];
   for (size_t i = 0; i < tied_head_grad_.size(); ++i) gemb[i] = tied_head_grad_[i] + gemb[i];
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  MT_RETURN_IF_ERROR(check_step_loss(st.step, st.loss));
   const auto t1 = std::chrono::steady_clock::now();
   st.compute_seconds = std::chrono::duration<double>(t1 - t0).count();
-  st.grad_norm = clip_and_update(st.lr, st);
+  MT_ASSIGN_OR_RETURN(st.grad_norm, clip_and_update(st.step, st.lr, st));
   ++steps_;
   st.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 
-double ResidentExecutor::clip_and_update(float lr, StepStats& st) {
+Result<double> ResidentExecutor::clip_and_update(long step, float lr, StepStats& st) {
   const auto t0 = std::chrono::steady_clock::now();
   double sumsq = 0;
-  for (size_t u = 0; u < units_.size(); ++u)
-    sumsq += unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(store_->unit(u).grad));
+  std::vector<double> unit_sumsq(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    unit_sumsq[u] = unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(store_->unit(u).grad));
+    sumsq += unit_sumsq[u];
+  }
   const double norm = std::sqrt(sumsq);
+  MT_RETURN_IF_ERROR(check_grad_norm(step, norm, unit_sumsq, units_));
   cpu::AdamWParams p{lr, opt_.optimizer.beta1, opt_.optimizer.beta2, opt_.optimizer.eps,
                      opt_.optimizer.weight_decay, clip_factor(norm, opt_.optimizer.grad_clip), steps_ + 1};
   for (size_t u = 0; u < units_.size(); ++u) adamw_unit(pool_, units_[u], store_->state<float>(u), p);
@@ -101,7 +106,11 @@ Result<double> ResidentExecutor::evaluate(const Batch& batch) {
     counted += r.counted;
   }
   if (counted == 0) return invalid_argument("evaluation batch has no counted targets");
-  return loss_sum / double(counted);
+  const double loss = loss_sum / double(counted);
+  if (!std::isfinite(loss))
+    return failed_precondition("the evaluation loss is not finite: the model's weights hold non-finite values "
+                               "or overflow");
+  return loss;
 }
 
 }  // namespace mt

@@ -25,7 +25,7 @@ class ResidentExecutor final : public Executor {
 
  private:
   ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt);
-  double clip_and_update(float lr, StepStats& st);
+  Result<double> clip_and_update(long step, float lr, StepStats& st);  // the norm; fails if not finite
 
   ModelConfig cfg_;
   TrainOptions opt_;

@@ -167,13 +167,18 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
 
   const double loss_sum = run_uses(st);
+  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  // Before the embedding's gradient (the step's last) lands, so no update of this step starts.
+  pipe_->refuse_update(check_step_loss(st.step, st.loss));
   const auto c0 = std::chrono::steady_clock::now();
   backward_embedding(st);
   st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   pipe_->end_step();
   MT_RETURN_IF_ERROR(backend_->error());
   ++steps_;
-  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer
+  // finished that step's update phase before this step's weights were uploaded.
+  MT_RETURN_IF_ERROR(pipe_->error());
   const CopyStats cs = backend_->take_copy_stats();
   st.h2d_bytes = cs.h2d_bytes;
   st.d2h_bytes = cs.d2h_bytes;

@@ -42,6 +42,10 @@ class StreamingExecutor final : public Executor {
   void set_steps_done(long steps) override;
 
   const MemoryPlan& plan() const { return plan_; }
+  // Host bytes it allocated: the HostStore and its host staging buffers (= plan().host_bytes).
+  uint64_t host_bytes() const {
+    return store_->total_bytes() + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes();
+  }
   size_t device_peak() const { return backend_->device_peak(); }
 
  private:

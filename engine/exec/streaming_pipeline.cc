@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/exec/executor.h"
+
 namespace mt {
 
 namespace {
@@ -179,7 +181,10 @@ void StreamingPipeline::optimizer_loop() {
       sumsq_[u] = store_.layout() == MemoryLayout::kExact
                       ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
                       : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
-      if (cfg_.update_during_backward) update_unit(u, g.step, g.lr, 1.0f);
+      if (cfg_.update_during_backward) {
+        if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
+        else skip_updates(g.step);
+      }
       if (++landed_ == int(units_.size())) {
         landed_ = 0;
         if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
@@ -255,9 +260,32 @@ void StreamingPipeline::update_phase(long step, float lr) {
   double total = 0;
   for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
   const double norm = std::sqrt(total);
-  last_grad_norm_ = norm;
+  if (refuse_if(check_grad_norm(step, norm, sumsq_, units_))) return skip_updates(step);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    last_grad_norm_ = norm;
+  }
   const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
   for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
+}
+
+bool StreamingPipeline::refuse_if(const Status& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (error_.ok() && !why.ok()) error_ = why;
+  return !error_.ok();
+}
+
+void StreamingPipeline::refuse_update(Status why) { (void)refuse_if(why); }
+
+void StreamingPipeline::skip_updates(long step) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (long& s : updated_) s = std::max(s, step);  // nothing applied, but nothing waits forever
+  cv_.notify_all();
+}
+
+Status StreamingPipeline::error() {
+  std::lock_guard<std::mutex> l(mu_);
+  return error_;
 }
 
 void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
@@ -277,7 +305,7 @@ Status StreamingPipeline::sync() {
       if (s < step_) return false;
     return true;
   });
-  return Status::Ok();
+  return error_;
 }
 
 void StreamingPipeline::mark_all_updated(long step) {

@@ -8,7 +8,10 @@
 //    from the previous step; it records an H2D event the compute side waits on.
 //  * The optimizer thread takes each unit's gradient as its D2H copy lands, computes its sum
 //    of squares, and — once all units have landed — clips by the global norm and updates the
-//    units in order 0..U-1 (or, with update_during_backward, each unit as it lands).
+//    units in order 0..U-1 (or, with update_during_backward, each unit as it lands). A step
+//    whose loss or gradient norm is not finite is not applied, nor is any later step: the
+//    refusal is kept and returned by the executor's next step or sync. (With
+//    update_during_backward, units that landed before the non-finite one are already updated.)
 #pragma once
 #include <condition_variable>
 #include <deque>
@@ -78,8 +81,15 @@ class StreamingPipeline {
   // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
   // The embedding's own share comes as the step's rows, into staging.embedding_rows.
   void grads_sent(int unit, EventPtr landed, bool tied_part);
-  // Waits until every update of every step begun so far is done.
+  // Waits until every update of every step begun so far is done; the error, if an update was
+  // refused.
   Status sync();
+  // Refuses the update of `step` (its loss was not finite) and of every later step. Called
+  // before the step's last gradient lands, so no unit of it has been updated.
+  void refuse_update(Status why);
+  // The first refusal: a non-finite loss, or a non-finite gradient norm found by the optimizer
+  // thread (naming the step and unit). Once set, no further update is applied.
+  Status error();
   void mark_all_updated(long step);  // after loading a checkpoint at `step`
   double take_optimizer_seconds();
   double last_grad_norm();  // global norm of the latest completed update
@@ -89,6 +99,8 @@ class StreamingPipeline {
   void optimizer_loop();
   void update_phase(long step, float lr);
   void update_unit(size_t u, long step, float lr, float clip);
+  void skip_updates(long step);              // marks every unit done at `step` without updating
+  bool refuse_if(const Status& why);         // records `why` (if not ok): true when updates are refused
   void upload_embedding_rows(float* slot, const std::vector<int32_t>& rows);
   void scatter_embedding_grad(const EmbeddingRows& rows);
 
@@ -127,6 +139,7 @@ class StreamingPipeline {
   int landed_ = 0;
   double optimizer_seconds_ = 0;
   double last_grad_norm_ = 0;
+  Status error_;  // guarded by mu_
   std::thread uploader_, optimizer_;
 };
 

@@ -65,7 +65,7 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
 }
 
 Result<TrainerState> state_from_json(const std::string& path) {
-  MT_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  MT_ASSIGN_OR_RETURN(std::string text, read_file(path, 16 << 20));  // a few hundred bytes; init.from may name any file
   auto j = Json::parse(text);
   if (!j.ok()) return data_loss("'" + path + "': " + j.status().message());
   const Json* fmt = j->find("format");
@@ -172,7 +172,7 @@ void prune(const std::string& root, int keep, const std::string& current) {
 }
 
 Result<std::string> read_latest(const std::string& root) {
-  MT_ASSIGN_OR_RETURN(std::string text, read_file(join(root, "latest")));
+  MT_ASSIGN_OR_RETURN(std::string text, read_file(join(root, "latest"), 4096));  // one directory name
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
   if (parse_step_dir(text) < 0) return data_loss("'" + join(root, "latest") + "' does not name a step directory: '" + text + "'");
   return text;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "engine/base/json.h"
+#include "engine/io/checkpoint.h"
 
 namespace mt {
 
@@ -102,10 +103,26 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
   return Status::Ok();
 }
 
+Status check_export_dir(const std::string& out_dir, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(out_dir, ec)) return Status::Ok();
+  if (!fs::is_directory(out_dir, ec)) return failed_precondition("export target '" + out_dir + "' is not a directory");
+  if (is_training_checkpoint(out_dir))
+    return failed_precondition("export target '" + out_dir +
+                               "' is a training checkpoint; exporting into it would replace its fp32 master weights "
+                               "(choose another directory)");
+  if (!overwrite && !fs::is_empty(out_dir, ec))
+    return failed_precondition("export target '" + out_dir +
+                               "' already holds files; pass --overwrite to replace an earlier export there");
+  return Status::Ok();
+}
+
 Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
-                       size_t max_shard_bytes) {
+                       size_t max_shard_bytes, bool overwrite) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  MT_RETURN_IF_ERROR(check_export_dir(out_dir, overwrite));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return data_loss("cannot create '" + out_dir + "': " + ec.message());

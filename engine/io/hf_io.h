@@ -25,8 +25,13 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
 // Writes config.json (torch_dtype float32 or bfloat16) and the master weights as F32 or BF16
 // safetensors, sharded at max_shard_bytes (0 = one file; one shard is written as
 // model.safetensors, several as model-0000i-of-0000n.safetensors with an index). Creates out_dir.
+// out_dir must be absent or empty unless `overwrite` (then an earlier export's weight files are
+// replaced); a training checkpoint is refused even with `overwrite`, since writing into it would
+// replace its fp32 master weights.
 Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
-                       size_t max_shard_bytes);
+                       size_t max_shard_bytes, bool overwrite = false);
+// The export target check alone, so a caller can refuse before loading anything.
+Status check_export_dir(const std::string& out_dir, bool overwrite);
 
 // ---- shared with checkpoints -------------------------------------------------------------------
 

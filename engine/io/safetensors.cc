@@ -350,7 +350,7 @@ namespace {
 // The shard file names of an index, in first-appearance order, and its weight map.
 Status read_index(const std::string& path, std::vector<std::string>& shards,
                   std::vector<std::pair<std::string, std::string>>& weight_map) {
-  MT_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  MT_ASSIGN_OR_RETURN(std::string text, read_file(path, kMaxSafetensorsHeaderBytes));  // an index is a header's size
   auto j = Json::parse(text);
   if (!j.ok()) return data_loss("index '" + path + "': " + j.status().message());
   const Json* wm = j->find("weight_map");

@@ -15,6 +15,27 @@ Result<ModelConfig> resolve_model(const JobSpec& spec) {
   return load_model_config(spec.model.hf_model);
 }
 
+uint64_t default_device_budget() {
+  constexpr uint64_t kReserved = 2ull << 30;
+  const uint64_t gpu = cuda_device_memory();
+  return gpu > kReserved ? gpu - kReserved : 0;
+}
+
+PlanOptions job_plan_options(const JobSpec& spec, uint64_t host_budget, uint64_t device_budget) {
+  PlanOptions p;
+  p.slots = spec.slots;
+  if (auto placement = parse_checkpoint_placement(spec.checkpoint_placement); placement.ok()) p.placement = *placement;
+  p.host_budget = host_budget;
+  p.device_budget = device_budget;
+  return p;
+}
+
+Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
+                                uint64_t device_budget) {
+  MT_RETURN_IF_ERROR(validate(spec));
+  return plan_memory(cfg, spec.train, job_plan_options(spec, host_budget, device_budget));
+}
+
 Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
   const DataSpec& d = spec.data;
   if (d.source == "synthetic") return make_synthetic_source({d.seed, vocab, d.active_vocab, d.branching});
@@ -26,9 +47,10 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 namespace {
 
 // backend: cpu, cuda, or auto (CUDA when a device is usable, else the CPU).
+bool uses_cuda(const JobSpec& spec) { return spec.backend == "cuda" || (spec.backend == "auto" && cuda_available()); }
+
 Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
-  const bool cuda = spec.backend == "cuda" || (spec.backend == "auto" && cuda_available());
-  if (cuda) return make_cuda_backend({});
+  if (uses_cuda(spec)) return make_cuda_backend({});
   return make_cpu_backend({spec.link_gbps});
 }
 
@@ -38,10 +60,12 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
     return std::unique_ptr<Executor>(std::move(ex));
   }
+  const PlanOptions po = job_plan_options(spec, 0, uses_cuda(spec) ? default_device_budget() : 0);  // as the daemon plans it
   StreamingOptions so;
-  so.slots = spec.slots;
+  so.slots = po.slots;
+  so.placement = po.placement;
+  so.device_budget = po.device_budget;
   so.link_gbps = spec.link_gbps;
-  MT_ASSIGN_OR_RETURN(so.placement, parse_checkpoint_placement(spec.checkpoint_placement));
   MT_ASSIGN_OR_RETURN(auto backend, make_backend(spec));
   MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, spec.train, so, std::move(backend)));
   return std::unique_ptr<Executor>(std::move(ex));

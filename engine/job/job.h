@@ -10,6 +10,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/data/data_source.h"
 #include "engine/exec/engine_stats.h"
+#include "engine/exec/planner.h"
 #include "engine/job/job_spec.h"
 
 namespace mt {
@@ -41,6 +42,18 @@ struct JobResult {
 
 // Resolves the spec's model to a config (preset, config.json or HF model dir).
 Result<ModelConfig> resolve_model(const JobSpec& spec);
+
+// The one memory plan of a job, answering what its executor will allocate: the CLI's `plan`,
+// the daemon's PlanJob and admission, and the streaming executor the job builds all use these
+// options. Budgets of 0 are unlimited.
+// The device memory a job may use when nothing says otherwise: on a CUDA machine the GPU's
+// memory less 2 GiB (the CUDA context and library workspaces), else 0 (unlimited). The
+// executor of a CUDA job places layer inputs by it, and it is megatraind's --device_memory
+// default, so admission and the executor agree.
+uint64_t default_device_budget();
+PlanOptions job_plan_options(const JobSpec& spec, uint64_t host_budget = 0, uint64_t device_budget = 0);
+Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
+                                uint64_t device_budget);
 
 class JobRunner {
  public:

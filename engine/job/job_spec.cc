@@ -1,15 +1,39 @@
 #include "engine/job/job_spec.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <set>
+#include <type_traits>
 
+#include "engine/data/data_source.h"
 #include "engine/model/init.h"
 
 namespace mt {
 
 namespace {
+
+// The shortest text that reads back as `v` ("1e+300", not "1.0000000000000001e+300").
+template <typename F>
+std::string shortest(F v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+template <typename F>
+Status to_number(const Json& v, const std::string& field, F& out) {
+  if (!v.is_number() || !std::isfinite(v.as_double()))
+    return invalid_argument(field + " must be a number, got " + v.dump());
+  if (std::abs(v.as_double()) > double(std::numeric_limits<F>::max()))
+    return invalid_argument(field + " = " + shortest(v.as_double()) + " is out of range for a " +
+                            std::to_string(8 * sizeof(F)) + "-bit float (magnitude at most " +
+                            shortest(std::numeric_limits<F>::max()) + ")");
+  out = F(v.as_double());
+  return Status::Ok();
+}
 
 // Reads the members of one JSON object, remembering which keys were read so that any other
 // key is reported as unknown (a misspelt key never silently falls back to a default).
@@ -28,32 +52,44 @@ class ObjectReader {
     out = v->as_string();
     return Status::Ok();
   }
+  // An integer that fits I; protobuf's JSON writes int64 as a string. Out of range is refused
+  // naming the field, never clamped.
   template <typename I>
   Status integer(const char* key, I& out) {
     const Json* v = get(key);
     if (!v) return Status::Ok();
-    int64_t x = 0;
-    if (v->is_integer()) {
-      x = v->as_int();
-    } else if (v->is_string() && !v->as_string().empty()) {  // protobuf's JSON writes int64 as strings
-      char* end = nullptr;
-      x = std::strtoll(v->as_string().c_str(), &end, 10);
-      if (*end) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
-    } else {
-      return invalid_argument(where(key) + " must be an integer, got " + v->dump());
-    }
+    if (v->is_string()) return integer_text(key, v->as_string(), out);
+    const bool huge = v->is_number() && !v->is_integer() && std::abs(v->as_double()) >= 9.2e18;  // integral, past int64
+    if (!v->is_integer() && !huge) return invalid_argument(where(key) + " must be an integer, got " + v->dump());
+    const int64_t x = v->as_int();
     out = I(x);
-    if (int64_t(out) != x) return invalid_argument(where(key) + " is out of range: " + v->dump());
+    if (huge || int64_t(out) != x || (x < 0 && std::is_unsigned_v<I>)) return out_of_range<I>(key, v->dump());
     return Status::Ok();
   }
+  // protobuf's JSON writes 64-bit integers as strings: read them straight into I (uint64 seeds
+  // past INT64_MAX included).
+  template <typename I>
+  Status integer_text(const char* key, const std::string& t, I& out) {
+    I x{};
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+    if (ec == std::errc::result_out_of_range) return out_of_range<I>(key, t);
+    if (t.empty() || ec != std::errc() || end != t.data() + t.size())
+      return invalid_argument(where(key) + " must be an integer, got \"" + t + "\"");
+    out = x;
+    return Status::Ok();
+  }
+  template <typename I>
+  Status out_of_range(const char* key, const std::string& value) const {
+    return invalid_argument(where(key) + " = " + value + " is out of range (" +
+                            std::to_string(std::numeric_limits<I>::min()) + " .. " +
+                            std::to_string(std::numeric_limits<I>::max()) + ")");
+  }
+  // A number that fits F: a double beyond float's range would become an infinity in training.
   template <typename F>
   Status number(const char* key, F& out) {
     const Json* v = get(key);
     if (!v) return Status::Ok();
-    if (!v->is_number() || !std::isfinite(v->as_double()))
-      return invalid_argument(where(key) + " must be a number, got " + v->dump());
-    out = F(v->as_double());
-    return Status::Ok();
+    return to_number(*v, where(key), out);
   }
   Status boolean(const char* key, bool& out) {
     const Json* v = get(key);
@@ -108,10 +144,10 @@ Status read_optimizer(ObjectReader r, OptimizerConfig& o) {
   MT_RETURN_IF_ERROR(r.check_object());
   MT_RETURN_IF_ERROR(r.number("lr", o.lr));
   if (const Json* b = r.get("betas")) {
-    if (!b->is_array() || b->items().size() != 2 || !b->items()[0].is_number() || !b->items()[1].is_number())
+    if (!b->is_array() || b->items().size() != 2)
       return invalid_argument("optimizer.betas must be a list of two numbers, got " + b->dump());
-    o.beta1 = float(b->items()[0].as_double());
-    o.beta2 = float(b->items()[1].as_double());
+    MT_RETURN_IF_ERROR(to_number(b->items()[0], "optimizer.betas[0]", o.beta1));
+    MT_RETURN_IF_ERROR(to_number(b->items()[1], "optimizer.betas[1]", o.beta2));
   }
   MT_RETURN_IF_ERROR(r.number("eps", o.eps));
   MT_RETURN_IF_ERROR(r.number("weight_decay", o.weight_decay));
@@ -193,12 +229,14 @@ Status validate(const JobSpec& s) {
   if (s.steps < 1) return invalid_argument("steps = " + std::to_string(s.steps) + " must be >= 1");
   if (s.checkpoint.every < 0) return invalid_argument("checkpoint.every = " + std::to_string(s.checkpoint.every) + " must be >= 0");
   if (s.checkpoint.keep < 1) return invalid_argument("checkpoint.keep = " + std::to_string(s.checkpoint.keep) + " must be >= 1");
-  if (s.slots < 2) return invalid_argument("slots = " + std::to_string(s.slots) + " must be >= 2");
+  if (s.slots < 2 || s.slots > kMaxSlots)
+    return invalid_argument("slots = " + std::to_string(s.slots) + " must be in 2.." + std::to_string(kMaxSlots));
   if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
   MT_RETURN_IF_ERROR(one_of("data.source", s.data.source, {"synthetic", "text", "tokens", "push"}));
   if ((s.data.source == "text" || s.data.source == "tokens") && s.data.path.empty())
     return invalid_argument("data.path is required for data.source = " + s.data.source);
   MT_RETURN_IF_ERROR(one_of("data.dtype", s.data.dtype, {"uint16", "uint32", "llmc"}));
+  if (s.data.source == "synthetic") MT_RETURN_IF_ERROR(check_synthetic_options(s.data.active_vocab, s.data.branching));
   MT_RETURN_IF_ERROR(one_of("precision", s.precision, {"auto", "bf16", "fp32"}));
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
@@ -207,12 +245,20 @@ Status validate(const JobSpec& s) {
   return validate(s.train, dummy);
 }
 
+namespace {
+// A uint64 as JSON: an integer while it fits int64, else the decimal string (as protobuf writes
+// 64-bit integers), which the reader takes back exactly.
+Json unsigned_json(uint64_t v) {
+  return v <= uint64_t(std::numeric_limits<int64_t>::max()) ? Json(int64_t(v)) : Json(std::to_string(v));
+}
+}  // namespace
+
 Json job_spec_to_json(const JobSpec& s) {
   Json model = Json::object();
   if (!s.model.preset.empty()) model.set("preset", s.model.preset);
   if (!s.model.hf_config.empty()) model.set("hf_config", s.model.hf_config);
   if (!s.model.hf_model.empty()) model.set("hf_model", s.model.hf_model);
-  Json init = Json::object({{"seed", int64_t(s.init.seed)}});
+  Json init = Json::object({{"seed", unsigned_json(s.init.seed)}});
   if (!s.init.from.empty()) init.set("from", s.init.from);
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
@@ -221,7 +267,7 @@ Json job_spec_to_json(const JobSpec& s) {
       {"model", model},
       {"init", init},
       {"data", Json::object({{"source", s.data.source}, {"path", s.data.path}, {"dtype", s.data.dtype},
-                             {"seed", int64_t(s.data.seed)}, {"active_vocab", s.data.active_vocab},
+                             {"seed", unsigned_json(s.data.seed)}, {"active_vocab", s.data.active_vocab},
                              {"branching", s.data.branching}})},
       {"seq_len", s.train.seq_len},
       {"micro_batch", s.train.micro_batch},

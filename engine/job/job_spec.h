@@ -35,6 +35,10 @@ struct CheckpointPolicy {
   int keep = 2;    // checkpoints retained
 };
 
+// Weight slots a streaming job may ask for: more than a handful buys nothing, and each is a
+// device buffer the size of the largest unit.
+inline constexpr int kMaxSlots = 64;
+
 struct JobSpec {
   std::string name = "job";
   ModelSpec model;

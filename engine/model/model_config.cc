@@ -1,6 +1,7 @@
 #include "engine/model/model_config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <numbers>
 #include <string_view>
 #include <utility>
@@ -24,11 +25,14 @@ class ConfigReader {
     return invalid_argument(source_ + ": field '" + field + "' " + why);
   }
 
-  Status positive_int(const char* field, int& out, bool required = true) const {
+  // A positive integer no larger than `max` (ModelLimits).
+  Status positive_int(const char* field, int& out, int max, bool required = true) const {
     const Json* v = j_.find(field);
     if (!v || v->is_null()) return required ? fail(field, "is required but missing") : Status::Ok();
-    if (!v->is_integer() || v->as_int() <= 0 || v->as_int() > (int64_t(1) << 30))
-      return fail(field, "must be a positive integer, got " + v->dump());
+    if (!v->is_integer() || v->as_int() <= 0) return fail(field, "must be a positive integer, got " + v->dump());
+    if (v->as_int() > max)
+      return fail(field, "= " + v->dump() + " exceeds the limit of " + std::to_string(max) +
+                             " (the largest real models are far below it; see ModelLimits)");
     out = int(v->as_int());
     return Status::Ok();
   }
@@ -127,6 +131,9 @@ Status check_shape(const ConfigReader& r, const ModelConfig& c) {
   if (c.num_heads % c.num_kv_heads != 0)
     return r.fail("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
                                              ") must divide num_attention_heads (" + std::to_string(c.num_heads) + ")");
+  if (c.head_dim > ModelLimits::kHeadDim)
+    return r.fail("head_dim", "= " + std::to_string(c.head_dim) + " (hidden_size / num_attention_heads) exceeds the limit of " +
+                                  std::to_string(ModelLimits::kHeadDim));
   if (c.head_dim % 2 != 0) return r.fail("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.head_dim));
   return Status::Ok();
 }
@@ -143,19 +150,19 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   c.raw = j;
   MT_RETURN_IF_ERROR(read_architecture(r, c));
   if (const Json* mt = j.find("model_type"); mt && mt->is_string()) c.model_type = mt->as_string();
-  MT_RETURN_IF_ERROR(r.positive_int("hidden_size", c.hidden_size));
-  MT_RETURN_IF_ERROR(r.positive_int("num_hidden_layers", c.num_layers));
-  MT_RETURN_IF_ERROR(r.positive_int("num_attention_heads", c.num_heads));
+  MT_RETURN_IF_ERROR(r.positive_int("hidden_size", c.hidden_size, ModelLimits::kHiddenSize));
+  MT_RETURN_IF_ERROR(r.positive_int("num_hidden_layers", c.num_layers, ModelLimits::kLayers));
+  MT_RETURN_IF_ERROR(r.positive_int("num_attention_heads", c.num_heads, ModelLimits::kHeads));
   c.num_kv_heads = c.num_heads;
-  MT_RETURN_IF_ERROR(r.positive_int("num_key_value_heads", c.num_kv_heads, false));
-  MT_RETURN_IF_ERROR(r.positive_int("intermediate_size", c.intermediate_size));
-  MT_RETURN_IF_ERROR(r.positive_int("vocab_size", c.vocab_size));
+  MT_RETURN_IF_ERROR(r.positive_int("num_key_value_heads", c.num_kv_heads, ModelLimits::kHeads, false));
+  MT_RETURN_IF_ERROR(r.positive_int("intermediate_size", c.intermediate_size, ModelLimits::kIntermediateSize));
+  MT_RETURN_IF_ERROR(r.positive_int("vocab_size", c.vocab_size, ModelLimits::kVocabSize));
   if (c.hidden_size % c.num_heads != 0 && !j.find("head_dim"))
     return r.fail("hidden_size", "must be divisible by num_attention_heads when head_dim is absent");
   c.head_dim = c.hidden_size / c.num_heads;
-  MT_RETURN_IF_ERROR(r.positive_int("head_dim", c.head_dim, false));
+  MT_RETURN_IF_ERROR(r.positive_int("head_dim", c.head_dim, ModelLimits::kHeadDim, false));
   int max_pos = 0;
-  MT_RETURN_IF_ERROR(r.positive_int("max_position_embeddings", max_pos, false));
+  MT_RETURN_IF_ERROR(r.positive_int("max_position_embeddings", max_pos, ModelLimits::kMaxPositions, false));
   c.max_position_embeddings = max_pos;
   MT_RETURN_IF_ERROR(r.number("rms_norm_eps", c.rms_norm_eps));
   MT_RETURN_IF_ERROR(r.number("rope_theta", c.rope_theta));
@@ -169,13 +176,12 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
 }
 
 Result<ModelConfig> load_model_config(const std::string& path) {
-  std::string file = path;
-  auto text = read_file(file);
-  if (!text.ok()) {
-    file = path + "/config.json";
-    text = read_file(file);
-  }
-  if (!text.ok()) return not_found("no config.json at '" + path + "'");
+  constexpr uint64_t kMaxConfigBytes = 16 << 20;  // a config.json is a few KiB
+  std::error_code ec;
+  const std::string file = std::filesystem::is_directory(path, ec) ? path + "/config.json" : path;
+  auto text = read_file(file, kMaxConfigBytes);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) return not_found("no config.json at '" + path + "'");
+  if (!text.ok()) return text.status();
   return parse_model_config(text.value(), file);
 }
 

@@ -19,6 +19,20 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// The largest dimensions a config may have: generous bounds on real decoder models (Llama 3.1
+// 405B has hidden 16384, 126 layers, 128 heads, head_dim 128, FFN 53248; the largest
+// vocabularies are ~262k). A config beyond them is refused naming the field and the limit, so
+// no config can make the planner, the daemon or an executor allocate without bound.
+struct ModelLimits {
+  static constexpr int kHiddenSize = 65536;
+  static constexpr int kLayers = 1024;
+  static constexpr int kHeads = 1024;  // attention and key/value heads
+  static constexpr int kHeadDim = 1024;
+  static constexpr int kIntermediateSize = 262144;
+  static constexpr int kVocabSize = 1 << 20;
+  static constexpr int kMaxPositions = 1 << 30;
+};
+
 struct ModelConfig {
   std::string architecture;   // e.g. "LlamaForCausalLM"
   std::string model_type;     // e.g. "llama"

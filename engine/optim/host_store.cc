@@ -28,6 +28,22 @@ size_t host_bytes_per_param(MemoryLayout layout, bool shadow) {
   return 4 + 3 * state_elem_bytes(layout) + (shadow ? 2 : 0);
 }
 
+namespace {
+HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow) {
+  const size_t st = state_elem_bytes(layout), state = round_up(numel * st, kAlign);
+  return {round_up(numel * 4, kAlign), state, state, state, shadow ? round_up(numel * 2, kAlign) : 0};
+}
+}  // namespace
+
+HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow) {
+  HostStoreBytes b;
+  for (const auto& u : units) {
+    const HostStoreBytes ub = unit_store_bytes(u.numel, layout, shadow);
+    b.master += ub.master, b.grad += ub.grad, b.m += ub.m, b.v += ub.v, b.shadow += ub.shadow;
+  }
+  return b;
+}
+
 Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSchema>& units, MemoryLayout layout,
                                                      bool shadow, HostAllocator& alloc) {
   std::unique_ptr<HostStore> s(new HostStore(layout, alloc));
@@ -35,11 +51,7 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
   // Per unit: master, grad, m, v, shadow regions, each 4 KiB aligned. Units fill a chunk until
   // it would exceed kChunkBytes; a unit larger than that gets a chunk of its own.
   std::vector<size_t> unit_bytes;
-  for (const auto& u : units) {
-    size_t b = round_up(u.numel * 4, kAlign) + 3 * round_up(u.numel * st, kAlign);
-    if (shadow) b += round_up(u.numel * 2, kAlign);
-    unit_bytes.push_back(b);
-  }
+  for (const auto& u : units) unit_bytes.push_back(unit_store_bytes(u.numel, layout, shadow).total());
   size_t i = 0;
   while (i < units.size()) {
     size_t j = i, bytes = 0;

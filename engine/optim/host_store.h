@@ -26,6 +26,15 @@ size_t host_bytes_per_param(MemoryLayout layout, bool shadow);
 // Bytes of one gradient, Adam m or Adam v element: fp32 (exact) or bf16 (compact).
 size_t state_elem_bytes(MemoryLayout layout);
 
+// Bytes HostStore::create allocates, by region: each unit's master, grad, m, v (and shadow)
+// regions are 4 KiB aligned. The planner counts host memory with this, so plan and store agree
+// to the byte.
+struct HostStoreBytes {
+  uint64_t master = 0, grad = 0, m = 0, v = 0, shadow = 0;
+  uint64_t total() const { return master + grad + m + v + shadow; }
+};
+HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow);
+
 struct HostUnit {
   float* master = nullptr;
   void* grad = nullptr;  // float* (exact) or bf16* (compact)

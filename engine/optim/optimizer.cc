@@ -14,8 +14,9 @@ Status validate(const OptimizerConfig& c) {
   if (!(c.lr > 0) || !std::isfinite(c.lr)) return bad("lr", c.lr, "must be a positive number");
   if (!(c.beta1 >= 0 && c.beta1 < 1)) return bad("betas[0]", c.beta1, "must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) return bad("betas[1]", c.beta2, "must be in [0, 1)");
-  if (!(c.eps > 0)) return bad("eps", c.eps, "must be positive");
-  if (!(c.weight_decay >= 0)) return bad("weight_decay", c.weight_decay, "must be >= 0");
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) return bad("eps", c.eps, "must be a positive finite number");
+  if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay))
+    return bad("weight_decay", c.weight_decay, "must be a finite number >= 0");
   if (!std::isfinite(c.grad_clip)) return bad("grad_clip", c.grad_clip, "must be finite");
   return Status::Ok();
 }

@@ -1,5 +1,11 @@
 // Bad input and bad connections: a misspelt spec key is refused naming the key (exit 2), an
-// unreachable or unauthenticated server exits 3, usage errors exit 2.
+// unreachable or unauthenticated server exits 3, usage errors exit 2; the bad-input table of
+// issue 11 (non-finite numbers, unbounded inputs, destructive export, bad addresses, --help),
+// each row a separate process with its exit code and error, the daemon serving after every row.
+#include <limits>
+
+#include "engine/exec/executor.h"
+#include "engine/io/hf_io.h"
 #include "tests/cli/cli_fixture.h"
 
 namespace mt::cli::testing {
@@ -108,6 +114,231 @@ TEST(CliErrors, UsageErrorsExitTwo) {
     RunResult r = megatrain(full, {}, 60);
     EXPECT_EQ(r.rc, 2) << args[0] << ": " << describe(r);
   }
+}
+
+// ---- issue 11: the bad-input table ---------------------------------------------------------
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// Aliases of aliases: 9 levels of 9 make 387 million values when expanded.
+std::string billion_laughs() {
+  std::string y = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 9; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    y += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 9; ++k) y += ", " + prev;
+    y += "]\n";
+  }
+  return y;
+}
+
+std::string config_json(const std::string& field, int64_t value) {
+  Json j = *Json::parse(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256})");
+  j.set(field, value);
+  return j.dump();
+}
+
+// A tiny-preset HF model directory whose weights hold a NaN.
+std::string nan_model(const std::string& dir) {
+  const ModelConfig cfg = *preset_config("tiny");
+  auto store = HostStore::create(build_param_schemas(cfg), MemoryLayout::kExact, false, default_host_allocator());
+  init_weights(cfg, **store, 1);
+  (*store)->unit(1).master[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(export_hf_model(dir, cfg, **store, false, 0).ok());
+  return dir;
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+struct Row {
+  std::string name;
+  std::vector<std::string> args;  // args[0] == "megatraind": the daemon binary, else megatrain
+  int rc;
+  std::string needle;  // in the error's line (the last of stderr), or in stdout for exit 0
+  bool remote = false;  // append --server of the test daemon
+};
+
+TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
+  DaemonProcess d("bad_table");
+  ASSERT_TRUE(d.ok());
+  const std::string dir = fresh_dir("bad_table");
+  const std::string spec = tiny_spec_yaml(3);
+  auto file = [&](const std::string& name, const std::string& text) { return write_file(dir + "/" + name, text); };
+  const std::string steps = file("steps.yaml", replaced(spec, "steps: 3", "steps: 99999999999999999999"));
+  const std::string wd = file("wd.yaml", replaced(spec, "weight_decay: 0.0", "weight_decay: 1e300"));
+  const std::string eps = file("eps.yaml", replaced(spec, "grad_clip: 1.0", "grad_clip: 1.0, eps: 1e300"));
+  const std::string inf = file("inf.yaml", replaced(spec, "grad_clip: 1.0", "grad_clip: 1.0, eps: 1e999"));
+  const std::string laughs = file("laughs.yaml", billion_laughs());
+  const std::string big = file("big.yaml", spec + "# " + std::string(2 << 20, 'x') + "\n");
+  fs::create_directories(d.data_root());
+  const std::string layers_cfg = write_file(d.data_root() + "/layers.json", config_json("num_hidden_layers", 67108864));
+  const std::string hidden_cfg = write_file(d.data_root() + "/hidden.json", config_json("hidden_size", 1 << 30));
+  const std::string vocab_cfg = write_file(d.data_root() + "/vocab.json", config_json("vocab_size", 1 << 30));
+  auto with_config = [&](const std::string& name, const std::string& cfg) {
+    return file(name, replaced(spec, "model: {preset: tiny}", "model: {hf_config: " + cfg + "}"));
+  };
+  const std::string layers = with_config("layers.yaml", layers_cfg), hidden = with_config("hidden.yaml", hidden_cfg),
+                    vocab = with_config("vocab.yaml", vocab_cfg);
+  const std::string explode = file("explode.yaml", replaced(replaced(replaced(spec, "lr: 3.0e-3", "lr: 1.0e30"),
+                                                                     "warmup_steps: 2", "warmup_steps: 0"),
+                                                            "every: 0", "every: 1"));
+  const std::string nan_dir = nan_model(dir + "/nan_model");
+  const std::string tokens = file("tokens.bin", std::string(512, '\0'));
+  // A finished run's checkpoint, an earlier export and a directory holding someone's files.
+  const std::string run = dir + "/run";
+  ASSERT_EQ(megatrain({"train", file("ok.yaml", spec), "--out", run}).rc, 0);
+  const std::string ckpt = run + "/checkpoints";
+  const std::string exported = dir + "/exported";
+  ASSERT_EQ(megatrain({"export", ckpt, exported}).rc, 0);
+  fs::create_directories(dir + "/notes");
+  file("notes/README", "mine\n");
+
+  const std::vector<Row> rows = {
+      // 5: numbers that overflow their field, non-finite training and evaluation.
+      {"steps overflow (train)", {"train", steps}, 2, "steps = 1e+20 is out of range"},
+      {"steps overflow (submit)", {"submit", steps}, 2, "steps = 1e+20 is out of range", true},
+      {"weight_decay 1e300 (train)", {"train", wd}, 2, "optimizer.weight_decay = 1e+300 is out of range for a 32-bit float"},
+      {"weight_decay 1e300 (submit)", {"submit", wd}, 2, "optimizer.weight_decay = 1e+300 is out of range", true},
+      {"eps 1e300 (plan)", {"plan", eps}, 2, "optimizer.eps = 1e+300 is out of range"},
+      {"eps 1e999 (train)", {"train", inf}, 2, "number '1e999' is out of range"},
+      {"loss turns non-finite", {"train", explode, "--out", dir + "/explode"}, 1, "step 2: the loss is not finite"},
+      {"eval of NaN weights", {"eval", "--model", nan_dir, "--data", tokens, "--format", "uint16", "--seq-len", "16"}, 1,
+       "the evaluation loss is not finite"},
+      // 6: unbounded inputs.
+      {"billion laughs (plan)", {"plan", laughs}, 2, "more than 10000 values"},
+      {"billion laughs (train)", {"train", laughs}, 2, "more than 10000 values"},
+      {"billion laughs (submit)", {"submit", laughs}, 2, "more than 10000 values", true},
+      {"2 MiB spec", {"train", big}, 2, "the limit for this file is 1048576"},
+      {"2^26 layers (plan)", {"plan", layers}, 2, "'num_hidden_layers' = 67108864 exceeds the limit of 1024"},
+      {"2^26 layers (remote plan)", {"plan", layers}, 2, "'num_hidden_layers' = 67108864 exceeds the limit of 1024", true},
+      {"2^30 hidden (plan)", {"plan", hidden}, 2, "'hidden_size' = 1073741824 exceeds the limit of 65536"},
+      {"2^30 vocab (submit)", {"submit", vocab}, 2, "'vocab_size' = 1073741824 exceeds the limit of 1048576", true},
+      // 7: destructive export.
+      {"export C C", {"export", ckpt, ckpt}, 2, "is a training checkpoint"},
+      {"export into the checkpoint dir itself", {"export", ckpt, ckpt + "/" + last_line(*read_file(ckpt + "/latest"))}, 2,
+       "is a training checkpoint"},
+      {"export C C --overwrite", {"export", ckpt, ckpt, "--overwrite"}, 2, "is a training checkpoint"},
+      {"export over an earlier export", {"export", ckpt, exported}, 2, "already holds files; pass --overwrite"},
+      {"export into a directory of other files", {"export", ckpt, dir + "/notes"}, 2, "already holds files"},
+      {"export --overwrite", {"export", ckpt, exported, "--overwrite"}, 0, "exported"},
+      // 8: addresses.
+      {"--server port 99999", {"list", "--server", "127.0.0.1:99999"}, 2, "--server = '127.0.0.1:99999': port 99999 is not in 1..65535"},
+      {"--server without a port", {"list", "--server", "localhost"}, 2, "no port"},
+      {"--server port 0", {"status", "1", "--server=127.0.0.1:0"}, 2, "not in 1..65535"},
+      {"megatraind --listen port 99999", {"megatraind", "--listen=127.0.0.1:99999"}, 2, "--listen = '127.0.0.1:99999': port 99999 is not in 0..65535"},
+      {"megatraind --metrics_listen no host", {"megatraind", "--metrics_listen=:9464"}, 2, "--metrics_listen = ':9464': no host"},
+      {"megatraind --listen not a port", {"megatraind", "--listen=127.0.0.1:grpc"}, 2, "port 'grpc' is not a number"},
+      // 13: every command answers --help / -h with its own usage.
+      {"eval --help", {"eval", "--help"}, 0, "usage: megatrain eval --model DIR"},
+      {"export -h", {"export", "-h"}, 0, "usage: megatrain export CHECKPOINT OUT_DIR"},
+  };
+  const std::string daemon_state = fresh_dir("bad_table_daemon_state");
+  for (const Row& row : rows) {
+    std::vector<std::string> args = row.args;
+    RunResult r;
+    if (args[0] == "megatraind") {
+      args[0] = MEGATRAIND;
+      args.push_back("--state_dir=" + daemon_state);
+      if (row.name.find("metrics") == std::string::npos) args.push_back("--metrics_listen=");
+      r = run_process(args, {}, 30);
+    } else {
+      r = row.remote ? d.cli(args) : megatrain(args);
+    }
+    EXPECT_EQ(r.rc, row.rc) << row.name << ": " << describe(r);
+    const std::string where = row.rc == 0 ? r.out : last_line(r.err);
+    EXPECT_NE(where.find(row.needle), std::string::npos) << row.name << ": " << describe(r);
+    if (row.rc != 0 && args[0] != MEGATRAIND) {
+      EXPECT_EQ(where.rfind("megatrain: ", 0), 0u) << row.name << ": " << where;
+    }
+    RunResult alive = d.cli({"list", "--json"});
+    EXPECT_EQ(alive.rc, 0) << "daemon not serving after " << row.name << ": " << describe(alive);
+  }
+  // The failed run kept its last good checkpoint (step 1); export C C left the checkpoint intact.
+  auto latest = read_file(dir + "/explode/checkpoints/latest");
+  ASSERT_TRUE(latest.ok());
+  auto state = Json::parse(*read_file(dir + "/explode/checkpoints/" + last_line(*latest) + "/trainer_state.json"));
+  EXPECT_EQ(state->find("step")->as_int(), 1);
+  RunResult eval_ckpt = megatrain({"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--seq-len", "16"});
+  EXPECT_EQ(eval_ckpt.rc, 0) << describe(eval_ckpt);
+  fs::remove_all(dir);
+  fs::remove_all(daemon_state);
+}
+
+// Issue 11, point 13: every command, local and remote, answers --help and -h with its usage.
+TEST(CliErrors, EveryCommandAnswersHelp) {
+  for (const char* cmd : {"train", "plan", "eval", "inspect", "export", "submit", "list", "status", "watch", "cancel",
+                          "checkpoint", "push"})
+    for (const char* flag : {"--help", "-h"}) {
+      RunResult r = megatrain({cmd, flag});
+      EXPECT_EQ(r.rc, 0) << cmd << " " << flag << ": " << describe(r);
+      EXPECT_EQ(r.out.rfind(std::string("usage: megatrain ") + cmd, 0), 0u) << cmd << ": " << r.out;
+    }
+}
+
+// Issue 11, point 13: SIGTERM to a foreground train checkpoints and exits, like Ctrl-C.
+TEST(CliTrain, SigtermCheckpointsAndExits) {
+  const std::string dir = fresh_dir("sigterm");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(100000));
+  const std::string out = dir + "/out.jsonl";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, STDOUT_FILENO);
+    std::vector<std::string> a = {MEGATRAIN_CLI, "train", spec, "--out", dir + "/run", "--json"};
+    std::vector<char*> args;
+    for (auto& s : a) args.push_back(s.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto text_of = [&] { return read_file(out).ok() ? *read_file(out) : std::string(); };
+  while (std::chrono::steady_clock::now() < end && text_of().find("\"step\"") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const std::string text = *read_file(out);
+  EXPECT_NE(last_line(text).find("\"cancelled\":true"), std::string::npos) << text;
+  EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/latest"));
+  fs::remove_all(dir);
+}
+
+// Issue 11, point 10: the CLI's offline plan and the daemon's PlanJob give one answer.
+TEST(CliPlan, LocalPlanEqualsTheDaemonPlan) {
+  DaemonProcess d("plan_agree");
+  ASSERT_TRUE(d.ok());
+  const std::string dir = fresh_dir("plan_agree");
+  for (const char* preset : {"dense-120b", "llama3-8b", "tiny"})
+    for (const char* extra : {"memory: {layout: compact}\nbackend: cuda\nprecision: bf16\n", "precision: fp32\n"}) {
+      std::string text = replaced(tiny_spec_yaml(10), "model: {preset: tiny}", std::string("model: {preset: ") + preset + "}");
+      text = replaced(text, "backend: cpu\n", extra);
+      const std::string spec = write_file(dir + "/spec.yaml", text);
+      RunResult local = megatrain({"plan", spec, "--json", "--host-memory", "8GiB"});
+      RunResult remote = d.cli({"plan", spec, "--json"});
+      ASSERT_EQ(local.rc, 0) << describe(local);
+      ASSERT_EQ(remote.rc, 0) << describe(remote);
+      const Json l = local.json_lines().at(0), r = remote.json_lines().at(0);
+      for (const char* key : {"params", "host_bytes", "device_bytes", "fits"})
+        EXPECT_EQ(l.find(key)->dump(), r.find(key)->dump()) << preset << " " << extra << key;
+      if (std::string(preset) == "dense-120b" && std::string(extra).find("compact") != std::string::npos) {
+        EXPECT_LT(r.find("host_bytes_per_param")->as_double(), 10.5) << remote.out;
+      }
+    }
+  fs::remove_all(dir);
 }
 
 }  // namespace

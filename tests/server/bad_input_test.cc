@@ -2,9 +2,13 @@
 // serving; auth, health and reflection.
 #include <grpcpp/generic/generic_stub.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 
+#include "engine/job/job.h"
+#include "server/spec_convert.h"
 #include "tests/server/server_fixture.h"
 
 namespace mt::server::testing {
@@ -30,6 +34,34 @@ grpc::Status push_status(v1::Trainer::Stub& stub, const std::string& id, std::ve
   return w->Finish();
 }
 
+grpc::Status plan_status(v1::Trainer::Stub& stub, const v1::JobSpec& spec) {
+  v1::PlanJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::PlanJobResponse resp;
+  auto c = ctx();
+  return stub.PlanJob(c.get(), req, &resp);
+}
+
+bool still_serving(v1::Trainer::Stub& stub) {
+  v1::ListJobsRequest req;
+  v1::ListJobsResponse resp;
+  auto c = ctx();
+  return stub.ListJobs(c.get(), req, &resp).ok();
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A small valid config.json under `dir` with one field replaced; returns its path.
+std::string write_config(const std::string& dir, const std::string& name, const std::string& field, int64_t value) {
+  Json j = *Json::parse(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256})");
+  j.set(field, value);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name + ".json";
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
 struct Case {
   std::string name;
   std::function<grpc::Status(v1::Trainer::Stub&)> call;
@@ -49,6 +81,15 @@ TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
     v1::JobSpec sp = tiny_spec(3);
     f(sp);
     return sp;
+  };
+  const std::string data = test_config(dir).data_root;
+  const std::string layers_cfg = write_config(data, "layers", "num_hidden_layers", 67108864);
+  const std::string hidden_cfg = write_config(data, "hidden", "hidden_size", 1 << 30);
+  const std::string vocab_cfg = write_config(data, "vocab", "vocab_size", 1 << 30);
+  const std::string huge_cfg = data + "/huge.json";
+  std::ofstream(huge_cfg) << std::string(17 << 20, ' ');
+  auto config_spec = [&](const std::string& path) {
+    return spec_with([&](auto& sp) { sp.mutable_model()->clear_preset(); sp.mutable_model()->set_hf_config(path); });
   };
   const std::vector<Case> cases = {
       {"unknown preset", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_model()->set_preset("gpt-17"); })); },
@@ -85,12 +126,45 @@ TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, "job_id"},
       {"oversized message", [&](auto& st) { return push_status(st, push_job, std::vector<uint32_t>(400000, 1)); },
        grpc::StatusCode::RESOURCE_EXHAUSTED, ""},
+      // Issue 11, point 5: a float that is not finite is refused by name (protobuf floats can
+      // carry inf and NaN; the engine's reader never lets one into training).
+      {"infinite eps", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->set_eps(kInf); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "optimizer.eps"},
+      {"infinite weight_decay", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->set_weight_decay(kInf); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "optimizer.weight_decay"},
+      {"NaN lr", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->set_lr(std::nanf("")); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "optimizer.lr"},
+      {"infinite beta", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->add_betas(kInf); sp.mutable_optimizer()->add_betas(0.9f); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "optimizer.betas[0]"},
+      {"infinite min_lr_ratio", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_schedule()->set_min_lr_ratio(-kInf); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "schedule.min_lr_ratio"},
+      // Point 6: model dimensions beyond ModelLimits, in submit and in PlanJob; a config file too
+      // large to be one; a step shape beyond TrainLimits.
+      {"2^26 layers (submit)", [&](auto& st) { return submit_status(st, config_spec(layers_cfg)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "'num_hidden_layers' = 67108864 exceeds the limit of 1024"},
+      {"2^26 layers (plan)", [&](auto& st) { return plan_status(st, config_spec(layers_cfg)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "'num_hidden_layers' = 67108864 exceeds the limit of 1024"},
+      {"2^30 hidden (plan)", [&](auto& st) { return plan_status(st, config_spec(hidden_cfg)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "'hidden_size' = 1073741824 exceeds the limit"},
+      {"2^30 vocab (plan)", [&](auto& st) { return plan_status(st, config_spec(vocab_cfg)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "'vocab_size' = 1073741824 exceeds the limit"},
+      {"a 17 MiB config.json", [&](auto& st) { return plan_status(st, config_spec(huge_cfg)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "the limit for this file is"},
+      {"2^20 x 2^20 tokens a step", [&](auto& st) { return plan_status(st, spec_with([](auto& sp) { sp.set_seq_len(1 << 20); sp.set_micro_batch(1 << 20); sp.set_global_batch(1 << 20); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "tokens per step exceeds the limit"},
+      {"2^30 weight slots", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_slots(1 << 30); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "slots = 1073741824 must be in 2..64"},
+      {"2^30 synthetic states", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_data()->set_active_vocab(1 << 30); sp.mutable_data()->set_branching(1 << 30); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.active_vocab = 1073741824 exceeds the limit"},
+      {"seq_len past the limit", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_seq_len(1 << 30); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "seq_len = 1073741824 exceeds the limit"},
   };
   for (const Case& c : cases) {
     grpc::Status st = c.call(*s.stub);
     EXPECT_EQ(st.error_code(), c.code) << c.name << ": " << st.error_message();
     EXPECT_NE(st.error_message().find(c.needle), std::string::npos) << c.name << ": " << st.error_message();
     EXPECT_FALSE(st.error_message().empty()) << c.name;
+    EXPECT_TRUE(still_serving(*s.stub)) << "after " << c.name;
   }
   // Nothing was spooled by the refused pushes, and the daemon still serves.
   v1::Job j = wait_job(*s.stub, push_job, [](const v1::Job&) { return true; });
@@ -199,6 +273,73 @@ TEST(ServerConfig, SecurityRulesAndSizes) {
   EXPECT_EQ(*parse_bytes("1.5TiB"), uint64_t(1.5 * double(1ull << 40)));
   EXPECT_EQ(*parse_bytes("4096"), 4096u);
   EXPECT_FALSE(parse_bytes("12Q").ok());
+}
+
+// Issue 11, point 8: --listen=127.0.0.1:99999 served on port 34463 (99999 mod 65536). Every
+// address flag is checked: host present, port numeric in 0..65535 (0: any free port).
+TEST(ServerConfig, ListenAddressesAreValidated) {
+  const std::pair<std::string, std::string> bad[] = {
+      {"127.0.0.1:99999", "port 99999 is not in 0..65535"}, {"127.0.0.1:http", "port 'http' is not a number"},
+      {":50051", "no host"}, {"127.0.0.1", "no port"}, {"127.0.0.1:-5", "not a number"}, {"unix:", "socket path"}};
+  for (const auto& [address, why] : bad)
+    for (const bool metrics : {false, true}) {
+      if (metrics && address == "unix:") continue;
+      DaemonConfig c = test_config(fresh_dir("listen"));
+      (metrics ? c.metrics_listen : c.listen) = address;
+      Status st = finalize_config(c);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << address;
+      EXPECT_NE(st.message().find(metrics ? "--metrics_listen" : "--listen"), std::string::npos) << st.message();
+      EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+    }
+  DaemonConfig ok = test_config(fresh_dir("listen_ok"));
+  ok.metrics_listen = "";  // off
+  EXPECT_TRUE(finalize_config(ok).ok());
+}
+
+// Issue 11, point 10: PlanJob and the CLI's `plan` are one planner, and it answers what the
+// streaming executor allocates: dense-120b compact on CUDA bf16 is 10 B/param (+ staging), not
+// 12 (no bf16 shadow is ever allocated).
+TEST(ServerPlan, PlanJobIsTheEnginePlanner) {
+  Server s(test_config(fresh_dir("plan")));
+  ASSERT_TRUE(s.stub);
+  for (const char* preset : {"dense-120b", "llama3-8b", "tiny"})
+    for (const char* layout : {"compact", "exact"})
+      for (const char* backend : {"cuda", "cpu"}) {
+        v1::JobSpec spec = tiny_spec(10);
+        spec.mutable_model()->set_preset(preset);
+        spec.mutable_memory()->set_layout(layout);
+        spec.set_backend(backend);
+        spec.set_precision("bf16");
+        v1::PlanJobRequest req;
+        *req.mutable_spec() = spec;
+        v1::PlanJobResponse resp;
+        auto c = ctx();
+        ASSERT_TRUE(s.stub->PlanJob(c.get(), req, &resp).ok()) << preset;
+        auto engine_spec = spec_from_proto(spec, {fresh_dir("plan_roots")});
+        ASSERT_TRUE(engine_spec.ok()) << engine_spec.status().to_string();
+        auto cfg = resolve_model(*engine_spec);
+        auto local = plan_for_job(*engine_spec, *cfg, test_config("x").host_memory, 0);
+        ASSERT_TRUE(local.ok());
+        EXPECT_EQ(resp.plan().host_bytes(), local->host_bytes) << preset << " " << layout << " " << backend;
+        EXPECT_EQ(resp.plan().device_bytes(), local->device_bytes) << preset;
+        EXPECT_EQ(resp.plan().host_bytes_by_kind().count("shadow"), 0u) << preset;
+        if (std::string(preset) == "dense-120b" && std::string(layout) == "compact") {
+          EXPECT_LT(resp.plan().host_bytes_per_param(), 10.5) << backend;
+        }
+      }
+}
+
+// Point 5 in the daemon: a job whose loss stops being finite FAILS with the step and quantity.
+TEST(ServerNonFinite, ExplodingJobFailsNamingTheStep) {
+  Server s(test_config(fresh_dir("nonfinite")));
+  ASSERT_TRUE(s.stub);
+  v1::JobSpec spec = tiny_spec(4);
+  spec.mutable_optimizer()->set_lr(1e30f);
+  spec.mutable_schedule()->set_warmup_steps(0);
+  v1::Job j = wait_terminal(*s.stub, submit(*s.stub, spec));
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
+  EXPECT_NE(j.reason().find("step 2: the loss is not finite"), std::string::npos) << j.reason();
+  EXPECT_TRUE(still_serving(*s.stub));
 }
 
 }  // namespace

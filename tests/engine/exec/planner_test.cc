@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/exec/planner.h"
+#include "engine/exec/streaming_executor.h"
+#include "tests/engine/test_model.h"
 
 namespace mt {
 namespace {
@@ -23,7 +25,10 @@ TEST(Planner, EveryPresetPlansWithoutAllocating) {
       uint64_t state = 0;
       for (const auto& [kind, bytes] : p->host_by_kind)
         if (kind == "master" || kind == "grad" || kind == "adam_m" || kind == "adam_v") state += bytes;
-      EXPECT_EQ(state, per_param * uint64_t(p->params)) << name;
+      // The HostStore's layout: per_param bytes a parameter, each unit's regions 4 KiB aligned.
+      EXPECT_EQ(state, host_store_bytes(build_param_schemas(*cfg), layout, false).total()) << name;
+      EXPECT_GE(state, per_param * uint64_t(p->params)) << name;
+      EXPECT_LT(state - per_param * uint64_t(p->params), 4 * 4096 * uint64_t(cfg->num_layers + 2)) << name;
       // Beyond the per-parameter state: embedding-row staging (4 B per embedding element at
       // most) and a tied head's gradient share (gb); layer inputs stay on the device here.
       const uint64_t emb = uint64_t(cfg->vocab_size) * uint64_t(cfg->hidden_size);
@@ -81,6 +86,46 @@ TEST(Planner, AutoPlacementMovesCheckpointsToHostWhenTheDeviceIsSmall) {
   EXPECT_FALSE(small->checkpoints_on_device);
   EXPECT_TRUE(small->fits) << small->reason;
   EXPECT_GT(small->host_bytes, big->host_bytes);
+}
+
+TEST(Planner, ByteCountsThatOverflowAreRefusedNotWrapped) {
+  // Dimensions past ModelLimits cannot come from a config.json; built directly, the planner
+  // still refuses rather than wrapping to a small number that "fits".
+  ModelConfig cfg = *preset_config("tiny");
+  cfg.hidden_size = cfg.vocab_size = 1 << 30;
+  cfg.num_heads = cfg.num_kv_heads = 1;
+  cfg.head_dim = 64;
+  TrainOptions opt;
+  opt.seq_len = 64;
+  opt.micro_batch = opt.global_batch = 1;
+  auto p = plan_memory(cfg, opt, {});
+  ASSERT_FALSE(p.ok()) << "planned " << p->host_bytes << " bytes, fits " << p->fits;
+  EXPECT_NE(p.status().message().find("overflow"), std::string::npos) << p.status().message();
+}
+
+// One answer: the plan is what the streaming executor allocates, to the byte, on the host (the
+// HostStore and its staging buffers) and on the device.
+TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
+  for (const bool tied : {false, true})
+    for (const auto layout : {MemoryLayout::kExact, MemoryLayout::kCompact})
+      for (const auto placement : {CheckpointPlacement::kDevice, CheckpointPlacement::kHost}) {
+        const ModelConfig cfg = testing_util::test_model_config({"LlamaForCausalLM", 32, 3, 4, 2, 48, 64, tied});
+        TrainOptions opt;
+        opt.seq_len = 16;
+        opt.micro_batch = 2;
+        opt.global_batch = 4;
+        opt.layout = layout;
+        StreamingOptions so;
+        so.placement = placement;
+        PlanOptions po;
+        po.placement = placement;
+        auto plan = plan_memory(cfg, opt, po);
+        auto ex = StreamingExecutor::create_cpu(cfg, opt, so);
+        ASSERT_TRUE(plan.ok() && ex.ok());
+        EXPECT_EQ(plan->host_bytes, (*ex)->host_bytes()) << "tied " << tied << ", layout " << memory_layout_name(layout);
+        EXPECT_EQ(plan->device_bytes, (*ex)->plan().device_bytes);
+        EXPECT_LE((*ex)->device_peak(), plan->device_bytes);
+      }
 }
 
 }  // namespace

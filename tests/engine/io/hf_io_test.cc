@@ -93,7 +93,7 @@ TEST(HfIo, ExportBf16SingleFile) {
   ASSERT_TRUE(load_hf_weights(dir.path, cfg, *b).ok());
   expect_masters(*a, *b, true);
   // Re-exporting sharded into the same directory removes the old single file.
-  ASSERT_TRUE(export_hf_model(dir.path, cfg, *a, false, 300'000).ok());
+  ASSERT_TRUE(export_hf_model(dir.path, cfg, *a, false, 300'000, /*overwrite=*/true).ok());
   EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
   ASSERT_TRUE(load_hf_weights(dir.path, cfg, *b).ok());
   expect_masters(*a, *b, false);

@@ -29,6 +29,36 @@ JobSpec tiny_spec(const std::string& executor, long steps) {
   return *s;
 }
 
+// Numbers that do not fit their field are refused by name: never clamped (steps), never an
+// infinity in training (eps, weight_decay, lr overflow a float).
+TEST(JobSpec, NumbersThatOverflowTheirFieldAreRefusedByName) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"("steps": 99999999999999999999)", "steps"},
+      {R"("steps": "99999999999999999999")", "steps"},  // protobuf's JSON writes int64 as strings
+      {R"("seq_len": 4294967296)", "seq_len"},
+      {R"("optimizer": {"eps": 1e300})", "optimizer.eps"},
+      {R"("optimizer": {"weight_decay": 1e300})", "optimizer.weight_decay"},
+      {R"("optimizer": {"lr": 1e39})", "optimizer.lr"},
+      {R"("optimizer": {"betas": [1e300, 0.9]})", "optimizer.betas[0]"},
+      {R"("schedule": {"min_lr_ratio": -1e300})", "schedule.min_lr_ratio"},
+      {R"("data": {"seed": -1})", "data.seed"},
+      {R"("seq_len": 2000000)", "seq_len"},
+      // Bounded, so a spec cannot make a job allocate without bound (issue 11.6).
+      {R"("slots": 1000000)", "slots"},
+      {R"("data": {"active_vocab": 1000000})", "data.active_vocab"},
+      {R"("data": {"branching": 1000000})", "data.branching"},
+  };
+  for (const auto& [field, name] : cases) {
+    auto j = Json::parse(R"({"model": {"preset": "tiny"}, )" + std::string(field) + "}");
+    ASSERT_TRUE(j.ok()) << field;
+    auto s = job_spec_from_json(*j);
+    ASSERT_FALSE(s.ok()) << field << " was accepted";
+    EXPECT_NE(s.status().message().find(name), std::string::npos) << s.status().message();
+  }
+  // A spec naming 1e999 does not even parse: no infinity reaches the reader.
+  EXPECT_FALSE(Json::parse(R"({"optimizer": {"eps": 1e999}})").ok());
+}
+
 TEST(JobSpec, UnknownKeyIsNamed) {
   auto j = Json::parse(R"({"model": {"preset": "tiny"}, "optimiser": {"lr": 0.1}})");
   auto s = job_spec_from_json(*j);
@@ -56,6 +86,13 @@ TEST(JobSpec, JsonRoundTripAndIntegerStrings) {
   auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "steps": "12"})"));
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->steps, 12);
+  // A uint64 seed past INT64_MAX (protobuf writes it as a string) round-trips exactly.
+  auto d = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "init": {"seed": "18446744073709551615"}})"));
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->init.seed, UINT64_MAX);
+  auto e = job_spec_from_json(job_spec_to_json(*d));
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->init.seed, UINT64_MAX);
 }
 
 TEST(JobRunner, TrainsAndCheckpoints) {
@@ -80,6 +117,29 @@ std::string file_bytes(const fs::path& p) {
 }
 
 class ResumeExactness : public ::testing::TestWithParam<std::string> {};
+
+// A learning rate of 1e30 trains step 1 to finite but enormous weights; step 2's loss is then not
+// finite. The job fails naming step 2, and its checkpoints stay at step 1: the failing step wrote
+// none and applied no update.
+class NonFiniteJob : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NonFiniteJob, FailsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
+  TempDir dir;
+  JobSpec spec = tiny_spec(GetParam(), 4);
+  spec.train.optimizer.lr = 1e30f;
+  spec.train.schedule.warmup_steps = 0;
+  spec.checkpoint.every = 1;
+  auto r = JobRunner(spec, dir.path, {}).run();
+  ASSERT_FALSE(r.ok()) << "a run to inf weights succeeded";
+  EXPECT_NE(r.status().message().find("step 2: the loss is not finite"), std::string::npos) << r.status().message();
+  auto latest = resolve_checkpoint(dir.path + "/checkpoints");
+  ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+  auto state = Json::parse(file_bytes(fs::path(*latest) / "trainer_state.json"));
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->find("step")->as_int(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, NonFiniteJob, ::testing::Values("resident", "streaming"));
 
 TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
   const long N = 4;

@@ -84,6 +84,29 @@ TEST(ModelConfigRefusal, NonPositiveSize) {
   EXPECT_NE(m.find("'head_dim'"), std::string::npos) << m;
 }
 
+// Dimensions are bounded at what a real model can be (ModelLimits): 2^26 layers made `plan`
+// abort and the daemon allocate gigabytes; 2^30 hidden/vocab overflowed the planner's bytes.
+TEST(ModelConfigRefusal, DimensionsBeyondTheLimitsAreRefusedNamingTheLimit) {
+  const std::pair<const char*, int> cases[] = {{"num_hidden_layers", 67108864}, {"hidden_size", 1 << 30},
+                                               {"vocab_size", 1 << 30},         {"intermediate_size", 1 << 30},
+                                               {"num_attention_heads", 1 << 20}, {"head_dim", 1 << 20}};
+  for (const auto& [field, value] : cases) {
+    Json j = *Json::parse(llama(""));
+    j.set(field, value);
+    auto m = refusal(j.dump());
+    EXPECT_NE(m.find("'" + std::string(field) + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("exceeds the limit"), std::string::npos) << m;
+  }
+  Json wide = *Json::parse(llama(""));
+  wide.set("hidden_size", 65536);
+  wide.set("num_attention_heads", 16);  // head_dim 4096, derived
+  EXPECT_NE(refusal(wide.dump()).find("'head_dim'"), std::string::npos);
+  Json largest = *Json::parse(llama(""));  // the limits themselves are accepted
+  largest.set("num_hidden_layers", ModelLimits::kLayers);
+  largest.set("vocab_size", ModelLimits::kVocabSize);
+  EXPECT_TRUE(parse_model_config(largest.dump(), "config.json").ok());
+}
+
 TEST(ModelConfigRefusal, UnsupportedRopeScalingType) {
   auto m = refusal(llama(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"));
   EXPECT_NE(m.find("'rope_scaling.rope_type'"), std::string::npos) << m;
