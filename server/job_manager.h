@@ -48,9 +48,13 @@ class JobManager {
   Result<v1::Job> get(const std::string& id);
   std::vector<v1::Job> list(v1::JobState filter);
   Result<v1::Job> cancel(const std::string& id);
-  // Validates (every token < vocab; errors name the index) and spools durably. Returns the
-  // job's total spooled tokens.
-  Result<uint64_t> push(const std::string& id, const uint32_t* tokens, size_t n);
+  // Validates (every token < vocab; errors name the index) and spools durably what the push does
+  // not hold yet (see PushSpool::append).
+  struct PushAck {
+    uint64_t spooled = 0;    // the job's total spooled tokens
+    uint64_t committed = 0;  // the push's tokens spooled, this try and earlier ones
+  };
+  Result<PushAck> push(const std::string& id, const uint32_t* tokens, size_t n, PushAt at = {});
   Status checkpoint(const std::string& id, CheckpointDone done);
   // Calls `l` with the job's current state at once, then with every event until unwatch.
   Result<uint64_t> watch(const std::string& id, Listener l);
