@@ -197,8 +197,10 @@ int remote_push(Connection& c, const Args& a) {
                             std::to_string(p.total) + " of '" + p.path + "': give another --push-id");
   v1::PushDataResponse resp;
   if (have == p.total) {  // done before (or an empty file): nothing to send
-    if (!a.json())
-      std::fprintf(stderr, "push %s of '%s' is complete: all %llu tokens were spooled before (--push-id NEW pushes the file again)\n",
+    if (p.total && !a.json())
+      std::fprintf(stderr,
+                   "push %s of '%s' is complete: all %llu tokens were spooled before (--push-id NEW pushes the "
+                   "file again)\n",
                    p.push_id.c_str(), p.path.c_str(), (unsigned long long)p.total);
     resp.set_push_committed_tokens(have);
     print_result(a, p, resp, have);

@@ -118,8 +118,9 @@ TEST(PushRetry, KilledPushRunAgainSpoolsEachTokenOnce) {
   const std::string id = sub.out.substr(0, sub.out.find('\n'));
   const size_t total = 40 * 4 * 33;
   const std::string file = tokens_file(dir + "/data.u16", total, 2, 256);
-  const std::vector<std::string> cmd = {MEGATRAIN_CLI, "push",      id,  file, "--format", "tokens-u16", "--chunk-tokens",
-                                        "4",           "--server", daemon.address()};
+  const std::vector<std::string> cmd = {MEGATRAIN_CLI,    "push",     id,       file,
+                                        "--format",       "tokens-u16", "--chunk-tokens", "4",
+                                        "--server",       daemon.address()};
   const std::string spool = daemon.state_dir() + "/jobs/" + id + "/push.spool";
   const pid_t pid = ::fork();
   if (pid == 0) {
