@@ -10,8 +10,8 @@ packages=(
   # daemon and CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libspdlog-dev libsystemd-dev libyaml-cpp-dev nlohmann-json3-dev
-  # tests of the daemon scrape /metrics over HTTP
-  curl
+  # tests of the daemon scrape /metrics over HTTP, check it with promtool and a real prometheus
+  curl prometheus
 )
 
 missing=()

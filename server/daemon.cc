@@ -54,6 +54,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg) {
     d->jobs_->shutdown(std::chrono::milliseconds(int64_t(cfg.shutdown_timeout_s * 1000)));
     return Status(StatusCode::kUnavailable, "cannot listen on --listen=" + cfg.listen);
   }
+  // The default health service answers only the overall "" service; name ours too, so a check of
+  // "megatrain.v1.Trainer" (what load balancers and grpc_health_probe -service ask) is SERVING.
+  if (auto* health = d->server_->GetHealthCheckService())
+    health->SetServingStatus(v1::Trainer::service_full_name(), true);
   if (!cfg.metrics_listen.empty()) {
     auto exp = MetricsExporter::start(cfg.metrics_listen, d->metrics_.registry());
     if (!exp.ok()) {

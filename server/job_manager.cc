@@ -416,7 +416,8 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
   return out;
 }
 
-Result<uint64_t> JobManager::push(const std::string& id, const uint32_t* tokens, size_t n) {
+Result<JobManager::PushAck> JobManager::push(const std::string& id, const uint32_t* tokens, size_t n,
+                                             PushAt at) {
   std::shared_ptr<Job> job;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -430,14 +431,14 @@ Result<uint64_t> JobManager::push(const std::string& id, const uint32_t* tokens,
     if (tokens[i] >= uint32_t(vocab))
       return invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
                               " is out of vocabulary (vocab_size " + std::to_string(vocab) + ")");
-  MT_RETURN_IF_ERROR(job->spool->append(tokens, n));
+  MT_ASSIGN_OR_RETURN(const uint64_t committed, job->spool->append(tokens, n, at));
   {
     std::lock_guard<std::mutex> lock(mu_);
     unpark_if_fed(*job);
   }
   const uint64_t total = job->spool->tokens();
   metrics_.set_data_queue(id, double(total - job->progress->consumed));
-  return total;
+  return PushAck{total, committed};
 }
 
 Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {

@@ -54,9 +54,13 @@ class JobManager {
   // A running job's cancel is saved in its record before the reply, which shows the state the
   // job ends in (CANCELLED); it stops at its next step boundary (at once while waiting for data).
   Result<v1::Job> cancel(const std::string& id);
-  // Validates (every token < vocab; errors name the index) and spools durably. Returns the
-  // job's total spooled tokens.
-  Result<uint64_t> push(const std::string& id, const uint32_t* tokens, size_t n);
+  // Validates (every token < vocab; errors name the index) and spools durably what the push does
+  // not hold yet (see PushSpool::append).
+  struct PushAck {
+    uint64_t spooled = 0;    // the job's total spooled tokens
+    uint64_t committed = 0;  // the push's tokens spooled, this try and earlier ones
+  };
+  Result<PushAck> push(const std::string& id, const uint32_t* tokens, size_t n, PushAt at = {});
   // A running job checkpoints at its next step boundary, or at once while it waits for data; a
   // job that yielded for want of data answers with the checkpoint it wrote when it yielded.
   Status checkpoint(const std::string& id, CheckpointDone done);

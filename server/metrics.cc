@@ -15,6 +15,10 @@ struct Metrics::JobSeries {
 };
 
 namespace {
+// Not `job`: Prometheus sets `job` on every scraped series to the scrape job's name, and a
+// target's own `job` label would be renamed `exported_job` (honor_labels: false).
+constexpr const char* kJobLabel = "job_id";
+
 const prometheus::Histogram::BucketBoundaries& second_buckets() {
   static const prometheus::Histogram::BucketBoundaries b = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                             0.5,   1,      2.5,   5,    10,    25,   60,  150, 300};
@@ -59,8 +63,13 @@ Metrics::Metrics()
       jobs_(BuildGauge().Name("megatrain_jobs").Help("Jobs by state").Register(*registry_)),
       data_queue_(BuildGauge()
                       .Name("megatrain_data_queue_tokens")
-                      .Help("Pushed tokens spooled and not yet trained on")
-                      .Register(*registry_)) {
+                      .Help("Pushed tokens spooled and not yet trained on, all push jobs together")
+                      .Register(*registry_)),
+      job_data_queue_(BuildGauge()
+                          .Name("megatrain_job_data_queue_tokens")
+                          .Help("Pushed tokens spooled and not yet trained on, per push job")
+                          .Register(*registry_)),
+      data_queue_total_(data_queue_.Add({})) {
   set_jobs({});
   set_memory(nullptr);
 }
@@ -70,7 +79,7 @@ Metrics::~Metrics() = default;
 Metrics::JobSeries& Metrics::series(const std::string& job) {
   auto& s = jobs_series_[job];
   if (!s) {
-    const prometheus::Labels l = {{"job", job}};
+    const prometheus::Labels l = {{kJobLabel, job}};
     s = std::make_unique<JobSeries>(JobSeries{&steps_.Add(l), &tokens_.Add(l), &h2d_bytes_.Add(l), &d2h_bytes_.Add(l),
                                               &stall_.Add(l), &step_seconds_.Add(l, second_buckets()),
                                               &optimizer_seconds_.Add(l, second_buckets()), &loss_.Add(l),
@@ -120,7 +129,11 @@ void Metrics::set_memory(const MemoryPlan* plan) {
 
 void Metrics::set_data_queue(const std::string& job, double tokens) {
   std::lock_guard<std::mutex> lock(mu_);
-  data_queue_.Add({{"job", job}}).Set(tokens);
+  job_data_queue_.Add({{kJobLabel, job}}).Set(tokens);
+  queue_by_job_[job] = tokens;
+  double total = 0;
+  for (const auto& [id, n] : queue_by_job_) total += n;
+  data_queue_total_.Set(total);
 }
 
 }  // namespace mt::server

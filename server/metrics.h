@@ -1,5 +1,7 @@
 // The Prometheus exporter: every metric of DESIGN §6, built once in one registry, fed from the
-// engine's StepStats and the job manager. Job-level series carry a `job` label.
+// engine's StepStats and the job manager. Job-level series carry a `job_id` label (`job` is Prometheus's
+// target label). megatrain_data_queue_tokens is the unlabelled total over push jobs, present from
+// the start; megatrain_job_data_queue_tokens{job_id} is the per-job breakdown.
 #pragma once
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -39,8 +41,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
   prometheus::Family<prometheus::Histogram>&step_seconds_, &optimizer_seconds_;
   prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &host_mem_, &device_mem_, &jobs_,
-      &data_queue_;
+      &data_queue_, &job_data_queue_;
+  prometheus::Gauge& data_queue_total_;
   std::mutex mu_;
+  std::map<std::string, double> queue_by_job_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
 };
 

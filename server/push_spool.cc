@@ -3,7 +3,11 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <spdlog/spdlog.h>
 #include <zlib.h>
+
+#include <algorithm>
+#include <array>
 
 #include <cerrno>
 #include <cstring>
@@ -13,11 +17,12 @@ namespace mt::server {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x5053544d;  // "MTSP"
-constexpr size_t kHeader = 16;
+constexpr uint32_t kMagicV1 = 0x5053544d;  // "MTSP": 16-byte header, no push position
+constexpr uint32_t kMagicV2 = 0x3253544d;  // "MTS2": 32-byte header with push key and offset
+constexpr size_t kHeaderV1 = 16, kHeaderV2 = 32;
 
-uint32_t crc(const void* p, size_t n) {
-  return uint32_t(crc32(0L, static_cast<const Bytef*>(p), uInt(n)));
+uint32_t crc(const void* p, size_t n, uint32_t seed = 0) {
+  return uint32_t(crc32(seed, static_cast<const Bytef*>(p), uInt(n)));
 }
 
 std::string errno_text(const std::string& what, const std::string& path) {
@@ -46,6 +51,127 @@ bool write_all(int fd, const void* buf, size_t n) {
   return true;
 }
 
+struct Header {
+  uint32_t count = 0, payload_crc = 0;
+  uint64_t key = 0, offset = 0;
+  size_t size = 0;  // of the header itself
+  uint64_t payload_bytes() const { return uint64_t(count) * 4; }
+  uint64_t record_bytes() const { return size + payload_bytes(); }
+};
+
+std::array<uint32_t, 8> encode_v2(const Header& h) {
+  std::array<uint32_t, 8> w = {kMagicV2, h.count, h.payload_crc, 0, uint32_t(h.key), uint32_t(h.key >> 32),
+                               uint32_t(h.offset), uint32_t(h.offset >> 32)};
+  w[3] = crc(w.data(), kHeaderV2);
+  return w;
+}
+
+enum class HeaderRead { kOk, kShort, kBad };
+
+// The header at `off`, with `avail` bytes of file from there on.
+HeaderRead read_header(int fd, uint64_t off, uint64_t avail, Header& h) {
+  std::array<uint32_t, 8> w{};
+  if (avail < kHeaderV1) return HeaderRead::kShort;
+  if (!pread_all(fd, w.data(), kHeaderV1, off)) return HeaderRead::kShort;
+  h.count = w[1], h.payload_crc = w[2], h.key = 0, h.offset = 0;
+  if (w[0] == kMagicV1) {
+    h.size = kHeaderV1;
+    return w[3] == crc(w.data(), 12) ? HeaderRead::kOk : HeaderRead::kBad;
+  }
+  if (w[0] != kMagicV2) return HeaderRead::kBad;
+  if (avail < kHeaderV2) return HeaderRead::kShort;
+  if (!pread_all(fd, w.data() + 4, kHeaderV2 - kHeaderV1, off + kHeaderV1)) return HeaderRead::kShort;
+  h.size = kHeaderV2;
+  h.key = uint64_t(w[4]) | uint64_t(w[5]) << 32;
+  h.offset = uint64_t(w[6]) | uint64_t(w[7]) << 32;
+  const uint32_t stored = w[3];
+  w[3] = 0;
+  return stored == crc(w.data(), kHeaderV2) ? HeaderRead::kOk : HeaderRead::kBad;
+}
+
+// CRC-32 of `bytes` at `off`, read in bounded pieces (a record may be large); false on a short read.
+bool payload_crc(int fd, uint64_t off, uint64_t bytes, uint32_t& out) {
+  std::vector<char> buf(std::min<uint64_t>(bytes, 1 << 20));
+  uint32_t c = 0;
+  for (uint64_t done = 0; done < bytes;) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), bytes - done));
+    if (!pread_all(fd, buf.data(), n, off + done)) return false;
+    c = crc(buf.data(), n, c);
+    done += n;
+  }
+  out = c;
+  return true;
+}
+
+bool zeros_from(int fd, uint64_t off, uint64_t size) {
+  std::vector<char> buf(1 << 16);
+  for (; off < size;) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), size - off));
+    if (!pread_all(fd, buf.data(), n, off)) return false;
+    if (std::any_of(buf.begin(), buf.begin() + ptrdiff_t(n), [](char c) { return c != 0; })) return false;
+    off += n;
+  }
+  return true;
+}
+
+// Is there an intact record at `off` (header and payload checksums hold, within the file)?
+bool intact_at(int fd, uint64_t off, uint64_t size) {
+  Header h;
+  uint32_t c = 0;
+  return read_header(fd, off, size - off, h) == HeaderRead::kOk && h.record_bytes() <= size - off &&
+         payload_crc(fd, off + h.size, h.payload_bytes(), c) && c == h.payload_crc;
+}
+
+// The first intact record after `off` (records are 4-byte aligned), or -1: for the report.
+int64_t next_intact(int fd, uint64_t off, uint64_t size) {
+  std::vector<uint32_t> buf(1 << 14);
+  for (uint64_t base = off + 4; base + kHeaderV1 <= size; base += buf.size() * 4) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), (size - base) / 4));
+    if (!pread_all(fd, buf.data(), n * 4, base)) return -1;
+    for (size_t i = 0; i < n; ++i)
+      if ((buf[i] == kMagicV1 || buf[i] == kMagicV2) && intact_at(fd, base + i * 4, size)) return int64_t(base + i * 4);
+  }
+  return -1;
+}
+
+// What the recovery scan found.
+struct Scan {
+  uint64_t end = 0, tokens = 0, records = 0;  // of the intact prefix
+  std::map<uint64_t, uint64_t> pushes;         // push key -> committed tokens
+  std::string damage;                          // what is wrong at `end`; empty: intact or torn
+  std::string torn;                            // why the tail at `end` counts as torn
+};
+
+// Checks the record at s.end; true when it is intact (and counted).
+bool scan_record(int fd, uint64_t size, Scan& s) {
+  Header h;
+  switch (read_header(fd, s.end, size - s.end, h)) {
+    case HeaderRead::kShort:
+      s.torn = "incomplete header";
+      return false;
+    case HeaderRead::kBad:
+      if (zeros_from(fd, s.end, size)) s.torn = "zero-filled tail";
+      else s.damage = "header checksum mismatch";
+      return false;
+    case HeaderRead::kOk:
+      break;
+  }
+  if (h.record_bytes() > size - s.end) {
+    s.torn = "payload of " + std::to_string(h.payload_bytes()) + " bytes runs past the end of the file";
+    return false;
+  }
+  uint32_t c = 0;
+  if (!payload_crc(fd, s.end + h.size, h.payload_bytes(), c) || c != h.payload_crc) {
+    s.damage = "payload checksum mismatch (" + std::to_string(h.count) + " tokens)";
+    return false;
+  }
+  if (h.key) s.pushes[h.key] = std::max(s.pushes[h.key], h.offset + h.count);
+  s.end += h.record_bytes();
+  s.tokens += h.count;
+  ++s.records;
+  return true;
+}
+
 }  // namespace
 
 uint64_t token_checksum(uint32_t token) {
@@ -55,56 +181,86 @@ uint64_t token_checksum(uint32_t token) {
   return z ^ (z >> 31);
 }
 
+uint64_t push_key(const std::string& push_id) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : push_id) h = (h ^ c) * 0x100000001b3ull;
+  return h ? h : 1;
+}
+
 Result<std::shared_ptr<PushSpool>> PushSpool::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
   if (fd < 0) return internal_error(errno_text("cannot open spool", path));
   struct stat st {};
   ::fstat(fd, &st);
   const uint64_t size = uint64_t(st.st_size);
-  // Recovery scan: keep every complete record whose checksums hold; drop the rest.
-  uint64_t off = 0, tokens = 0;
-  std::vector<uint32_t> payload;
-  while (off + kHeader <= size) {
-    uint32_t h[4];
-    if (!pread_all(fd, h, kHeader, off) || h[0] != kMagic || h[3] != crc(h, 12)) break;
-    const uint64_t bytes = uint64_t(h[1]) * 4;
-    if (off + kHeader + bytes > size) break;
-    payload.resize(h[1]);
-    if (!pread_all(fd, payload.data(), bytes, off + kHeader) || crc(payload.data(), bytes) != h[2]) break;
-    off += kHeader + bytes;
-    tokens += h[1];
+  Scan s;
+  while (s.end < size && scan_record(fd, size, s)) {
   }
-  if (off != size && (::ftruncate(fd, off_t(off)) != 0 || ::fdatasync(fd) != 0)) {
+  if (!s.damage.empty()) {
+    const int64_t next = next_intact(fd, s.end, size);
+    const std::string msg = "push spool '" + path + "' is corrupt at record " + std::to_string(s.records) +
+                            " (byte " + std::to_string(s.end) + " of " + std::to_string(size) + "): " + s.damage +
+                            (next >= 0 ? "; an intact record follows at byte " + std::to_string(next)
+                                       : "; no intact record follows") +
+                            ". Nothing was truncated: records before it hold " + std::to_string(s.tokens) +
+                            " tokens, and the file is left as it is";
+    spdlog::error("{}", msg);
     ::close(fd);
-    return internal_error(errno_text("cannot truncate the torn tail of spool", path));
+    return data_loss(msg);
   }
-  if (::lseek(fd, off_t(off), SEEK_SET) < 0) {
+  if (s.end != size) {
+    spdlog::warn("push spool '{}': dropping a torn tail of {} bytes at record {} (byte {}): {}", path, size - s.end,
+                 s.records, s.end, s.torn);
+    if (::ftruncate(fd, off_t(s.end)) != 0 || ::fdatasync(fd) != 0) {
+      ::close(fd);
+      return internal_error(errno_text("cannot truncate the torn tail of spool", path));
+    }
+  }
+  if (::lseek(fd, off_t(s.end), SEEK_SET) < 0) {
     ::close(fd);
     return internal_error(errno_text("cannot seek spool", path));
   }
-  return std::shared_ptr<PushSpool>(new PushSpool(path, fd, tokens));
+  return std::shared_ptr<PushSpool>(new PushSpool(path, fd, s.tokens, std::move(s.pushes)));
 }
 
 PushSpool::~PushSpool() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status PushSpool::append(const uint32_t* tokens, size_t n) {
-  if (n == 0) return Status::Ok();
-  if (n > 0xffffffffu) return invalid_argument("chunk too large");
-  uint32_t h[4] = {kMagic, uint32_t(n), crc(tokens, n * 4), 0};
-  h[3] = crc(h, 12);
+uint64_t PushSpool::committed(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
+  auto it = pushes_.find(key);
+  return it == pushes_.end() ? 0 : it->second;
+}
+
+Result<uint64_t> PushSpool::append(const uint32_t* tokens, size_t n, PushAt at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = at.key ? pushes_.find(at.key) : pushes_.end();
+  const uint64_t have = it == pushes_.end() ? 0 : it->second;
+  if (at.offset > have)
+    return failed_precondition("offset " + std::to_string(at.offset) + " is past the " + std::to_string(have) +
+                               " tokens this push has spooled; resume at offset " + std::to_string(have));
+  const uint64_t skip = at.key ? have - at.offset : 0;  // already spooled by an earlier try
+  if (skip >= n) return at.key ? have : 0;
+  tokens += skip, n -= size_t(skip);
+  if (n > 0xffffffffu) return invalid_argument("chunk too large");
+  Header h;
+  h.count = uint32_t(n);
+  h.payload_crc = crc(tokens, n * 4);
+  h.key = at.key;
+  h.offset = at.key ? have : 0;
+  const auto w = encode_v2(h);
   const off_t start = ::lseek(fd_, 0, SEEK_CUR);
-  if (!write_all(fd_, h, kHeader) || !write_all(fd_, tokens, n * 4) || ::fdatasync(fd_) != 0) {
+  if (!write_all(fd_, w.data(), kHeaderV2) || !write_all(fd_, tokens, n * 4) || ::fdatasync(fd_) != 0) {
     const std::string msg = errno_text("cannot spool pushed data to", path_);
     // Leave no partial record behind: later appends must follow the last good one.
     if (start >= 0 && ::ftruncate(fd_, start) == 0) ::lseek(fd_, start, SEEK_SET);
     return resource_exhausted(msg);
   }
+  if (at.key) pushes_[at.key] = have + n;
   tokens_ += n;
   cv_.notify_all();
-  return Status::Ok();
+  return at.key ? have + n : uint64_t(n);
 }
 
 bool PushSpool::wait_for(uint64_t n, std::chrono::milliseconds timeout) {
@@ -188,14 +344,14 @@ class PushSource final : public DataSource {
   Status read(uint32_t* out, uint64_t n) {
     while (n) {
       if (rec_pos_ == rec_len_) {
-        uint32_t h[4];
-        if (!pread_all(fd_, h, kHeader, next_off_) || h[0] != kMagic)
+        Header h;
+        if (read_header(fd_, next_off_, UINT64_MAX - next_off_, h) != HeaderRead::kOk)
           return data_loss("push data: bad record header at byte " + std::to_string(next_off_) + " of '" +
                            spool_->path() + "'");
-        payload_off_ = next_off_ + kHeader;
-        rec_len_ = h[1];
+        payload_off_ = next_off_ + h.size;
+        rec_len_ = h.count;
         rec_pos_ = 0;
-        next_off_ = payload_off_ + uint64_t(h[1]) * 4;
+        next_off_ = payload_off_ + h.payload_bytes();
         continue;
       }
       const uint64_t take = std::min<uint64_t>(n, rec_len_ - rec_pos_);

@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <deque>
 
 #include "server/status_map.h"
@@ -101,7 +102,14 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   uint64_t token_ = 0;
 };
 
-// Spools each chunk durably before reading the next; replies with the counts at the end.
+// A push id: 1 to 128 printable ASCII characters.
+bool valid_push_id(const std::string& id) {
+  return !id.empty() && id.size() <= 128 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
+}
+
+// Spools each chunk durably before reading the next; replies with the counts at the end. With a
+// push id, chunks carry their offset in the push and what an earlier try spooled is skipped.
 class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
  public:
   PushReactor(JobManager& jobs, v1::PushDataResponse* resp) : jobs_(jobs), resp_(resp) {}
@@ -109,43 +117,66 @@ class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
   void fail(const grpc::Status& s) { Finish(s); }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: everything read is spooled
+    if (!ok) {  // the client closed its side (or went away): every chunk read is spooled
       Finish(grpc::Status::OK);
       return;
     }
     const std::string where = "chunk " + std::to_string(chunks_) + " (" + std::to_string(resp_->chunks_accepted()) +
                               " earlier chunks accepted): ";
-    if (!req_.job_id().empty()) {
-      if (!job_id_.empty() && req_.job_id() != job_id_) {
-        Finish({grpc::StatusCode::INVALID_ARGUMENT,
-                where + "job_id = '" + req_.job_id() + "' differs from the stream's job '" + job_id_ + "'"});
-        return;
-      }
-      job_id_ = req_.job_id();
-    }
-    if (job_id_.empty()) {
-      Finish({grpc::StatusCode::INVALID_ARGUMENT, where + "job_id is empty (the first chunk must name the job)"});
+    if (grpc::Status bad = take_names(); !bad.ok()) {
+      Finish({bad.error_code(), where + bad.error_message()});
       return;
     }
-    auto spooled = jobs_.push(job_id_, req_.tokens().data(), size_t(req_.tokens_size()));
-    if (!spooled.ok()) {
-      Finish(grpc::Status(to_grpc_code(spooled.status().code()), where + spooled.status().message()));
+    PushAt at;
+    if (!push_id_.empty()) at = {push_key(push_id_), req_.offset()};
+    auto ack = jobs_.push(job_id_, req_.tokens().data(), size_t(req_.tokens_size()), at);
+    if (!ack.ok()) {
+      Finish(grpc::Status(to_grpc_code(ack.status().code()), where + ack.status().message()));
       return;
     }
     ++chunks_;
+    next_offset_ = req_.offset() + uint64_t(req_.tokens_size());
     resp_->set_chunks_accepted(resp_->chunks_accepted() + 1);
     resp_->set_tokens_accepted(resp_->tokens_accepted() + uint64_t(req_.tokens_size()));
-    resp_->set_spooled_tokens(*spooled);
+    resp_->set_spooled_tokens(ack->spooled);
+    if (!push_id_.empty()) resp_->set_push_committed_tokens(ack->committed);
     StartRead(&req_);
   }
   void OnDone() override { delete this; }
 
  private:
+  // The stream's job and push id (named on the first chunk, the same or empty after) and the
+  // chunk's offset (following on from the previous chunk).
+  grpc::Status take_names() {
+    const bool first = chunks_ == 0;
+    if (!req_.job_id().empty()) {
+      if (!job_id_.empty() && req_.job_id() != job_id_)
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                "job_id = '" + req_.job_id() + "' differs from the stream's job '" + job_id_ + "'"};
+      job_id_ = req_.job_id();
+    }
+    if (job_id_.empty())
+      return {grpc::StatusCode::INVALID_ARGUMENT, "job_id is empty (the first chunk must name the job)"};
+    if (!req_.push_id().empty() && req_.push_id() != push_id_) {
+      if (!first) return {grpc::StatusCode::INVALID_ARGUMENT, "push_id may be set only on the first chunk of a stream"};
+      if (!valid_push_id(req_.push_id()))
+        return {grpc::StatusCode::INVALID_ARGUMENT, "push_id must be 1 to 128 printable ASCII characters"};
+      push_id_ = req_.push_id();
+    }
+    if (push_id_.empty() && req_.offset() != 0)
+      return {grpc::StatusCode::INVALID_ARGUMENT, "offset = " + std::to_string(req_.offset()) + " needs a push_id"};
+    if (!first && !push_id_.empty() && req_.offset() != next_offset_)
+      return {grpc::StatusCode::INVALID_ARGUMENT, "offset = " + std::to_string(req_.offset()) +
+                                                      " does not follow on from the previous chunk (expected " +
+                                                      std::to_string(next_offset_) + ")"};
+    return grpc::Status::OK;
+  }
+
   JobManager& jobs_;
   v1::PushDataResponse* resp_;
   v1::PushDataRequest req_;
-  std::string job_id_;
-  uint64_t chunks_ = 0;
+  std::string job_id_, push_id_;
+  uint64_t chunks_ = 0, next_offset_ = 0;
 };
 
 }  // namespace

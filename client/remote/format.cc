@@ -75,7 +75,10 @@ Json job_to_json(const v1::Job& job, bool with_spec) {
                          {"finished_unix_ms", int64_t(job.finished_unix_ms())},
                          {"waiting_for_data", job.waiting_for_data()},
                          {"data_spooled_tokens", int64_t(job.data_spooled_tokens())},
-                         {"data_consumed_tokens", int64_t(job.data_consumed_tokens())}});
+                         {"data_consumed_tokens", int64_t(job.data_consumed_tokens())},
+                         // A uint64 sum that overflows int64 and a double's 53 bits: a decimal
+                         // string, as protobuf's JSON mapping writes uint64.
+                         {"data_consumed_checksum", std::to_string(job.data_consumed_checksum())}});
   if (with_spec) j.set("spec", spec_json(job.spec()));
   return j;
 }

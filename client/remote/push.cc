@@ -1,8 +1,11 @@
-// push ID FILE --format tokens-u16|tokens-u32|text: streams a token file to a `data: {source:
-// push}` job in chunks (client streaming), with progress on stderr; prints what was accepted.
+// push ID FILE --format tokens-u16|tokens-u32|text [--push-id ID]: streams a token file to a
+// `data: {source: push}` job in chunks (client streaming), exactly once under retry (see
+// remote_push), with progress on stderr; prints what was accepted.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -34,82 +37,177 @@ void decode(const std::vector<char>& raw, size_t n, int elem, v1::PushDataReques
   }
 }
 
+// Progress on stderr. While streaming it counts tokens sent, which the daemon has not confirmed
+// yet, so it never shows 100% then; only the daemon's answer completes it.
 class PushMeter {
  public:
   PushMeter(std::string file, uint64_t total) : file_(std::move(file)), total_(total), tty_(isatty(STDERR_FILENO)) {}
-  void update(uint64_t sent, bool last) {
+  void sent(uint64_t n) {
     const auto now = std::chrono::steady_clock::now();
-    if (!last && now - shown_ < std::chrono::milliseconds(tty_ ? 200 : 2000)) return;
+    if (now - shown_ < std::chrono::milliseconds(tty_ ? 200 : 2000)) return;
     shown_ = now;
-    const double pct = total_ ? 100.0 * double(sent) / double(total_) : 100.0;
-    std::fprintf(stderr, "%spushing %s: %llu/%llu tokens (%.0f%%)%s", tty_ ? "\r\033[K" : "", file_.c_str(),
-                 (unsigned long long)sent, (unsigned long long)total_, pct, tty_ && !last ? "" : "\n");
-    std::fflush(stderr);
+    const double pct = std::min(99.0, total_ ? 100.0 * double(n) / double(total_) : 0.0);
+    show("sent", n, pct, false);
   }
+  void acknowledged(uint64_t n) { show("spooled", n, total_ ? 100.0 * double(n) / double(total_) : 100.0, true); }
 
  private:
+  void show(const char* what, uint64_t n, double pct, bool last) {
+    std::fprintf(stderr, "%spushing %s: %s %llu/%llu tokens (%.0f%%)%s", tty_ ? "\r\033[K" : "", file_.c_str(), what,
+                 (unsigned long long)n, (unsigned long long)total_, std::floor(pct), tty_ && !last ? "" : "\n");
+    std::fflush(stderr);
+  }
   std::string file_;
   uint64_t total_;
   bool tty_;
   std::chrono::steady_clock::time_point shown_{};
 };
 
-}  // namespace
-
-int remote_push(Connection& c, const Args& a) {
-  if (a.positional().size() != 2)
-    return fail(kUsage, "usage: megatrain push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--json]");
-  const std::string id = a.positional()[0], path = a.positional()[1];
-  auto elem = token_bytes(a.get("format", "tokens-u16"));
-  auto chunk_tokens = a.number("chunk-tokens", 16384);
-  if (!elem.ok()) return fail(kUsage, elem.status().message());
-  if (!chunk_tokens.ok() || *chunk_tokens < 1 || *chunk_tokens > 1e6)
-    return fail(kUsage, "--chunk-tokens must be a number in [1, 1000000]");
+// The default push id: the same for the same job and unchanged file (path, size, mtime), so
+// running a failed or interrupted push again resumes it instead of spooling its tokens twice.
+std::string default_push_id(const std::string& job, const std::string& path, uint64_t size) {
   std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  std::ifstream in(path, std::ios::binary);
-  if (ec || !in) return fail(kUsage, "cannot read '" + path + "'" + (ec ? ": " + ec.message() : ""));
-  if (size % uint64_t(*elem))
-    return fail(kUsage, "'" + path + "' has " + std::to_string(size) + " bytes, not a whole number of " +
-                            std::to_string(*elem) + "-byte tokens");
+  const std::string abs = std::filesystem::weakly_canonical(path, ec).string();
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  const std::string what = job + '\0' + abs + '\0' + std::to_string(size) + '\0' + std::to_string(mtime);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : what) h = (h ^ c) * 0x100000001b3ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  return std::string("file-") + hex;
+}
 
+struct PushPlan {
+  std::string id, path, push_id;
+  int elem = 2;
+  size_t chunk_tokens = 0;
+  uint64_t total = 0;  // tokens in the file
+};
+
+// How many of the push's tokens the daemon holds: a stream of one empty chunk naming it.
+grpc::Status committed_tokens(Connection& c, const PushPlan& p, uint64_t& out) {
   v1::PushDataResponse resp;
+  auto ctx = c.context();
+  auto writer = c.stub().PushData(ctx.get(), &resp);
+  v1::PushDataRequest probe;
+  probe.set_job_id(p.id);
+  probe.set_push_id(p.push_id);
+  writer->Write(probe);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  out = resp.push_committed_tokens();
+  return s;
+}
+
+// Streams the file's tokens from token `from` on, each chunk at its offset in the push.
+grpc::Status stream_from(Connection& c, const PushPlan& p, uint64_t from, v1::PushDataResponse& resp) {
+  std::ifstream in(p.path, std::ios::binary);
+  in.seekg(std::streamoff(from * uint64_t(p.elem)));
   auto ctx = c.context(0);
   auto writer = c.stub().PushData(ctx.get(), &resp);
-  PushMeter meter(path, size / uint64_t(*elem));
-  std::vector<char> raw(size_t(*chunk_tokens) * size_t(*elem));
-  uint64_t sent = 0;
-  bool first = true;
+  PushMeter meter(p.path, p.total);
+  std::vector<char> raw(p.chunk_tokens * size_t(p.elem));
+  uint64_t at = from;
   while (in) {
     in.read(raw.data(), std::streamsize(raw.size()));
-    const size_t n = size_t(in.gcount()) / size_t(*elem);
+    const size_t n = size_t(in.gcount()) / size_t(p.elem);
     if (n == 0) break;
     v1::PushDataRequest chunk;
-    if (first) chunk.set_job_id(id);  // the first chunk names the job
-    first = false;
-    decode(raw, n, *elem, chunk);
+    if (at == from) {  // the first chunk names the job and the push
+      chunk.set_job_id(p.id);
+      chunk.set_push_id(p.push_id);
+    }
+    chunk.set_offset(at);
+    decode(raw, n, p.elem, chunk);
     if (!writer->Write(chunk)) break;  // the server ended the stream; Finish says why
-    sent += n;
-    meter.update(sent, false);
-  }
-  if (first) {  // an empty file: name the job anyway so the daemon checks it
-    v1::PushDataRequest chunk;
-    chunk.set_job_id(id);
-    writer->Write(chunk);
+    at += n;
+    meter.sent(at);
   }
   writer->WritesDone();
-  if (grpc::Status s = writer->Finish(); !s.ok()) return c.fail(s, "push " + path + " to job " + id);
-  meter.update(sent, true);
-  if (a.json())
-    print_json(Json::object({{"id", id},
-                             {"file", path},
+  grpc::Status s = writer->Finish();
+  if (s.ok()) meter.acknowledged(resp.push_committed_tokens());
+  return s;
+}
+
+// A failed push: what the daemon holds of it and how to go on.
+int push_failed(Connection& c, const PushPlan& p, const grpc::Status& s) {
+  uint64_t have = 0;
+  std::string held;
+  if (committed_tokens(c, p, have).ok())
+    held = " (" + std::to_string(have) + " of its " + std::to_string(p.total) + " tokens are spooled";
+  else held = " (how much is spooled is unknown";
+  held += "; run the same command again to resume push " + p.push_id + ")";
+  return c.fail(s, "push " + p.path + " to job " + p.id + held);
+}
+
+void print_result(const Args& a, const PushPlan& p, const v1::PushDataResponse& resp, uint64_t resumed_at) {
+  if (a.json()) {
+    print_json(Json::object({{"id", p.id},
+                             {"file", p.path},
+                             {"push_id", p.push_id},
+                             {"resumed_at", int64_t(resumed_at)},
                              {"chunks_accepted", int64_t(resp.chunks_accepted())},
                              {"tokens_accepted", int64_t(resp.tokens_accepted())},
+                             {"push_committed_tokens", int64_t(resp.push_committed_tokens())},
                              {"spooled_tokens", int64_t(resp.spooled_tokens())}}));
-  else
-    std::printf("job %s: accepted %llu tokens in %llu chunks (%llu tokens spooled in all)\n", id.c_str(),
-                (unsigned long long)resp.tokens_accepted(), (unsigned long long)resp.chunks_accepted(),
-                (unsigned long long)resp.spooled_tokens());
+    return;
+  }
+  std::printf("job %s: accepted %llu tokens in %llu chunks (%llu tokens spooled in all)", p.id.c_str(),
+              (unsigned long long)resp.tokens_accepted(), (unsigned long long)resp.chunks_accepted(),
+              (unsigned long long)resp.spooled_tokens());
+  if (resumed_at) std::printf("; push %s resumed at token %llu", p.push_id.c_str(), (unsigned long long)resumed_at);
+  std::printf("\n");
+}
+
+Result<PushPlan> plan_push(const Args& a) {
+  if (a.positional().size() != 2)
+    return invalid_argument(
+        "usage: megatrain push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--push-id ID] [--json]");
+  PushPlan p;
+  p.id = a.positional()[0], p.path = a.positional()[1];
+  MT_ASSIGN_OR_RETURN(p.elem, token_bytes(a.get("format", "tokens-u16")));
+  auto chunk_tokens = a.number("chunk-tokens", 16384);
+  if (!chunk_tokens.ok() || *chunk_tokens < 1 || *chunk_tokens > 1e6)
+    return invalid_argument("--chunk-tokens must be a number in [1, 1000000]");
+  p.chunk_tokens = size_t(*chunk_tokens);
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(p.path, ec);
+  if (ec || !std::ifstream(p.path, std::ios::binary))
+    return invalid_argument("cannot read '" + p.path + "'" + (ec ? ": " + ec.message() : ""));
+  if (size % uint64_t(p.elem))
+    return invalid_argument("'" + p.path + "' has " + std::to_string(size) + " bytes, not a whole number of " +
+                            std::to_string(p.elem) + "-byte tokens");
+  p.total = size / uint64_t(p.elem);
+  p.push_id = a.get("push-id", default_push_id(p.id, p.path, size));
+  return p;
+}
+
+}  // namespace
+
+// Exactly once: the push carries an id (--push-id, or one derived from the job and the file), the
+// daemon keeps how many of its tokens it has spooled, and this resumes from there.
+int remote_push(Connection& c, const Args& a) {
+  auto plan = plan_push(a);
+  if (!plan.ok()) return fail(kUsage, plan.status().message());
+  const PushPlan& p = *plan;
+  uint64_t have = 0;
+  if (grpc::Status s = committed_tokens(c, p, have); !s.ok()) return c.fail(s, "push " + p.path + " to job " + p.id);
+  if (have > p.total)
+    return fail(kUsage, "push " + p.push_id + " already holds " + std::to_string(have) + " tokens, more than the " +
+                            std::to_string(p.total) + " of '" + p.path + "': give another --push-id");
+  v1::PushDataResponse resp;
+  if (have == p.total) {  // done before (or an empty file): nothing to send
+    if (p.total && !a.json())
+      std::fprintf(stderr,
+                   "push %s of '%s' is complete: all %llu tokens were spooled before (--push-id NEW pushes the "
+                   "file again)\n",
+                   p.push_id.c_str(), p.path.c_str(), (unsigned long long)p.total);
+    resp.set_push_committed_tokens(have);
+    print_result(a, p, resp, have);
+    return kOk;
+  }
+  if (grpc::Status s = stream_from(c, p, have, resp); !s.ok()) return push_failed(c, p, s);
+  print_result(a, p, resp, have);
   return kOk;
 }
 

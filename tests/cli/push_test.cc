@@ -73,6 +73,12 @@ TEST_F(PushTest, BadInputIsRefused) {
   RunResult big = daemon_->cli({"push", id_, tokens_file(dir_ + "/big.u16", 400, 2, 400), "--format", "tokens-u16"});
   EXPECT_EQ(big.rc, 2) << describe(big);
   EXPECT_NE(big.err.find("chunk 0"), std::string::npos) << big.err;
+  // Issue 11 (12): progress never claims 100% before the daemon's answer, and the error says how
+  // much of the push the daemon holds and how to resume.
+  EXPECT_EQ(big.err.find("100%"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("0 of its 400 tokens are spooled; run the same command again to resume"),
+            std::string::npos)
+      << big.err;
   RunResult odd = daemon_->cli({"push", id_, write_file(dir_ + "/odd.u16", "abc"), "--format", "tokens-u16"});
   EXPECT_EQ(odd.rc, 2) << describe(odd);
   EXPECT_NE(odd.err.find("3 bytes"), std::string::npos) << odd.err;
@@ -86,6 +92,81 @@ TEST_F(PushTest, BadInputIsRefused) {
   ASSERT_EQ(st.rc, 0);
   EXPECT_EQ(st.json_lines().at(0).find("data_spooled_tokens")->as_int(), 0);
   EXPECT_EQ(daemon_->cli({"cancel", id_}).rc, 0);
+}
+
+// The daemon's token checksum (splitmix64 finaliser), written out here as the test's oracle.
+uint64_t oracle_checksum(const std::string& raw_u16) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i + 1 < raw_u16.size(); i += 2) {
+    uint64_t z = uint64_t(uint8_t(raw_u16[i]) | uint8_t(raw_u16[i + 1]) << 8) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    sum += z ^ (z >> 31);
+  }
+  return sum;
+}
+
+// Issue 11 (12): `megatrain push` killed with kill -9 part-way, then run again as it was: the job
+// gets every token of the file exactly once (the push resumes where the daemon's spool stopped),
+// and trains on exactly the file's tokens. Also (13): status --json reports the consumed checksum.
+TEST(PushRetry, KilledPushRunAgainSpoolsEachTokenOnce) {
+  DaemonProcess daemon("push_kill9");
+  ASSERT_TRUE(daemon.ok());
+  const std::string dir = fresh_dir("push_kill9_files");
+  RunResult sub = daemon.cli({"submit", write_file(dir + "/spec.yaml", tiny_spec_yaml(40, "{source: push}"))});
+  ASSERT_EQ(sub.rc, 0) << describe(sub);
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  const size_t total = 40 * 4 * 33;
+  const std::string file = tokens_file(dir + "/data.u16", total, 2, 256);
+  const std::vector<std::string> cmd = {MEGATRAIN_CLI,    "push",     id,       file,
+                                        "--format",       "tokens-u16", "--chunk-tokens", "4",
+                                        "--server",       daemon.address()};
+  const std::string spool = daemon.state_dir() + "/jobs/" + id + "/push.spool";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    std::vector<char*> args;
+    for (const auto& a : cmd) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  // Kill it once the daemon has spooled ten chunks (each is fsynced: the whole push takes a while).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < end && fs::file_size(spool, ec) < 10 * (32 + 16)) std::this_thread::yield();
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  const uint64_t at_kill = fs::file_size(spool, ec);
+  EXPECT_LT(at_kill, total / 4 * (32 + 16)) << "the push finished before the kill";
+
+  RunResult again = daemon.cli({"push", id, file, "--format", "tokens-u16", "--chunk-tokens", "500", "--json"});
+  ASSERT_EQ(again.rc, 0) << describe(again);
+  const Json r = again.json_lines().at(0);
+  ASSERT_NE(r.find("resumed_at"), nullptr) << again.out;
+  EXPECT_GT(r.find("resumed_at")->as_int(), 0) << again.out;
+  EXPECT_EQ(r.find("resumed_at")->as_int() + r.find("tokens_accepted")->as_int(), int64_t(total)) << again.out;
+  EXPECT_EQ(r.find("spooled_tokens")->as_int(), int64_t(total)) << again.out;
+
+  RunResult third = daemon.cli({"push", id, file, "--format", "tokens-u16"});  // done already: nothing new
+  EXPECT_EQ(third.rc, 0) << describe(third);
+  EXPECT_NE(third.err.find("is complete"), std::string::npos) << third.err;
+
+  RunResult w = daemon.cli({"watch", id, "--json"});
+  EXPECT_EQ(w.rc, 0) << describe(w);
+  RunResult st = daemon.cli({"status", id, "--json"});
+  ASSERT_EQ(st.rc, 0) << describe(st);
+  const Json j = st.json_lines().at(0);
+  EXPECT_EQ(j.find("state")->as_string(), "succeeded");
+  EXPECT_EQ(j.find("data_spooled_tokens")->as_int(), int64_t(total));
+  EXPECT_EQ(j.find("data_consumed_tokens")->as_int(), int64_t(total));
+  ASSERT_NE(j.find("data_consumed_checksum"), nullptr) << st.out;
+  auto raw = read_file(file);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(j.find("data_consumed_checksum")->as_string(), std::to_string(oracle_checksum(*raw)));
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir);
 }
 
 }  // namespace

@@ -199,14 +199,15 @@ TEST(ServerAuth, MissingOrWrongBearerTokenIsUnauthenticated) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
-TEST(ServerHealth, HealthAndReflectionAreServed) {
-  Server s(test_config(fresh_dir("health")));
-  ASSERT_TRUE(s.stub);
-  grpc::GenericStub generic(s.channel);
-  // grpc.health.v1.Health/Check with an empty request -> {status: SERVING} = 08 01.
-  grpc::ByteBuffer req, resp;
-  grpc::Slice empty("", 0);
-  req = grpc::ByteBuffer(&empty, 1);
+// grpc.health.v1.Health/Check for `service` (HealthCheckRequest field 1); the status and the
+// serialized response ({status: SERVING} = 08 01).
+std::pair<grpc::Status, std::string> health_check(const std::shared_ptr<grpc::Channel>& channel,
+                                                  const std::string& service) {
+  grpc::GenericStub generic(channel);
+  std::string wire;
+  if (!service.empty()) wire = std::string("\x0a", 1) + char(service.size()) + service;
+  grpc::Slice slice(wire.data(), wire.size());
+  grpc::ByteBuffer req(&slice, 1), resp;
   auto c = ctx();
   std::mutex mu;
   std::condition_variable cv;
@@ -220,12 +221,21 @@ TEST(ServerHealth, HealthAndReflectionAreServed) {
   });
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return done; });
-  ASSERT_TRUE(st.ok()) << st.error_message();
   std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(resp.Dump(&slices).ok());
   std::string bytes;
-  for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  if (st.ok() && resp.Dump(&slices).ok())
+    for (auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  return {st, bytes};
+}
+
+TEST(ServerHealth, HealthAndReflectionAreServed) {
+  Server s(test_config(fresh_dir("health")));
+  ASSERT_TRUE(s.stub);
+  grpc::GenericStub generic(s.channel);
+  auto [st, bytes] = health_check(s.channel, "");
+  ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  std::vector<grpc::Slice> slices;
 
   // Reflection: list_services (field 7) on the bidi stream names our service.
   grpc::CompletionQueue cq;
@@ -340,6 +350,17 @@ TEST(ServerNonFinite, ExplodingJobFailsNamingTheStep) {
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
   EXPECT_NE(j.reason().find("step 2: the loss is not finite"), std::string::npos) << j.reason();
   EXPECT_TRUE(still_serving(*s.stub));
+}
+
+// Issue 11 (13): a check naming the service (what grpc_health_probe -service and load balancers
+// send) is SERVING too, not NOT_FOUND; an unknown name still is NOT_FOUND.
+TEST(ServerHealth, TrainerServiceNameIsServing) {
+  Server s(test_config(fresh_dir("health_named")));
+  ASSERT_TRUE(s.stub);
+  auto [st, bytes] = health_check(s.channel, "megatrain.v1.Trainer");
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  EXPECT_EQ(health_check(s.channel, "megatrain.v1.Nope").first.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

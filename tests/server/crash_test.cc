@@ -76,5 +76,45 @@ TEST(ServerCrash, KillNineDuringAPushJobLosesAndRepeatsNothing) {
   EXPECT_EQ(j.data_consumed_checksum(), sum);
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Issue 11 (4): one flipped byte in the middle of a push job's spool used to truncate the spool
+// there, silently. Now the restarted daemon fails the job naming the record and its offset, and
+// leaves the file (and every acknowledged token in it) as it was.
+TEST(ServerCrash, CorruptSpoolRecordFailsTheJobAndKeepsTheFile) {
+  if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
+  const std::string state = fresh_dir("corrupt_spool");
+  std::mt19937 rng(7);
+  uint64_t sum = 0;
+  std::string id;
+  {
+    Process p(state);
+    ASSERT_GT(p.port, 0);
+    id = submit(*p.stub, tiny_spec(100, "push"));
+    ASSERT_EQ(push(*p.stub, id, 150, rng, sum), 150u);  // three records of 50 tokens
+    wait_job(*p.stub, id, [](const v1::Job& x) { return x.waiting_for_data(); });
+    p.kill9();
+  }
+  const std::string spool = state + "/jobs/" + id + "/push.spool";
+  const uint64_t record = 32 + 50 * 4;
+  ASSERT_EQ(std::filesystem::file_size(spool), 3 * record);
+  {
+    std::fstream f(spool, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(record + 32 + 17));  // inside record 1's payload
+    f.put('\x7f');
+  }
+  const std::string damaged = file_bytes(spool);
+  Process p(state);
+  ASSERT_GT(p.port, 0);
+  const v1::Job j = wait_terminal(*p.stub, id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_NE(j.reason().find("DATA_LOSS"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("record 1 (byte " + std::to_string(record) + " "), std::string::npos) << j.reason();
+  EXPECT_EQ(file_bytes(spool), damaged) << "the spool was modified";
+}
+
 }  // namespace
 }  // namespace mt::server::testing

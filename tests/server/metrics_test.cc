@@ -38,7 +38,7 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
   ASSERT_NE(resp.find("200 OK"), std::string::npos) << resp.substr(0, 200);
   const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
-  const std::string j = "{job=\"" + id + "\"}";
+  const std::string j = "{job_id=\"" + id + "\"}";
 
   EXPECT_EQ(get(m, "megatrain_steps_total" + j), 6);
   EXPECT_EQ(get(m, "megatrain_tokens_total" + j), 6 * 4 * 32);
@@ -62,7 +62,19 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   EXPECT_EQ(get(m, "megatrain_jobs{state=\"succeeded\"}"), 1);
   EXPECT_EQ(get(m, "megatrain_jobs{state=\"failed\"}"), 0);
   EXPECT_GE(get(m, "megatrain_jobs{state=\"running\"}") + get(m, "megatrain_jobs{state=\"queued\"}"), 1);
-  EXPECT_EQ(get(m, "megatrain_data_queue_tokens{job=\"" + push + "\"}"), 0);
+  EXPECT_EQ(get(m, "megatrain_job_data_queue_tokens{job_id=\"" + push + "\"}"), 0);
+  EXPECT_EQ(get(m, "megatrain_data_queue_tokens"), 0);
+  for (const auto& [key, v] : m) EXPECT_EQ(key.find("{job=\""), std::string::npos) << key;
+}
+
+// Issue 11 (13): the data queue gauge exists before any push job does (a dashboard or alert on it
+// must not see "no data" on a fresh daemon), as the unlabelled total.
+TEST(ServerMetrics, DataQueueTokensIsExportedBeforeAnyPushJob) {
+  Server s(test_config(fresh_dir("metrics_queue")));
+  ASSERT_TRUE(s.stub);
+  const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
+  const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
+  EXPECT_EQ(get(m, "megatrain_data_queue_tokens"), 0);
 }
 
 }  // namespace

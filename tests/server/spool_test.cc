@@ -1,6 +1,7 @@
 // The push spool: durable records, torn-tail recovery, exactly-once reads across seek.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,143 @@ TEST(PushSpool, StopWakesAWaitingReader) {
   Status st = (*src)->next_batch(1, 8, b);
   stopper.join();
   EXPECT_EQ(st.code(), StatusCode::kCancelled);
+}
+
+// A spool of three 100-token records (tokens 0..299) and each record's byte offset.
+std::vector<uint64_t> three_records(const std::string& path) {
+  auto spool = PushSpool::open(path);
+  EXPECT_TRUE(spool.ok());
+  std::vector<uint64_t> at;
+  for (uint32_t r = 0; r < 3; ++r) {
+    at.push_back(std::filesystem::file_size(path));
+    std::vector<uint32_t> t(100);
+    std::iota(t.begin(), t.end(), r * 100);
+    EXPECT_TRUE((*spool)->append(t.data(), t.size()).ok());
+  }
+  return at;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void flip_byte(const std::string& path, uint64_t off) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(off));
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(std::streamoff(off));
+  c = char(c ^ 0x10);
+  f.write(&c, 1);
+}
+
+// Opening must fail with DATA_LOSS naming `record` and its byte offset, and change nothing.
+void expect_corrupt(const std::string& path, int record, uint64_t off, const std::string& what) {
+  const std::string before = read_all(path);
+  auto spool = PushSpool::open(path);
+  ASSERT_FALSE(spool.ok());
+  EXPECT_EQ(spool.status().code(), StatusCode::kDataLoss);
+  const std::string msg = spool.status().message();
+  EXPECT_NE(msg.find("record " + std::to_string(record) + " (byte " + std::to_string(off) + " "), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  EXPECT_EQ(read_all(path), before) << "the spool was modified";
+}
+
+// Issue 11 (4): one flipped byte in the middle used to truncate the spool there, silently.
+TEST(PushSpool, CorruptMiddleRecordIsReportedAndNothingIsTruncated) {
+  const std::string dir = temp_dir("corrupt_mid");
+  const auto at = three_records(dir + "/payload.spool");
+  flip_byte(dir + "/payload.spool", at[1] + 32 + 40);  // record 1's payload
+  expect_corrupt(dir + "/payload.spool", 1, at[1], "payload checksum mismatch");
+  expect_corrupt(dir + "/payload.spool", 1, at[1], "an intact record follows at byte " + std::to_string(at[2]));
+
+  three_records(dir + "/header.spool");
+  flip_byte(dir + "/header.spool", at[1] + 5);  // record 1's token count
+  expect_corrupt(dir + "/header.spool", 1, at[1], "header checksum mismatch");
+}
+
+// A complete last record whose checksum fails is not what a crashed append leaves (that is a short
+// record): it may be acknowledged data, so it is reported, not dropped.
+TEST(PushSpool, CorruptCompleteLastRecordIsReportedAndNothingIsTruncated) {
+  const std::string path = temp_dir("corrupt_last") + "/s.spool";
+  const auto at = three_records(path);
+  flip_byte(path, std::filesystem::file_size(path) - 1);
+  expect_corrupt(path, 2, at[2], "no intact record follows");
+}
+
+// Only an incomplete last record is torn: a partial header, a header whose payload runs past the
+// end, a zero-filled tail. Each is cut back to the intact records.
+TEST(PushSpool, OnlyIncompleteTailsAreTruncated) {
+  const std::string dir = temp_dir("tails");
+  const auto at = three_records(dir + "/model.spool");
+  const std::string intact = read_all(dir + "/model.spool");
+  const std::string tails[] = {intact.substr(at[2], 20),           // header cut short
+                               intact.substr(at[2], 32 + 100),     // payload cut short
+                               std::string(64, '\0')};             // zero-filled
+  for (const std::string& tail : tails) {
+    const std::string path = dir + "/t.spool";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << intact.substr(0, at[2]) << tail;
+    auto spool = PushSpool::open(path);
+    ASSERT_TRUE(spool.ok()) << spool.status().to_string();
+    EXPECT_EQ((*spool)->tokens(), 200u);
+    EXPECT_EQ(std::filesystem::file_size(path), at[2]);
+  }
+}
+
+// Spools written before push positions (16-byte 'MTSP' headers) still open and read.
+TEST(PushSpool, OldRecordFormatStillReads) {
+  const std::string path = temp_dir("v1") + "/s.spool";
+  std::vector<uint32_t> t(40);
+  std::iota(t.begin(), t.end(), 0);
+  uint32_t h[4] = {0x5053544d, 40, 0, 0};  // "MTSP", count, payload CRC, header CRC
+  h[2] = uint32_t(crc32(0L, reinterpret_cast<const Bytef*>(t.data()), 160));
+  h[3] = uint32_t(crc32(0L, reinterpret_cast<const Bytef*>(h), 12));
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(h), 16);
+    f.write(reinterpret_cast<const char*>(t.data()), 160);
+  }
+  auto spool = PushSpool::open(path);
+  ASSERT_TRUE(spool.ok()) << spool.status().to_string();
+  ASSERT_TRUE((*spool)->append(t.data(), 26).ok());
+  auto src = make_push_source(*spool, 256, std::make_shared<PushProgress>());
+  ASSERT_TRUE(src.ok());
+  Batch b;
+  ASSERT_TRUE((*src)->next_batch(2, 32, b).ok());  // 66 tokens: across both record kinds
+  EXPECT_EQ(b.inputs[0], 0);
+  EXPECT_EQ(b.inputs[32 + 6], 39);  // window 1 is tokens 33..65: the old record's last token ...
+  EXPECT_EQ(b.targets[32 + 6], 0);  // ... then the new record's first
+}
+
+// Issue 11 (12): a push id's tokens land once however the tries overlap, across a reopen.
+TEST(PushSpool, PushPositionsSkipWhatThePushHolds) {
+  const std::string path = temp_dir("pushat") + "/s.spool";
+  std::vector<uint32_t> t(1000);
+  std::iota(t.begin(), t.end(), 0);
+  const uint64_t key = push_key("upload-1");
+  {
+    auto spool = PushSpool::open(path);
+    ASSERT_TRUE(spool.ok());
+    EXPECT_EQ(*(*spool)->append(t.data(), 300, {key, 0}), 300u);
+    EXPECT_EQ(*(*spool)->append(t.data(), 300, {key, 0}), 300u);  // a retry from the start: nothing new
+    EXPECT_EQ((*spool)->append(t.data() + 400, 100, {key, 400}).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(*(*spool)->append(t.data() + 200, 300, {key, 200}), 500u);  // overlaps: 200 new
+    EXPECT_EQ((*spool)->tokens(), 500u);
+  }
+  auto spool = PushSpool::open(path);
+  ASSERT_TRUE(spool.ok());
+  EXPECT_EQ((*spool)->committed(key), 500u);
+  EXPECT_EQ((*spool)->committed(push_key("other")), 0u);
+  EXPECT_EQ(*(*spool)->append(t.data() + 400, 600, {key, 400}), 1000u);
+  EXPECT_EQ((*spool)->tokens(), 1000u);
+  auto src = make_push_source(*spool, 1000, std::make_shared<PushProgress>());
+  ASSERT_TRUE(src.ok());
+  Batch b;
+  ASSERT_TRUE((*src)->next_batch(1, 999, b).ok());
+  for (int i = 0; i < 999; ++i) ASSERT_EQ(b.inputs[size_t(i)], i);
+  EXPECT_EQ(b.targets[998], 999);
 }
 
 }  // namespace
