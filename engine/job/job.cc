@@ -54,13 +54,14 @@ Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
   return make_cpu_backend({spec.link_gbps});
 }
 
-Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg) {
+Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget) {
   if (spec.executor == "resident") {
     if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
     return std::unique_ptr<Executor>(std::move(ex));
   }
-  const PlanOptions po = job_plan_options(spec, 0, uses_cuda(spec) ? default_device_budget() : 0);  // as the daemon plans it
+  if (device_budget == 0 && uses_cuda(spec)) device_budget = default_device_budget();  // as the daemon plans it
+  const PlanOptions po = job_plan_options(spec, 0, device_budget);
   StreamingOptions so;
   so.slots = po.slots;
   so.placement = po.placement;
@@ -73,8 +74,8 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
 
 }  // namespace
 
-JobRunner::JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks)
-    : spec_(std::move(spec)), job_dir_(std::move(job_dir)), hooks_(std::move(hooks)) {}
+JobRunner::JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks, uint64_t device_budget)
+    : spec_(std::move(spec)), job_dir_(std::move(job_dir)), hooks_(std::move(hooks)), device_budget_(device_budget) {}
 
 void JobRunner::log(LogLevel level, const std::string& msg) const {
   if (hooks_.on_log) hooks_.on_log(level, msg);
@@ -128,7 +129,7 @@ static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const 
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
-  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg));
+  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   const bool resuming = is_training_checkpoint(ckpt_root);

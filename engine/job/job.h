@@ -61,8 +61,10 @@ class JobRunner {
   // checkpoint when one exists (same spec hash, and the same `steps` unless the LR schedule is
   // constant: a different span would silently change the schedule), else initialises from
   // spec.init. A checkpoint is written only when there is a step not yet saved; a request when
-  // there is none reports the existing one.
-  JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks);
+  // there is none reports the existing one. `device_budget` is what the job was admitted under
+  // (megatraind's --device_memory); its executor places layer inputs by it. 0: the default
+  // (default_device_budget() on CUDA, unlimited on the CPU).
+  JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks, uint64_t device_budget = 0);
 
   Result<JobResult> run();       // blocking
   void request_cancel() { cancel_ = true; }        // stops at the next step boundary, checkpoints
@@ -75,6 +77,7 @@ class JobRunner {
   JobSpec spec_;
   std::string job_dir_;
   JobHooks hooks_;
+  uint64_t device_budget_;
   std::atomic<bool> cancel_{false}, checkpoint_now_{false};
 };
 

@@ -171,6 +171,34 @@ TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, ResumeExactness, ::testing::Values("resident", "streaming"));
 
+// The device budget a job was admitted under reaches its executor (issue 11, point 10): a budget
+// below the all-on-device plan places layer inputs on the host and the step stays inside it; one
+// below anything that fits is refused naming the device.
+TEST(JobRunner, AdmittedDeviceBudgetReachesTheExecutor) {
+  const JobSpec spec = tiny_spec("streaming", 1);
+  auto cfg = resolve_model(spec);
+  ASSERT_TRUE(cfg.ok());
+  auto unlimited = plan_for_job(spec, *cfg, 0, 0);
+  ASSERT_TRUE(unlimited.ok());
+  ASSERT_TRUE(unlimited->checkpoints_on_device);
+  const uint64_t budget = unlimited->device_bytes - 1;
+  auto tight = plan_for_job(spec, *cfg, 0, budget);
+  ASSERT_TRUE(tight.ok() && tight->fits) << tight->reason;
+  EXPECT_FALSE(tight->checkpoints_on_device);
+
+  TempDir a("job_budget_fits"), b("job_budget_refused");
+  uint64_t peak = 0;
+  JobHooks hooks;
+  hooks.on_step = [&](const StepStats& s) { peak = s.device_peak_bytes; };
+  auto ok = JobRunner(spec, a.path, hooks, budget).run();
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_GT(peak, 0u);
+  EXPECT_LE(peak, budget);
+  auto refused = JobRunner(spec, b.path, {}, 4096).run();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("device"), std::string::npos) << refused.status().to_string();
+}
+
 TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {
   TempDir dir;
   ASSERT_TRUE(JobRunner(tiny_spec("resident", 2), dir.path, {}).run().ok());
