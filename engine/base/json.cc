@@ -170,11 +170,9 @@ class Parser {
   Status number(Json& out) {
     size_t start = pos_;
     if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
-    bool integral = true;
-    while (pos_ < s_.size()) {
+    while (pos_ < s_.size()) {  // the number's extent; parse_number judges its form
       char c = s_[pos_];
-      if (c >= '0' && c <= '9') { ++pos_; continue; }
-      if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') { integral = false; ++pos_; continue; }
+      if ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') { ++pos_; continue; }
       break;
     }
     std::string_view text = s_.substr(start, pos_ - start);
