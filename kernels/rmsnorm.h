@@ -7,6 +7,10 @@ namespace mt::cpu {
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps);
 
+// The CUDA backward sums dweight over at most this many row partials (a bounded scratch of
+// kRmsnormMaxParts x C floats); the planner counts that scratch from here.
+constexpr int kRmsnormMaxParts = 256;
+
 // Accumulating: dinp += dL/dinp, dweight += dL/dweight.
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,

@@ -21,8 +21,8 @@ ABSL_FLAG(std::string, state_dir, "", "State directory (default: $XDG_STATE_HOME
 ABSL_FLAG(std::string, data_root, "", "Root every path in a job spec resolves under (default: STATE_DIR/data)");
 ABSL_FLAG(std::string, host_memory, "", "Host memory budget for admission, e.g. 512G (default: 80% of RAM)");
 ABSL_FLAG(std::string, device_memory, "",
-          "Device memory budget for admission, e.g. 80G (default: the GPU's memory less 2 GiB for the CUDA "
-          "context and library workspaces; unlimited on the CPU backend)");
+          "Device memory budget for admission and for each job's executor, e.g. 80G (default: the GPU's free "
+          "memory at start; the backend's own buffers are counted by the plan; unlimited on the CPU backend)");
 ABSL_FLAG(std::string, tls_cert, "", "TLS certificate chain (PEM)");
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::string, auth_token_file, "", "File holding the bearer token clients must send");

@@ -29,7 +29,10 @@ int cmd_plan_local(const Args& a) {
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   auto cfg = resolve_model(*spec);
   if (!cfg.ok()) return fail(kUsage, cfg.status().message());
-  auto host = parse_size(a.get("host-memory", "0")), dev = parse_size(a.get("device-memory", "0"));
+  // The device budget defaults to what a job here would get: this GPU's free memory (none
+  // without a GPU: then say so, since a plan for another machine needs --device-memory).
+  auto host = parse_size(a.get("host-memory", "0")),
+       dev = parse_size(a.get("device-memory", std::to_string(default_device_budget())));
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
   auto plan = plan_for_job(*spec, *cfg, *host, *dev);  // the daemon's PlanJob answers with the same planner
@@ -45,6 +48,8 @@ int cmd_plan_local(const Args& a) {
   std::printf("device memory  %s (layer inputs on %s)\n", format_bytes(plan->device_bytes).c_str(),
               plan->checkpoints_on_device ? "device" : "host");
   for (const auto& [k, b] : plan->device_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
+  if (*dev) std::printf("device budget  %s\n", format_bytes(*dev).c_str());
+  else std::printf("device budget  none (no GPU here): --device-memory SIZE plans for a card, e.g. 140GB for an H200\n");
   std::printf("fits           %s%s%s\n", plan->fits ? "yes" : "no", plan->fits ? "" : ": ", plan->reason.c_str());
   return kOk;
 }

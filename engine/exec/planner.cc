@@ -37,7 +37,8 @@ uint64_t sum(const std::vector<std::pair<std::string, uint64_t>>& kinds) {
   return s;
 }
 
-// Device regions for a placement; checkpoints_on_device picks the layer-input storage.
+// Device regions for a placement (the arena's, then the backend's own buffers);
+// checkpoints_on_device picks the layer-input storage.
 std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, const ModelConfig& c,
                                                            const TrainOptions& o, const PlanOptions& po,
                                                            bool on_device) {
@@ -46,11 +47,13 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
   const uint64_t workspace = sat_add(sat_add(sat_mul(p.workspace_numel, e), sat_mul(tokens, 8)),
                                      uint64_t(c.head_dim) * 2 + 4096);  // + DeviceArena alignment
-  return {{"weight_slots", sat_mul(uint64_t(po.slots), p.slot_numel, e)},
-          {"grad_slots", sat_mul(2, p.slot_numel, 4)},
-          {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
-          {"residual_grads", layer_io},
-          {"workspace", workspace}};
+  std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), p.slot_numel, e)},
+                                                         {"grad_slots", sat_mul(2, p.slot_numel, 4)},
+                                                         {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
+                                                         {"residual_grads", layer_io},
+                                                         {"workspace", workspace}};
+  if (po.backend_bytes) kinds.push_back({"backend", po.backend_bytes});  // outside the arena
+  return kinds;
 }
 
 // Host: per-parameter state as the HostStore lays it out, the staging of the step's embedding
@@ -99,6 +102,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
   if (!on_device) p.host_by_kind.push_back({"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, kDeviceElem)});
   p.host_bytes = sum(p.host_by_kind);
   p.device_bytes = sum(p.device_by_kind);
+  p.arena_bytes = p.device_bytes - po.backend_bytes;
   if (p.host_bytes == kSaturated || p.device_bytes == kSaturated)
     return invalid_argument("the memory plan's byte counts overflow 64 bits (hidden_size " +
                             std::to_string(c.hidden_size) + ", vocab_size " + std::to_string(c.vocab_size) +

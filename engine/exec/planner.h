@@ -23,6 +23,9 @@ struct PlanOptions {
   CheckpointPlacement placement = CheckpointPlacement::kAuto;
   uint64_t host_budget = 0;         // bytes; 0 = unlimited
   uint64_t device_budget = 0;       // bytes; 0 = unlimited
+  // Device bytes the backend allocates outside the executor's arena (the CUDA backend's library
+  // workspace, staging and op scratch: cuda_fixed_device_bytes); counted against the budget.
+  uint64_t backend_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -30,8 +33,9 @@ struct MemoryPlan {
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
   std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, tied_head_grad, checkpoints
-  uint64_t device_bytes = 0;
-  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, workspace
+  uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
+  uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
+  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, workspace[, backend]
   bool checkpoints_on_device = true;
   bool fits = true;
   std::string reason;  // why it does not fit, with the numbers

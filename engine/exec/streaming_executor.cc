@@ -45,7 +45,7 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 
 Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, false, backend_->host_allocator()));
-  MT_RETURN_IF_ERROR(backend_->reserve_device(plan_.device_bytes));
+  MT_RETURN_IF_ERROR(backend_->reserve_device(plan_.arena_bytes));
   auto floats = [&](size_t n) -> Result<float*> {
     MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(n * sizeof(float)));
     return static_cast<float*>(p);

@@ -15,25 +15,28 @@ Result<ModelConfig> resolve_model(const JobSpec& spec) {
   return load_model_config(spec.model.hf_model);
 }
 
-uint64_t default_device_budget() {
-  constexpr uint64_t kReserved = 2ull << 30;
-  const uint64_t gpu = cuda_device_memory();
-  return gpu > kReserved ? gpu - kReserved : 0;
-}
+uint64_t default_device_budget() { return cuda_free_device_memory(); }
 
-PlanOptions job_plan_options(const JobSpec& spec, uint64_t host_budget, uint64_t device_budget) {
+bool uses_cuda(const JobSpec& spec) { return spec.backend == "cuda" || (spec.backend == "auto" && cuda_available()); }
+
+PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
+                             uint64_t device_budget) {
   PlanOptions p;
   p.slots = spec.slots;
   if (auto placement = parse_checkpoint_placement(spec.checkpoint_placement); placement.ok()) p.placement = *placement;
   p.host_budget = host_budget;
   p.device_budget = device_budget;
+  if (uses_cuda(spec)) {
+    const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
+    p.backend_bytes = cuda_fixed_device_bytes(CudaBackendOptions{}, tokens, uint64_t(cfg.hidden_size));
+  }
   return p;
 }
 
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
                                 uint64_t device_budget) {
   MT_RETURN_IF_ERROR(validate(spec));
-  return plan_memory(cfg, spec.train, job_plan_options(spec, host_budget, device_budget));
+  return plan_memory(cfg, spec.train, job_plan_options(spec, cfg, host_budget, device_budget));
 }
 
 Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
@@ -45,9 +48,6 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 }
 
 namespace {
-
-// backend: cpu, cuda, or auto (CUDA when a device is usable, else the CPU).
-bool uses_cuda(const JobSpec& spec) { return spec.backend == "cuda" || (spec.backend == "auto" && cuda_available()); }
 
 Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
   if (uses_cuda(spec)) return make_cuda_backend({});
@@ -61,7 +61,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
     return std::unique_ptr<Executor>(std::move(ex));
   }
   if (device_budget == 0 && uses_cuda(spec)) device_budget = default_device_budget();  // as the daemon plans it
-  const PlanOptions po = job_plan_options(spec, 0, device_budget);
+  const PlanOptions po = job_plan_options(spec, cfg, 0, device_budget);
   StreamingOptions so;
   so.slots = po.slots;
   so.placement = po.placement;

@@ -46,12 +46,16 @@ Result<ModelConfig> resolve_model(const JobSpec& spec);
 // The one memory plan of a job, answering what its executor will allocate: the CLI's `plan`,
 // the daemon's PlanJob and admission, and the streaming executor the job builds all use these
 // options. Budgets of 0 are unlimited.
-// The device memory a job may use when nothing says otherwise: on a CUDA machine the GPU's
-// memory less 2 GiB (the CUDA context and library workspaces), else 0 (unlimited). The
-// executor of a CUDA job places layer inputs by it, and it is megatraind's --device_memory
-// default, so admission and the executor agree.
+// The device memory a job may use when nothing says otherwise: on a CUDA machine the GPU's free
+// memory (after this process's CUDA context), else 0 (unlimited). What the backend allocates
+// outside the executor's arena is counted by the plan (its `backend` entry), not guessed. The
+// executor of a CUDA job places layer inputs by this budget, and it is megatraind's
+// --device_memory default, so admission and the executor agree.
 uint64_t default_device_budget();
-PlanOptions job_plan_options(const JobSpec& spec, uint64_t host_budget = 0, uint64_t device_budget = 0);
+// backend: cpu, cuda, or auto (CUDA when a device is usable here, else the CPU).
+bool uses_cuda(const JobSpec& spec);
+PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget = 0,
+                             uint64_t device_budget = 0);
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
                                 uint64_t device_budget);
 

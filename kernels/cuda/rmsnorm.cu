@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/rmsnorm.h"
 
 namespace mt::cuda {
 
@@ -13,7 +14,7 @@ using detail::ld;
 using detail::st;
 constexpr int kWarps = 8;        // rows per block in the row kernels
 constexpr int kPartRows = 64;    // minimum rows per dweight partial
-constexpr int kMaxParts = 256;   // at most this many partials (bounds the scratch)
+constexpr int kMaxParts = cpu::kRmsnormMaxParts;  // at most this many partials (bounds the scratch)
 constexpr int kCols = 128;       // columns per block in the dweight kernels
 
 int rows_per_part(int N) {

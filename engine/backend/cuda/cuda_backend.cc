@@ -269,6 +269,16 @@ uint64_t cuda_device_memory() {
   return uint64_t(p.totalGlobalMem);
 }
 
+uint64_t cuda_free_device_memory() {
+  if (!cuda_available() || cudaSetDevice(0) != cudaSuccess) return 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return uint64_t(free_b);
+}
+
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt) { return CudaBackend::create(opt); }
 
 }  // namespace mt

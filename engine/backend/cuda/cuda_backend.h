@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "kernels/rmsnorm.h"
 
 namespace mt {
 
@@ -22,8 +23,22 @@ struct CudaBackendOptions {
 bool cuda_available();
 // A one-line description of why CUDA is (not) available: "CUDA: 1 device(s), NVIDIA H200 ...".
 std::string cuda_describe();
-// Device 0's memory in bytes (what the planner may budget against), 0 when there is none.
+// Device 0's memory in bytes, 0 when there is none.
 uint64_t cuda_device_memory();
+// Device 0's free memory now (cudaMemGetInfo, so after this process's CUDA context), 0 when
+// there is none: the device budget a job gets unless it is given one.
+uint64_t cuda_free_device_memory();
+
+// Device memory the CUDA backend allocates outside its arena, which the planner counts: the
+// cuBLASLt workspace, the bf16 staging of copy_d2h_bf16, and the op scratch CudaOps grows on
+// demand for a micro-batch of `tokens` rows of width `hidden` (RMSNorm's dweight partials, at
+// most kRmsnormMaxParts x hidden floats; the head's per-token loss rows, tokens + 2 doubles),
+// with the 1.5x headroom it grows by.
+inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t tokens, uint64_t hidden) {
+  const uint64_t rms = uint64_t(cpu::kRmsnormMaxParts) * hidden * sizeof(float), loss = (tokens + 2) * sizeof(double);
+  const uint64_t scratch = rms > loss ? rms : loss;
+  return opt.gemm_workspace_bytes + opt.bf16_staging_elems * sizeof(bf16) + scratch + scratch / 2;
+}
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt);
 

@@ -6,6 +6,7 @@ namespace mt {
 bool cuda_available() { return false; }
 std::string cuda_describe() { return "CUDA: not built into this engine (configure with -DMEGATRAIN_CUDA=ON)"; }
 uint64_t cuda_device_memory() { return 0; }
+uint64_t cuda_free_device_memory() { return 0; }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions&) {
   return unimplemented("backend = cuda is not built into this engine (configure with -DMEGATRAIN_CUDA=ON)");

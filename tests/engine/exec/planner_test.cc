@@ -105,6 +105,33 @@ TEST(Planner, ByteCountsThatOverflowAreRefusedNotWrapped) {
 
 // One answer: the plan is what the streaming executor allocates, to the byte, on the host (the
 // HostStore and its staging buffers) and on the device.
+// The backend's own device buffers (CUDA: cuBLASLt workspace, staging, op scratch) are part of
+// the device total and of the budget, but not of the arena the executor reserves.
+TEST(DeviceBudget, TheBackendsOwnBuffersCountAgainstTheBudgetOutsideTheArena) {
+  auto cfg = preset_config("small");
+  ASSERT_TRUE(cfg.ok());
+  TrainOptions opt;
+  opt.seq_len = 512;
+  opt.micro_batch = 4;
+  opt.global_batch = 64;
+  auto bare = plan_memory(*cfg, opt, {});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ(bare->arena_bytes, bare->device_bytes);
+  PlanOptions po;
+  po.backend_bytes = 48ull << 20;
+  auto with = plan_memory(*cfg, opt, po);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->device_bytes, bare->device_bytes + po.backend_bytes);
+  EXPECT_EQ(with->arena_bytes, bare->arena_bytes);
+  EXPECT_EQ(with->device_by_kind.back(), std::make_pair(std::string("backend"), po.backend_bytes));
+  po.device_budget = bare->device_bytes;  // the arena alone would fit; with the backend's buffers it does not
+  auto tight = plan_memory(*cfg, opt, po);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_FALSE(tight->checkpoints_on_device);
+  EXPECT_TRUE(tight->fits) << tight->reason;
+  EXPECT_LE(tight->device_bytes, po.device_budget);
+}
+
 TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
   for (const bool tied : {false, true})
     for (const auto layout : {MemoryLayout::kExact, MemoryLayout::kCompact})

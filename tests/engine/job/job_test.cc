@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/job/job.h"
 
 #include "tests/engine/temp_dir.h"
@@ -197,6 +198,24 @@ TEST(JobRunner, AdmittedDeviceBudgetReachesTheExecutor) {
   auto refused = JobRunner(spec, b.path, {}, 4096).run();
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("device"), std::string::npos) << refused.status().to_string();
+}
+
+// A job that runs on CUDA plans the CUDA backend's own buffers, sized by its micro-batch; a CPU
+// job plans none. (Computed here without a GPU: the sizes come from CudaBackendOptions.)
+TEST(DeviceBudget, ACudaJobPlansTheBackendsBuffers) {
+  JobSpec spec = tiny_spec("streaming", 1);
+  auto cfg = resolve_model(spec);
+  ASSERT_TRUE(cfg.ok());
+  spec.backend = "cpu";
+  EXPECT_EQ(job_plan_options(spec, *cfg).backend_bytes, 0u);
+  spec.backend = "cuda";
+  const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
+  const uint64_t want = cuda_fixed_device_bytes(CudaBackendOptions{}, tokens, uint64_t(cfg->hidden_size));
+  EXPECT_EQ(job_plan_options(spec, *cfg).backend_bytes, want);
+  EXPECT_GT(want, CudaBackendOptions{}.gemm_workspace_bytes);
+  auto plan = plan_for_job(spec, *cfg, 0, 0);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->device_bytes - plan->arena_bytes, want);
 }
 
 TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {

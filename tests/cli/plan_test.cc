@@ -1,0 +1,31 @@
+// `megatrain plan` on the shipped specs, as a user runs it (issue 18, point 2).
+#include "engine/backend/cuda/cuda_backend.h"
+#include "tests/cli/cli_fixture.h"
+
+namespace mt::cli::testing {
+namespace {
+
+const std::string kLlama3Spec = std::string(MEGATRAIN_SOURCE_DIR) + "/deploy/jobs/llama3-8b-tokens.yaml";
+
+// Its layer inputs alone are 132 GiB: on an H200's budget the plan must move them to the host,
+// count the CUDA backend's own buffers, and fit.
+TEST(DeviceBudget, Llama3_8bShippedSpecFitsAnH200ByPlacingLayerInputsOnTheHost) {
+  RunResult r = megatrain({"plan", kLlama3Spec, "--device-memory", "140GB", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  const Json plan = r.json_lines().at(0);
+  EXPECT_TRUE(plan.find("fits")->as_bool()) << r.out;
+  EXPECT_FALSE(plan.find("checkpoints_on_device")->as_bool()) << r.out;
+  EXPECT_LE(plan.find("device_bytes")->as_int(), int64_t(140e9)) << r.out;
+  EXPECT_NE(plan.find("device_by_kind")->find("backend"), nullptr) << r.out;
+}
+
+// Without a GPU and without --device-memory the plan cannot know the card: it says so.
+TEST(DeviceBudget, PlanWithoutAGpuSaysTheDeviceBudgetIsUnknown) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is here: its free memory is the budget";
+  RunResult r = megatrain({"plan", kLlama3Spec});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  EXPECT_NE(r.out.find("device budget  none (no GPU here)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace mt::cli::testing
