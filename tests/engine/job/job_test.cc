@@ -274,10 +274,12 @@ TEST(JobRunner, ResumeWithDifferentStepsIsRefusedUnlessTheScheduleIsConstant) {
 // A source with no data: UNAVAILABLE until `ready` batches are allowed.
 class StarvingSource final : public DataSource {
  public:
-  explicit StarvingSource(std::unique_ptr<DataSource> inner, int ready) : inner_(std::move(inner)), ready_(ready) {}
+  // `unavailable` counts the UNAVAILABLE answers; it is the test's, since the runner frees the source.
+  StarvingSource(std::unique_ptr<DataSource> inner, int ready, int& unavailable)
+      : inner_(std::move(inner)), ready_(ready), unavailable_(unavailable) {}
   Status next_batch(int g, int t, Batch& out) override {
     if (ready_ == 0) {
-      ++unavailable;
+      ++unavailable_;
       return Status(StatusCode::kUnavailable, "no data now");
     }
     --ready_;
@@ -286,11 +288,11 @@ class StarvingSource final : public DataSource {
   uint64_t cursor() const override { return inner_->cursor(); }
   Status seek(uint64_t c) override { return inner_->seek(c); }
   std::string describe() const override { return "starving " + inner_->describe(); }
-  int unavailable = 0;
 
  private:
   std::unique_ptr<DataSource> inner_;
   int ready_;
+  int& unavailable_;
 };
 
 // Issue 11.11: while the source has no data a requested checkpoint is written at once, and the
@@ -299,16 +301,14 @@ TEST(JobRunner, StarvedSourceCheckpointsOnRequestAndYields) {
   TempDir dir;
   JobSpec spec = tiny_spec("resident", 6);
   spec.data.source = "push";
-  StarvingSource* source = nullptr;
+  int unavailable = 0;
   std::vector<long> checkpoints;
   int asked = 0;
   JobRunner* runner_ptr = nullptr;
   JobHooks hooks;
   hooks.make_push_source = [&](const JobSpec&, int vocab) -> Result<std::unique_ptr<DataSource>> {
     MT_ASSIGN_OR_RETURN(auto inner, make_synthetic_source({4, vocab, 64, 4}));
-    auto s = std::make_unique<StarvingSource>(std::move(inner), 2);
-    source = s.get();
-    return std::unique_ptr<DataSource>(std::move(s));
+    return std::unique_ptr<DataSource>(std::make_unique<StarvingSource>(std::move(inner), 2, unavailable));
   };
   hooks.on_checkpoint = [&](const std::string&, long step) { checkpoints.push_back(step); };
   hooks.yield_when_starved = [&] {  // asks for a checkpoint while starved, waits twice, then yields
@@ -321,7 +321,7 @@ TEST(JobRunner, StarvedSourceCheckpointsOnRequestAndYields) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(r->starved);
   EXPECT_EQ(r->steps_done, 2);
-  EXPECT_EQ(source->unavailable, 3);
+  EXPECT_EQ(unavailable, 3);
   // The request is written while starved; the final checkpoint is that same one, not rewritten.
   EXPECT_EQ(checkpoints, (std::vector<long>{2, 2}));
   EXPECT_TRUE(fs::exists(fs::path(dir.path) / "checkpoints" / "step-00000002"));
