@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/cuda_errors.h"
+
 namespace mt {
 
 size_t memlock_limit_bytes() {
@@ -28,6 +30,8 @@ std::string limit_text() {
 Result<void*> PinnedAllocator::allocate(size_t bytes) {
   const size_t rounded = rounded_size(bytes);
   void* p = nullptr;
+  if (!bind_device(device_, nullptr))
+    return failed_precondition("pinning host memory: cannot make CUDA device " + std::to_string(device_) + " current");
   const cudaError_t e = cudaHostAlloc(&p, rounded, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it: the device itself is fine
@@ -43,6 +47,7 @@ Result<void*> PinnedAllocator::allocate(size_t bytes) {
 
 void PinnedAllocator::release(void* p, size_t bytes) {
   if (!p) return;
+  bind_device(device_, nullptr);
   cudaFreeHost(p);
   pinned_ -= rounded_size(bytes);
 }

@@ -15,12 +15,16 @@ size_t memlock_limit_bytes();
 
 class PinnedAllocator final : public HostAllocator {
  public:
+  // `device`: made current on the calling thread before each call (the HostStore may pin from
+  // any thread; without it a thread on no device would create device 0's context).
+  explicit PinnedAllocator(int device = 0) : device_(device) {}
   Result<void*> allocate(size_t bytes) override;
   void release(void* p, size_t bytes) override;
   bool pinned() const override { return true; }
   size_t pinned_bytes() const { return pinned_.load(); }
 
  private:
+  int device_;
   std::atomic<size_t> pinned_{0};
 };
 
