@@ -21,6 +21,10 @@ class PinnedAllocator final : public HostAllocator {
   Result<void*> allocate(size_t bytes) override;
   void release(void* p, size_t bytes) override;
   bool pinned() const override { return true; }
+  // Pinned pages cannot be swapped: the total must fit in the memory the kernel reports as
+  // available (MemAvailable), or cudaHostAlloc fails part way (or the OOM killer acts).
+  Status check_capacity(size_t total_bytes) const override;
+  bool parallel_allocate() const override { return true; }  // cudaHostAlloc is thread-safe
   size_t pinned_bytes() const { return pinned_.load(); }
 
  private:
