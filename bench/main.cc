@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       "suites:\n"
       "  sgemm  [--n 2048 --reps 5]                       fp32 GEMM GFLOP/s on this machine\n"
       "  adamw  [--params N --threads T --reps 5]       fused AdamW vs a threaded memcpy\n"
-      "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu]\n"
+      "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192]\n"

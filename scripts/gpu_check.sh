@@ -117,10 +117,11 @@ step bench_pin 60 "$OUT/bench_pin.json" "$B" pin --gib 8 --chunk-mib 1024 --thre
 step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
 step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 4096 --reps 2 --json
-step bench_step_streaming 90 "$OUT/bench_step_streaming.json" "$B" step --preset small --backend cuda \
-  --executor streaming --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
-step bench_step_resident 60 "$OUT/bench_step_resident.json" "$B" step --preset small --backend cuda \
-  --executor resident --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
+# The CUDA backend runs the streaming executor only (it recomputes from layer inputs).
+step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small --backend cuda \
+  --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
+step bench_step_long 90 "$OUT/bench_step_long.json" "$B" step --preset small --backend cuda \
+  --executor streaming --recompute on --seq-len 2048 --micro-batch 1 --global-batch 4 --steps 3 --warmup 1 --json
 
 log "finished in $(elapsed)s; failed=$FAILED"
 exit "$FAILED"
