@@ -129,15 +129,13 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(const CudaBackendOptions& o
 // cores it burns are the AdamW thread pool's: the optimizer step runs on the host in parallel
 // with the GPU, so a spinning waiter directly slows it. The price is wake-up latency (tens of
 // microseconds) per host wait, against layer steps of milliseconds. See docs/ARCHITECTURE.md.
-// The flag belongs to the device's primary context: set before the first call that creates
-// it. If something in the process created it already (older runtimes then answer
-// cudaErrorSetOnActiveProcess), the context keeps its flags and the backend works anyway.
+// The flag belongs to the device's primary context. Current runtimes overwrite the flags of an
+// active context; older ones refuse (cudaErrorSetOnActiveProcess) once something in the process
+// has created it. A refusal is not fatal: the flag is a scheduling choice, the context keeps its
+// flags and the backend works anyway.
 Status CudaBackend::init() {
   MT_CUDA_STATUS(cudaSetDevice(opt_.device));
-  if (const cudaError_t f = cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync); f != cudaSuccess) {
-    cuda::clear_last_error();
-    if (f != cudaErrorSetOnActiveProcess) MT_CUDA_STATUS(f);
-  }
+  if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) cuda::clear_last_error();
   for (auto& s : streams_) MT_CUDA_STATUS(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const cuda::CudaStatus g = cuda::GemmContext::create(gemm_, opt_.gemm_workspace_bytes);
   if (!g.ok()) return internal_error(cuda::describe(g));
