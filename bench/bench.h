@@ -42,6 +42,7 @@ int run_plan(const Flags& f);
 int run_link(const Flags& f);       // bench_cuda.cc
 int run_gemm(const Flags& f);
 int run_attention(const Flags& f);
+int run_pin(const Flags& f);
 #endif
 
 double measure_sgemm_flops(int n, int reps);  // for step's peak_flops

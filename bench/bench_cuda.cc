@@ -5,12 +5,17 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/pinned_allocator.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/matmul.cuh"
 
@@ -58,6 +63,57 @@ double time_wall(int reps, const std::function<void()>& fn) {
 }
 
 }  // namespace
+
+// How long pinning takes (issue 18 point 8): `gib` GiB in chunks of `chunk-mib` (the HostStore
+// pins ~1 GiB chunks), first from one thread, then from `threads` threads at once, each pass
+// released before the next. Reports GB/s per pass and the locked-memory limit in force.
+int run_pin(const Flags& f) {
+  auto gib = f.num("gib", 16), chunk_mib = f.num("chunk-mib", 1024), threads = f.num("threads", 8);
+  if (!gib.ok() || !chunk_mib.ok() || !threads.ok() || !f.check_all_used().ok() || *chunk_mib <= 0 || *threads < 1)
+    return std::fprintf(stderr, "pin: bad flags\n"), 2;
+  if (!require_gpu("pin")) return 1;
+  const size_t chunk = size_t(*chunk_mib) << 20, n = std::max<size_t>(1, size_t(*gib * 1024 / *chunk_mib));
+  PinnedAllocator alloc(0);
+  std::string error;
+  auto pass = [&](int nthreads) {
+    std::vector<void*> ptrs(n, nullptr);
+    std::mutex mu;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ts;
+    std::atomic<size_t> next{0};
+    for (int t = 0; t < nthreads; ++t)
+      ts.emplace_back([&] {
+        for (size_t i; (i = next++) < n;) {
+          auto p = alloc.allocate(chunk);
+          if (p.ok()) ptrs[i] = *p;
+          else {
+            std::lock_guard<std::mutex> l(mu);
+            if (error.empty()) error = p.status().to_string();
+          }
+        }
+      });
+    for (auto& t : ts) t.join();
+    const double s = seconds_since(t0);
+    for (void* p : ptrs)
+      if (p) alloc.release(p, chunk);
+    return s;
+  };
+  const double one = pass(1), many = pass(int(*threads));
+  const double gb = double(n * chunk) / 1e9;
+  const size_t limit = memlock_limit_bytes();
+  emit(Json::object({{"suite", "pin"},
+                     {"bytes", int64_t(n * chunk)},
+                     {"chunk_bytes", int64_t(chunk)},
+                     {"one_thread_seconds", one},
+                     {"one_thread_gbps", gb / one},
+                     {"threads", int64_t(*threads)},
+                     {"parallel_seconds", many},
+                     {"parallel_gbps", gb / many},
+                     {"memlock_limit", limit == SIZE_MAX ? std::string("unlimited") : std::to_string(limit)},
+                     {"error", error}}),
+       f.json());
+  return error.empty() ? 0 : 1;
+}
 
 int run_link(const Flags& f) {
   auto mib = f.num("mib", 512), reps = f.num("reps", 10);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "bench/bench.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
 
@@ -46,7 +47,9 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   a.opt.recompute = recompute == "on";
   a.steps = int(steps);
   a.warmup = int(warmup);
-  if (a.backend != "cpu") return invalid_argument("--backend " + a.backend + " is not built in this binary");
+  if (a.backend != "cpu" && a.backend != "cuda") return invalid_argument("--backend " + a.backend + " is not one of cpu, cuda");
+  if (a.backend == "cuda" && a.executor != "streaming")
+    return invalid_argument("--backend cuda runs the streaming executor: pass --executor streaming --recompute on");
   if (a.executor != "resident" && a.executor != "streaming")
     return invalid_argument("--executor " + a.executor + " is not one of resident, streaming");
   MT_ASSIGN_OR_RETURN(double link, f.num("link-gbps", 0));
@@ -69,6 +72,11 @@ Result<StepArgs> parse_step_args(const Flags& f) {
 Result<std::unique_ptr<Executor>> make_bench_executor(const ModelConfig& cfg, const StepArgs& a) {
   if (a.executor == "resident") {
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, a.opt));
+    return std::unique_ptr<Executor>(std::move(ex));
+  }
+  if (a.backend == "cuda") {  // Unimplemented without CUDA in this build, FailedPrecondition without a device
+    MT_ASSIGN_OR_RETURN(auto be, make_cuda_backend({}));
+    MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, a.opt, a.so, std::move(be)));
     return std::unique_ptr<Executor>(std::move(ex));
   }
   MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create_cpu(cfg, a.opt, a.so));

@@ -78,13 +78,14 @@ int main(int argc, char** argv) {
       "suites:\n"
       "  sgemm  [--n 2048 --reps 5]                       fp32 GEMM GFLOP/s on this machine\n"
       "  adamw  [--params N --threads T --reps 5]       fused AdamW vs a threaded memcpy\n"
-      "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu]\n"
+      "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192]\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes (CUDA)\n"
+      "  pin    [--gib 16 --chunk-mib 1024 --threads 8]    cudaHostAlloc GB/s, one thread vs parallel (CUDA)\n"
       "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3]  fwd/bwd TFLOPS (CUDA)\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
@@ -104,8 +105,9 @@ int main(int argc, char** argv) {
   if (suite == "link") return run_link(*flags);
   if (suite == "gemm") return run_gemm(*flags);
   if (suite == "attention") return run_attention(*flags);
+  if (suite == "pin") return run_pin(*flags);
 #else
-  if (suite == "link" || suite == "gemm" || suite == "attention") {
+  if (suite == "link" || suite == "gemm" || suite == "attention" || suite == "pin") {
     std::fprintf(stderr, "megatrain-bench: suite '%s' needs CUDA; this build has none (-DMEGATRAIN_CUDA=ON)\n",
                  suite.c_str());
     return 1;

@@ -14,7 +14,8 @@
 
 namespace mt::server {
 
-Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg) {
+Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
+                                              std::function<Result<JobResult>(JobRunner&)> run_job) {
   MT_RETURN_IF_ERROR(finalize_config(cfg));
   std::unique_ptr<Daemon> d(new Daemon());
   d->cfg_ = cfg;
@@ -38,6 +39,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg) {
   jo.data_root = cfg.data_root;
   jo.budgets = {cfg.host_memory, cfg.device_memory};
   jo.peak_flops = cfg.peak_flops;
+  jo.run_job = std::move(run_job);
   d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);
   MT_RETURN_IF_ERROR(d->jobs_->start());
   d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth));
@@ -93,6 +95,8 @@ bool Daemon::stop(std::chrono::milliseconds timeout) {
   exporter_.reset();
   return ok;
 }
+
+Status Daemon::device_fault() const { return jobs_ ? jobs_->device_fault() : Status::Ok(); }
 
 Daemon::~Daemon() { stop(std::chrono::milliseconds(int64_t(cfg_.shutdown_timeout_s * 1000))); }
 

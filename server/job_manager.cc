@@ -242,7 +242,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     job->runner = &runner;
     if (job->rec.cancel_requested || stopping_) runner.request_cancel();
   }
-  Result<JobResult> res = runner.run();
+  Result<JobResult> res = opt_.run_job ? opt_.run_job(runner) : runner.run();
   finish_job(job, res);
 }
 
@@ -259,6 +259,8 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
     if (stopping_ && stopped && !r.cancel_requested) {
       // Still RUNNING in its record; the reason stays empty (it is for failed or cancelled jobs).
       message = "interrupted by a daemon shutdown at step " + std::to_string(r.step) + "; resumes on restart";
+    } else if (!res.ok() && res.status().code() == StatusCode::kDeviceLost) {
+      message = lose_device(*job, res.status());
     } else if (res.ok() && res->starved && !r.cancel_requested) {
       message = park(*job, *res);
     } else {
@@ -292,6 +294,41 @@ std::string JobManager::settle(Job& job, const Result<JobResult>& res) {
   if (job.spool) job.spool->stop();
   job.progress->waiting = false;
   return r.reason.empty() ? "finished" : r.reason;
+}
+
+Status JobManager::device_fault() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_fault_;
+}
+
+// The device is lost: nothing more can run in this process. The worker stops taking jobs
+// (stopping_), the job keeps its state RUNNING (so it resumes from its last checkpoint when
+// the restarted daemon loads it; the engine wrote no checkpoint from the failed step) and its
+// reason names the first failing call until then. The daemon's main loop sees device_fault()
+// and exits non-zero.
+std::string JobManager::lose_device(Job& job, const Status& st) {
+  JobRecord& r = job.rec;
+  r.device_faults += 1;
+  if (device_fault_.ok()) device_fault_ = st;
+  stopping_ = true;
+  cv_.notify_all();
+  if (r.cancel_requested || r.device_faults >= kMaxDeviceFaults) {
+    r.state = r.cancel_requested ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED;
+    r.reason = r.cancel_requested ? "cancelled; its last run ended with the device lost: " + st.to_string()
+                                  : "the device was lost in " + std::to_string(r.device_faults) +
+                                        " runs of this job; the last: " + st.to_string();
+    r.finished_ms = now_ms();
+    if (job.spool) job.spool->stop();
+    job.progress->waiting = false;
+    spdlog::error("job {}: {}", r.id, r.reason);
+    return r.reason;
+  }
+  r.reason = "device lost at step " + std::to_string(r.step) + " (run " + std::to_string(r.device_faults) + " of at most " +
+             std::to_string(kMaxDeviceFaults) + "): " + st.to_string() +
+             "; the daemon exits for a restart and the job resumes from " +
+             (r.last_checkpoint.empty() ? std::string("its start") : r.last_checkpoint);
+  spdlog::error("job {}: {}", r.id, r.reason);
+  return r.reason;
 }
 
 std::string JobManager::park(Job& job, const JobResult& res) {

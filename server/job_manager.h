@@ -35,7 +35,15 @@ class JobManager {
     std::string state_dir, data_root;
     Budgets budgets;
     double peak_flops = 0;  // 0: estimated
+    // Runs a job instead of runner.run() (tests inject faults with it); unset: runner.run().
+    std::function<Result<JobResult>(JobRunner&)> run_job;
   };
+  // A job whose run ends with the device lost (StatusCode::kDeviceLost: a sticky CUDA error,
+  // the process's context unusable) stays RUNNING with the failure as its reason, the worker
+  // takes no further job, and device_fault() says so: the daemon then exits non-zero, systemd
+  // restarts it and the job resumes from its last checkpoint. After this many such runs of one
+  // job it FAILS instead (a device that faults every time must not restart forever).
+  static constexpr int kMaxDeviceFaults = 3;
   using CheckpointDone = std::function<void(const Status&, const std::string& dir, long step)>;
   using Listener = std::function<void(const v1::JobEvent&)>;
 
@@ -46,6 +54,8 @@ class JobManager {
   // Stops the worker: the running job checkpoints at its next step boundary and stays RUNNING in
   // its record. False when it did not stop within `timeout` (the caller then exits anyway).
   bool shutdown(std::chrono::milliseconds timeout);
+  // The first run that ended with the device lost (see kMaxDeviceFaults); Ok while none has.
+  Status device_fault() const;
 
   Result<v1::SubmitJobResponse> submit(const v1::JobSpec& spec);
   Result<v1::MemoryPlan> plan(const v1::JobSpec& spec);
@@ -78,6 +88,7 @@ class JobManager {
   void finish_job(const std::shared_ptr<Job>& job, const Result<JobResult>& res);
   std::string settle(Job& job, const Result<JobResult>& res);  // mu_ held; terminal state
   std::string park(Job& job, const JobResult& res);            // mu_ held; starved: off the queue
+  std::string lose_device(Job& job, const Status& st);         // mu_ held; see kMaxDeviceFaults
   void unpark_if_fed(Job& job);                                 // mu_ held; back in the queue
   void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
   v1::Job to_proto(const Job& job) const;  // mu_ held
@@ -95,6 +106,7 @@ class JobManager {
   std::shared_ptr<Job> running_;
   long next_id_ = 1;
   bool stopping_ = false, worker_done_ = false, started_ = false;
+  Status device_fault_;
   std::thread worker_;
 
   std::mutex listeners_mu_;

@@ -55,7 +55,8 @@ Json record_to_json(const JobRecord& r) {
                        // a uint64 sum: a string, since JSON numbers are doubles
                        {"consumed_checksum", std::to_string(r.consumed_checksum)},
                        {"spooled_tokens", int64_t(r.spooled_tokens)},
-                       {"cancel_requested", r.cancel_requested}});
+                       {"cancel_requested", r.cancel_requested},
+                       {"device_faults", int64_t(r.device_faults)}});
 }
 
 Result<JobRecord> record_from_json(const Json& j) {
@@ -90,6 +91,7 @@ Result<JobRecord> record_from_json(const Json& j) {
   r.spooled_tokens = uint64_t(std::max<int64_t>(0, i64("spooled_tokens")));
   const Json* cancel = j.find("cancel_requested");
   r.cancel_requested = cancel && cancel->is_bool() && cancel->as_bool();
+  r.device_faults = int(std::max<int64_t>(0, i64("device_faults")));
   return r;
 }
 

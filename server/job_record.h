@@ -25,6 +25,9 @@ struct JobRecord {
   // An acknowledged CancelJob of a running job, saved before the reply: a job whose record says
   // so ends CANCELLED after a restart instead of training on.
   bool cancel_requested = false;
+  // Runs of this job that ended with the device lost (a sticky CUDA error). The job stays
+  // RUNNING and resumes after the daemon's restart; at JobManager::kMaxDeviceFaults it fails.
+  int device_faults = 0;
   bool terminal() const;
 };
 

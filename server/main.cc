@@ -39,19 +39,33 @@ int main(int argc, char** argv) {
   }
   sd_notify(0, "READY=1\nSTATUS=serving");
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  spdlog::info("signal {}: stopping (checkpointing the running job)", sig);
+  // Waits for a stop signal, or for a job to lose the device (a sticky CUDA error leaves this
+  // process's context unusable: only a new process can run on the GPU again).
+  for (;;) {
+    timespec tick{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (sig > 0) {
+      spdlog::info("signal {}: stopping (checkpointing the running job)", sig);
+      break;
+    }
+    if (const mt::Status fault = (*daemon)->device_fault(); !fault.ok()) {
+      spdlog::error("the device was lost ({}); stopping, to exit {} for a restart in a fresh process",
+                    fault.to_string(), mt::server::Daemon::kExitDeviceLost);
+      break;
+    }
+  }
   sd_notify(0, "STOPPING=1");
   const auto timeout = std::chrono::milliseconds(int64_t(cfg->shutdown_timeout_s * 1000));
   if (!(*daemon)->stop(timeout)) {
     // The job did not reach a step boundary in time; it resumes from its previous checkpoint.
     // Pushed data is fsynced on every append, so nothing acknowledged is lost.
     spdlog::warn("the running job did not stop within {} s; exiting without its checkpoint", cfg->shutdown_timeout_s);
+    const int code = (*daemon)->exit_code();
     spdlog::shutdown();
-    _exit(0);
+    _exit(code);
   }
+  const int code = (*daemon)->exit_code();
   daemon->reset();
-  spdlog::info("stopped");
-  return 0;
+  spdlog::info("stopped (exit status {})", code);
+  return code;
 }

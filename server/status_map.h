@@ -19,6 +19,7 @@ inline grpc::StatusCode to_grpc_code(StatusCode c) {
     case StatusCode::kCancelled: return grpc::StatusCode::CANCELLED;
     case StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
     case StatusCode::kInternal: return grpc::StatusCode::INTERNAL;
+    case StatusCode::kDeviceLost: return grpc::StatusCode::UNAVAILABLE;  // the daemon restarts
   }
   return grpc::StatusCode::UNKNOWN;
 }

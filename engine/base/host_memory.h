@@ -14,6 +14,12 @@ class HostAllocator {
   virtual Result<void*> allocate(size_t bytes) = 0;  // aligned to at least 4 KiB
   virtual void release(void* p, size_t bytes) = 0;
   virtual bool pinned() const { return false; }
+  // Before a large store is allocated (the HostStore: 80-1,500 GiB): whether `total_bytes` can
+  // be had at all, refused with the reason, so a job fails at once instead of after minutes of
+  // pinning. Default: no check (pageable memory can overcommit).
+  virtual Status check_capacity(size_t total_bytes) const { return Status::Ok(); }
+  // Whether allocate() may be called from several threads at once (pinning in parallel).
+  virtual bool parallel_allocate() const { return false; }
 };
 HostAllocator& default_host_allocator();  // plain aligned pageable memory
 

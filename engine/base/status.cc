@@ -15,6 +15,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kCancelled: return "CANCELLED";
     case StatusCode::kUnavailable: return "UNAVAILABLE";
     case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kDeviceLost: return "DEVICE_LOST";
   }
   return "UNKNOWN";
 }

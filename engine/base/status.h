@@ -19,6 +19,11 @@ enum class StatusCode {
   kCancelled,
   kUnavailable,
   kInternal,
+  // The device's context is unusable (a sticky CUDA error: illegal address, ECC, ...): nothing
+  // more can run on it in this process. The job stops with no update applied from the suspect
+  // step; megatraind exits non-zero so that a fresh process (systemd restart) resumes the job
+  // from its last checkpoint.
+  kDeviceLost,
 };
 
 const char* status_code_name(StatusCode code);
@@ -49,6 +54,7 @@ inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPr
 inline Status data_loss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status device_lost(std::string m) { return {StatusCode::kDeviceLost, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] Result {

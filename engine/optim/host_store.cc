@@ -1,7 +1,11 @@
 #include "engine/optim/host_store.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 namespace mt {
 
@@ -52,16 +56,62 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
   // it would exceed kChunkBytes; a unit larger than that gets a chunk of its own.
   std::vector<size_t> unit_bytes;
   for (const auto& u : units) unit_bytes.push_back(unit_store_bytes(u.numel, layout, shadow).total());
-  size_t i = 0;
-  while (i < units.size()) {
+  struct Plan {
+    size_t first, end, bytes;
+  };
+  std::vector<Plan> plan;
+  size_t total = 0;
+  for (size_t i = 0; i < units.size();) {
     size_t j = i, bytes = 0;
     while (j < units.size() && (j == i || bytes + unit_bytes[j] <= kChunkBytes)) bytes += unit_bytes[j++];
-    MT_ASSIGN_OR_RETURN(void* chunk, alloc.allocate(bytes));
-    std::memset(chunk, 0, bytes);
-    s->chunks_.emplace_back(chunk, bytes);
+    plan.push_back({i, j, bytes});
+    total += bytes;
+    i = j;
+  }
+  // Refused up front, before minutes of pinning (pinned memory must fit in physical memory).
+  MT_RETURN_IF_ERROR(alloc.check_capacity(total));
+  // Allocate and zero the chunks. Pinning is page-by-page work in the driver (fault in, zero,
+  // lock) at a few GB/s per thread, so 1.5 TB from one thread would take minutes; an allocator
+  // that allows it gets the chunks from several threads at once (megatrain-bench pin measures
+  // both). The chunks keep their planned order whatever thread pinned them.
+  std::vector<void*> chunks(plan.size(), nullptr);
+  Status first_error;
+  std::mutex error_mu;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next++) < plan.size();) {
+      {
+        std::lock_guard<std::mutex> l(error_mu);
+        if (!first_error.ok()) return;
+      }
+      auto c = alloc.allocate(plan[k].bytes);
+      if (!c.ok()) {
+        std::lock_guard<std::mutex> l(error_mu);
+        if (first_error.ok()) first_error = c.status();
+        return;
+      }
+      std::memset(*c, 0, plan[k].bytes);
+      chunks[k] = *c;
+    }
+  };
+  const size_t nthreads = alloc.parallel_allocate()
+                              ? std::min<size_t>(plan.size(), std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8))
+                              : 1;
+  if (nthreads <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> ts;
+    for (size_t t = 0; t < nthreads; ++t) ts.emplace_back(worker);
+    for (auto& t : ts) t.join();
+  }
+  for (size_t k = 0; k < plan.size(); ++k)
+    if (chunks[k]) s->chunks_.emplace_back(chunks[k], plan[k].bytes);  // released by ~HostStore on failure
+  MT_RETURN_IF_ERROR(first_error);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const size_t bytes = plan[k].bytes;
     s->total_bytes_ += bytes;
-    char* p = static_cast<char*>(chunk);
-    for (; i < j; ++i) {
+    char* p = static_cast<char*>(chunks[k]);
+    for (size_t i = plan[k].first; i < plan[k].end; ++i) {
       const size_t n = units[i].numel;
       HostUnit hu;
       hu.numel = n;

@@ -35,6 +35,7 @@ CudaStatus adamw_update(float* param, const S* grad, S* m, S* v, __nv_bfloat16* 
   const Coeffs c{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.grad_scale,
                  float(1.0 - std::pow(double(p.beta1), double(p.step))),
                  float(1.0 - std::pow(double(p.beta2), double(p.step)))};
+  clear_last_error();
   adamw_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(param, grad, m, v, shadow, n, c);
   return launched("adamw_kernel");
 }

@@ -151,9 +151,11 @@ CudaStatus launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, c
   const size_t s1 = dq_smem<kDL>(g.D), s2 = dkv_smem<kDL>(g.D);
   MT_CUDA_CALL(cudaFuncSetAttribute(dq_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
   MT_CUDA_CALL(cudaFuncSetAttribute(dkv_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
+  clear_last_error();
   dq_kernel<T, kDL><<<dim3((g.T + kRows - 1) / kRows, g.H, g.B), 32 * kRows, s1, stream>>>(dqkv, dout, qkv, out,
                                                                                           lse, g);
   MT_CUDA_TRY(launched("attention dq_kernel"));
+  clear_last_error();
   dkv_kernel<T, kDL><<<dim3((g.T + kKeys - 1) / kKeys, g.KVH, g.B), 32 * kRows, s2, stream>>>(dqkv, dout, qkv, out,
                                                                                              lse, g);
   return launched("attention dkv_kernel");

@@ -70,6 +70,7 @@ CudaStatus launch_forward(T* out, float* lse, const T* qkv, const Geo& g, cudaSt
   const size_t smem = fwd_smem<kDL>(g.D);
   MT_CUDA_CALL(cudaFuncSetAttribute(forward_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid((g.T + kRows - 1) / kRows, g.H, g.B);
+  clear_last_error();
   forward_kernel<T, kDL><<<grid, 32 * kRows, smem, stream>>>(out, lse, qkv, g);
   return launched("attention forward_kernel");
 }

@@ -48,6 +48,7 @@ __global__ void backward_kernel(T* dwte, const T* dout, const int32_t* tokens, i
 template <typename T>
 CudaStatus embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
+  clear_last_error();
   forward_kernel<<<detail::blocks_for(size_t(N) * C, 256), 256, 0, stream>>>(out, tokens, wte, N, C);
   return launched("embedding forward_kernel");
 }
@@ -55,6 +56,7 @@ CudaStatus embedding_forward(T* out, const int32_t* tokens, const T* wte, int N,
 template <typename T>
 CudaStatus embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
+  clear_last_error();
   backward_kernel<<<dim3((C + kThreads - 1) / kThreads, kBuckets), kThreads, 0, stream>>>(dwte, dout, tokens, N, C);
   return launched("embedding backward_kernel");
 }

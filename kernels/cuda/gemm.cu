@@ -126,6 +126,7 @@ CudaStatus gemm(bool ta, bool tb, int M, int N, int K, float alpha, const T* A, 
     it = ctx.plans.emplace(key, p).first;
   }
   const Plan& p = it->second;
+  clear_last_error();  // cuBLASLt launches kernels too: a stale error must not be charged to it
   MT_BLAS_CALL(cublasLtMatmul(ctx.handle, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                               ctx.workspace, ctx.workspace_bytes, stream));
   return {};

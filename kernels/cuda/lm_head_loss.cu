@@ -75,6 +75,7 @@ CudaStatus lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const i
     const int rows = std::min(chunk, N - n0);
     const T* xc = x + long(n0) * C;
     MT_CUDA_TRY(gemm<T>(false, true, rows, V, C, 1.f, xc, C, W, C, 0.f, scratch, V, ctx, stream));
+    clear_last_error();
     softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(scratch, row_loss + n0, losses ? losses + n0 : nullptr,
                                                      targets + n0, V, backward, grad_scale);
     MT_CUDA_TRY(launched("softmax_ce_kernel"));
@@ -82,6 +83,7 @@ CudaStatus lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const i
     MT_CUDA_TRY(gemm<T>(false, false, rows, C, V, 1.f, scratch, V, W, C, 0.f, dx + long(n0) * C, C, ctx, stream));
     if (dW) MT_CUDA_TRY(gemm<T>(true, false, V, C, rows, 1.f, scratch, V, xc, C, 1.f, dW, C, ctx, stream));
   }
+  clear_last_error();
   total_kernel<<<1, 1, 0, stream>>>(totals, row_loss, targets, N, V);
   return launched("lm_head_loss total_kernel");
 }

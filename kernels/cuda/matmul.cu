@@ -34,6 +34,7 @@ CudaStatus matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N
                           cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return {};
   if (bias) {
+    clear_last_error();
     broadcast_rows<<<detail::blocks_for(size_t(N) * OC, 256), 256, 0, stream>>>(out, bias, N, OC);
     MT_CUDA_TRY(launched("broadcast_rows"));
   }
@@ -47,6 +48,7 @@ CudaStatus matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, c
   if (dinp) MT_CUDA_TRY(gemm<T>(false, false, N, C, OC, 1.f, dout, OC, w, C, 1.f, dinp, C, ctx, stream));
   if (dw) MT_CUDA_TRY(gemm<T>(true, false, OC, C, N, 1.f, dout, OC, inp, C, 1.f, dw, C, ctx, stream));
   if (db) {
+    clear_last_error();
     column_sum_add<<<(OC + 127) / 128, 128, 0, stream>>>(db, dout, N, OC);
     MT_CUDA_TRY(launched("column_sum_add"));
   }

@@ -88,6 +88,7 @@ template <typename T>
 CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps,
                            cudaStream_t stream) {
   if (N <= 0) return {};
+  clear_last_error();
   forward_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(out, rstd, inp, w, N, C, eps);
   return launched("rmsnorm forward_kernel");
 }
@@ -97,15 +98,18 @@ CudaStatus rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, co
                             int C, float* scratch, cudaStream_t stream) {
   if (N <= 0) return {};
   if (dinp) {
+    clear_last_error();
     backward_dinp_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
     MT_CUDA_TRY(launched("rmsnorm backward_dinp_kernel"));
   }
   if (!dweight) return {};
   if (!scratch) return invalid_value("rmsnorm_backward: scratch is required for dweight");
   const int rows = rows_per_part(N), parts = (N + rows - 1) / rows;
+  clear_last_error();
   dweight_partial_kernel<<<dim3((C + kCols - 1) / kCols, parts), kCols, 0, stream>>>(scratch, dout, inp, rstd, N, C,
                                                                                    rows);
   MT_CUDA_TRY(launched("rmsnorm dweight_partial_kernel"));
+  clear_last_error();
   dweight_sum_kernel<<<(C + kCols - 1) / kCols, kCols, 0, stream>>>(dweight, scratch, parts, C);
   return launched("rmsnorm dweight_sum_kernel");
 }

@@ -36,6 +36,7 @@ CudaStatus rope_apply(T* qkv, const float* inv_freq, int B, int T_, int H, int K
   if (B <= 0 || T_ <= 0) return {};
   if (D % 2) return invalid_value("rope: head_dim must be even");
   const size_t total = size_t(B) * T_ * (H + KVH) * (D / 2);
+  clear_last_error();
   rope_kernel<<<detail::blocks_for(total, 256), 256, 0, stream>>>(qkv, inv_freq, B * T_, T_, H + KVH, D,
                                                                   long(H + 2 * KVH) * D, sign);
   return launched("rope_kernel");

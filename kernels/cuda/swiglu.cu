@@ -39,6 +39,7 @@ __global__ void backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F
 template <typename T>
 CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream) {
   if (N <= 0 || F <= 0) return {};
+  clear_last_error();
   forward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(out, gu, N, F);
   return launched("swiglu forward_kernel");
 }
@@ -46,6 +47,7 @@ CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream
 template <typename T>
 CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream) {
   if (N <= 0 || F <= 0) return {};
+  clear_last_error();
   backward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F);
   return launched("swiglu backward_kernel");
 }

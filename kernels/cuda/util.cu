@@ -22,6 +22,7 @@ __global__ void convert_kernel(D* dst, const S* src, size_t n) {
 template <typename T>
 CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream) {
   if (n == 0) return {};
+  clear_last_error();
   add_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(y, x, n);
   return launched("add_kernel");
 }
@@ -40,12 +41,14 @@ CudaStatus zero(T* dst, size_t n, cudaStream_t stream) {
 
 CudaStatus convert_f32_to_bf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream) {
   if (n == 0) return {};
+  clear_last_error();
   convert_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
   return launched("convert_kernel<f32->bf16>");
 }
 
 CudaStatus convert_bf16_to_f32(float* dst, const __nv_bfloat16* src, size_t n, cudaStream_t stream) {
   if (n == 0) return {};
+  clear_last_error();
   convert_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
   return launched("convert_kernel<bf16->f32>");
 }

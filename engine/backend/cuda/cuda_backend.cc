@@ -1,5 +1,9 @@
 // CudaBackend: see cuda_backend.h. Copies are timed with CUDA timing events around each
 // transfer; take_copy_stats() sums the pairs that have completed (the rest carry over).
+//
+// Threads: the uploader, the compute thread and the optimizer all call in. Every entry point
+// binds the device first (bind_device: the current device is per host thread). Each copy stream
+// is enqueued under its own mutex (see timed()), so one copy's timing pair brackets that copy only.
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -19,13 +23,31 @@ namespace {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(cudaEvent_t e) : e_(e) {}
-  ~CudaEvent() override { cudaEventDestroy(e_); }
-  bool done() const override { return cudaEventQuery(e_) != cudaErrorNotReady; }  // errors count as done
+  CudaEvent(cudaEvent_t e, int device, CudaErrors* errors) : e_(e), device_(device), errors_(errors) {}
+  ~CudaEvent() override {
+    if (e_) cudaEventDestroy(e_);
+  }
+  // A failed query counts as done (nothing waits forever on a lost device) and is recorded, so
+  // Backend::error() says why before anything uses what the event guarded. "Not ready" is not an
+  // error, but clear it from the thread's last error all the same: the next kernel launch on
+  // this thread must not report it (launched()).
+  bool done() const override {
+    if (!e_) return true;
+    bind_device(device_, errors_);
+    const cudaError_t r = cudaEventQuery(e_);
+    if (r == cudaErrorNotReady) {
+      cuda::clear_last_error();
+      return false;
+    }
+    if (r != cudaSuccess) errors_->note(r, "cudaEventQuery");
+    return true;
+  }
   cudaEvent_t get() const { return e_; }
 
  private:
   cudaEvent_t e_;
+  int device_;
+  CudaErrors* errors_;
 };
 
 struct TimedCopy {
@@ -55,13 +77,12 @@ class CudaBackend final : public Backend {
   Status error() const override { return errors_.get(); }
 
  private:
-  explicit CudaBackend(const CudaBackendOptions& o) : opt_(o) {}
+  explicit CudaBackend(const CudaBackendOptions& o) : opt_(o), pinned_(o.device) {}
   Status init();
-  void bind() const {
-    if (opt_.device != 0) cudaSetDevice(opt_.device);  // the runtime's current device is per thread
-  }
+  bool bind() { return bind_device(opt_.device, &errors_); }
   cudaStream_t stream(StreamKind s) const { return streams_[int(s)]; }
-  // Runs `issue` on `s` between two timing events kept for the copy statistics.
+  // Runs `issue` on `s` between two timing events kept for the copy statistics, holding the
+  // stream's mutex (see the definition).
   template <typename F>
   void timed(StreamKind s, size_t bytes, F issue);
 
@@ -77,6 +98,8 @@ class CudaBackend final : public Backend {
   DeviceArena arena_;
   std::mutex stats_mu_;
   std::deque<TimedCopy> pending_[3];
+  // One per stream: held while enqueueing on it (a timed copy, a stream wait, an event record).
+  std::mutex stream_mu_[3];
 };
 
 #define MT_CUDA_STATUS(expr)                                                                   \
@@ -99,19 +122,31 @@ Result<std::unique_ptr<Backend>> CudaBackend::create(const CudaBackendOptions& o
   return std::unique_ptr<Backend>(std::move(b));
 }
 
+// The device schedule flag: BlockingSync. A host thread that waits for the device
+// (cudaEventSynchronize in host_wait, the optimizer waiting for a gradient's D2H copy, the
+// compute thread waiting for a free slot) sleeps on an OS primitive instead of spinning. With
+// the default (Auto: spin while contexts <= cores) every waiting thread burns a core, and the
+// cores it burns are the AdamW thread pool's: the optimizer step runs on the host in parallel
+// with the GPU, so a spinning waiter directly slows it. The price is wake-up latency (tens of
+// microseconds) per host wait, against layer steps of milliseconds. See docs/ARCHITECTURE.md.
+// The flag belongs to the device's primary context. Current runtimes overwrite the flags of an
+// active context; older ones refuse (cudaErrorSetOnActiveProcess) once something in the process
+// has created it. A refusal is not fatal: the flag is a scheduling choice, the context keeps its
+// flags and the backend works anyway.
 Status CudaBackend::init() {
   MT_CUDA_STATUS(cudaSetDevice(opt_.device));
+  if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) cuda::clear_last_error();
   for (auto& s : streams_) MT_CUDA_STATUS(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const cuda::CudaStatus g = cuda::GemmContext::create(gemm_, opt_.gemm_workspace_bytes);
   if (!g.ok()) return internal_error(cuda::describe(g));
   MT_CUDA_STATUS(cudaHostAlloc(reinterpret_cast<void**>(&host_totals_), 2 * sizeof(double), cudaHostAllocPortable));
   MT_CUDA_STATUS(cudaMalloc(reinterpret_cast<void**>(&staging_), opt_.bf16_staging_elems * sizeof(__nv_bfloat16)));
-  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), *gemm_, errors_, host_totals_);
+  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), opt_.device, *gemm_, errors_, host_totals_);
   return Status::Ok();
 }
 
 CudaBackend::~CudaBackend() {
-  bind();
+  bind_device(opt_.device, nullptr);
   for (auto s : streams_)
     if (s) cudaStreamSynchronize(s);
   ops_.reset();
@@ -129,7 +164,7 @@ CudaBackend::~CudaBackend() {
 
 Status CudaBackend::reserve_device(size_t bytes) {
   if (memory_) return failed_precondition("device arena already reserved");
-  bind();
+  if (!bind()) return errors_.get();
   const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&memory_), bytes ? bytes : 256);
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -146,15 +181,29 @@ Status CudaBackend::reserve_device(size_t bytes) {
 
 Result<void*> CudaBackend::device_alloc(size_t bytes) { return arena_.alloc(bytes); }
 
+// Why the stream mutex: the uploader and the compute thread both enqueue on the H2D stream (and
+// the optimizer and the compute thread on D2H). Unserialised, thread A could record its start
+// event, thread B record its start and issue its copy, then A issue its copy and record its end:
+// A's pair would bracket both copies and h2d_seconds count B's transfer twice. A stream wait
+// slipped in by another thread between start and copy would likewise count wait as copy time.
+// Holding the stream's mutex from the start event to the end event (and in stream_wait and
+// record) makes each pair bracket exactly its own copy; copies on one stream run one after the
+// other on the GPU anyway, so the lock costs only host enqueue time (microseconds).
 template <typename F>
 void CudaBackend::timed(StreamKind s, size_t bytes, F issue) {
-  bind();
+  if (!bind()) return;
   TimedCopy t{nullptr, nullptr, bytes};
   if (!errors_.note(cudaEventCreate(&t.start), "cudaEventCreate")) return;
-  if (!errors_.note(cudaEventCreate(&t.end), "cudaEventCreate")) return;
-  errors_.note(cudaEventRecord(t.start, stream(s)), "cudaEventRecord");
-  issue();
-  errors_.note(cudaEventRecord(t.end, stream(s)), "cudaEventRecord");
+  if (!errors_.note(cudaEventCreate(&t.end), "cudaEventCreate")) {
+    cudaEventDestroy(t.start);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(stream_mu_[int(s)]);
+    errors_.note(cudaEventRecord(t.start, stream(s)), "cudaEventRecord");
+    issue();
+    errors_.note(cudaEventRecord(t.end, stream(s)), "cudaEventRecord");
+  }
   std::lock_guard<std::mutex> l(stats_mu_);
   pending_[int(s)].push_back(t);
 }
@@ -189,43 +238,56 @@ void CudaBackend::copy_d2h_bf16(bf16* dst, const float* src, size_t n) {
 }
 
 EventPtr CudaBackend::record(StreamKind s) {
-  bind();
   cudaEvent_t e = nullptr;
-  if (!errors_.note(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags")) {
-    // An event that reads as done (cudaEventQuery on a null event fails): nothing waits forever.
-    return std::make_shared<CudaEvent>(nullptr);
+  if (!bind() ||
+      !errors_.note(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags")) {
+    // An event that reads as done (a null event): nothing waits forever; error() says why.
+    return std::make_shared<CudaEvent>(nullptr, opt_.device, &errors_);
   }
-  errors_.note(cudaEventRecord(e, stream(s)), "cudaEventRecord");
-  return std::make_shared<CudaEvent>(e);
+  {
+    std::lock_guard<std::mutex> l(stream_mu_[int(s)]);
+    errors_.note(cudaEventRecord(e, stream(s)), "cudaEventRecord");
+  }
+  return std::make_shared<CudaEvent>(e, opt_.device, &errors_);
 }
 
 void CudaBackend::stream_wait(StreamKind s, const EventPtr& e) {
   if (!e) return;
   const auto* ce = static_cast<const CudaEvent*>(e.get());
   if (!ce->get()) return;
-  bind();
+  if (!bind()) return;
+  std::lock_guard<std::mutex> l(stream_mu_[int(s)]);
   errors_.note(cudaStreamWaitEvent(stream(s), ce->get(), 0), "cudaStreamWaitEvent");
 }
 
+// A failed wait (a fault on the stream) returns at once like a completed one; the failure is in
+// error() before this returns, so a caller that checks error() after host_wait never uses the
+// memory the event guarded (the optimizer must not run AdamW on gradients a failed copy left).
 double CudaBackend::host_wait(const EventPtr& e) {
   if (!e) return 0;
   const auto* ce = static_cast<const CudaEvent*>(e.get());
   if (!ce->get() || e->done()) return 0;
-  bind();
+  if (!bind()) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   errors_.note(cudaEventSynchronize(ce->get()), "cudaEventSynchronize");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 CopyStats CudaBackend::take_copy_stats() {
-  bind();
   CopyStats st;
+  if (!bind()) return st;
   std::lock_guard<std::mutex> l(stats_mu_);
   for (int k : {int(StreamKind::kH2D), int(StreamKind::kD2H)}) {
     auto& q = pending_[k];
-    while (!q.empty() && cudaEventQuery(q.front().end) == cudaSuccess) {
+    while (!q.empty()) {
+      const cudaError_t r = cudaEventQuery(q.front().end);
+      if (r == cudaErrorNotReady) {
+        cuda::clear_last_error();  // not an error; must not surface at the next launch
+        break;
+      }
+      if (!errors_.note(r, "cudaEventQuery(copy timing)")) break;
       float ms = 0;
-      cudaEventElapsedTime(&ms, q.front().start, q.front().end);
+      errors_.note(cudaEventElapsedTime(&ms, q.front().start, q.front().end), "cudaEventElapsedTime");
       (k == int(StreamKind::kH2D) ? st.h2d_bytes : st.d2h_bytes) += q.front().bytes;
       (k == int(StreamKind::kH2D) ? st.h2d_seconds : st.d2h_seconds) += double(ms) * 1e-3;
       cudaEventDestroy(q.front().start);

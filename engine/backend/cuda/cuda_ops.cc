@@ -11,7 +11,7 @@
 namespace mt {
 
 CudaOps::~CudaOps() {
-  if (temp_) cudaFreeAsync(temp_, stream_);
+  if (temp_ && bind_device(device_, nullptr)) cudaFreeAsync(temp_, stream_);
 }
 
 void* CudaOps::temp(size_t bytes) const {
@@ -27,18 +27,22 @@ void* CudaOps::temp(size_t bytes) const {
 
 void CudaOps::matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C,
                              int OC) const {
+  if (!bind()) return;
   errors_.note(cuda::matmul_forward(out, inp, w, b, N, C, OC, gemm_, stream_), "matmul_forward");
 }
 void CudaOps::matmul_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                               int N, int C, int OC) const {
+  if (!bind()) return;
   errors_.note(cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, gemm_, stream_), "matmul_backward");
 }
 void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
                               float eps) const {
+  if (!bind()) return;
   errors_.note(cuda::rmsnorm_forward(out, rstd, inp, w, N, C, eps, stream_), "rmsnorm_forward");
 }
 void CudaOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                const float* rstd, int N, int C) const {
+  if (!bind()) return;
   float* s = nullptr;
   if (dw) {
     s = static_cast<float*>(temp(cuda::rmsnorm_backward_scratch(N, C) * sizeof(float)));
@@ -47,29 +51,37 @@ void CudaOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const 
   errors_.note(cuda::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, s, stream_), "rmsnorm_backward");
 }
 void CudaOps::rope_forward(float* qkv, const float* f, int B, int T_, int H, int KVH, int D) const {
+  if (!bind()) return;
   errors_.note(cuda::rope_forward(qkv, f, B, T_, H, KVH, D, stream_), "rope_forward");
 }
 void CudaOps::rope_backward(float* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const {
+  if (!bind()) return;
   errors_.note(cuda::rope_backward(dqkv, f, B, T_, H, KVH, D, stream_), "rope_backward");
 }
 void CudaOps::attention_forward(float* out, float* lse, const float* qkv, int B, int T_, int H, int KVH,
                                 int D) const {
+  if (!bind()) return;
   errors_.note(cuda::attention_forward(out, lse, qkv, B, T_, H, KVH, D, stream_), "attention_forward");
 }
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                                  int B, int T_, int H, int KVH, int D) const {
+  if (!bind()) return;
   errors_.note(cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KVH, D, stream_), "attention_backward");
 }
 void CudaOps::swiglu_forward(float* out, const float* gu, int N, int F) const {
+  if (!bind()) return;
   errors_.note(cuda::swiglu_forward(out, gu, N, F, stream_), "swiglu_forward");
 }
 void CudaOps::swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const {
+  if (!bind()) return;
   errors_.note(cuda::swiglu_backward(dgu, dout, gu, N, F, stream_), "swiglu_backward");
 }
 void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const {
+  if (!bind()) return;
   errors_.note(cuda::embedding_forward(out, tokens, wte, N, C, stream_), "embedding_forward");
 }
 void CudaOps::embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) const {
+  if (!bind()) return;
   errors_.note(cuda::embedding_backward(dwte, dout, tokens, N, C, stream_), "embedding_backward");
 }
 
@@ -77,7 +89,7 @@ cpu::LmHeadLossResult CudaOps::lm_head_loss(float* dx, float* dW, float* losses,
                                             const int32_t* targets, int N, int C, int V, int chunk, float grad_scale,
                                             float* scratch) const {
   cpu::LmHeadLossResult r;
-  if (N <= 0) return r;
+  if (N <= 0 || !bind()) return r;
   auto* rows = static_cast<double*>(temp((size_t(N) + 2) * sizeof(double)));
   if (!rows) return r;
   double* totals = rows + N;
@@ -95,11 +107,16 @@ cpu::LmHeadLossResult CudaOps::lm_head_loss(float* dx, float* dW, float* losses,
 }
 
 void CudaOps::add_inplace(float* y, const float* x, size_t n) const {
+  if (!bind()) return;
   errors_.note(cuda::add_inplace(y, x, n, stream_), "add_inplace");
 }
 void CudaOps::copy(float* dst, const float* src, size_t n) const {
+  if (!bind()) return;
   errors_.note(cuda::copy(dst, src, n, stream_), "copy");
 }
-void CudaOps::zero(float* dst, size_t n) const { errors_.note(cuda::zero(dst, n, stream_), "zero"); }
+void CudaOps::zero(float* dst, size_t n) const {
+  if (!bind()) return;
+  errors_.note(cuda::zero(dst, n, stream_), "zero");
+}
 
 }  // namespace mt

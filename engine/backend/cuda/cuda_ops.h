@@ -15,8 +15,10 @@ namespace mt {
 
 class CudaOps final : public Ops<float> {
  public:
-  CudaOps(cudaStream_t stream, cuda::GemmContext& gemm, CudaErrors& errors, double* host_totals)
-      : stream_(stream), gemm_(gemm), errors_(errors), host_totals_(host_totals) {}
+  // Every op binds `device` first: ops run on the compute thread, which may not be the thread
+  // that created the backend.
+  CudaOps(cudaStream_t stream, int device, cuda::GemmContext& gemm, CudaErrors& errors, double* host_totals)
+      : stream_(stream), device_(device), gemm_(gemm), errors_(errors), host_totals_(host_totals) {}
   ~CudaOps() override;
 
   void matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C, int OC) const override;
@@ -46,8 +48,10 @@ class CudaOps final : public Ops<float> {
 
  private:
   void* temp(size_t bytes) const;  // op scratch; nullptr on failure (recorded)
+  bool bind() const { return bind_device(device_, &errors_); }
 
   cudaStream_t stream_;
+  int device_;
   cuda::GemmContext& gemm_;
   CudaErrors& errors_;
   double* host_totals_;  // pinned, 2 doubles

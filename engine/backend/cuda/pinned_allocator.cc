@@ -4,6 +4,10 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "engine/backend/cuda/cuda_errors.h"
 
 namespace mt {
 
@@ -25,9 +29,43 @@ std::string limit_text() {
 }
 }  // namespace
 
+namespace {
+// /proc/meminfo's MemAvailable in bytes; 0 when unknown.
+size_t mem_available_bytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return size_t(kib) * 1024;
+}
+std::string gib(size_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", double(b) / double(size_t(1) << 30));
+  return s;
+}
+}  // namespace
+
+// RLIMIT_MEMLOCK is not checked here: cudaHostAlloc pins through the NVIDIA driver, which does
+// not charge the locked-memory rlimit the way mlock() does (docs/ARCHITECTURE.md, "Pinned
+// memory at scale"). The limit is still named in the refusal below, for the case where a
+// driver does enforce it; the unit file sets LimitMEMLOCK=infinity either way.
+Status PinnedAllocator::check_capacity(size_t total_bytes) const {
+  const size_t avail = mem_available_bytes();
+  if (avail == 0 || total_bytes <= avail) return Status::Ok();
+  return resource_exhausted("pinning " + gib(total_bytes) + " of host memory for the optimizer state needs that much " +
+                            "physical memory (pinned pages cannot be swapped), but only " + gib(avail) +
+                            " is available (MemAvailable); locked-memory limit (ulimit -l): " + limit_text() +
+                            ". Free host memory, use memory.layout = compact, or a smaller model");
+}
+
 Result<void*> PinnedAllocator::allocate(size_t bytes) {
   const size_t rounded = rounded_size(bytes);
   void* p = nullptr;
+  if (!bind_device(device_, nullptr))
+    return failed_precondition("pinning host memory: cannot make CUDA device " + std::to_string(device_) + " current");
   const cudaError_t e = cudaHostAlloc(&p, rounded, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it: the device itself is fine
@@ -43,6 +81,7 @@ Result<void*> PinnedAllocator::allocate(size_t bytes) {
 
 void PinnedAllocator::release(void* p, size_t bytes) {
   if (!p) return;
+  bind_device(device_, nullptr);
   cudaFreeHost(p);
   pinned_ -= rounded_size(bytes);
 }

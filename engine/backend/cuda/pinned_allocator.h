@@ -15,12 +15,20 @@ size_t memlock_limit_bytes();
 
 class PinnedAllocator final : public HostAllocator {
  public:
+  // `device`: made current on the calling thread before each call (the HostStore may pin from
+  // any thread; without it a thread on no device would create device 0's context).
+  explicit PinnedAllocator(int device = 0) : device_(device) {}
   Result<void*> allocate(size_t bytes) override;
   void release(void* p, size_t bytes) override;
   bool pinned() const override { return true; }
+  // Pinned pages cannot be swapped: the total must fit in the memory the kernel reports as
+  // available (MemAvailable), or cudaHostAlloc fails part way (or the OOM killer acts).
+  Status check_capacity(size_t total_bytes) const override;
+  bool parallel_allocate() const override { return true; }  // cudaHostAlloc is thread-safe
   size_t pinned_bytes() const { return pinned_.load(); }
 
  private:
+  int device_;
   std::atomic<size_t> pinned_{0};
 };
 

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh — what a lent GPU machine (one H200, ~8 minutes) runs, in one go:
+#   1. configure + build the engine, the CUDA kernels, mt_cuda_tests (no daemon: that machine
+#      has no gRPC/protobuf/spdlog/prometheus, so -DMEGATRAIN_SERVER=OFF);
+#   2. the issue-18 CUDA tests first (points 2-7: faults and DEVICE_LOST, copy accounting from
+#      two threads, device binding, device budget, stalls, multi-chunk bf16 copies), then the
+#      bf16 kernels and long attention, then every other CUDA test;
+#   3. megatrain-bench pin / link / gemm / attention / step --backend cuda, as JSON.
+# Everything lands under $OUT (default ./gpu_check_out): summary.txt (one line per step with
+# its exit status and elapsed seconds), results.txt, *.log, tests_*.json (GoogleTest), bench_*.json.
+# Every step runs under `timeout`; the script stops starting new steps after $BUDGET_S seconds
+# (default 450) so that the whole run fits in the device lease. Exit status: 0 when every step
+# that ran passed, 1 otherwise.
+#
+# GoogleTest is built from source (MEGATRAIN_GTEST_SOURCE). The GPU machine has no
+# /usr/src/googletest, so the caller carries a copy inside the repository: before the run,
+#   cp -r /usr/src/googletest third_party_src/googletest      (third_party_src/ is git-ignored)
+# and pass third_party_src/googletest in the device tool's `carry`. The script looks, in order,
+# at $MEGATRAIN_GTEST_SOURCE, third_party_src/googletest, .gtest and /usr/src/googletest.
+#
+#   OUT=/tmp/out scripts/gpu_check.sh            # the whole check
+#   GPU_CHECK_DRY=1 scripts/gpu_check.sh         # print the steps without running them
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu_check_out}
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+BUDGET_S=${BUDGET_S:-450}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 8)}
+DRY=${GPU_CHECK_DRY:-0}
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+: >"$OUT/results.txt"
+START=$(date +%s)
+FAILED=0
+
+elapsed() { echo $(($(date +%s) - START)); }
+log() { echo "[gpu_check +$(elapsed)s] $*" | tee -a "$OUT/summary.txt"; }
+
+# step NAME LIMIT_S STDOUT_FILE CMD...: runs CMD under timeout, stdout to STDOUT_FILE (or the
+# step's log when "-"), stderr to $OUT/NAME.log; records the status. Skipped past the budget.
+step() {
+  local name=$1 limit=$2 out=$3
+  shift 3
+  [ "$out" = "-" ] && out="$OUT/$name.log"
+  if [ "$(elapsed)" -ge "$BUDGET_S" ]; then
+    log "SKIP $name (past the ${BUDGET_S}s budget)"
+    echo "$name skipped" >>"$OUT/results.txt"
+    return 0
+  fi
+  if [ "$DRY" = 1 ]; then
+    log "DRY $name (limit ${limit}s): $*"
+    return 0
+  fi
+  log "start $name (limit ${limit}s)"
+  local t0 rc
+  t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$out" 2>>"$OUT/$name.log"
+  rc=$?
+  [ "$rc" -ne 0 ] && FAILED=1
+  [ "$rc" -eq 124 ] && log "TIMEOUT $name after ${limit}s"
+  log "done $name rc=$rc in $(($(date +%s) - t0))s"
+  echo "$name $rc" >>"$OUT/results.txt"
+  return "$rc"
+}
+
+# --- the machine --------------------------------------------------------------------------
+{
+  echo "date: $(date -u)"
+  echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "ulimit -l (RLIMIT_MEMLOCK, KiB): $(ulimit -l)"
+  grep -E 'MemTotal|MemAvailable' /proc/meminfo 2>/dev/null
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  cmake --version | head -1
+} >"$OUT/machine.txt" 2>&1
+
+GTEST_SRC=""
+for c in "${MEGATRAIN_GTEST_SOURCE:-}" "$ROOT/third_party_src/googletest" "$ROOT/.gtest" /usr/src/googletest; do
+  if [ -n "$c" ] && [ -f "$c/CMakeLists.txt" ]; then
+    GTEST_SRC=$c
+    break
+  fi
+done
+if [ -z "$GTEST_SRC" ]; then
+  log "no GoogleTest source: copy /usr/src/googletest to third_party_src/googletest and carry it (see the header)"
+  [ "$DRY" = 1 ] || exit 1
+  GTEST_SRC=/usr/src/googletest
+fi
+log "GoogleTest from $GTEST_SRC; build in $BUILD with -j$JOBS; budget ${BUDGET_S}s"
+
+GENERATOR=()
+command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+
+# --- 1. build: the tests first, so that points 2-7 run within the first minutes ----------
+step configure 120 - cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DMEGATRAIN_CUDA=ON -DMEGATRAIN_SERVER=OFF -DMEGATRAIN_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DMEGATRAIN_GTEST_SOURCE="$GTEST_SRC" || exit 1
+step build_tests 300 - cmake --build "$BUILD" -j "$JOBS" --target mt_cuda_tests || exit 1
+
+T="$BUILD/bin/mt_cuda_tests"
+ISSUE18='CudaFault.*:CudaBackend.*:CudaPinned.*:*Async*:*DeviceBudget*:*Stall*:*Fault*'
+export OMP_WAIT_POLICY=passive
+
+# --- 2. tests ---------------------------------------------------------------------------
+step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
+step tests_bf16_attention 150 - "$T" --gtest_filter='CudaBf16.*:CudaAttention.*' \
+  --gtest_output="json:$OUT/tests_bf16_attention.json"
+step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:CudaBf16.*:CudaAttention.*" \
+  --gtest_output="json:$OUT/tests_rest.json"
+
+# --- 3. benchmarks ------------------------------------------------------------------------
+step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
+B="$BUILD/bin/megatrain-bench"
+step bench_pin 60 "$OUT/bench_pin.json" "$B" pin --gib 8 --chunk-mib 1024 --threads 8 --json
+step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
+step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
+step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 4096 --reps 2 --json
+# The CUDA backend runs the streaming executor only (it recomputes from layer inputs).
+step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small --backend cuda \
+  --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
+step bench_step_long 90 "$OUT/bench_step_long.json" "$B" step --preset small --backend cuda \
+  --executor streaming --recompute on --seq-len 2048 --micro-batch 1 --global-batch 4 --steps 3 --warmup 1 --json
+
+log "finished in $(elapsed)s; failed=$FAILED"
+exit "$FAILED"
