@@ -83,15 +83,25 @@ class Backend {
   // Blocks the calling thread until `e` completes; returns the seconds it waited.
   virtual double host_wait(const EventPtr& e) = 0;
 
-  virtual const Ops<float>& ops() = 0;  // ops run on the compute stream
+  // Ops are enqueued on the compute stream and return at once; record(kCompute) marks when
+  // they have run.
+  virtual const Ops<float>& ops() = 0;
   virtual CopyStats take_copy_stats() = 0;  // since the last call
-  // The first failure of a void call above (a device backend cannot return it there); sticky.
-  // Callers check it at step boundaries. The CPU backend never fails this way.
+  // The first failure of a void call above (a device backend cannot return it there); sticky:
+  // once set, the device's later work is suspect. Events still complete (nothing waits
+  // forever), so whoever consumes a device result after an event checks this first.
   virtual Status error() const { return Status::Ok(); }
 };
 
 struct CpuBackendOptions {
   double link_gbps = 0;  // emulated bandwidth per direction in GB/s (1e9 B/s); 0 = memcpy speed
+  // Compute runs on the calling thread and record(kCompute) is complete at once (stream_wait
+  // blocks the caller): for debugging, where a fault's stack should show the op's caller.
+  // Default: a worker thread, with the semantics of a CUDA stream.
+  bool sync_compute = false;
+  // Fault injection: the Nth compute op (1-based) sets the sticky error instead of running,
+  // as a device fault would; from then on no op or copy runs. 0: never.
+  long fail_compute_op = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt);

@@ -29,7 +29,7 @@ struct MemoryPlan {
   int64_t params = 0;
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, tied_head_grad, checkpoints
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, loss_totals, tied_head_grad, checkpoints
   uint64_t device_bytes = 0;
   std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, workspace
   bool checkpoints_on_device = true;

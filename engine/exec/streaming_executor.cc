@@ -13,8 +13,15 @@ StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions&
 StreamingExecutor::~StreamingExecutor() {
   // The optimizer thread may still be applying the last step's updates, which read the host
   // buffers declared after pipe_: finish and join it before any member goes away.
-  if (pipe_) (void)pipe_->sync();
+  if (pipe_) {
+    drain();  // a failed step may leave work queued that writes host buffers
+    (void)pipe_->sync();
+  }
   pipe_.reset();
+}
+
+void StreamingExecutor::drain() {
+  for (StreamKind s : {StreamKind::kCompute, StreamKind::kD2H, StreamKind::kH2D}) backend_->host_wait(backend_->record(s));
 }
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
@@ -77,6 +84,10 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(2 * tokens * sizeof(int32_t)));
   inputs_ = static_cast<int32_t*>(tok);
   targets_ = inputs_ + tokens;
+  const size_t micro_batches = size_t(opt_.global_batch / opt_.micro_batch);
+  MT_ASSIGN_OR_RETURN(void* totals, backend_->device_alloc(micro_batches * 2 * sizeof(double)));
+  loss_totals_ = static_cast<double*>(totals);
+  MT_ASSIGN_OR_RETURN(host_loss_, HostBuffer::allocate(backend_->host_allocator(), micro_batches * 2 * sizeof(double)));
   const auto inv = rope_inv_freq(cfg_);
   MT_ASSIGN_OR_RETURN(inv_freq_, floats(inv.size()));
   backend_->copy_h2d(inv_freq_, inv.data(), inv.size() * sizeof(float));
@@ -122,11 +133,10 @@ EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inpu
   return rows;
 }
 
-// Runs the step's unit uses in order (forward, head, backward L..1); returns the loss sum.
-double StreamingExecutor::run_uses(StepStats& st) {
+// Enqueues the step's unit uses in order (forward, head, backward L..1).
+void StreamingExecutor::run_uses(StepStats& st) {
   const int L = cfg_.num_layers;
   const auto& uses = pipe_->uses();
-  double loss_sum = 0;
   for (int i = 0; i < int(uses.size()); ++i) {
     const int u = uses[size_t(i)].unit;
     const bool forward = i <= L, tied = cfg_.tie_word_embeddings;
@@ -135,7 +145,7 @@ double StreamingExecutor::run_uses(StepStats& st) {
     if (is_head && tied) pipe_->wait_ready(i - 1, st.copy_wait_seconds, st.optimizer_wait_seconds);
     pipe_->wait_ready(i, st.copy_wait_seconds, st.optimizer_wait_seconds);
     const auto c0 = std::chrono::steady_clock::now();
-    if (is_head) loss_sum += head(i, tied ? i - 1 : -1, st);
+    if (is_head) head(i, tied ? i - 1 : -1, st);
     else if (forward && u == 0) forward_embedding(i, st);
     else if (forward) forward_decoder(i, u - 1, st);
     else backward_decoder(i, u - 1, st);
@@ -146,7 +156,14 @@ double StreamingExecutor::run_uses(StepStats& st) {
     if (is_head && tied) pipe_->release(i - 1);
     pipe_->release(i);
   }
-  return loss_sum;
+}
+
+double StreamingExecutor::read_loss_sum() {
+  backend_->host_wait(loss_landed_);
+  const double* totals = host_loss_.as<double>();
+  double sum = 0;
+  for (int m = 0; m < opt_.global_batch / opt_.micro_batch; ++m) sum += totals[2 * m];
+  return sum;
 }
 
 Result<StepStats> StreamingExecutor::step(const Batch& batch) {
@@ -166,14 +183,21 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
   st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
 
-  const double loss_sum = run_uses(st);
+  run_uses(st);
+  // The head finished long before the backward now queued behind it: this wait leaves the
+  // compute stream busy. A device fault comes first (the totals are then suspect).
+  const double loss_sum = read_loss_sum();
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
-  // Before the embedding's gradient (the step's last) lands, so no update of this step starts.
-  pipe_->refuse_update(check_step_loss(st.step, st.loss));
+  Status verdict = backend_->error();
+  if (verdict.ok()) verdict = check_step_loss(st.step, st.loss);
+  // Before the embedding's gradient (the step's last) is enqueued, so no update of this step starts.
+  pipe_->refuse_update(verdict);
   const auto c0 = std::chrono::steady_clock::now();
   backward_embedding(st);
   st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-  pipe_->end_step();
+  // step() returns when the step's compute has run (the next step's batch upload waits for it
+  // anyway), so a device fault is reported by the step it happened in.
+  backend_->host_wait(pipe_->end_step());
   MT_RETURN_IF_ERROR(backend_->error());
   ++steps_;
   // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer

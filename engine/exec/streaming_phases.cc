@@ -65,7 +65,7 @@ void StreamingExecutor::forward_decoder(int use, int l, StepStats& st) {
   offload_layer_input(l);
 }
 
-double StreamingExecutor::head(int use, int tied_use, StepStats& st) {
+void StreamingExecutor::head(int use, int tied_use, StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const int L = cfg_.num_layers, C = cfg_.hidden_size;
   const float* w = pipe_->slot_of(use);
@@ -77,14 +77,16 @@ double StreamingExecutor::head(int use, int tied_use, StepStats& st) {
   const size_t acts_n = decoder_acts_numel(shape_) + decoder_scratch_numel(shape_);
   const auto sc = bind_head_scratch<float>(shape_, work_ + acts_n);
   const float* x = layer_input(L);
-  double loss = 0;
   for (int m = 0; m < mb.count; ++m)
-    loss += head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
-                                  targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc)
-                .loss_sum;
+    head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
+                          targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc,
+                          loss_totals_ + 2 * size_t(m));
+  // The totals go to the host once per step, not once per micro-batch.
+  backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
+  backend_->copy_d2h(host_loss_.as<void>(), loss_totals_, size_t(mb.count) * 2 * sizeof(double));
+  loss_landed_ = backend_->record(StreamKind::kD2H);
   send_grads(L + 1, g, n, GradShare::kUnit);
   if (gt >= 0) send_grads(0, gt, units_[0].numel, GradShare::kTiedHead);
-  return loss;
 }
 
 void StreamingExecutor::backward_decoder(int use, int l, StepStats& st) {

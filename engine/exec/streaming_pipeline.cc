@@ -152,10 +152,11 @@ void StreamingPipeline::release(int use) {
   cv_.notify_all();
 }
 
-void StreamingPipeline::end_step() {
+EventPtr StreamingPipeline::end_step() {
   EventPtr e = backend_.record(StreamKind::kCompute);
   std::lock_guard<std::mutex> l(mu_);
   prev_step_done_ = e;
+  return e;
 }
 
 void StreamingPipeline::grads_sent(int unit, EventPtr landed, bool tied_part) {

@@ -77,7 +77,7 @@ class StreamingPipeline {
   // copy_wait / optimizer_wait.
   void wait_ready(int use, double& copy_wait, double& optimizer_wait);
   void release(int use);                  // compute finished with the use's weights
-  void end_step();                        // compute finished the step's work
+  EventPtr end_step();                    // the step's compute is enqueued; returns its end
   // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
   // The embedding's own share comes as the step's rows, into staging.embedding_rows.
   void grads_sent(int unit, EventPtr landed, bool tied_part);

@@ -71,7 +71,6 @@ class CudaBackend final : public Backend {
   cudaStream_t streams_[3] = {nullptr, nullptr, nullptr};
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<CudaOps> ops_;
-  double* host_totals_ = nullptr;
   __nv_bfloat16* staging_ = nullptr;
   char* memory_ = nullptr;  // one cudaMalloc; arena_ hands out regions inside it
   DeviceArena arena_;
@@ -104,9 +103,8 @@ Status CudaBackend::init() {
   for (auto& s : streams_) MT_CUDA_STATUS(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const cuda::CudaStatus g = cuda::GemmContext::create(gemm_, opt_.gemm_workspace_bytes);
   if (!g.ok()) return internal_error(cuda::describe(g));
-  MT_CUDA_STATUS(cudaHostAlloc(reinterpret_cast<void**>(&host_totals_), 2 * sizeof(double), cudaHostAllocPortable));
   MT_CUDA_STATUS(cudaMalloc(reinterpret_cast<void**>(&staging_), opt_.bf16_staging_elems * sizeof(__nv_bfloat16)));
-  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), *gemm_, errors_, host_totals_);
+  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), *gemm_, errors_);
   return Status::Ok();
 }
 
@@ -122,7 +120,6 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (staging_) cudaFree(staging_);
   if (memory_) cudaFree(memory_);
-  if (host_totals_) cudaFreeHost(host_totals_);
   for (auto s : streams_)
     if (s) cudaStreamDestroy(s);
 }
