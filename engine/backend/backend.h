@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -99,9 +100,10 @@ struct CpuBackendOptions {
   // blocks the caller): for debugging, where a fault's stack should show the op's caller.
   // Default: a worker thread, with the semantics of a CUDA stream.
   bool sync_compute = false;
-  // Fault injection: the Nth compute op (1-based) sets the sticky error instead of running,
-  // as a device fault would; from then on no op or copy runs. 0: never.
-  long fail_compute_op = 0;
+  // Fault injection: asked in stream order before each compute op, with the op's name; true
+  // makes that op set the sticky error instead of running, as a device fault would, and from
+  // then on no op or copy runs. Unset: never.
+  std::function<bool(const char* op)> inject_fault;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt);

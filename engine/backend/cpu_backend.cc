@@ -49,7 +49,7 @@ class CpuEvent final : public Event {
 // The sticky device error, and the fault hook that sets it.
 class Fault {
  public:
-  explicit Fault(long fail_op) : fail_op_(fail_op) {}
+  explicit Fault(std::function<bool(const char*)> inject) : inject_(std::move(inject)) {}
   bool failed() const {
     std::lock_guard<std::mutex> l(mu_);
     return !error_.ok();
@@ -62,14 +62,15 @@ class Fault {
   bool admit_op(const char* name) {
     std::lock_guard<std::mutex> l(mu_);
     if (!error_.ok()) return false;
-    if (++ops_ != fail_op_) return true;
+    ++ops_;
+    if (!inject_ || !inject_(name)) return true;
     error_ = internal_error("compute op " + std::to_string(ops_) + " (" + name + "): injected device fault");
     return false;
   }
 
  private:
   mutable std::mutex mu_;
-  const long fail_op_;
+  const std::function<bool(const char*)> inject_;
   long ops_ = 0;
   Status error_;
 };
@@ -215,7 +216,7 @@ struct FreeDeleter {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& o)
-      : fault_(o.fail_compute_op),
+      : fault_(o.inject_fault),
         h2d_(o.link_gbps, false),
         compute_(0, o.sync_compute),
         d2h_(o.link_gbps, false),

@@ -26,7 +26,9 @@ void StreamingExecutor::drain() {
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
                                                                          const StreamingOptions& so) {
-  return create(cfg, opt, so, make_cpu_backend({so.link_gbps}));
+  CpuBackendOptions bo;
+  bo.link_gbps = so.link_gbps;
+  return create(cfg, opt, so, make_cpu_backend(bo));
 }
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
@@ -168,6 +170,7 @@ double StreamingExecutor::read_loss_sum() {
 
 Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
+  MT_RETURN_IF_ERROR(backend_->error());  // sticky: the device failed in an earlier step
   const auto t0 = std::chrono::steady_clock::now();
   const long counted = batch.counted_targets();
   grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
@@ -198,8 +201,8 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   // step() returns when the step's compute has run (the next step's batch upload waits for it
   // anyway), so a device fault is reported by the step it happened in.
   backend_->host_wait(pipe_->end_step());
+  ++steps_;  // begun in the pipeline: a failed step is not run again under the same number
   MT_RETURN_IF_ERROR(backend_->error());
-  ++steps_;
   // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer
   // finished that step's update phase before this step's weights were uploaded.
   MT_RETURN_IF_ERROR(pipe_->error());

@@ -126,7 +126,7 @@ class StreamingPipeline {
   std::vector<double> opt_ready_time_;   // per use: when the unit's update was available
   EventPtr prev_step_done_;
   std::vector<long> updated_;            // per unit: last step whose update is applied
-  struct Landing {
+  struct Landing {  // a gradient in flight to the host
     int unit;
     EventPtr event;
     bool tied_part;
@@ -134,6 +134,7 @@ class StreamingPipeline {
     float lr;
     EmbeddingRows rows;
   };
+  void land(const Landing& g);  // the optimizer's work on one landed gradient
   std::deque<Landing> landings_;
   std::vector<double> sumsq_;
   int landed_ = 0;

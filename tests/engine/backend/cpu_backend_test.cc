@@ -14,6 +14,11 @@ namespace {
 // calls a test makes between enqueueing and checking.
 constexpr double kSlowGbps = 0.002;
 constexpr size_t kSlowBytes = 1'000'000;
+CpuBackendOptions slow_link() {
+  CpuBackendOptions o;
+  o.link_gbps = kSlowGbps;
+  return o;
+}
 
 struct Device {
   std::unique_ptr<Backend> b;
@@ -38,7 +43,7 @@ EventPtr hold_compute_behind_a_slow_copy(Device& d, const std::vector<char>& hos
 }
 
 TEST(CpuBackendAsync, OpsReturnAtOnceAndEventsCompleteWhenTheWorkHasRun) {
-  Device d = make_device({kSlowGbps});
+  Device d = make_device(slow_link());
   const std::vector<char> host(kSlowBytes, 1);
   std::vector<float> ones(16, 1.0f), out(16, 0.0f);
   d.b->copy_h2d(d.buf, ones.data(), sizeof(float) * 16);
@@ -56,7 +61,7 @@ TEST(CpuBackendAsync, OpsReturnAtOnceAndEventsCompleteWhenTheWorkHasRun) {
 }
 
 TEST(CpuBackendAsync, SyncComputeRunsOpsOnTheCaller) {
-  CpuBackendOptions o{kSlowGbps};
+  CpuBackendOptions o = slow_link();
   o.sync_compute = true;
   Device d = make_device(o);
   const std::vector<char> host(kSlowBytes, 1);
