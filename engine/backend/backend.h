@@ -83,6 +83,10 @@ class Backend {
   virtual void stream_wait(StreamKind stream, const EventPtr& e) = 0;
   // Blocks the calling thread until `e` completes; returns the seconds it waited.
   virtual double host_wait(const EventPtr& e) = 0;
+  // Seconds from `from` to `to` on the device's own clock (cudaEventElapsedTime; the CPU
+  // backend's workers stamp each event as it completes). Both must be complete; 0 if either
+  // is null.
+  virtual double elapsed(const EventPtr& from, const EventPtr& to) = 0;
 
   // Ops are enqueued on the compute stream and return at once; record(kCompute) marks when
   // they have run.
@@ -104,6 +108,8 @@ struct CpuBackendOptions {
   // makes that op set the sticky error instead of running, as a device fault would, and from
   // then on no op or copy runs. Unset: never.
   std::function<bool(const char* op)> inject_fault;
+  // A slowed compute worker (timing tests): each compute op takes this much longer.
+  double op_delay_seconds = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt);

@@ -32,8 +32,13 @@ class CpuEvent final : public Event {
     {
       std::lock_guard<std::mutex> l(mu_);
       done_ = true;
+      at_ = Clock::now();
     }
     cv_.notify_all();
+  }
+  Clock::time_point completed_at() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return at_;
   }
   void wait() {
     std::unique_lock<std::mutex> l(mu_);
@@ -44,6 +49,7 @@ class CpuEvent final : public Event {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  Clock::time_point at_{};  // when the stream reached it: the device clock
 };
 
 // The sticky device error, and the fault hook that sets it.
@@ -145,7 +151,7 @@ class Stream {
 // by value, enqueued to run in stream order unless the device has failed.
 class StreamOps final : public Ops<float> {
  public:
-  StreamOps(Stream& stream, Fault& fault) : stream_(stream), fault_(fault) {}
+  StreamOps(Stream& stream, Fault& fault, double delay) : stream_(stream), fault_(fault), delay_(delay) {}
 
   void matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C, int OC) const override {
     post("matmul_forward", &Ops::matmul_forward, out, inp, w, b, N, C, OC);
@@ -200,13 +206,18 @@ class StreamOps final : public Ops<float> {
   template <typename... P>
   void post(const char* name, void (Ops::*op)(P...) const, std::type_identity_t<P>... args) const {
     Fault& fault = fault_;
-    stream_.enqueue([&fault, name, op, args...] {
-      if (fault.admit_op(name)) (cpu_ops<float>().*op)(args...);
+    const double delay = delay_;
+    stream_.enqueue([&fault, delay, name, op, args...] {
+      if (!fault.admit_op(name)) return;
+      const auto t0 = Clock::now();
+      (cpu_ops<float>().*op)(args...);
+      if (delay > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(delay));
     });
   }
 
   Stream& stream_;
   Fault& fault_;
+  double delay_;
 };
 
 struct FreeDeleter {
@@ -220,7 +231,7 @@ class CpuBackend final : public Backend {
         h2d_(o.link_gbps, false),
         compute_(0, o.sync_compute),
         d2h_(o.link_gbps, false),
-        ops_(compute_, fault_) {}
+        ops_(compute_, fault_, o.op_delay_seconds) {}
 
   std::string name() const override { return "cpu"; }
   HostAllocator& host_allocator() override { return default_host_allocator(); }
@@ -265,6 +276,12 @@ class CpuBackend final : public Backend {
     const auto t0 = Clock::now();
     ce->wait();
     return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  double elapsed(const EventPtr& from, const EventPtr& to) override {
+    if (!from || !to) return 0;
+    const auto a = std::static_pointer_cast<CpuEvent>(from)->completed_at();
+    const auto b = std::static_pointer_cast<CpuEvent>(to)->completed_at();
+    return std::chrono::duration<double>(b - a).count();
   }
   const Ops<float>& ops() override { return ops_; }
   CopyStats take_copy_stats() override {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/exec/compute_timeline.h"
 #include "engine/exec/executor.h"
 #include "engine/model/layers.h"
 #include "engine/exec/planner.h"
@@ -58,19 +59,21 @@ class StreamingExecutor final : public Executor {
   // order, as the resident executor sums).
   double read_loss_sum();
   void drain();  // waits until every stream has run what was enqueued
+  void upload_batch(const Batch& batch);
+  void fill_stats(StepStats& st);
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
-  void forward_embedding(int use, StepStats& st);
-  void forward_decoder(int use, int layer, StepStats& st);
-  void head(int use, int tied_use, StepStats& st);  // its loss totals go to host_loss_
-  void backward_decoder(int use, int layer, StepStats& st);
+  void forward_embedding(int use);
+  void forward_decoder(int use, int layer);
+  void head(int use, int tied_use);  // its loss totals go to host_loss_
+  void backward_decoder(int use, int layer);
   void backward_embedding(StepStats& st);  // reads no weights: not a use
   // Layer inputs x_0..x_L (x_L feeds the head): all on the device, or a ring of three device
   // buffers backed by host memory (host placement).
   float* layer_input(int l);
-  void prepare_output(int l, StepStats& st);   // x_l is about to be written
+  void prepare_output(int l);                  // x_l is about to be written
   void offload_layer_input(int l);             // host placement: x_l to host memory
   void fetch_layer_input(int l);               // host placement: x_l back to the device
-  int acquire_grad_slot(size_t numel, StepStats& st);  // a zeroed gradient slot
+  int acquire_grad_slot(size_t numel);  // a zeroed gradient slot
   enum class GradShare { kUnit, kTiedHead, kEmbeddingRows };  // where a gradient slot goes on the host
   void send_grads(int unit, int grad_slot, size_t numel, GradShare share);
   // The batch's distinct tokens (ascending) and each input's index among them, in row_ids_.
@@ -105,6 +108,7 @@ class StreamingExecutor final : public Executor {
   double* loss_totals_ = nullptr;  // the head writes {loss sum, counted} per micro-batch
   int next_grad_slot_ = 0;
 
+  ComputeTimeline timeline_{*backend_};  // after backend_
   LayerShape shape_;
   float grad_scale_ = 0;
   long steps_ = 0;

@@ -128,7 +128,8 @@ void StreamingPipeline::uploader_loop() {
   }
 }
 
-void StreamingPipeline::wait_ready(int use, double& copy_wait, double& optimizer_wait) {
+void StreamingPipeline::wait_ready(int use, ComputeTimeline& timeline) {
+  const EventPtr from = timeline.mark();  // if the host waits below, the device idles from here
   const double t0 = now_seconds();
   EventPtr e;
   double opt_t;
@@ -138,11 +139,8 @@ void StreamingPipeline::wait_ready(int use, double& copy_wait, double& optimizer
     e = ready_[size_t(use)];
     opt_t = uses_[size_t(use)].fetch ? opt_ready_time_[size_t(use)] : 0;
   }
-  backend_.stream_wait(StreamKind::kCompute, e);
   const double t1 = now_seconds();
-  const double opt = std::max(0.0, std::min(opt_t, t1) - t0);
-  optimizer_wait += opt;
-  copy_wait += (t1 - t0) - opt;
+  timeline.stall_until(from, e, std::max(0.0, std::min(opt_t, t1) - t0));
 }
 
 void StreamingPipeline::release(int use) {
@@ -152,11 +150,9 @@ void StreamingPipeline::release(int use) {
   cv_.notify_all();
 }
 
-EventPtr StreamingPipeline::end_step() {
-  EventPtr e = backend_.record(StreamKind::kCompute);
+void StreamingPipeline::end_step(EventPtr done) {
   std::lock_guard<std::mutex> l(mu_);
-  prev_step_done_ = e;
-  return e;
+  prev_step_done_ = std::move(done);
 }
 
 void StreamingPipeline::grads_sent(int unit, EventPtr landed, bool tied_part) {

@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   EventPtr record(StreamKind s) override;
   void stream_wait(StreamKind s, const EventPtr& e) override;
   double host_wait(const EventPtr& e) override;
+  double elapsed(const EventPtr& from, const EventPtr& to) override;
   const Ops<float>& ops() override { return *ops_; }
   CopyStats take_copy_stats() override;
   Status error() const override { return errors_.get(); }
@@ -188,7 +189,8 @@ void CudaBackend::copy_d2h_bf16(bf16* dst, const float* src, size_t n) {
 EventPtr CudaBackend::record(StreamKind s) {
   bind();
   cudaEvent_t e = nullptr;
-  if (!errors_.note(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags")) {
+  // Timing enabled: elapsed() measures the streams by their own clock.
+  if (!errors_.note(cudaEventCreateWithFlags(&e, cudaEventDefault), "cudaEventCreateWithFlags")) {
     // An event that reads as done (cudaEventQuery on a null event fails): nothing waits forever.
     return std::make_shared<CudaEvent>(nullptr);
   }
@@ -212,6 +214,17 @@ double CudaBackend::host_wait(const EventPtr& e) {
   const auto t0 = std::chrono::steady_clock::now();
   errors_.note(cudaEventSynchronize(ce->get()), "cudaEventSynchronize");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double CudaBackend::elapsed(const EventPtr& from, const EventPtr& to) {
+  if (!from || !to) return 0;
+  const auto* a = static_cast<const CudaEvent*>(from.get());
+  const auto* b = static_cast<const CudaEvent*>(to.get());
+  if (!a->get() || !b->get()) return 0;
+  bind();
+  float ms = 0;
+  if (!errors_.note(cudaEventElapsedTime(&ms, a->get(), b->get()), "cudaEventElapsedTime")) return 0;
+  return double(ms) * 1e-3;
 }
 
 CopyStats CudaBackend::take_copy_stats() {

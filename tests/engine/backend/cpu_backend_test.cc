@@ -71,6 +71,20 @@ TEST(CpuBackendAsync, SyncComputeRunsOpsOnTheCaller) {
   EXPECT_TRUE(d.b->record(StreamKind::kCompute)->done());
 }
 
+// elapsed() reads the worker's clock: five ops slowed to 20 ms each span at least 100 ms
+// between the events around them, however soon the host has enqueued them.
+TEST(CpuBackendAsync, ElapsedIsTheComputeWorkersClock) {
+  CpuBackendOptions o;
+  o.op_delay_seconds = 0.02;
+  Device d = make_device(o);
+  EventPtr from = d.b->record(StreamKind::kCompute);
+  for (int i = 0; i < 5; ++i) d.b->ops().zero(d.buf, 16);
+  EventPtr to = d.b->record(StreamKind::kCompute);
+  d.b->host_wait(to);
+  EXPECT_GE(d.b->elapsed(from, to), 5 * 0.02);
+  EXPECT_EQ(d.b->elapsed(nullptr, to), 0.0);
+}
+
 // The head's loss stays on the device until a copy after an event brings it back.
 TEST(CpuBackendAsync, LossTotalsAreWrittenOnTheDevice) {
   Device d = make_device({});
