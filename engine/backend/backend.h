@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -82,16 +83,33 @@ class Backend {
   virtual void stream_wait(StreamKind stream, const EventPtr& e) = 0;
   // Blocks the calling thread until `e` completes; returns the seconds it waited.
   virtual double host_wait(const EventPtr& e) = 0;
+  // Seconds from `from` to `to` on the device's own clock (cudaEventElapsedTime; the CPU
+  // backend's workers stamp each event as it completes). Both must be complete; 0 if either
+  // is null.
+  virtual double elapsed(const EventPtr& from, const EventPtr& to) = 0;
 
-  virtual const Ops<float>& ops() = 0;  // ops run on the compute stream
+  // Ops are enqueued on the compute stream and return at once; record(kCompute) marks when
+  // they have run.
+  virtual const Ops<float>& ops() = 0;
   virtual CopyStats take_copy_stats() = 0;  // since the last call
-  // The first failure of a void call above (a device backend cannot return it there); sticky.
-  // Callers check it at step boundaries. The CPU backend never fails this way.
+  // The first failure of a void call above (a device backend cannot return it there); sticky:
+  // once set, the device's later work is suspect. Events still complete (nothing waits
+  // forever), so whoever consumes a device result after an event checks this first.
   virtual Status error() const { return Status::Ok(); }
 };
 
 struct CpuBackendOptions {
   double link_gbps = 0;  // emulated bandwidth per direction in GB/s (1e9 B/s); 0 = memcpy speed
+  // Compute runs on the calling thread and record(kCompute) is complete at once (stream_wait
+  // blocks the caller): for debugging, where a fault's stack should show the op's caller.
+  // Default: a worker thread, with the semantics of a CUDA stream.
+  bool sync_compute = false;
+  // Fault injection: asked in stream order before each compute op, with the op's name; true
+  // makes that op set the sticky error instead of running, as a device fault would, and from
+  // then on no op or copy runs. Unset: never.
+  std::function<bool(const char* op)> inject_fault;
+  // A slowed compute worker (timing tests): each compute op takes this much longer.
+  double op_delay_seconds = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opt);

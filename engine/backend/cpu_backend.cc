@@ -1,6 +1,9 @@
-// CpuBackend: the device is a separate, bounded arena in host memory; H2D and D2H are worker
-// threads executing their queues in order (optionally throttled to an emulated link
-// bandwidth); compute runs synchronously on the calling thread with the CPU op table.
+// CpuBackend: the device is a separate, bounded arena in host memory; H2D, compute and D2H are
+// in-order streams, each a worker thread executing its queue (copies optionally throttled to
+// an emulated link bandwidth), so enqueueing returns at once and events complete when the work
+// before them has run, as on a CUDA stream. The op table enqueues each call of the CPU
+// reference ops on the compute stream. A fault hook makes a chosen compute op fail as a device
+// fault does: a sticky error, after which no op or copy runs.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -9,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "engine/backend/backend.h"
 
@@ -28,30 +32,63 @@ class CpuEvent final : public Event {
     {
       std::lock_guard<std::mutex> l(mu_);
       done_ = true;
+      at_ = Clock::now();
     }
     cv_.notify_all();
+  }
+  Clock::time_point completed_at() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return at_;
   }
   void wait() {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return done_; });
-  }
-  static std::shared_ptr<CpuEvent> completed() {
-    auto e = std::make_shared<CpuEvent>();
-    e->done_ = true;
-    return e;
   }
 
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  Clock::time_point at_{};  // when the stream reached it: the device clock
 };
 
-// One in-order stream executed by a worker thread.
-class CopyStream {
+// The sticky device error, and the fault hook that sets it.
+class Fault {
  public:
-  explicit CopyStream(double gbps) : gbps_(gbps), worker_([this] { loop(); }) {}
-  ~CopyStream() {
+  explicit Fault(std::function<bool(const char*)> inject) : inject_(std::move(inject)) {}
+  bool failed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return !error_.ok();
+  }
+  Status error() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return error_;
+  }
+  // Called in stream order before each compute op: whether it may run.
+  bool admit_op(const char* name) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!error_.ok()) return false;
+    ++ops_;
+    if (!inject_ || !inject_(name)) return true;
+    error_ = internal_error("compute op " + std::to_string(ops_) + " (" + name + "): injected device fault");
+    return false;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  const std::function<bool(const char*)> inject_;
+  long ops_ = 0;
+  Status error_;
+};
+
+// One in-order stream: a worker thread executing its queue, or (synchronous) the caller.
+class Stream {
+ public:
+  Stream(double gbps, bool synchronous) : gbps_(gbps) {
+    if (!synchronous) worker_ = std::thread([this] { loop(); });
+  }
+  ~Stream() {  // drains the queue, then joins
+    if (!worker_.joinable()) return;
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
@@ -60,6 +97,7 @@ class CopyStream {
     worker_.join();
   }
   void enqueue(std::function<void()> task) {
+    if (!worker_.joinable()) return task();
     {
       std::lock_guard<std::mutex> l(mu_);
       q_.push_back(std::move(task));
@@ -106,22 +144,103 @@ class CopyStream {
   bool stop_ = false;
   uint64_t bytes_ = 0;
   double busy_ = 0;
-  std::thread worker_;
+  std::thread worker_;  // not joinable: synchronous
+};
+
+// The op table of the compute stream: each call of the CPU reference ops, arguments captured
+// by value, enqueued to run in stream order unless the device has failed.
+class StreamOps final : public Ops<float> {
+ public:
+  StreamOps(Stream& stream, Fault& fault, double delay) : stream_(stream), fault_(fault), delay_(delay) {}
+
+  void matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C, int OC) const override {
+    post("matmul_forward", &Ops::matmul_forward, out, inp, w, b, N, C, OC);
+  }
+  void matmul_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int N,
+                       int C, int OC) const override {
+    post("matmul_backward", &Ops::matmul_backward, dinp, dw, db, dout, inp, w, N, C, OC);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C, float eps) const override {
+    post("rmsnorm_forward", &Ops::rmsnorm_forward, out, rstd, inp, w, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                        int N, int C) const override {
+    post("rmsnorm_backward", &Ops::rmsnorm_backward, dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  void rope_forward(float* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    post("rope_forward", &Ops::rope_forward, qkv, f, B, T_, H, KVH, D);
+  }
+  void rope_backward(float* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    post("rope_backward", &Ops::rope_backward, dqkv, f, B, T_, H, KVH, D);
+  }
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T_, int H, int KVH, int D) const override {
+    post("attention_forward", &Ops::attention_forward, out, lse, qkv, B, T_, H, KVH, D);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                          int T_, int H, int KVH, int D) const override {
+    post("attention_backward", &Ops::attention_backward, dqkv, dout, qkv, out, lse, B, T_, H, KVH, D);
+  }
+  void swiglu_forward(float* out, const float* gu, int N, int F) const override {
+    post("swiglu_forward", &Ops::swiglu_forward, out, gu, N, F);
+  }
+  void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const override {
+    post("swiglu_backward", &Ops::swiglu_backward, dgu, dout, gu, N, F);
+  }
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const override {
+    post("embedding_forward", &Ops::embedding_forward, out, tokens, wte, N, C);
+  }
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) const override {
+    post("embedding_backward", &Ops::embedding_backward, dwte, dout, tokens, N, C);
+  }
+  void lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W, const int32_t* targets, int N,
+                    int C, int V, int chunk, float grad_scale, float* scratch, double* totals) const override {
+    post("lm_head_loss", &Ops::lm_head_loss, dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch,
+         totals);
+  }
+  void add_inplace(float* y, const float* x, size_t n) const override { post("add_inplace", &Ops::add_inplace, y, x, n); }
+  void copy(float* dst, const float* src, size_t n) const override { post("copy", &Ops::copy, dst, src, n); }
+  void zero(float* dst, size_t n) const override { post("zero", &Ops::zero, dst, n); }
+
+ private:
+  // The one body behind every op: capture the arguments, run the reference op in stream order.
+  template <typename... P>
+  void post(const char* name, void (Ops::*op)(P...) const, std::type_identity_t<P>... args) const {
+    Fault& fault = fault_;
+    const double delay = delay_;
+    stream_.enqueue([&fault, delay, name, op, args...] {
+      if (!fault.admit_op(name)) return;
+      const auto t0 = Clock::now();
+      (cpu_ops<float>().*op)(args...);
+      if (delay > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(delay));
+    });
+  }
+
+  Stream& stream_;
+  Fault& fault_;
+  double delay_;
+};
+
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
 };
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& o) : h2d_(o.link_gbps), d2h_(o.link_gbps) {}
-  ~CpuBackend() override { std::free(memory_); }
+  explicit CpuBackend(const CpuBackendOptions& o)
+      : fault_(o.inject_fault),
+        h2d_(o.link_gbps, false),
+        compute_(0, o.sync_compute),
+        d2h_(o.link_gbps, false),
+        ops_(compute_, fault_, o.op_delay_seconds) {}
 
   std::string name() const override { return "cpu"; }
   HostAllocator& host_allocator() override { return default_host_allocator(); }
 
   Status reserve_device(size_t bytes) override {
     if (memory_) return failed_precondition("device arena already reserved");
-    memory_ = static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+    memory_.reset(static_cast<char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
     if (!memory_ && bytes) return resource_exhausted("cannot reserve a device arena of " + std::to_string(bytes) + " bytes");
-    arena_.reset(memory_, bytes);
+    arena_.reset(memory_.get(), bytes);
     return Status::Ok();
   }
   Result<void*> device_alloc(size_t bytes) override { return arena_.alloc(bytes); }
@@ -129,51 +248,67 @@ class CpuBackend final : public Backend {
   size_t device_peak() const override { return arena_.used(); }
 
   void copy_h2d(void* dst, const void* src, size_t bytes) override {
-    h2d_.enqueue_copy(bytes, [=] { std::memcpy(dst, src, bytes); });
+    h2d_.enqueue_copy(bytes, unless_failed([=] { std::memcpy(dst, src, bytes); }));
   }
   void copy_d2h(void* dst, const void* src, size_t bytes) override {
-    d2h_.enqueue_copy(bytes, [=] { std::memcpy(dst, src, bytes); });
+    d2h_.enqueue_copy(bytes, unless_failed([=] { std::memcpy(dst, src, bytes); }));
   }
   void copy_d2h_bf16(bf16* dst, const float* src, size_t n) override {
-    d2h_.enqueue_copy(n * sizeof(bf16), [=] {
-      for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-    });
+    d2h_.enqueue_copy(n * sizeof(bf16), unless_failed([=] {
+                        for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+                      }));
   }
 
   EventPtr record(StreamKind s) override {
-    if (s == StreamKind::kCompute) return CpuEvent::completed();  // compute is synchronous
     auto e = std::make_shared<CpuEvent>();
     stream(s).enqueue([e] { e->complete(); });
     return e;
   }
   void stream_wait(StreamKind s, const EventPtr& e) override {
-    if (s == StreamKind::kCompute) {
-      host_wait(e);
-      return;
-    }
+    if (!e) return;
     auto ce = std::static_pointer_cast<CpuEvent>(e);
     stream(s).enqueue([ce] { ce->wait(); });
   }
   double host_wait(const EventPtr& e) override {
+    if (!e) return 0;
     auto ce = std::static_pointer_cast<CpuEvent>(e);
     if (ce->done()) return 0;
     const auto t0 = Clock::now();
     ce->wait();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  const Ops<float>& ops() override { return cpu_ops<float>(); }
+  double elapsed(const EventPtr& from, const EventPtr& to) override {
+    if (!from || !to) return 0;
+    const auto a = std::static_pointer_cast<CpuEvent>(from)->completed_at();
+    const auto b = std::static_pointer_cast<CpuEvent>(to)->completed_at();
+    return std::chrono::duration<double>(b - a).count();
+  }
+  const Ops<float>& ops() override { return ops_; }
   CopyStats take_copy_stats() override {
     auto [hb, hs] = h2d_.take_stats();
     auto [db, ds] = d2h_.take_stats();
     return {hb, db, hs, ds};
   }
+  Status error() const override { return fault_.error(); }
 
  private:
-  CopyStream& stream(StreamKind s) { return s == StreamKind::kH2D ? h2d_ : d2h_; }
+  Stream& stream(StreamKind s) {
+    return s == StreamKind::kH2D ? h2d_ : s == StreamKind::kCompute ? compute_ : d2h_;
+  }
+  // A copy that does not run once the device has failed (as no CUDA call does after a sticky
+  // error): the host buffer it would have written keeps its old contents.
+  std::function<void()> unless_failed(std::function<void()> fn) {
+    return [this, fn = std::move(fn)] {
+      if (!fault_.failed()) fn();
+    };
+  }
 
-  char* memory_ = nullptr;  // the "device": host memory apart from everything else
+  // Declared before the streams: their workers drain and join before the memory goes.
+  std::unique_ptr<char, FreeDeleter> memory_;  // the "device": host memory apart from everything else
   DeviceArena arena_;
-  CopyStream h2d_, d2h_;
+  Fault fault_;
+  Stream h2d_, compute_, d2h_;
+  StreamOps ops_;
 };
 
 }  // namespace

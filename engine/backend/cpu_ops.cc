@@ -51,9 +51,11 @@ class CpuOps final : public Ops<T> {
   void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C) const override {
     cpu::embedding_backward(dwte, dout, tokens, N, C);
   }
-  cpu::LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets,
-                                     int N, int C, int V, int chunk, T grad_scale, T* scratch) const override {
-    return cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch);
+  void lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
+                    int chunk, T grad_scale, T* scratch, double* totals) const override {
+    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch);
+    totals[0] = r.loss_sum;
+    totals[1] = double(r.counted);
   }
   void add_inplace(T* y, const T* x, size_t n) const override {
     for (size_t i = 0; i < n; ++i) y[i] += x[i];

@@ -28,15 +28,17 @@ class Ops {
   virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;
   virtual void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
-  virtual cpu::LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W,
-                                             const int32_t* targets, int N, int C, int V, int chunk,
-                                             T grad_scale, T* scratch) const = 0;
+  // As cpu::lm_head_loss; the result stays on the device: totals (device, 2 doubles) receives
+  // {sum of losses in token order, counted targets}, for the host to read after an event.
+  virtual void lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
+                            int V, int chunk, T grad_scale, T* scratch, double* totals) const = 0;
   virtual void add_inplace(T* y, const T* x, size_t n) const = 0;  // y += x
   virtual void copy(T* dst, const T* src, size_t n) const = 0;
   virtual void zero(T* dst, size_t n) const = 0;
 };
 
-// The CPU reference op table (kernels/cpu), for float and double.
+// The CPU reference op table (kernels/cpu), for float and double: synchronous, on the calling
+// thread (the resident executor and the gradient checks read results right after a call).
 template <typename T>
 const Ops<T>& cpu_ops();
 

@@ -9,14 +9,16 @@ struct StepStats {
   long step = 0;                 // 1-based index of the optimizer step just taken
   double loss = 0;               // mean loss per counted token of the global batch
   long tokens = 0;               // tokens processed (inputs) in the step
-  double step_seconds = 0;       // wall time of the step
+  // Streaming: times on the device streams' own clocks (Backend::elapsed, ComputeTimeline), not
+  // the enqueueing host thread's; the same meaning on the CPU and CUDA backends.
+  double step_seconds = 0;       // the step: its start to the end of its compute
   float lr = 0;
   double grad_norm = 0;          // global gradient norm before clipping
   uint64_t h2d_bytes = 0;        // host -> device traffic
   uint64_t d2h_bytes = 0;        // device -> host traffic
   double h2d_seconds = 0;        // time the H2D copy engine was busy
   double d2h_seconds = 0;
-  double compute_seconds = 0;    // time the compute stream was busy
+  double compute_seconds = 0;    // time the compute stream was busy (its waits excluded)
   // The step's critical path under exact clipping (docs/PERF.md, "Why overlap is bounded"):
   // every weight read before the LM head can start crosses the link after the previous step's
   // last gradient has landed, and that last gradient (the embedding's) is copied after the
@@ -25,8 +27,11 @@ struct StepStats {
   uint64_t forward_h2d_bytes = 0;      // weights fetched for the forward and the LM head
   uint64_t last_grad_bytes = 0;        // the embedding's gradient
   long embedding_rows = 0;             // distinct input tokens: the embedding rows moved each way
-  double copy_wait_seconds = 0;  // compute waited for weights to arrive
-  double optimizer_wait_seconds = 0;  // compute waited for an optimizer update of the previous step
+  // The compute stream idled: for weights, layer inputs, a free gradient slot or the batch to
+  // arrive (or for the host to enqueue work); optimizer_wait is the part the host spent waiting
+  // for an update of the previous step before it could issue the upload.
+  double copy_wait_seconds = 0;
+  double optimizer_wait_seconds = 0;
   double optimizer_seconds = 0;  // CPU time spent in norm + AdamW for this step's updates
   uint64_t device_peak_bytes = 0;
   double stall_seconds() const { return copy_wait_seconds + optimizer_wait_seconds; }

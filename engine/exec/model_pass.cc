@@ -49,8 +49,10 @@ Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s,
   const T* lm = c.tie_word_embeddings ? a.weights[0] : head.lm;
   T* dnorm = backward ? a.grads[size_t(L) + 1] : nullptr;
   T* dlm = !backward ? nullptr : c.tie_word_embeddings ? a.tied_head_grad : bind_head<T>(c, dnorm).lm;
-  auto loss = head_forward_backward(ops, s, head.norm, lm, dnorm, dlm, resid + size_t(L) * NC, a.targets,
-                                    a.grad_scale, backward ? dresid : nullptr, head_sc);
+  double totals[2] = {0, 0};  // the reference op tables run synchronously in host memory
+  head_forward_backward(ops, s, head.norm, lm, dnorm, dlm, resid + size_t(L) * NC, a.targets, a.grad_scale,
+                        backward ? dresid : nullptr, head_sc, totals);
+  const cpu::LmHeadLossResult loss{totals[0], long(totals[1])};
   if (!backward) return loss;
 
   for (int l = L - 1; l >= 0; --l) {

@@ -24,7 +24,8 @@ struct ModelPassArgs {
 // Elements of workspace model_pass needs for this shape and activation policy.
 size_t model_pass_workspace_numel(const LayerShape& s, bool recompute);
 
-// Fails (without touching memory) when workspace_numel is smaller than the pass needs.
+// Fails (without touching memory) when workspace_numel is smaller than the pass needs. `ops` is
+// a synchronous table over host memory (cpu_ops<T>()): the loss is read right after the head.
 template <typename T>
 Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s, const ModelPassArgs<T>& a,
                                          T* workspace, size_t workspace_numel);

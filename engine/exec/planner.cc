@@ -31,6 +31,9 @@ namespace {
 
 constexpr uint64_t kDeviceElem = sizeof(float);  // the streaming executor's device weights and activations
 
+// The LM head's {loss sum, counted} per micro-batch, written on the device, read on the host.
+uint64_t loss_totals_bytes(const TrainOptions& o) { return uint64_t(o.global_batch / o.micro_batch) * 2 * sizeof(double); }
+
 uint64_t sum(const std::vector<std::pair<std::string, uint64_t>>& kinds) {
   uint64_t s = 0;
   for (const auto& [k, b] : kinds) s = sat_add(s, b);
@@ -45,8 +48,10 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   const uint64_t e = kDeviceElem, tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t layer_io = sat_mul(tokens, uint64_t(c.hidden_size), e);
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
+  // + inputs and targets, the LM head's loss totals (2 doubles per micro-batch), the RoPE
+  // frequencies and the DeviceArena's alignment.
   const uint64_t workspace = sat_add(sat_add(sat_mul(p.workspace_numel, e), sat_mul(tokens, 8)),
-                                     uint64_t(c.head_dim) * 2 + 4096);  // + DeviceArena alignment
+                                     loss_totals_bytes(o) + uint64_t(c.head_dim) * 2 + 4096);
   std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), p.slot_numel, e)},
                                                          {"grad_slots", sat_mul(2, p.slot_numel, 4)},
                                                          {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
@@ -66,6 +71,7 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   const uint64_t tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), tokens);
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4)});
+  kinds.push_back({"loss_totals", loss_totals_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
   return kinds;
 }

@@ -32,7 +32,7 @@ struct MemoryPlan {
   int64_t params = 0;
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, tied_head_grad, checkpoints
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, loss_totals, tied_head_grad, checkpoints
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
   std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, workspace[, backend]

@@ -1,7 +1,5 @@
 #include "engine/exec/streaming_executor.h"
 
-#include <chrono>
-
 #include "engine/exec/streaming_pipeline.h"
 
 namespace mt {
@@ -13,13 +11,22 @@ StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions&
 StreamingExecutor::~StreamingExecutor() {
   // The optimizer thread may still be applying the last step's updates, which read the host
   // buffers declared after pipe_: finish and join it before any member goes away.
-  if (pipe_) (void)pipe_->sync();
+  if (pipe_) {
+    drain();  // a failed step may leave work queued that writes host buffers
+    (void)pipe_->sync();
+  }
   pipe_.reset();
+}
+
+void StreamingExecutor::drain() {
+  for (StreamKind s : {StreamKind::kCompute, StreamKind::kD2H, StreamKind::kH2D}) backend_->host_wait(backend_->record(s));
 }
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
                                                                          const StreamingOptions& so) {
-  return create(cfg, opt, so, make_cpu_backend({so.link_gbps}));
+  CpuBackendOptions bo;
+  bo.link_gbps = so.link_gbps;
+  return create(cfg, opt, so, make_cpu_backend(bo));
 }
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
@@ -77,6 +84,10 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(2 * tokens * sizeof(int32_t)));
   inputs_ = static_cast<int32_t*>(tok);
   targets_ = inputs_ + tokens;
+  const size_t micro_batches = size_t(opt_.global_batch / opt_.micro_batch);
+  MT_ASSIGN_OR_RETURN(void* totals, backend_->device_alloc(micro_batches * 2 * sizeof(double)));
+  loss_totals_ = static_cast<double*>(totals);
+  MT_ASSIGN_OR_RETURN(host_loss_, HostBuffer::allocate(backend_->host_allocator(), micro_batches * 2 * sizeof(double)));
   const auto inv = rope_inv_freq(cfg_);
   MT_ASSIGN_OR_RETURN(inv_freq_, floats(inv.size()));
   backend_->copy_h2d(inv_freq_, inv.data(), inv.size() * sizeof(float));
@@ -122,63 +133,57 @@ EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inpu
   return rows;
 }
 
-// Runs the step's unit uses in order (forward, head, backward L..1); returns the loss sum.
-double StreamingExecutor::run_uses(StepStats& st) {
+// Enqueues the step's unit uses in order (forward, head, backward L..1).
+void StreamingExecutor::run_uses(StepStats& st) {
   const int L = cfg_.num_layers;
   const auto& uses = pipe_->uses();
-  double loss_sum = 0;
   for (int i = 0; i < int(uses.size()); ++i) {
     const int u = uses[size_t(i)].unit;
     const bool forward = i <= L, tied = cfg_.tie_word_embeddings;
     if (tied && i == L + 1) continue;  // the embedding's use by the LM head: taken with the head
     const bool is_head = u == L + 1;
-    if (is_head && tied) pipe_->wait_ready(i - 1, st.copy_wait_seconds, st.optimizer_wait_seconds);
-    pipe_->wait_ready(i, st.copy_wait_seconds, st.optimizer_wait_seconds);
-    const auto c0 = std::chrono::steady_clock::now();
-    if (is_head) loss_sum += head(i, tied ? i - 1 : -1, st);
-    else if (forward && u == 0) forward_embedding(i, st);
-    else if (forward) forward_decoder(i, u - 1, st);
-    else backward_decoder(i, u - 1, st);
-    const double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    st.compute_seconds += busy;
-    if (forward) st.forward_compute_seconds += busy;
+    if (is_head && tied) pipe_->wait_ready(i - 1, timeline_);
+    pipe_->wait_ready(i, timeline_);
+    timeline_.begin_busy(forward);
+    if (is_head) head(i, tied ? i - 1 : -1);
+    else if (forward && u == 0) forward_embedding(i);
+    else if (forward) forward_decoder(i, u - 1);
+    else backward_decoder(i, u - 1);
+    timeline_.end_busy();
     if (is_head) st.forward_h2d_bytes = pipe_->fetch_bytes(0, i);
     if (is_head && tied) pipe_->release(i - 1);
     pipe_->release(i);
   }
-  return loss_sum;
 }
 
-Result<StepStats> StreamingExecutor::step(const Batch& batch) {
-  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
-  const auto t0 = std::chrono::steady_clock::now();
-  const long counted = batch.counted_targets();
-  grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
-  EmbeddingRows rows = embedding_rows(batch.inputs);
-  st.embedding_rows = long(rows->size());
-  pipe_->begin_step(st.step, st.lr, std::move(rows));
+double StreamingExecutor::read_loss_sum() {
+  backend_->host_wait(loss_landed_);
+  const double* totals = host_loss_.as<double>();
+  double sum = 0;
+  for (int m = 0; m < opt_.global_batch / opt_.micro_batch; ++m) sum += totals[2 * m];
+  return sum;
+}
 
+// The step's tokens to the device. The compute stream waits for them on the device; the host
+// buffers stay untouched until step() returns, which is after that compute has run.
+void StreamingExecutor::upload_batch(const Batch& batch) {
   // inputs_/targets_ are overwritten only once the previous step's compute (its embedding
   // backward reads inputs_) is done: on CUDA the H2D stream does not otherwise wait for it.
   backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));
   const size_t tokens = batch.inputs.size();
   backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
   backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
-  st.copy_wait_seconds += backend_->host_wait(backend_->record(StreamKind::kH2D));  // batch is caller-owned
+  timeline_.wait(backend_->record(StreamKind::kH2D));
+}
 
-  const double loss_sum = run_uses(st);
-  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
-  // Before the embedding's gradient (the step's last) lands, so no update of this step starts.
-  pipe_->refuse_update(check_step_loss(st.step, st.loss));
-  const auto c0 = std::chrono::steady_clock::now();
-  backward_embedding(st);
-  st.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-  pipe_->end_step();
-  MT_RETURN_IF_ERROR(backend_->error());
-  ++steps_;
-  // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer
-  // finished that step's update phase before this step's weights were uploaded.
-  MT_RETURN_IF_ERROR(pipe_->error());
+// Timings from the streams' own clocks (the step's compute has run), byte counts, the update.
+void StreamingExecutor::fill_stats(StepStats& st) {
+  const ComputeTimeline::Totals t = timeline_.take();
+  st.step_seconds = t.step;
+  st.compute_seconds = t.compute;
+  st.forward_compute_seconds = t.forward_compute;
+  st.copy_wait_seconds = t.copy_wait;
+  st.optimizer_wait_seconds = t.optimizer_wait;
   const CopyStats cs = backend_->take_copy_stats();
   st.h2d_bytes = cs.h2d_bytes;
   st.d2h_bytes = cs.d2h_bytes;
@@ -187,7 +192,41 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   st.optimizer_seconds = pipe_->take_optimizer_seconds();
   st.grad_norm = pipe_->last_grad_norm();
   st.device_peak_bytes = backend_->device_peak();
-  st.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Result<StepStats> StreamingExecutor::step(const Batch& batch) {
+  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
+  MT_RETURN_IF_ERROR(backend_->error());  // sticky: the device failed in an earlier step
+  timeline_.begin_step();
+  const long counted = batch.counted_targets();
+  grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
+  EmbeddingRows rows = embedding_rows(batch.inputs);
+  st.embedding_rows = long(rows->size());
+  pipe_->begin_step(st.step, st.lr, std::move(rows));
+  upload_batch(batch);
+  run_uses(st);
+  // The head finished long before the backward now queued behind it: this wait leaves the
+  // compute stream busy. A device fault comes first (the totals are then suspect).
+  const double loss_sum = read_loss_sum();
+  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  Status verdict = backend_->error();
+  if (verdict.ok()) verdict = check_step_loss(st.step, st.loss);
+  // Before the embedding's gradient (the step's last) is enqueued, so no update of this step starts.
+  pipe_->refuse_update(verdict);
+  timeline_.begin_busy(false);
+  backward_embedding(st);
+  timeline_.end_busy();
+  // step() returns when the step's compute has run (the next step's batch upload waits for it
+  // anyway), so a device fault is reported by the step it happened in.
+  const EventPtr done = timeline_.end_step();
+  pipe_->end_step(done);
+  backend_->host_wait(done);
+  ++steps_;  // begun in the pipeline: a failed step is not run again under the same number
+  MT_RETURN_IF_ERROR(backend_->error());
+  // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer
+  // finished that step's update phase before this step's weights were uploaded.
+  MT_RETURN_IF_ERROR(pipe_->error());
+  fill_stats(st);
   return st;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/exec/compute_timeline.h"
 #include "engine/exec/executor.h"
 #include "engine/model/layers.h"
 #include "engine/exec/planner.h"
@@ -44,7 +45,8 @@ class StreamingExecutor final : public Executor {
   const MemoryPlan& plan() const { return plan_; }
   // Host bytes it allocated: the HostStore and its host staging buffers (= plan().host_bytes).
   uint64_t host_bytes() const {
-    return store_->total_bytes() + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes();
+    return store_->total_bytes() + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes() +
+           host_loss_.bytes();
   }
   size_t device_peak() const { return backend_->device_peak(); }
 
@@ -52,20 +54,26 @@ class StreamingExecutor final : public Executor {
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                     std::unique_ptr<Backend> backend);
   Status allocate();
-  double run_uses(StepStats& st);
+  void run_uses(StepStats& st);
+  // The step's loss sum, read once the head's totals have reached the host (in micro-batch
+  // order, as the resident executor sums).
+  double read_loss_sum();
+  void drain();  // waits until every stream has run what was enqueued
+  void upload_batch(const Batch& batch);
+  void fill_stats(StepStats& st);
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
-  void forward_embedding(int use, StepStats& st);
-  void forward_decoder(int use, int layer, StepStats& st);
-  double head(int use, int tied_use, StepStats& st);  // returns the loss sum
-  void backward_decoder(int use, int layer, StepStats& st);
+  void forward_embedding(int use);
+  void forward_decoder(int use, int layer);
+  void head(int use, int tied_use);  // its loss totals go to host_loss_
+  void backward_decoder(int use, int layer);
   void backward_embedding(StepStats& st);  // reads no weights: not a use
   // Layer inputs x_0..x_L (x_L feeds the head): all on the device, or a ring of three device
   // buffers backed by host memory (host placement).
   float* layer_input(int l);
-  void prepare_output(int l, StepStats& st);   // x_l is about to be written
+  void prepare_output(int l);                  // x_l is about to be written
   void offload_layer_input(int l);             // host placement: x_l to host memory
   void fetch_layer_input(int l);               // host placement: x_l back to the device
-  int acquire_grad_slot(size_t numel, StepStats& st);  // a zeroed gradient slot
+  int acquire_grad_slot(size_t numel);  // a zeroed gradient slot
   enum class GradShare { kUnit, kTiedHead, kEmbeddingRows };  // where a gradient slot goes on the host
   void send_grads(int unit, int grad_slot, size_t numel, GradShare share);
   // The batch's distinct tokens (ascending) and each input's index among them, in row_ids_.
@@ -83,6 +91,8 @@ class StreamingExecutor final : public Executor {
   HostBuffer host_tied_grad_;    // tied embeddings: the LM head's share of d(embedding)
   HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C floats)
   HostBuffer host_rows_;          // the step's embedding rows, then their gradient (HostStaging)
+  HostBuffer host_loss_;          // the head's {loss sum, counted} per micro-batch
+  EventPtr loss_landed_;          // host_loss_ holds this step's totals
   // Inputs as indices into the step's embedding rows (what the device's embedding reads), and
   // a per-token scratch map from token to row.
   std::vector<int32_t> row_ids_, row_of_token_;
@@ -95,8 +105,10 @@ class StreamingExecutor final : public Executor {
   EventPtr last_offload_;
   float *dresid_ = nullptr, *work_ = nullptr, *inv_freq_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
+  double* loss_totals_ = nullptr;  // the head writes {loss sum, counted} per micro-batch
   int next_grad_slot_ = 0;
 
+  ComputeTimeline timeline_{*backend_};  // after backend_
   LayerShape shape_;
   float grad_scale_ = 0;
   long steps_ = 0;

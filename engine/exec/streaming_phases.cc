@@ -20,10 +20,10 @@ MicroBatches micro_batches(const TrainOptions& o, const ModelConfig& c) {
 
 float* StreamingExecutor::layer_input(int l) { return ckpt_[size_t(plan_.checkpoints_on_device ? l : l % 3)]; }
 
-void StreamingExecutor::prepare_output(int l, StepStats& st) {
+void StreamingExecutor::prepare_output(int l) {
   if (plan_.checkpoints_on_device) return;
   const size_t k = size_t(l % 3);
-  if (ring_offloaded_[k]) st.copy_wait_seconds += backend_->host_wait(ring_offloaded_[k]);
+  if (ring_offloaded_[k]) timeline_.wait(ring_offloaded_[k]);  // the buffer's offload has run
   ring_holds_[k] = l;
 }
 
@@ -45,17 +45,17 @@ void StreamingExecutor::fetch_layer_input(int l) {
   ring_holds_[k] = l;
 }
 
-void StreamingExecutor::forward_embedding(int use, StepStats& st) {
+void StreamingExecutor::forward_embedding(int use) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
-  prepare_output(0, st);
+  prepare_output(0);
   float* out = layer_input(0);
   for (int m = 0; m < mb.count; ++m)
     embedding_forward(backend_->ops(), shape_, pipe_->slot_of(use), inputs_ + size_t(m) * mb.tokens, out + size_t(m) * mb.act);
 }
 
-void StreamingExecutor::forward_decoder(int use, int l, StepStats& st) {
+void StreamingExecutor::forward_decoder(int use, int l) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
-  prepare_output(l + 1, st);
+  prepare_output(l + 1);
   const float* in = layer_input(l);
   float* out = layer_input(l + 1);
   const auto w = bind_decoder<const float>(cfg_, pipe_->slot_of(use));
@@ -65,38 +65,39 @@ void StreamingExecutor::forward_decoder(int use, int l, StepStats& st) {
   offload_layer_input(l);
 }
 
-double StreamingExecutor::head(int use, int tied_use, StepStats& st) {
+void StreamingExecutor::head(int use, int tied_use) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const int L = cfg_.num_layers, C = cfg_.hidden_size;
   const float* w = pipe_->slot_of(use);
   const float* lm = tied_use >= 0 ? pipe_->slot_of(tied_use) : w + C;
   const size_t n = units_[size_t(L) + 1].numel;
-  const int g = acquire_grad_slot(n, st);
-  const int gt = tied_use >= 0 ? acquire_grad_slot(units_[0].numel, st) : -1;
+  const int g = acquire_grad_slot(n);
+  const int gt = tied_use >= 0 ? acquire_grad_slot(units_[0].numel) : -1;
   float* dlm = gt >= 0 ? grad_slots_[size_t(gt)] : grad_slots_[size_t(g)] + C;
   const size_t acts_n = decoder_acts_numel(shape_) + decoder_scratch_numel(shape_);
   const auto sc = bind_head_scratch<float>(shape_, work_ + acts_n);
   const float* x = layer_input(L);
-  double loss = 0;
   for (int m = 0; m < mb.count; ++m)
-    loss += head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
-                                  targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc)
-                .loss_sum;
+    head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
+                          targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc,
+                          loss_totals_ + 2 * size_t(m));
+  // The totals go to the host once per step, not once per micro-batch.
+  backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
+  backend_->copy_d2h(host_loss_.as<void>(), loss_totals_, size_t(mb.count) * 2 * sizeof(double));
+  loss_landed_ = backend_->record(StreamKind::kD2H);
   send_grads(L + 1, g, n, GradShare::kUnit);
   if (gt >= 0) send_grads(0, gt, units_[0].numel, GradShare::kTiedHead);
-  return loss;
 }
 
-void StreamingExecutor::backward_decoder(int use, int l, StepStats& st) {
+void StreamingExecutor::backward_decoder(int use, int l) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   fetch_layer_input(l);
-  if (!plan_.checkpoints_on_device && ring_ready_[size_t(l % 3)])
-    st.copy_wait_seconds += backend_->host_wait(ring_ready_[size_t(l % 3)]);
+  if (!plan_.checkpoints_on_device && ring_ready_[size_t(l % 3)]) timeline_.wait(ring_ready_[size_t(l % 3)]);
   fetch_layer_input(l - 1);  // prefetch the next layer's input while this one computes
   const float* in = layer_input(l);
   const auto w = bind_decoder<const float>(cfg_, pipe_->slot_of(use));
   const size_t n = units_[size_t(l) + 1].numel;
-  const int g = acquire_grad_slot(n, st);
+  const int g = acquire_grad_slot(n);
   const auto dw = bind_decoder<float>(cfg_, grad_slots_[size_t(g)]);
   const auto acts = bind_decoder_acts<float>(shape_, work_);
   const auto sc = bind_decoder_scratch<float>(shape_, work_ + decoder_acts_numel(shape_));
@@ -113,7 +114,7 @@ void StreamingExecutor::backward_decoder(int use, int l, StepStats& st) {
 void StreamingExecutor::backward_embedding(StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const size_t n = size_t(st.embedding_rows) * size_t(cfg_.hidden_size);
-  const int g = acquire_grad_slot(n, st);
+  const int g = acquire_grad_slot(n);
   for (int m = 0; m < mb.count; ++m)
     embedding_backward(backend_->ops(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
                        dresid_ + size_t(m) * mb.act);
@@ -121,10 +122,10 @@ void StreamingExecutor::backward_embedding(StepStats& st) {
   st.last_grad_bytes = n * state_elem_bytes(opt_.layout);
 }
 
-int StreamingExecutor::acquire_grad_slot(size_t numel, StepStats& st) {
+int StreamingExecutor::acquire_grad_slot(size_t numel) {
   const int k = next_grad_slot_;
   next_grad_slot_ = (k + 1) % int(grad_slots_.size());
-  if (grad_slot_free_[size_t(k)]) st.copy_wait_seconds += backend_->host_wait(grad_slot_free_[size_t(k)]);
+  if (grad_slot_free_[size_t(k)]) timeline_.wait(grad_slot_free_[size_t(k)]);  // its gradient reached the host
   backend_->ops().zero(grad_slots_[size_t(k)], numel);
   return k;
 }

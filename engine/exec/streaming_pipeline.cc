@@ -128,7 +128,8 @@ void StreamingPipeline::uploader_loop() {
   }
 }
 
-void StreamingPipeline::wait_ready(int use, double& copy_wait, double& optimizer_wait) {
+void StreamingPipeline::wait_ready(int use, ComputeTimeline& timeline) {
+  const EventPtr from = timeline.mark();  // if the host waits below, the device idles from here
   const double t0 = now_seconds();
   EventPtr e;
   double opt_t;
@@ -138,11 +139,8 @@ void StreamingPipeline::wait_ready(int use, double& copy_wait, double& optimizer
     e = ready_[size_t(use)];
     opt_t = uses_[size_t(use)].fetch ? opt_ready_time_[size_t(use)] : 0;
   }
-  backend_.stream_wait(StreamKind::kCompute, e);
   const double t1 = now_seconds();
-  const double opt = std::max(0.0, std::min(opt_t, t1) - t0);
-  optimizer_wait += opt;
-  copy_wait += (t1 - t0) - opt;
+  timeline.stall_until(from, e, std::max(0.0, std::min(opt_t, t1) - t0));
 }
 
 void StreamingPipeline::release(int use) {
@@ -152,10 +150,9 @@ void StreamingPipeline::release(int use) {
   cv_.notify_all();
 }
 
-void StreamingPipeline::end_step() {
-  EventPtr e = backend_.record(StreamKind::kCompute);
+void StreamingPipeline::end_step(EventPtr done) {
   std::lock_guard<std::mutex> l(mu_);
-  prev_step_done_ = e;
+  prev_step_done_ = std::move(done);
 }
 
 void StreamingPipeline::grads_sent(int unit, EventPtr landed, bool tied_part) {
@@ -174,24 +171,32 @@ void StreamingPipeline::optimizer_loop() {
     l.unlock();
     backend_.host_wait(g.event);
     const double t0 = now_seconds();  // optimizer work only, not the wait for the copy
-    if (!g.tied_part) {
-      const size_t u = size_t(g.unit);
-      if (u == 0) scatter_embedding_grad(g.rows);
-      const HostUnit& hu = store_.unit(u);
-      sumsq_[u] = store_.layout() == MemoryLayout::kExact
-                      ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
-                      : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
-      if (cfg_.update_during_backward) {
-        if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
-        else skip_updates(g.step);
-      }
-      if (++landed_ == int(units_.size())) {
-        landed_ = 0;
-        if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
-      }
-    }
+    land(g);
     l.lock();
     optimizer_seconds_ += now_seconds() - t0;
+  }
+}
+
+void StreamingPipeline::land(const Landing& g) {
+  if (g.tied_part) return;  // read with the embedding's own share
+  // An event of a failed device completes, but the copy behind it may never have run: once the
+  // device has failed, no gradient is read and no update applied (refusal is sticky).
+  const bool failed = refuse_if(backend_.error());
+  const size_t u = size_t(g.unit);
+  if (!failed) {
+    if (u == 0) scatter_embedding_grad(g.rows);
+    const HostUnit& hu = store_.unit(u);
+    sumsq_[u] = store_.layout() == MemoryLayout::kExact
+                    ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
+                    : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
+  }
+  if (cfg_.update_during_backward) {
+    if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
+    else skip_updates(g.step);
+  }
+  if (++landed_ == int(units_.size())) {
+    landed_ = 0;
+    if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
   }
 }
 

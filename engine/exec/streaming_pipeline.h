@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/exec/compute_timeline.h"
 #include "engine/optim/host_store.h"
 #include "engine/optim/optimizer.h"
 #include "engine/base/thread_pool.h"
@@ -73,11 +74,11 @@ class StreamingPipeline {
 
   // step: 1-based index of the step starting; rows: its inputs' embedding rows.
   void begin_step(long step, float lr, EmbeddingRows rows);
-  // Compute side: blocks until use's weights are on the device. Adds the seconds waited to
-  // copy_wait / optimizer_wait.
-  void wait_ready(int use, double& copy_wait, double& optimizer_wait);
+  // Compute side: the compute stream waits (on the device) until use's weights are there; the
+  // host blocks only until their upload is issued. The stall goes to the timeline.
+  void wait_ready(int use, ComputeTimeline& timeline);
   void release(int use);                  // compute finished with the use's weights
-  void end_step();                        // compute finished the step's work
+  void end_step(EventPtr done);           // the step's compute is enqueued; `done` marks its end
   // A unit's gradient (or the LM head's share of a tied embedding's) is in flight to the host.
   // The embedding's own share comes as the step's rows, into staging.embedding_rows.
   void grads_sent(int unit, EventPtr landed, bool tied_part);
@@ -126,7 +127,7 @@ class StreamingPipeline {
   std::vector<double> opt_ready_time_;   // per use: when the unit's update was available
   EventPtr prev_step_done_;
   std::vector<long> updated_;            // per unit: last step whose update is applied
-  struct Landing {
+  struct Landing {  // a gradient in flight to the host
     int unit;
     EventPtr event;
     bool tied_part;
@@ -134,6 +135,7 @@ class StreamingPipeline {
     float lr;
     EmbeddingRows rows;
   };
+  void land(const Landing& g);  // the optimizer's work on one landed gradient
   std::deque<Landing> landings_;
   std::vector<double> sumsq_;
   int landed_ = 0;

@@ -51,10 +51,13 @@ namespace {
 
 Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
   if (uses_cuda(spec)) return make_cuda_backend({});
-  return make_cpu_backend({spec.link_gbps});
+  CpuBackendOptions o;
+  o.link_gbps = spec.link_gbps;
+  return make_cpu_backend(o);
 }
 
-Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget) {
+Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget,
+                                                const JobHooks& hooks) {
   if (spec.executor == "resident") {
     if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
@@ -67,7 +70,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.placement = po.placement;
   so.device_budget = po.device_budget;
   so.link_gbps = spec.link_gbps;
-  MT_ASSIGN_OR_RETURN(auto backend, make_backend(spec));
+  MT_ASSIGN_OR_RETURN(auto backend, hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec));
   MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, spec.train, so, std::move(backend)));
   return std::unique_ptr<Executor>(std::move(ex));
 }
@@ -129,7 +132,7 @@ static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const 
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
-  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_));
+  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   const bool resuming = is_training_checkpoint(ckpt_root);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/backend/backend.h"
 #include "engine/io/checkpoint.h"
 #include "engine/data/data_source.h"
 #include "engine/exec/engine_stats.h"
@@ -28,6 +29,9 @@ struct JobHooks {
   // with result.starved (the daemon yields the device to the next queued job); false or unset
   // waits on.
   std::function<bool()> yield_when_starved;
+  // Supplies the streaming executor's device (tests: a CPU backend with an injected fault);
+  // unset: the backend spec.backend names.
+  std::function<Result<std::unique_ptr<Backend>>(const JobSpec&)> make_backend;
 };
 
 struct JobResult {

@@ -131,20 +131,18 @@ HeadScratch<T> bind_head_scratch(const LayerShape& s, T* p) {
 }
 
 template <typename T>
-cpu::LmHeadLossResult head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w,
-                                            const T* lm, T* dnorm_w, T* dlm, const T* x,
-                                            const int32_t* targets, T grad_scale, T* dx,
-                                            const HeadScratch<T>& sc) {
+void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w, const T* lm, T* dnorm_w, T* dlm,
+                           const T* x, const int32_t* targets, T grad_scale, T* dx, const HeadScratch<T>& sc,
+                           double* loss_totals) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), C = c.hidden_size;
   ops.rmsnorm_forward(sc.xn, sc.rstd, x, norm_w, N, C, float(c.rms_norm_eps));
-  auto r = ops.lm_head_loss(dx ? sc.dxn : nullptr, dlm, nullptr, sc.xn, lm, targets, N, C, c.vocab_size,
-                            s.head_chunk, grad_scale, sc.logits);
+  ops.lm_head_loss(dx ? sc.dxn : nullptr, dlm, nullptr, sc.xn, lm, targets, N, C, c.vocab_size, s.head_chunk,
+                   grad_scale, sc.logits, loss_totals);
   if (dx) {
     ops.zero(dx, size_t(N) * C);
     ops.rmsnorm_backward(dx, dnorm_w, sc.dxn, x, norm_w, sc.rstd, N, C);
   }
-  return r;
 }
 
 #define MT_INSTANTIATE_LAYERS(T)                                                                          \
@@ -158,9 +156,8 @@ cpu::LmHeadLossResult head_forward_backward(const Ops<T>& ops, const LayerShape&
                                  const DecoderScratch<T>&);                                              \
   template void embedding_forward(const Ops<T>&, const LayerShape&, const T*, const int32_t*, T*);       \
   template void embedding_backward(const Ops<T>&, const LayerShape&, T*, const int32_t*, const T*);      \
-  template cpu::LmHeadLossResult head_forward_backward(const Ops<T>&, const LayerShape&, const T*,       \
-                                                       const T*, T*, T*, const T*, const int32_t*, T, T*, \
-                                                       const HeadScratch<T>&);
+  template void head_forward_backward(const Ops<T>&, const LayerShape&, const T*, const T*, T*, T*,      \
+                                      const T*, const int32_t*, T, T*, const HeadScratch<T>&, double*);
 MT_INSTANTIATE_LAYERS(float)
 MT_INSTANTIATE_LAYERS(double)
 #undef MT_INSTANTIATE_LAYERS

@@ -59,6 +59,7 @@ void embedding_backward(const Ops<T>& ops, const LayerShape& s, T* dwte, const i
 
 // Final norm + LM head + cross-entropy, forward and (when dx != nullptr) backward in one pass.
 // lm is the LM-head matrix [V, C] (the embedding when tied); dlm accumulates its gradient.
+// loss_totals (device, 2 doubles) receives {loss sum, counted targets} (see Ops::lm_head_loss).
 template <typename T>
 struct HeadScratch {
   T *xn, *rstd, *dxn, *logits;
@@ -68,9 +69,8 @@ template <typename T>
 HeadScratch<T> bind_head_scratch(const LayerShape& s, T* base);
 
 template <typename T>
-cpu::LmHeadLossResult head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w,
-                                            const T* lm, T* dnorm_w, T* dlm, const T* x,
-                                            const int32_t* targets, T grad_scale, T* dx,
-                                            const HeadScratch<T>& sc);
+void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w, const T* lm, T* dnorm_w, T* dlm,
+                           const T* x, const int32_t* targets, T grad_scale, T* dx, const HeadScratch<T>& sc,
+                           double* loss_totals);
 
 }  // namespace mt

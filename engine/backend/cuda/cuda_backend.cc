@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
   EventPtr record(StreamKind s) override;
   void stream_wait(StreamKind s, const EventPtr& e) override;
   double host_wait(const EventPtr& e) override;
+  double elapsed(const EventPtr& from, const EventPtr& to) override;
   const Ops<float>& ops() override { return *ops_; }
   CopyStats take_copy_stats() override;
   Status error() const override { return errors_.get(); }
@@ -92,7 +93,6 @@ class CudaBackend final : public Backend {
   cudaStream_t streams_[3] = {nullptr, nullptr, nullptr};
   std::unique_ptr<cuda::GemmContext> gemm_;
   std::unique_ptr<CudaOps> ops_;
-  double* host_totals_ = nullptr;
   __nv_bfloat16* staging_ = nullptr;
   char* memory_ = nullptr;  // one cudaMalloc; arena_ hands out regions inside it
   DeviceArena arena_;
@@ -139,9 +139,8 @@ Status CudaBackend::init() {
   for (auto& s : streams_) MT_CUDA_STATUS(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const cuda::CudaStatus g = cuda::GemmContext::create(gemm_, opt_.gemm_workspace_bytes);
   if (!g.ok()) return internal_error(cuda::describe(g));
-  MT_CUDA_STATUS(cudaHostAlloc(reinterpret_cast<void**>(&host_totals_), 2 * sizeof(double), cudaHostAllocPortable));
   MT_CUDA_STATUS(cudaMalloc(reinterpret_cast<void**>(&staging_), opt_.bf16_staging_elems * sizeof(__nv_bfloat16)));
-  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), opt_.device, *gemm_, errors_, host_totals_);
+  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), opt_.device, *gemm_, errors_);
   return Status::Ok();
 }
 
@@ -157,7 +156,6 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   if (staging_) cudaFree(staging_);
   if (memory_) cudaFree(memory_);
-  if (host_totals_) cudaFreeHost(host_totals_);
   for (auto s : streams_)
     if (s) cudaStreamDestroy(s);
 }
@@ -239,8 +237,8 @@ void CudaBackend::copy_d2h_bf16(bf16* dst, const float* src, size_t n) {
 
 EventPtr CudaBackend::record(StreamKind s) {
   cudaEvent_t e = nullptr;
-  if (!bind() ||
-      !errors_.note(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags")) {
+  // Timing enabled: elapsed() measures the streams by their own clock.
+  if (!bind() || !errors_.note(cudaEventCreateWithFlags(&e, cudaEventDefault), "cudaEventCreateWithFlags")) {
     // An event that reads as done (a null event): nothing waits forever; error() says why.
     return std::make_shared<CudaEvent>(nullptr, opt_.device, &errors_);
   }
@@ -271,6 +269,20 @@ double CudaBackend::host_wait(const EventPtr& e) {
   const auto t0 = std::chrono::steady_clock::now();
   errors_.note(cudaEventSynchronize(ce->get()), "cudaEventSynchronize");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double CudaBackend::elapsed(const EventPtr& from, const EventPtr& to) {
+  if (!from || !to) return 0;
+  const auto* a = static_cast<const CudaEvent*>(from.get());
+  const auto* b = static_cast<const CudaEvent*>(to.get());
+  if (!a->get() || !b->get()) return 0;
+  if (!bind()) return 0;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, a->get(), b->get()) != cudaSuccess) {
+    cudaGetLastError();  // a timing query that fails (e.g. not ready) is no device fault
+    return 0;
+  }
+  return double(ms) * 1e-3;
 }
 
 CopyStats CudaBackend::take_copy_stats() {

@@ -85,25 +85,14 @@ void CudaOps::embedding_backward(float* dwte, const float* dout, const int32_t* 
   errors_.note(cuda::embedding_backward(dwte, dout, tokens, N, C, stream_), "embedding_backward");
 }
 
-cpu::LmHeadLossResult CudaOps::lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W,
-                                            const int32_t* targets, int N, int C, int V, int chunk, float grad_scale,
-                                            float* scratch) const {
-  cpu::LmHeadLossResult r;
-  if (N <= 0 || !bind()) return r;
-  auto* rows = static_cast<double*>(temp((size_t(N) + 2) * sizeof(double)));
-  if (!rows) return r;
-  double* totals = rows + N;
-  if (!errors_.note(cuda::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch, rows,
-                                       totals, gemm_, stream_),
-                    "lm_head_loss"))
-    return r;
-  if (!errors_.note(cudaMemcpyAsync(host_totals_, totals, 2 * sizeof(double), cudaMemcpyDeviceToHost, stream_),
-                    "cudaMemcpyAsync(loss totals)"))
-    return r;
-  if (!errors_.note(cudaStreamSynchronize(stream_), "cudaStreamSynchronize(compute, loss)")) return r;
-  r.loss_sum = host_totals_[0];
-  r.counted = long(host_totals_[1]);
-  return r;
+void CudaOps::lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W, const int32_t* targets,
+                           int N, int C, int V, int chunk, float grad_scale, float* scratch, double* totals) const {
+  if (!bind()) return;
+  auto* rows = N > 0 ? static_cast<double*>(temp(size_t(N) * sizeof(double))) : nullptr;
+  if (N > 0 && !rows) return;
+  errors_.note(cuda::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch, rows, totals,
+                                  gemm_, stream_),
+               "lm_head_loss");
 }
 
 void CudaOps::add_inplace(float* y, const float* x, size_t n) const {

@@ -17,8 +17,8 @@ class CudaOps final : public Ops<float> {
  public:
   // Every op binds `device` first: ops run on the compute thread, which may not be the thread
   // that created the backend.
-  CudaOps(cudaStream_t stream, int device, cuda::GemmContext& gemm, CudaErrors& errors, double* host_totals)
-      : stream_(stream), device_(device), gemm_(gemm), errors_(errors), host_totals_(host_totals) {}
+  CudaOps(cudaStream_t stream, int device, cuda::GemmContext& gemm, CudaErrors& errors)
+      : stream_(stream), device_(device), gemm_(gemm), errors_(errors) {}
   ~CudaOps() override;
 
   void matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C, int OC) const override;
@@ -38,10 +38,9 @@ class CudaOps final : public Ops<float> {
   void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const override;
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const override;
   void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) const override;
-  // Synchronises the compute stream to return the loss sum (the interface returns it by value).
-  cpu::LmHeadLossResult lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W,
-                                     const int32_t* targets, int N, int C, int V, int chunk, float grad_scale,
-                                     float* scratch) const override;
+  // Leaves the totals on the device (no synchronisation).
+  void lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W, const int32_t* targets, int N,
+                    int C, int V, int chunk, float grad_scale, float* scratch, double* totals) const override;
   void add_inplace(float* y, const float* x, size_t n) const override;
   void copy(float* dst, const float* src, size_t n) const override;
   void zero(float* dst, size_t n) const override;
@@ -54,7 +53,6 @@ class CudaOps final : public Ops<float> {
   int device_;
   cuda::GemmContext& gemm_;
   CudaErrors& errors_;
-  double* host_totals_;  // pinned, 2 doubles
   mutable void* temp_ = nullptr;
   mutable size_t temp_bytes_ = 0;
 };

@@ -46,6 +46,7 @@ struct Case {
   bool tied, qwen;
   int slots;
   CheckpointPlacement placement;
+  bool sync_compute = false;  // the CPU backend's debugging mode; default: an asynchronous compute stream
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -61,7 +62,9 @@ TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
   StreamingOptions so;
   so.slots = c.slots;
   so.placement = c.placement;
-  auto str = StreamingExecutor::create_cpu(cfg, opt, so);
+  CpuBackendOptions bo;
+  bo.sync_compute = c.sync_compute;
+  auto str = StreamingExecutor::create(cfg, opt, so, make_cpu_backend(bo));
   ASSERT_TRUE(str.ok()) << str.status().to_string();
   EXPECT_EQ((*str)->plan().checkpoints_on_device, c.placement != CheckpointPlacement::kHost);
   init_weights(cfg, (*res)->store(), 3);
@@ -102,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"untied_k3_host", false, false, 3, CheckpointPlacement::kHost},
                       Case{"tied_k3_host", true, false, 3, CheckpointPlacement::kHost},
                       Case{"tied_k2_host", true, false, 2, CheckpointPlacement::kHost},
-                      Case{"qwen_untied_k3_device", false, true, 3, CheckpointPlacement::kDevice}),
+                      Case{"qwen_untied_k3_device", false, true, 3, CheckpointPlacement::kDevice},
+                      Case{"tied_k3_host_sync_compute", true, false, 3, CheckpointPlacement::kHost, true},
+                      Case{"untied_k2_device_sync_compute", false, false, 2, CheckpointPlacement::kDevice, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the
