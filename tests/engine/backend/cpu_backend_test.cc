@@ -3,6 +3,8 @@
 // mode runs ops on the caller, and an injected fault is a sticky error after which nothing runs.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -111,6 +113,40 @@ TEST(CpuBackendAsync, LossTotalsAreWrittenOnTheDevice) {
                                       x.data(), W.data(), targets.data(), N, C, V, 2, 1.0f, scr.data());
   EXPECT_EQ(got[0], want.loss_sum);
   EXPECT_EQ(got[1], double(want.counted));
+}
+
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+
+// Point 4 on the CPU: the uploader and the compute thread enqueue on the H2D stream at once;
+// every byte is counted once and the busy seconds are the link time of those bytes, never two
+// copies' time bracketing each other (which would exceed the wall time).
+TEST(CpuBackendAsync, TwoThreadsCopyingAtOnceGiveExactByteAndSecondTotals) {
+  CpuBackendOptions o;
+  o.link_gbps = 0.05;  // 50 MB/s: 20 copies of 100 kB take 40 ms of link time
+  auto b = make_cpu_backend(o);
+  constexpr size_t kBytes = 100'000, kCopies = 10;
+  ASSERT_TRUE(b->reserve_device(2 * kBytes + 4096).ok());
+  char* dev[2] = {static_cast<char*>(*b->device_alloc(kBytes)), static_cast<char*>(*b->device_alloc(kBytes))};
+  std::vector<char> host(kBytes, 7);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto copier = [&](int k) {
+    for (size_t i = 0; i < kCopies; ++i) b->copy_h2d(dev[k], host.data(), kBytes);
+  };
+  std::thread a(copier, 0), c(copier, 1);
+  a.join();
+  c.join();
+  b->host_wait(b->record(StreamKind::kH2D));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const CopyStats st = b->take_copy_stats();
+  const double link_seconds = double(2 * kCopies * kBytes) / (o.link_gbps * 1e9);
+  EXPECT_EQ(st.h2d_bytes, 2 * kCopies * kBytes);
+  EXPECT_EQ(st.d2h_bytes, 0u);
+  EXPECT_GE(st.h2d_seconds, link_seconds);
+  EXPECT_LE(st.h2d_seconds, wall);
 }
 
 }  // namespace
