@@ -70,9 +70,9 @@ TEST(StreamingStall, AThrottledLinkIsStallNotCompute) {
   for (int s = 0; s < 3; ++s) {
     auto st = r.ex->step(next_batch());
     ASSERT_TRUE(st.ok()) << st.status().to_string();
-    // Compute is microseconds; the compute stream idles for the rest of the step, waiting for
-    // the link, and that is all stall.
-    EXPECT_LT(st->compute_seconds, 0.05 * st->step_seconds) << "step " << s;
+    // Compute is ~1 ms (~8 ms under ASan); the compute stream idles for the rest of the step,
+    // waiting for the link, and that is all stall.
+    EXPECT_LT(st->compute_seconds, 0.25 * st->step_seconds) << "step " << s;
     EXPECT_NEAR(st->stall_seconds(), st->step_seconds - st->compute_seconds, 0.02 * st->step_seconds + 0.002)
         << "step " << s;
     // Every fetched weight crossed the link while compute waited for it: most of the link's
