@@ -71,13 +71,19 @@ TEST(Planner, HostBudgetRefusalCarriesTheNumbers) {
   EXPECT_NE(p->reason.find(std::to_string(128ull << 30)), std::string::npos) << p->reason;
 }
 
-TEST(Planner, AutoPlacementMovesCheckpointsToHostWhenTheDeviceIsSmall) {
-  auto cfg = preset_config("small");
-  ASSERT_TRUE(cfg.ok());
+// `small` at 64 x 512 tokens a step: its layer inputs dominate the device plan.
+TrainOptions small_run() {
   TrainOptions opt;
   opt.seq_len = 512;
   opt.micro_batch = 4;
   opt.global_batch = 64;
+  return opt;
+}
+
+TEST(Planner, AutoPlacementMovesCheckpointsToHostWhenTheDeviceIsSmall) {
+  auto cfg = preset_config("small");
+  ASSERT_TRUE(cfg.ok());
+  const TrainOptions opt = small_run();
   auto big = plan_memory(*cfg, opt, {});
   ASSERT_TRUE(big.ok());
   EXPECT_TRUE(big->checkpoints_on_device);
@@ -112,10 +118,7 @@ TEST(Planner, ByteCountsThatOverflowAreRefusedNotWrapped) {
 TEST(DeviceBudget, TheBackendsOwnBuffersCountAgainstTheBudgetOutsideTheArena) {
   auto cfg = preset_config("small");
   ASSERT_TRUE(cfg.ok());
-  TrainOptions opt;
-  opt.seq_len = 512;
-  opt.micro_batch = 4;
-  opt.global_batch = 64;
+  const TrainOptions opt = small_run();
   auto bare = plan_memory(*cfg, opt, {});
   ASSERT_TRUE(bare.ok());
   EXPECT_EQ(bare->arena_bytes, bare->device_bytes);
