@@ -51,8 +51,8 @@ size_t dq_smem(int D) {
 }
 
 template <typename T, int kDL>
-__global__ void __launch_bounds__(32 * kRows) dq_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                                       const float* lse, Geo g) {
+__global__ void __launch_bounds__(32 * kRows)
+    attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, Geo g) {
   extern __shared__ float smem[];
   const int D = g.D, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows, t = q0 + w;
@@ -96,8 +96,8 @@ size_t dkv_smem(int D) {
 }
 
 template <typename T, int kDL>
-__global__ void __launch_bounds__(32 * kRows) dkv_kernel(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                                        const float* lse, Geo g) {
+__global__ void __launch_bounds__(32 * kRows)
+    attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, Geo g) {
   constexpr int kElems = kKeys * 32 * kDL / (32 * kRows);  // accumulator elements per thread
   extern __shared__ float smem[];
   const int D = g.D, Dv = 32 * kDL, w = threadIdx.x >> 5;
@@ -149,16 +149,18 @@ template <typename T, int kDL>
 CudaStatus launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const Geo& g,
                            cudaStream_t stream) {
   const size_t s1 = dq_smem<kDL>(g.D), s2 = dkv_smem<kDL>(g.D);
-  MT_CUDA_CALL(cudaFuncSetAttribute(dq_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
-  MT_CUDA_CALL(cudaFuncSetAttribute(dkv_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
+  MT_CUDA_CALL(
+      cudaFuncSetAttribute(attention_backward_dq_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+  MT_CUDA_CALL(cudaFuncSetAttribute(attention_backward_dkv_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(s2)));
   clear_last_error();
-  dq_kernel<T, kDL><<<dim3((g.T + kRows - 1) / kRows, g.H, g.B), 32 * kRows, s1, stream>>>(dqkv, dout, qkv, out,
-                                                                                          lse, g);
-  MT_CUDA_TRY(launched("attention dq_kernel"));
+  attention_backward_dq_kernel<T, kDL>
+      <<<dim3((g.T + kRows - 1) / kRows, g.H, g.B), 32 * kRows, s1, stream>>>(dqkv, dout, qkv, out, lse, g);
+  MT_CUDA_TRY(launched("attention_backward_dq_kernel"));
   clear_last_error();
-  dkv_kernel<T, kDL><<<dim3((g.T + kKeys - 1) / kKeys, g.KVH, g.B), 32 * kRows, s2, stream>>>(dqkv, dout, qkv, out,
-                                                                                             lse, g);
-  return launched("attention dkv_kernel");
+  attention_backward_dkv_kernel<T, kDL>
+      <<<dim3((g.T + kKeys - 1) / kKeys, g.KVH, g.B), 32 * kRows, s2, stream>>>(dqkv, dout, qkv, out, lse, g);
+  return launched("attention_backward_dkv_kernel");
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ size_t fwd_smem(int D) {
 }
 
 template <typename T, int kDL>
-__global__ void __launch_bounds__(32 * kRows) forward_kernel(T* out, float* lse, const T* qkv, Geo g) {
+__global__ void __launch_bounds__(32 * kRows) attention_forward_kernel(T* out, float* lse, const T* qkv, Geo g) {
   extern __shared__ float smem[];
   const int D = g.D, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kRows, t = q0 + w;
@@ -68,11 +68,12 @@ __global__ void __launch_bounds__(32 * kRows) forward_kernel(T* out, float* lse,
 template <typename T, int kDL>
 CudaStatus launch_forward(T* out, float* lse, const T* qkv, const Geo& g, cudaStream_t stream) {
   const size_t smem = fwd_smem<kDL>(g.D);
-  MT_CUDA_CALL(cudaFuncSetAttribute(forward_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  MT_CUDA_CALL(
+      cudaFuncSetAttribute(attention_forward_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid((g.T + kRows - 1) / kRows, g.H, g.B);
   clear_last_error();
-  forward_kernel<T, kDL><<<grid, 32 * kRows, smem, stream>>>(out, lse, qkv, g);
-  return launched("attention forward_kernel");
+  attention_forward_kernel<T, kDL><<<grid, 32 * kRows, smem, stream>>>(out, lse, qkv, g);
+  return launched("attention_forward_kernel");
 }
 
 }  // namespace

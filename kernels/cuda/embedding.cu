@@ -15,7 +15,7 @@ constexpr int kThreads = 128;  // channels per block
 constexpr int kStage = 1024;   // tokens staged in shared memory at a time
 
 template <typename T>
-__global__ void forward_kernel(T* out, const int32_t* tokens, const T* wte, int N, int C) {
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, int N, int C) {
   const size_t total = size_t(N) * C;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const size_t n = i / C, c = i % C;
@@ -24,7 +24,7 @@ __global__ void forward_kernel(T* out, const int32_t* tokens, const T* wte, int 
 }
 
 template <typename T>
-__global__ void backward_kernel(T* dwte, const T* dout, const int32_t* tokens, int N, int C) {
+__global__ void embedding_backward_kernel(T* dwte, const T* dout, const int32_t* tokens, int N, int C) {
   __shared__ int32_t tok[kStage];
   const int bucket = blockIdx.y;
   const int c = blockIdx.x * kThreads + threadIdx.x;
@@ -49,16 +49,17 @@ template <typename T>
 CudaStatus embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
   clear_last_error();
-  forward_kernel<<<detail::blocks_for(size_t(N) * C, 256), 256, 0, stream>>>(out, tokens, wte, N, C);
-  return launched("embedding forward_kernel");
+  embedding_forward_kernel<<<detail::blocks_for(size_t(N) * C, 256), 256, 0, stream>>>(out, tokens, wte, N, C);
+  return launched("embedding_forward_kernel");
 }
 
 template <typename T>
 CudaStatus embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
   clear_last_error();
-  backward_kernel<<<dim3((C + kThreads - 1) / kThreads, kBuckets), kThreads, 0, stream>>>(dwte, dout, tokens, N, C);
-  return launched("embedding backward_kernel");
+  embedding_backward_kernel<<<dim3((C + kThreads - 1) / kThreads, kBuckets), kThreads, 0, stream>>>(dwte, dout, tokens,
+                                                                                                    N, C);
+  return launched("embedding_backward_kernel");
 }
 
 #define MT_INSTANTIATE(T)                                                                         \

@@ -16,7 +16,7 @@ constexpr int kThreads = 512;
 // One block per row of logits: loss into row_loss[row]; with `backward`, the row becomes
 // (softmax - onehot(target)) * grad_scale (zeros for an ignored target).
 template <typename T>
-__global__ void softmax_ce_kernel(T* logits, double* row_loss, T* losses, const int32_t* targets, int V,
+__global__ void lm_head_softmax_ce_kernel(T* logits, double* row_loss, T* losses, const int32_t* targets, int V,
                                   bool backward, float grad_scale) {
   __shared__ float red[32];
   const int row = blockIdx.x;
@@ -51,7 +51,7 @@ __global__ void softmax_ce_kernel(T* logits, double* row_loss, T* losses, const 
 
 // totals = {sum of row_loss in token order, count of counted targets}: one thread, in order
 // (N is a micro-batch's tokens; this is a tiny fraction of the head's GEMM time).
-__global__ void total_kernel(double* totals, const double* row_loss, const int32_t* targets, int N, int V) {
+__global__ void lm_head_total_kernel(double* totals, const double* row_loss, const int32_t* targets, int N, int V) {
   double s = 0;
   long c = 0;
   for (int n = 0; n < N; ++n) {
@@ -76,16 +76,16 @@ CudaStatus lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const i
     const T* xc = x + long(n0) * C;
     MT_CUDA_TRY(gemm<T>(false, true, rows, V, C, 1.f, xc, C, W, C, 0.f, scratch, V, ctx, stream));
     clear_last_error();
-    softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(scratch, row_loss + n0, losses ? losses + n0 : nullptr,
+    lm_head_softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(scratch, row_loss + n0, losses ? losses + n0 : nullptr,
                                                      targets + n0, V, backward, grad_scale);
-    MT_CUDA_TRY(launched("softmax_ce_kernel"));
+    MT_CUDA_TRY(launched("lm_head_softmax_ce_kernel"));
     if (!backward) continue;
     MT_CUDA_TRY(gemm<T>(false, false, rows, C, V, 1.f, scratch, V, W, C, 0.f, dx + long(n0) * C, C, ctx, stream));
     if (dW) MT_CUDA_TRY(gemm<T>(true, false, V, C, rows, 1.f, scratch, V, xc, C, 1.f, dW, C, ctx, stream));
   }
   clear_last_error();
-  total_kernel<<<1, 1, 0, stream>>>(totals, row_loss, targets, N, V);
-  return launched("lm_head_loss total_kernel");
+  lm_head_total_kernel<<<1, 1, 0, stream>>>(totals, row_loss, targets, N, V);
+  return launched("lm_head_total_kernel");
 }
 
 #define MT_INSTANTIATE(T)                                                                                  \

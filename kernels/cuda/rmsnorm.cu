@@ -23,7 +23,7 @@ int rows_per_part(int N) {
 }
 
 template <typename T>
-__global__ void forward_kernel(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps) {
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps) {
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
@@ -40,8 +40,8 @@ __global__ void forward_kernel(T* out, float* rstd, const T* inp, const T* w, in
 }
 
 template <typename T>
-__global__ void backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd, int N,
-                                     int C) {
+__global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd, int N,
+                                             int C) {
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
@@ -57,8 +57,8 @@ __global__ void backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const
 
 // partial[p][c] = sum over rows of part p (in order) of dy * x * rstd.
 template <typename T>
-__global__ void dweight_partial_kernel(float* partial, const T* dout, const T* inp, const float* rstd, int N, int C,
-                                       int rows) {
+__global__ void rmsnorm_dweight_partial_kernel(float* partial, const T* dout, const T* inp, const float* rstd, int N,
+                                               int C, int rows) {
   const int c = blockIdx.x * kCols + threadIdx.x, p = blockIdx.y;
   if (c >= C) return;
   const int r0 = p * rows, r1 = min(N, r0 + rows);
@@ -68,7 +68,7 @@ __global__ void dweight_partial_kernel(float* partial, const T* dout, const T* i
 }
 
 template <typename T>
-__global__ void dweight_sum_kernel(T* dweight, const float* partial, int parts, int C) {
+__global__ void rmsnorm_dweight_sum_kernel(T* dweight, const float* partial, int parts, int C) {
   const int c = blockIdx.x * kCols + threadIdx.x;
   if (c >= C) return;
   float acc = 0.f;
@@ -89,8 +89,8 @@ CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N,
                            cudaStream_t stream) {
   if (N <= 0) return {};
   clear_last_error();
-  forward_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(out, rstd, inp, w, N, C, eps);
-  return launched("rmsnorm forward_kernel");
+  rmsnorm_forward_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(out, rstd, inp, w, N, C, eps);
+  return launched("rmsnorm_forward_kernel");
 }
 
 template <typename T>
@@ -99,19 +99,19 @@ CudaStatus rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, co
   if (N <= 0) return {};
   if (dinp) {
     clear_last_error();
-    backward_dinp_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
-    MT_CUDA_TRY(launched("rmsnorm backward_dinp_kernel"));
+    rmsnorm_backward_dinp_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
+    MT_CUDA_TRY(launched("rmsnorm_backward_dinp_kernel"));
   }
   if (!dweight) return {};
   if (!scratch) return invalid_value("rmsnorm_backward: scratch is required for dweight");
   const int rows = rows_per_part(N), parts = (N + rows - 1) / rows;
   clear_last_error();
-  dweight_partial_kernel<<<dim3((C + kCols - 1) / kCols, parts), kCols, 0, stream>>>(scratch, dout, inp, rstd, N, C,
-                                                                                   rows);
-  MT_CUDA_TRY(launched("rmsnorm dweight_partial_kernel"));
+  rmsnorm_dweight_partial_kernel<<<dim3((C + kCols - 1) / kCols, parts), kCols, 0, stream>>>(scratch, dout, inp, rstd,
+                                                                                             N, C, rows);
+  MT_CUDA_TRY(launched("rmsnorm_dweight_partial_kernel"));
   clear_last_error();
-  dweight_sum_kernel<<<(C + kCols - 1) / kCols, kCols, 0, stream>>>(dweight, scratch, parts, C);
-  return launched("rmsnorm dweight_sum_kernel");
+  rmsnorm_dweight_sum_kernel<<<(C + kCols - 1) / kCols, kCols, 0, stream>>>(dweight, scratch, parts, C);
+  return launched("rmsnorm_dweight_sum_kernel");
 }
 
 #define MT_INSTANTIATE(T)                                                                                    \

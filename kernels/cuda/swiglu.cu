@@ -11,7 +11,7 @@ using detail::ld;
 using detail::st;
 
 template <typename T>
-__global__ void forward_kernel(T* out, const T* gu, int N, int F) {
+__global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
   const size_t total = size_t(N) * F;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const size_t n = i / F, f = i % F;
@@ -22,7 +22,7 @@ __global__ void forward_kernel(T* out, const T* gu, int N, int F) {
 }
 
 template <typename T>
-__global__ void backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
+__global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
   const size_t total = size_t(N) * F;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
     const size_t n = i / F, f = i % F;
@@ -40,16 +40,16 @@ template <typename T>
 CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream) {
   if (N <= 0 || F <= 0) return {};
   clear_last_error();
-  forward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(out, gu, N, F);
-  return launched("swiglu forward_kernel");
+  swiglu_forward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(out, gu, N, F);
+  return launched("swiglu_forward_kernel");
 }
 
 template <typename T>
 CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream) {
   if (N <= 0 || F <= 0) return {};
   clear_last_error();
-  backward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F);
-  return launched("swiglu backward_kernel");
+  swiglu_backward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F);
+  return launched("swiglu_backward_kernel");
 }
 
 #define MT_INSTANTIATE(T)                                                                  \

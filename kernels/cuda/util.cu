@@ -6,13 +6,13 @@ namespace mt::cuda {
 namespace {
 
 template <typename T>
-__global__ void add_kernel(T* y, const T* x, size_t n) {
+__global__ void add_inplace_kernel(T* y, const T* x, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     y[i] = detail::st<T>(detail::ld(y[i]) + detail::ld(x[i]));
 }
 
 template <typename D, typename S>
-__global__ void convert_kernel(D* dst, const S* src, size_t n) {
+__global__ void convert_dtype_kernel(D* dst, const S* src, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = detail::st<D>(detail::ld(src[i]));
 }
@@ -23,8 +23,8 @@ template <typename T>
 CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream) {
   if (n == 0) return {};
   clear_last_error();
-  add_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(y, x, n);
-  return launched("add_kernel");
+  add_inplace_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(y, x, n);
+  return launched("add_inplace_kernel");
 }
 
 template <typename T>
@@ -42,15 +42,15 @@ CudaStatus zero(T* dst, size_t n, cudaStream_t stream) {
 CudaStatus convert_f32_to_bf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream) {
   if (n == 0) return {};
   clear_last_error();
-  convert_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
-  return launched("convert_kernel<f32->bf16>");
+  convert_dtype_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
+  return launched("convert_dtype_kernel<f32->bf16>");
 }
 
 CudaStatus convert_bf16_to_f32(float* dst, const __nv_bfloat16* src, size_t n, cudaStream_t stream) {
   if (n == 0) return {};
   clear_last_error();
-  convert_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
-  return launched("convert_kernel<bf16->f32>");
+  convert_dtype_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(dst, src, n);
+  return launched("convert_dtype_kernel<bf16->f32>");
 }
 
 #define MT_INSTANTIATE(T)                                                       \
