@@ -181,35 +181,40 @@ class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
 
 }  // namespace
 
+// A core call's result into the response, and its status into gRPC's.
+template <typename T, typename Out>
+grpc::Status reply(Result<T> r, Out* out) {
+  if (r.ok()) *out = std::move(r).value();
+  return to_grpc(r.status());
+}
+
+template <typename Handler>
+grpc::ServerUnaryReactor* TrainerService::unary(grpc::CallbackServerContext* ctx, Handler&& handler) {
+  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  return finish(ctx, handler());
+}
+
 grpc::ServerUnaryReactor* TrainerService::SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                                     v1::SubmitJobResponse* resp) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
-  auto r = jobs_.submit(req->spec());
-  if (r.ok()) *resp = std::move(r).value();
-  return finish(ctx, to_grpc(r.status()));
+  return unary(ctx, [&] { return reply(jobs_.submit(req->spec()), resp); });
 }
 
 grpc::ServerUnaryReactor* TrainerService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                  v1::Job* resp) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
-  auto r = jobs_.get(req->job_id());
-  if (r.ok()) *resp = std::move(r).value();
-  return finish(ctx, to_grpc(r.status()));
+  return unary(ctx, [&] { return reply(jobs_.get(req->job_id()), resp); });
 }
 
 grpc::ServerUnaryReactor* TrainerService::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
-  for (auto& j : jobs_.list(req->state())) *resp->add_jobs() = std::move(j);
-  return finish(ctx, grpc::Status::OK);
+  return unary(ctx, [&] {
+    for (auto& j : jobs_.list(req->state())) *resp->add_jobs() = std::move(j);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::ServerUnaryReactor* TrainerService::CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* req,
                                                     v1::Job* resp) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
-  auto r = jobs_.cancel(req->job_id());
-  if (r.ok()) *resp = std::move(r).value();
-  return finish(ctx, to_grpc(r.status()));
+  return unary(ctx, [&] { return reply(jobs_.cancel(req->job_id()), resp); });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackServerContext* ctx,
@@ -247,10 +252,7 @@ grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                                   v1::PlanJobResponse* resp) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
-  auto r = jobs_.plan(req->spec());
-  if (r.ok()) *resp->mutable_plan() = std::move(r).value();
-  return finish(ctx, to_grpc(r.status()));
+  return unary(ctx, [&] { return reply(jobs_.plan(req->spec()), resp->mutable_plan()); });
 }
 
 }  // namespace mt::server

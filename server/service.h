@@ -29,6 +29,10 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
                                     v1::PlanJobResponse* resp) override;
 
  private:
+  // Every unary RPC: authenticate (a new RPC cannot skip it), run `handler`, finish with its status.
+  template <typename Handler>
+  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, Handler&& handler);
+
   JobManager& jobs_;
   Authenticator auth_;
 };
