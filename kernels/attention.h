@@ -7,6 +7,9 @@
 
 namespace mt::cpu {
 
+// The CUDA kernels (kernels/cuda/attention_*.cu) keep a head in shared memory: D at most this.
+constexpr int kCudaAttentionMaxHeadDim = 256;
+
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int H, int KVH, int D);
 

@@ -90,6 +90,9 @@ class Backend {
 
   // Ops are enqueued on the compute stream and return at once; record(kCompute) marks when
   // they have run.
+  // Whether this backend's kernels run a model with this attention head size (ggml's
+  // supports_op, for the one shape that limits us): checked before any memory is reserved.
+  virtual Status supports_head_dim(int head_dim) const { return Status::Ok(); }
   virtual const Ops<float>& ops() = 0;
   virtual CopyStats take_copy_stats() = 0;  // since the last call
   // The first failure of a void call above (a device backend cannot return it there); sticky:

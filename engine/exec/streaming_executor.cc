@@ -42,6 +42,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   po.slots = so.slots;
   po.placement = so.placement;
   po.device_budget = so.device_budget;
+  po.backend_bytes = so.backend_bytes;
+  MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
   std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend)));

@@ -22,6 +22,7 @@ struct StreamingOptions {
   int slots = 2;  // K weight slots
   CheckpointPlacement placement = CheckpointPlacement::kAuto;
   uint64_t device_budget = 0;  // bytes the device may use; 0 = no limit
+  uint64_t backend_bytes = 0;  // of which the backend's own buffers take this (PlanOptions::backend_bytes)
   double link_gbps = 0;        // CPU backend: emulated link bandwidth per direction
   // Update each unit as soon as its gradient lands, during backward. Faster, but only valid
   // without global-norm clipping (refused when grad_clip > 0).

@@ -36,6 +36,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
                                 uint64_t device_budget) {
   MT_RETURN_IF_ERROR(validate(spec));
+  if (uses_cuda(spec)) MT_RETURN_IF_ERROR(cuda_supports_head_dim(cfg.head_dim));
   return plan_memory(cfg, spec.train, job_plan_options(spec, cfg, host_budget, device_budget));
 }
 
@@ -69,6 +70,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.slots = po.slots;
   so.placement = po.placement;
   so.device_budget = po.device_budget;
+  so.backend_bytes = po.backend_bytes;
   so.link_gbps = spec.link_gbps;
   MT_ASSIGN_OR_RETURN(auto backend, hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec));
   MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, spec.train, so, std::move(backend)));

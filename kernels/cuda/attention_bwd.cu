@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
 
 namespace mt::cuda {
@@ -169,7 +170,7 @@ template <typename T>
 CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
                               int H, int KVH, int D, cudaStream_t stream) {
   if (B <= 0 || T_ <= 0) return {};
-  if (D <= 0 || D > 256 || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
+  if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
   const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D)))};
   if (D <= 32) return launch_backward<T, 1>(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 64) return launch_backward<T, 2>(dqkv, dout, qkv, out, lse, g, stream);

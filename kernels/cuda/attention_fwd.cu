@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
 
 namespace mt::cuda {
@@ -82,7 +83,7 @@ template <typename T>
 CudaStatus attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KVH, int D,
                              cudaStream_t stream) {
   if (B <= 0 || T_ <= 0) return {};
-  if (D <= 0 || D > 256 || KVH <= 0 || H % KVH) return invalid_value("attention_forward: bad head geometry");
+  if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_forward: bad head geometry");
   const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D)))};
   if (D <= 32) return launch_forward<T, 1>(out, lse, qkv, g, stream);
   if (D <= 64) return launch_forward<T, 2>(out, lse, qkv, g, stream);

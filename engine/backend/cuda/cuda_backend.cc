@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
+  Status supports_head_dim(int head_dim) const override { return cuda_supports_head_dim(head_dim); }
   HostAllocator& host_allocator() override { return pinned_; }
   Status reserve_device(size_t bytes) override;
   Result<void*> device_alloc(size_t bytes) override;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "kernels/attention.h"
 #include "kernels/rmsnorm.h"
 
 namespace mt {
@@ -38,6 +39,14 @@ inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t 
   const uint64_t rms = uint64_t(cpu::kRmsnormMaxParts) * hidden * sizeof(float), loss = (tokens + 2) * sizeof(double);
   const uint64_t scratch = rms > loss ? rms : loss;
   return opt.gemm_workspace_bytes + opt.bf16_staging_elems * sizeof(bf16) + scratch + scratch / 2;
+}
+
+// The CUDA attention kernels hold a head in shared memory: head_dim at most
+// cpu::kCudaAttentionMaxHeadDim. The planner refuses such a model for a CUDA job at submit.
+inline Status cuda_supports_head_dim(int head_dim) {
+  if (head_dim >= 1 && head_dim <= cpu::kCudaAttentionMaxHeadDim) return Status::Ok();
+  return invalid_argument("head_dim = " + std::to_string(head_dim) + " is beyond the CUDA attention kernels' limit of " +
+                          std::to_string(cpu::kCudaAttentionMaxHeadDim) + " (use backend: cpu, or a model with smaller heads)");
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt);

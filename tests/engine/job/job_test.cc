@@ -218,6 +218,26 @@ TEST(DeviceBudget, ACudaJobPlansTheBackendsBuffers) {
   EXPECT_EQ(plan->device_bytes - plan->arena_bytes, want);
 }
 
+// A model whose heads the CUDA attention kernels cannot hold is refused when a CUDA job is
+// planned (the daemon's admission and `megatrain plan`), before any memory is reserved; the CPU
+// backend runs it.
+TEST(BackendSupport, CudaRefusesAHeadDimBeyondItsKernelsAtPlan) {
+  JobSpec spec = tiny_spec("streaming", 1);
+  auto cfg = resolve_model(spec);
+  ASSERT_TRUE(cfg.ok());
+  ModelConfig wide = *cfg;
+  wide.head_dim = cpu::kCudaAttentionMaxHeadDim + 32;
+  spec.backend = "cuda";
+  auto refused = plan_for_job(spec, wide, 0, 0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("head_dim = 288"), std::string::npos) << refused.status().to_string();
+  EXPECT_TRUE(plan_for_job(spec, *cfg, 0, 0).ok());
+  spec.backend = "cpu";
+  EXPECT_TRUE(plan_for_job(spec, wide, 0, 0).ok());
+  EXPECT_TRUE(make_cpu_backend({})->supports_head_dim(wide.head_dim).ok());
+}
+
 TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {
   TempDir dir;
   ASSERT_TRUE(JobRunner(tiny_spec("resident", 2), dir.path, {}).run().ok());
