@@ -99,9 +99,10 @@ static Status check_schedule_span(const JobSpec& spec, const TrainerState& st, c
                              ", or start a new run with init.from pointing at the checkpoint");
 }
 
-// Initial state: the job's own latest checkpoint (a resumed job), else spec.init.
+// Initial state: the job's own latest checkpoint (a resumed job: `resumed` names it), else
+// spec.init.
 static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
-                                       Executor& ex) {
+                                       Executor& ex, std::string& resumed) {
   std::string from;
   if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
   else if (!spec.init.from.empty()) from = spec.init.from;
@@ -119,7 +120,10 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   if (from == ckpt_root && st.spec_hash != job_spec_hash(spec))
     return failed_precondition("checkpoint '" + dir + "' was written by a different job spec (hash " + st.spec_hash +
                                ", this spec " + job_spec_hash(spec) + ")");
-  if (from == ckpt_root) MT_RETURN_IF_ERROR(check_schedule_span(spec, st, dir));
+  if (from == ckpt_root) {
+    MT_RETURN_IF_ERROR(check_schedule_span(spec, st, dir));
+    resumed = dir;
+  }
   ex.set_steps_done(st.step);
   return st;
 }
@@ -137,8 +141,8 @@ Result<JobResult> JobRunner::run() {
   MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
-  const bool resuming = is_training_checkpoint(ckpt_root);
-  MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex));
+  std::string resumed;  // the checkpoint this run resumes from, if any
+  MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex, resumed));
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
@@ -149,11 +153,8 @@ Result<JobResult> JobRunner::run() {
   JobResult result;
   result.steps_done = state.step;
   result.final_loss = state.last_loss;  // what a run that trains no step reports
-  long saved_step = -1;                 // the step of the checkpoint on disk (-1: none)
-  if (resuming) {
-    MT_ASSIGN_OR_RETURN(result.checkpoint, resolve_checkpoint(ckpt_root));
-    saved_step = state.step;
-  }
+  result.checkpoint = resumed;
+  long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
   auto checkpoint = [&]() -> Status {
     if (state.step != saved_step) {
       MT_RETURN_IF_ERROR(ex->sync());
