@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/model/init.h"
+
 namespace mt::server {
 
 namespace {
@@ -174,12 +176,7 @@ bool scan_record(int fd, uint64_t size, Scan& s) {
 
 }  // namespace
 
-uint64_t token_checksum(uint32_t token) {
-  uint64_t z = uint64_t(token) + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+uint64_t token_checksum(uint32_t token) { return mix64(token); }  // splitmix64, as the engine's
 
 uint64_t push_key(const std::string& push_id) {
   uint64_t h = 0xcbf29ce484222325ull;

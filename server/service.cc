@@ -181,12 +181,14 @@ class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
 
 }  // namespace
 
+namespace {
 // A core call's result into the response, and its status into gRPC's.
 template <typename T, typename Out>
 grpc::Status reply(Result<T> r, Out* out) {
   if (r.ok()) *out = std::move(r).value();
   return to_grpc(r.status());
 }
+}  // namespace
 
 template <typename Handler>
 grpc::ServerUnaryReactor* TrainerService::unary(grpc::CallbackServerContext* ctx, Handler&& handler) {
