@@ -2,6 +2,8 @@
 // Row-major: inp [N, C], weight [OC, C], bias [OC] or nullptr, out [N, OC].
 #pragma once
 
+#include "kernels/bf16.h"
+
 namespace mt::cpu {
 
 // out = inp @ weight^T + bias (out is overwritten).
@@ -26,5 +28,11 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
 template <typename T>
 void gemm_blocked(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
                   const T* B, int ldb, T beta, T* C, int ldc);
+
+// Mixed precision: C (fp32) = alpha * op(A) @ op(B) + beta * C with bf16 A and B, products
+// and sums in fp32 — what cuBLASLt does with bf16 inputs, an fp32 compute type and an fp32 C.
+// The result equals gemm<float> on the inputs widened to fp32, up to summation order.
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+               const bf16* B, int ldb, float beta, float* C, int ldc);
 
 }  // namespace mt::cpu

@@ -1,0 +1,32 @@
+// gemm_bf16: bf16 inputs, fp32 products and output. Portable path: widen the operands to fp32
+// (exact: every bf16 is a float) and run the fp32 GEMM.
+#include <vector>
+
+#include "kernels/cpu/common.h"
+#include "kernels/matmul.h"
+
+namespace mt::cpu {
+namespace {
+
+// The rows x cols block of a row-major bf16 matrix with leading dimension ld, widened.
+std::vector<float> widen(const bf16* X, int rows, int cols, int ld) {
+  std::vector<float> out(size_t(rows) * size_t(cols));
+  MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * cols)))
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) out[size_t(r) * size_t(cols) + size_t(c)] = bf16_to_float(X[long(r) * ld + c]);
+  return out;
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+               const bf16* B, int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  const std::vector<float> a = K > 0 ? widen(A, a_rows, a_cols, lda) : std::vector<float>();
+  const std::vector<float> b = K > 0 ? widen(B, b_rows, b_cols, ldb) : std::vector<float>();
+  gemm<float>(trans_a, trans_b, M, N, K, alpha, a.data(), a_cols, b.data(), b_cols, beta, C, ldc);
+}
+
+}  // namespace mt::cpu
