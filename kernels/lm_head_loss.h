@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/bf16.h"
+
 namespace mt::cpu {
 
 struct LmHeadLossResult {
@@ -19,5 +21,13 @@ template <typename T>
 LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W,
                               const int32_t* targets, int N, int C, int V, int chunk,
                               T grad_scale, T* scratch);
+
+// Mixed precision: x and W in bf16. Logits, softmax, losses and d(logits) in fp32; d(logits)
+// (times grad_scale) is rounded to bf16 before the dx and dW GEMMs (bf16 inputs, fp32 sums, as
+// the CUDA kernel's cuBLASLt GEMMs take them); dx is rounded to bf16 once, dW accumulates in
+// fp32. scratch: chunk * V floats, then chunk * V bf16.
+LmHeadLossResult lm_head_loss(bf16* dx, float* dW, float* losses, const bf16* x, const bf16* W,
+                              const int32_t* targets, int N, int C, int V, int chunk, float grad_scale,
+                              void* scratch);
 
 }  // namespace mt::cpu

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "engine/base/host_memory.h"
 #include "engine/backend/ops.h"
@@ -93,7 +94,14 @@ class Backend {
   // Whether this backend's kernels run a model with this attention head size (ggml's
   // supports_op, for the one shape that limits us): checked before any memory is reserved.
   virtual Status supports_head_dim(int head_dim) const { return Status::Ok(); }
-  virtual const Ops<float>& ops() = 0;
+  // One op table per compute dtype (ops.h), both on the compute stream.
+  virtual const Ops<float>& ops_fp32() = 0;
+  virtual const Ops<bf16>& ops_bf16() = 0;
+  template <typename T = float>
+  const Ops<T>& ops() {
+    if constexpr (std::is_same_v<T, bf16>) return ops_bf16();
+    else return ops_fp32();
+  }
   virtual CopyStats take_copy_stats() = 0;  // since the last call
   // The first failure of a void call above (a device backend cannot return it there); sticky:
   // once set, the device's later work is suspect. Events still complete (nothing waits

@@ -147,70 +147,76 @@ class Stream {
   std::thread worker_;  // not joinable: synchronous
 };
 
-// The op table of the compute stream: each call of the CPU reference ops, arguments captured
-// by value, enqueued to run in stream order unless the device has failed.
-class StreamOps final : public Ops<float> {
+// The op table of the compute stream: each call of the CPU reference ops (of dtype T), arguments
+// captured by value, enqueued to run in stream order unless the device has failed.
+template <typename T>
+class StreamOps final : public Ops<T> {
+  using A = acc_t<T>;
+  using Base = Ops<T>;
+
  public:
   StreamOps(Stream& stream, Fault& fault, double delay) : stream_(stream), fault_(fault), delay_(delay) {}
 
-  void matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C, int OC) const override {
-    post("matmul_forward", &Ops::matmul_forward, out, inp, w, b, N, C, OC);
+  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const override {
+    post("matmul_forward", &Base::matmul_forward, out, inp, w, b, N, C, OC);
   }
-  void matmul_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int N,
-                       int C, int OC) const override {
-    post("matmul_backward", &Ops::matmul_backward, dinp, dw, db, dout, inp, w, N, C, OC);
+  void matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* inp, const T* w, int N, int C,
+                       int OC) const override {
+    post("matmul_backward", &Base::matmul_backward, dinp, dw, db, dout, inp, w, N, C, OC);
   }
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C, float eps) const override {
-    post("rmsnorm_forward", &Ops::rmsnorm_forward, out, rstd, inp, w, N, C, eps);
+  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const override {
+    post("rmsnorm_forward", &Base::rmsnorm_forward, out, rstd, inp, w, N, C, eps);
   }
-  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
-                        int N, int C) const override {
-    post("rmsnorm_backward", &Ops::rmsnorm_backward, dinp, dw, dout, inp, w, rstd, N, C);
+  void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
+                        int C) const override {
+    post("rmsnorm_backward", &Base::rmsnorm_backward, dinp, dw, dout, inp, w, rstd, N, C);
   }
-  void rope_forward(float* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
-    post("rope_forward", &Ops::rope_forward, qkv, f, B, T_, H, KVH, D);
+  void rope_forward(T* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    post("rope_forward", &Base::rope_forward, qkv, f, B, T_, H, KVH, D);
   }
-  void rope_backward(float* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
-    post("rope_backward", &Ops::rope_backward, dqkv, f, B, T_, H, KVH, D);
+  void rope_backward(T* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    post("rope_backward", &Base::rope_backward, dqkv, f, B, T_, H, KVH, D);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T_, int H, int KVH, int D) const override {
-    post("attention_forward", &Ops::attention_forward, out, lse, qkv, B, T_, H, KVH, D);
+  void attention_forward(T* out, A* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const override {
+    post("attention_forward", &Base::attention_forward, out, lse, qkv, B, T_, H, KVH, D);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T_, int H, int KVH, int D) const override {
-    post("attention_backward", &Ops::attention_backward, dqkv, dout, qkv, out, lse, B, T_, H, KVH, D);
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, int B, int T_, int H,
+                          int KVH, int D) const override {
+    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, B, T_, H, KVH, D);
   }
-  void swiglu_forward(float* out, const float* gu, int N, int F) const override {
-    post("swiglu_forward", &Ops::swiglu_forward, out, gu, N, F);
+  void swiglu_forward(T* out, const T* gu, int N, int F) const override {
+    post("swiglu_forward", &Base::swiglu_forward, out, gu, N, F);
   }
-  void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const override {
-    post("swiglu_backward", &Ops::swiglu_backward, dgu, dout, gu, N, F);
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override {
+    post("swiglu_backward", &Base::swiglu_backward, dgu, dout, gu, N, F);
   }
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const override {
-    post("embedding_forward", &Ops::embedding_forward, out, tokens, wte, N, C);
+  void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {
+    post("embedding_forward", &Base::embedding_forward, out, tokens, wte, N, C);
   }
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) const override {
-    post("embedding_backward", &Ops::embedding_backward, dwte, dout, tokens, N, C);
+  void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const override {
+    post("embedding_backward", &Base::embedding_backward, dwte, dout, tokens, N, C);
   }
-  void lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W, const int32_t* targets, int N,
-                    int C, int V, int chunk, float grad_scale, float* scratch, double* totals) const override {
-    post("lm_head_loss", &Ops::lm_head_loss, dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch,
+  void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
+                    int chunk, A grad_scale, void* scratch, double* totals) const override {
+    post("lm_head_loss", &Base::lm_head_loss, dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch,
          totals);
   }
-  void add_inplace(float* y, const float* x, size_t n) const override { post("add_inplace", &Ops::add_inplace, y, x, n); }
-  void copy(float* dst, const float* src, size_t n) const override { post("copy", &Ops::copy, dst, src, n); }
-  void zero(float* dst, size_t n) const override { post("zero", &Ops::zero, dst, n); }
+  void add_inplace(T* y, const T* x, size_t n) const override { post("add_inplace", &Base::add_inplace, y, x, n); }
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override {
+    post("copy", &Base::copy_bytes, dst, src, bytes);
+  }
+  void zero_bytes(void* dst, size_t bytes) const override { post("zero", &Base::zero_bytes, dst, bytes); }
 
  private:
   // The one body behind every op: capture the arguments, run the reference op in stream order.
   template <typename... P>
-  void post(const char* name, void (Ops::*op)(P...) const, std::type_identity_t<P>... args) const {
+  void post(const char* name, void (Base::*op)(P...) const, std::type_identity_t<P>... args) const {
     Fault& fault = fault_;
     const double delay = delay_;
     stream_.enqueue([&fault, delay, name, op, args...] {
       if (!fault.admit_op(name)) return;
       const auto t0 = Clock::now();
-      (cpu_ops<float>().*op)(args...);
+      (cpu_ops<T>().*op)(args...);
       if (delay > 0) std::this_thread::sleep_until(t0 + std::chrono::duration<double>(delay));
     });
   }
@@ -231,7 +237,8 @@ class CpuBackend final : public Backend {
         h2d_(o.link_gbps, false),
         compute_(0, o.sync_compute),
         d2h_(o.link_gbps, false),
-        ops_(compute_, fault_, o.op_delay_seconds) {}
+        ops_(compute_, fault_, o.op_delay_seconds),
+        ops_bf16_(compute_, fault_, o.op_delay_seconds) {}
 
   std::string name() const override { return "cpu"; }
   HostAllocator& host_allocator() override { return default_host_allocator(); }
@@ -283,7 +290,8 @@ class CpuBackend final : public Backend {
     const auto b = std::static_pointer_cast<CpuEvent>(to)->completed_at();
     return std::chrono::duration<double>(b - a).count();
   }
-  const Ops<float>& ops() override { return ops_; }
+  const Ops<float>& ops_fp32() override { return ops_; }
+  const Ops<bf16>& ops_bf16() override { return ops_bf16_; }
   CopyStats take_copy_stats() override {
     auto [hb, hs] = h2d_.take_stats();
     auto [db, ds] = d2h_.take_stats();
@@ -308,7 +316,8 @@ class CpuBackend final : public Backend {
   DeviceArena arena_;
   Fault fault_;
   Stream h2d_, compute_, d2h_;
-  StreamOps ops_;
+  StreamOps<float> ops_;
+  StreamOps<bf16> ops_bf16_;
 };
 
 }  // namespace

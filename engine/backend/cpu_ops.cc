@@ -1,3 +1,5 @@
+// The CPU reference op tables: float and double call the kernels/cpu templates directly; bf16
+// (cpu_ops_bf16.cc) widens to fp32 around the same kernels.
 #include <cstring>
 
 #include "engine/backend/ops.h"
@@ -52,23 +54,26 @@ class CpuOps final : public Ops<T> {
     cpu::embedding_backward(dwte, dout, tokens, N, C);
   }
   void lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
-                    int chunk, T grad_scale, T* scratch, double* totals) const override {
-    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch);
+                    int chunk, T grad_scale, void* scratch, double* totals) const override {
+    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, static_cast<T*>(scratch));
     totals[0] = r.loss_sum;
     totals[1] = double(r.counted);
   }
   void add_inplace(T* y, const T* x, size_t n) const override {
     for (size_t i = 0; i < n; ++i) y[i] += x[i];
   }
-  void copy(T* dst, const T* src, size_t n) const override {
-    if (n) std::memcpy(dst, src, n * sizeof(T));
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
   }
-  void zero(T* dst, size_t n) const override {
-    if (n) std::memset(dst, 0, n * sizeof(T));
+  void zero_bytes(void* dst, size_t bytes) const override {
+    if (bytes) std::memset(dst, 0, bytes);
   }
 };
 
 }  // namespace
+
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
+size_t compute_elem_bytes(Precision p) { return p == Precision::kBf16 ? sizeof(bf16) : sizeof(float); }
 
 template <typename T>
 const Ops<T>& cpu_ops() {

@@ -1,45 +1,91 @@
 // Ops<T>: the op table a backend provides to the layer templates — the kernels/ families behind
-// one interface (ggml-style), so one forward/backward code path runs on every backend.
-// All pointers are device pointers of that backend; calls are ordered on its compute stream.
+// one interface (ggml-style), so one forward/backward code path runs on every backend and in
+// every compute dtype. All pointers are device pointers of that backend; calls are ordered on
+// its compute stream.
+//
+// T is the storage type of weights and activations: float, double (gradient checks) or bf16
+// (mixed precision). acc_t<T> holds what must stay at full precision: normalisation statistics,
+// attention's log-sum-exp, weight gradients (accumulated across micro-batches), the loss head's
+// logits and losses. For float and double acc_t<T> is T, so their table is unchanged. For bf16
+// every op reads bf16, computes in fp32 and rounds each bf16 output once (docs/ARCHITECTURE.md,
+// "Mixed precision", lists the rounding points).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.h"
 #include "kernels/lm_head_loss.h"
 
 namespace mt {
 
 template <typename T>
+struct Accum {
+  using type = T;
+};
+template <>
+struct Accum<bf16> {
+  using type = float;
+};
+template <typename T>
+using acc_t = typename Accum<T>::type;
+
+enum class Precision { kFp32, kBf16 };
+const char* precision_name(Precision p);
+size_t compute_elem_bytes(Precision p);  // bytes of one weight or activation on the device
+
+template <typename T>
 class Ops {
  public:
+  using A = acc_t<T>;
   virtual ~Ops() = default;
   virtual void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const = 0;
-  virtual void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C,
+  // dinp += dout @ w; dw += dout^T @ inp; db += column sums of dout (any may be nullptr).
+  virtual void matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* inp, const T* w, int N, int C,
                                int OC) const = 0;
-  virtual void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, float eps) const = 0;
-  virtual void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd, int N,
+  virtual void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const = 0;
+  virtual void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
                                 int C) const = 0;
   virtual void rope_forward(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const = 0;
   virtual void rope_backward(T* dqkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const = 0;
-  virtual void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const = 0;
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_,
+  virtual void attention_forward(T* out, A* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const = 0;
+  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, int B, int T_,
                                   int H, int KVH, int D) const = 0;
   virtual void swiglu_forward(T* out, const T* gu, int N, int F) const = 0;
   virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;
-  virtual void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
+  virtual void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
   // As cpu::lm_head_loss; the result stays on the device: totals (device, 2 doubles) receives
   // {sum of losses in token order, counted targets}, for the host to read after an event.
-  virtual void lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
-                            int V, int chunk, T grad_scale, T* scratch, double* totals) const = 0;
+  // scratch holds lm_head_scratch_bytes<T>(chunk, V) bytes.
+  virtual void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
+                            int V, int chunk, A grad_scale, void* scratch, double* totals) const = 0;
   virtual void add_inplace(T* y, const T* x, size_t n) const = 0;  // y += x
-  virtual void copy(T* dst, const T* src, size_t n) const = 0;
-  virtual void zero(T* dst, size_t n) const = 0;
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) const = 0;
+  virtual void zero_bytes(void* dst, size_t bytes) const = 0;
+
+  template <typename U>
+  void copy(U* dst, const U* src, size_t n) const {
+    copy_bytes(dst, src, n * sizeof(U));
+  }
+  template <typename U>
+  void zero(U* dst, size_t n) const {
+    zero_bytes(dst, n * sizeof(U));
+  }
 };
 
-// The CPU reference op table (kernels/cpu), for float and double: synchronous, on the calling
-// thread (the resident executor and the gradient checks read results right after a call).
+// Bytes of the LM head's scratch for `chunk` tokens: the fp32 (acc) logits of a chunk and, in
+// bf16, the chunk's d(logits) rounded to bf16 for the two backward GEMMs.
+template <typename T>
+size_t lm_head_scratch_bytes(int chunk, int V) {
+  const size_t n = size_t(chunk) * size_t(V);
+  return n * sizeof(acc_t<T>) + (sizeof(T) < sizeof(acc_t<T>) ? n * sizeof(T) : 0);
+}
+
+// The CPU reference op table (kernels/cpu), for float, double and bf16: synchronous, on the
+// calling thread (the resident executor and the gradient checks read results right after a call).
 template <typename T>
 const Ops<T>& cpu_ops();
+template <>
+const Ops<bf16>& cpu_ops<bf16>();  // cpu_ops_bf16.cc
 
 }  // namespace mt

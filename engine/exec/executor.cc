@@ -28,6 +28,12 @@ Status validate(const TrainOptions& o, const ModelConfig& cfg) {
   return validate(o.optimizer);
 }
 
+Result<Precision> parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  return invalid_argument("precision = '" + name + "' is not one of fp32, bf16");
+}
+
 Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {
   if (batch.num_seqs != o.global_batch || batch.seq_len != o.seq_len)
     return invalid_argument("batch of " + std::to_string(batch.num_seqs) + "x" + std::to_string(batch.seq_len) +

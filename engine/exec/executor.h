@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/backend/ops.h"
 #include "engine/data/data_source.h"
 #include "engine/exec/engine_stats.h"
 #include "engine/optim/host_store.h"
@@ -33,7 +34,12 @@ struct TrainOptions {
   MemoryLayout layout = MemoryLayout::kExact;
   int optimizer_threads = 0;  // 0: all cores
   int head_chunk = 256;       // tokens per chunk of the fused LM head + loss
+  // Compute dtype of weights and activations on the device (masters, moments and gradients on
+  // the host are unchanged). bf16 keeps a bf16 shadow of the masters in the HostStore, written
+  // by the fused AdamW, and that is what crosses the link.
+  Precision precision = Precision::kFp32;
 };
+Result<Precision> parse_precision(const std::string& name);  // "fp32" | "bf16"
 
 // Checks the options against the model; errors name the field and value.
 Status validate(const TrainOptions& o, const ModelConfig& cfg);

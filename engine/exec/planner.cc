@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/backend/backend.h"
 #include "engine/base/checked_math.h"
 #include "engine/optim/host_store.h"
 #include "engine/model/layers.h"
@@ -29,7 +30,9 @@ std::string format_bytes(uint64_t b) {
 
 namespace {
 
-constexpr uint64_t kDeviceElem = sizeof(float);  // the streaming executor's device weights and activations
+// Every arena region is rounded up to the DeviceArena's alignment, so the plan is never below
+// what the executor's allocations take.
+uint64_t aligned(uint64_t bytes) { return sat_mul(sat_add(bytes, DeviceArena::kAlign - 1) / DeviceArena::kAlign, DeviceArena::kAlign); }
 
 // The LM head's {loss sum, counted} per micro-batch, written on the device, read on the host.
 uint64_t loss_totals_bytes(const TrainOptions& o) { return uint64_t(o.global_batch / o.micro_batch) * 2 * sizeof(double); }
@@ -45,15 +48,15 @@ uint64_t sum(const std::vector<std::pair<std::string, uint64_t>>& kinds) {
 std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, const ModelConfig& c,
                                                            const TrainOptions& o, const PlanOptions& po,
                                                            bool on_device) {
-  const uint64_t e = kDeviceElem, tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
-  const uint64_t layer_io = sat_mul(tokens, uint64_t(c.hidden_size), e);
+  const uint64_t e = compute_elem_bytes(o.precision), tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
+  const uint64_t layer_io = aligned(sat_mul(tokens, uint64_t(c.hidden_size), e));
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
   // + inputs and targets, the LM head's loss totals (2 doubles per micro-batch), the RoPE
-  // frequencies and the DeviceArena's alignment.
-  const uint64_t workspace = sat_add(sat_add(sat_mul(p.workspace_numel, e), sat_mul(tokens, 8)),
-                                     loss_totals_bytes(o) + uint64_t(c.head_dim) * 2 + 4096);
-  std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), p.slot_numel, e)},
-                                                         {"grad_slots", sat_mul(2, p.slot_numel, 4)},
+  // frequencies.
+  const uint64_t workspace = sat_add(sat_add(aligned(p.workspace_bytes), aligned(sat_mul(tokens, 8))),
+                                     aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
+  std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), aligned(sat_mul(p.slot_numel, e)))},
+                                                         {"grad_slots", sat_mul(2, aligned(sat_mul(p.slot_numel, 4)))},
                                                          {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
                                                          {"residual_grads", layer_io},
                                                          {"workspace", workspace}};
@@ -65,9 +68,10 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
 // rows (up, then their gradient down), and the LM head's share of a tied embedding gradient.
 std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, const ModelConfig& c,
                                                          const TrainOptions& o) {
-  const HostStoreBytes sb = host_store_bytes(units, o.layout, false);
+  const HostStoreBytes sb = host_store_bytes(units, o.layout, o.precision == Precision::kBf16);
   std::vector<std::pair<std::string, uint64_t>> kinds = {
       {"master", sb.master}, {"grad", sb.grad}, {"adam_m", sb.m}, {"adam_v", sb.v}};
+  if (sb.shadow) kinds.push_back({"bf16_shadow", sb.shadow});  // what bf16 uploads copy
   const uint64_t tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), tokens);
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4)});
@@ -87,13 +91,16 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
   MT_RETURN_IF_ERROR(validate(o, c));
   if (po.slots < 2) return invalid_argument("slots = " + std::to_string(po.slots) + " must be >= 2");
   MemoryPlan p;
+  p.precision = o.precision;
   const auto units = build_param_schemas(c);
   for (const auto& u : units) {
     p.params += int64_t(u.numel);
     p.slot_numel = std::max(p.slot_numel, u.numel);
   }
   LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk};
-  p.workspace_numel = decoder_acts_numel(s) + decoder_scratch_numel(s) + head_scratch_numel(s);
+  p.workspace_bytes = o.precision == Precision::kBf16
+                          ? decoder_acts_bytes<bf16>(s) + decoder_scratch_bytes<bf16>(s) + head_scratch_bytes<bf16>(s)
+                          : decoder_acts_bytes<float>(s) + decoder_scratch_bytes<float>(s) + head_scratch_bytes<float>(s);
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
   p.host_by_kind = host_kinds(units, c, o);
 
@@ -105,7 +112,9 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
     p.device_by_kind = device_kinds(p, c, o, po, false);
   }
   p.checkpoints_on_device = on_device;
-  if (!on_device) p.host_by_kind.push_back({"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, kDeviceElem)});
+  if (!on_device)
+    p.host_by_kind.push_back(
+        {"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, compute_elem_bytes(o.precision))});
   p.host_bytes = sum(p.host_by_kind);
   p.device_bytes = sum(p.device_by_kind);
   p.arena_bytes = p.device_bytes - po.backend_bytes;
@@ -136,6 +145,7 @@ Json memory_plan_to_json(const MemoryPlan& p) {
                          {"device_bytes", int64_t(p.device_bytes)},
                          {"fits", p.fits},
                          {"checkpoints_on_device", p.checkpoints_on_device},
+                         {"precision", precision_name(p.precision)},
                          {"host_by_kind", host},
                          {"device_by_kind", dev}});
   if (!p.fits) j.set("reason", p.reason);

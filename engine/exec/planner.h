@@ -1,8 +1,9 @@
 // The memory planner: for a model, training options and a backend, the host and device bytes a
 // run will use, by kind, and whether they fit the budgets. Computed from shapes alone — it never
 // allocates — so plans for 120B models are instant. The streaming executor allocates exactly
-// what the plan says (it plans its own allocations with this function): fp32 weights and
-// activations on the device, no bf16 shadow on the host. Byte counts are overflow-checked: a
+// what the plan says (it plans its own allocations with this function): weights and activations
+// on the device in the compute dtype (fp32 or bf16), gradients in fp32; with bf16, the host
+// store adds the bf16 shadow the uploads copy. Byte counts are overflow-checked: a
 // shape whose sizes do not fit 64 bits is refused, never wrapped.
 #pragma once
 #include <cstdint>
@@ -32,7 +33,7 @@ struct MemoryPlan {
   int64_t params = 0;
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v, embedding_rows, loss_totals, tied_head_grad, checkpoints
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, checkpoints
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
   std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, workspace[, backend]
@@ -40,10 +41,11 @@ struct MemoryPlan {
   bool fits = true;
   std::string reason;  // why it does not fit, with the numbers
 
-  // Element counts the streaming executor allocates from (device arena regions).
-  size_t slot_numel = 0;        // largest streamed unit
-  size_t checkpoint_numel = 0;  // per layer input (whole global batch): G*T*C
-  size_t workspace_numel = 0;   // one micro-batch: acts + scratch + head scratch + residual grads
+  Precision precision = Precision::kFp32;
+  // Sizes the streaming executor allocates from (device arena regions).
+  size_t slot_numel = 0;        // elements of the largest streamed unit
+  size_t checkpoint_numel = 0;  // elements per layer input (whole global batch): G*T*C
+  size_t workspace_bytes = 0;   // one micro-batch: acts + scratch + head scratch (layers.h)
 };
 
 Result<MemoryPlan> plan_memory(const ModelConfig& cfg, const TrainOptions& opt, const PlanOptions& popt);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <type_traits>
 
 #include "engine/model/init.h"
 #include "engine/exec/model_pass.h"
@@ -28,11 +29,43 @@ Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelCo
   if (opt.layout != MemoryLayout::kExact)
     return invalid_argument("memory.layout = compact is not supported by the resident executor (use streaming)");
   std::unique_ptr<ResidentExecutor> e(new ResidentExecutor(cfg, opt));
-  MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, false, default_host_allocator()));
+  const bool bf16_compute = opt.precision == Precision::kBf16;
+  MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, bf16_compute, default_host_allocator()));
   LayerShape s{&e->cfg_, opt.micro_batch, opt.seq_len, e->inv_freq_.data(), opt.head_chunk};
-  e->workspace_.resize(model_pass_workspace_numel(s, opt.recompute));
+  e->workspace_.resize(bf16_compute ? model_pass_workspace_bytes<bf16>(s, opt.recompute)
+                                    : model_pass_workspace_bytes<float>(s, opt.recompute));
   if (cfg.tie_word_embeddings) e->tied_head_grad_.resize(e->units_[0].numel);
   return e;
+}
+
+template <typename T>
+std::vector<const T*> ResidentExecutor::weights() const {
+  std::vector<const T*> w;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if constexpr (std::is_same_v<T, bf16>) w.push_back(store_->unit(u).shadow);
+    else w.push_back(store_->unit(u).master);
+  }
+  return w;
+}
+
+template <typename T>
+Result<double> ResidentExecutor::accumulate_grads(const Batch& batch, float grad_scale) {
+  LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk};
+  ModelPassArgs<T> a;
+  a.weights = weights<T>();
+  for (size_t u = 0; u < units_.size(); ++u) a.grads.push_back(static_cast<float*>(store_->unit(u).grad));
+  a.tied_head_grad = tied_head_grad_.empty() ? nullptr : tied_head_grad_.data();
+  a.grad_scale = grad_scale;
+  a.recompute = opt_.recompute;
+  double loss_sum = 0;
+  const size_t mb_tokens = size_t(opt_.micro_batch) * opt_.seq_len;
+  for (int mb = 0; mb < opt_.global_batch / opt_.micro_batch; ++mb) {
+    a.inputs = batch.inputs.data() + mb * mb_tokens;
+    a.targets = batch.targets.data() + mb * mb_tokens;
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, workspace_.data(), workspace_.bytes()));
+    loss_sum += r.loss_sum;
+  }
+  return loss_sum;
 }
 
 Result<StepStats> ResidentExecutor::step(const Batch& batch) {
@@ -43,25 +76,10 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
 
   store_->zero_grads();
   std::fill(tied_head_grad_.begin(), tied_head_grad_.end(), 0.0f);
-  LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk};
-  ModelPassArgs<float> a;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    a.weights.push_back(store_->unit(u).master);
-    a.grads.push_back(static_cast<float*>(store_->unit(u).grad));
-  }
-  a.tied_head_grad = tied_head_grad_.empty() ? nullptr : tied_head_grad_.data();
-  a.grad_scale = scale;
-  a.recompute = opt_.recompute;
-  double loss_sum = 0;
-  const size_t mb_tokens = size_t(opt_.micro_batch) * opt_.seq_len;
-  for (int mb = 0; mb < opt_.global_batch / opt_.micro_batch; ++mb) {
-    a.inputs = batch.inputs.data() + mb * mb_tokens;
-    a.targets = batch.targets.data() + mb * mb_tokens;
-    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<float>(), s, a, workspace_.data(), workspace_.size()));
-    loss_sum += r.loss_sum;
-  }
+  MT_ASSIGN_OR_RETURN(const double loss_sum, opt_.precision == Precision::kBf16 ? accumulate_grads<bf16>(batch, scale)
+                                                                                 : accumulate_grads<float>(batch, scale));
   // Tied embeddings: d(embedding) = the LM head's share + the lookup's share.
-  float* gemb = a.grads[0];
+  float* gemb = static_cast<float*>(store_->unit(0).grad);
   for (size_t i = 0; i < tied_head_grad_.size(); ++i) gemb[i] = tied_head_grad_[i] + gemb[i];
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
   MT_RETURN_IF_ERROR(check_step_loss(st.step, st.loss));
@@ -90,18 +108,18 @@ Result<double> ResidentExecutor::clip_and_update(long step, float lr, StepStats&
   return norm;
 }
 
-Result<double> ResidentExecutor::evaluate(const Batch& batch) {
-  MT_RETURN_IF_ERROR(validate_batch(batch, cfg_.vocab_size));
+template <typename T>
+Result<double> ResidentExecutor::evaluate_in(const Batch& batch) {
   LayerShape s{&cfg_, 1, batch.seq_len, inv_freq_.data(), opt_.head_chunk};
-  std::vector<float> ws(model_pass_workspace_numel(s, false));
-  ModelPassArgs<float> a;
-  for (size_t u = 0; u < units_.size(); ++u) a.weights.push_back(store_->unit(u).master);
+  Workspace ws(model_pass_workspace_bytes<T>(s, false));
+  ModelPassArgs<T> a;
+  a.weights = weights<T>();
   double loss_sum = 0;
   long counted = 0;
   for (int g = 0; g < batch.num_seqs; ++g) {
     a.inputs = batch.inputs.data() + size_t(g) * batch.seq_len;
     a.targets = batch.targets.data() + size_t(g) * batch.seq_len;
-    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<float>(), s, a, ws.data(), ws.size()));
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, ws.data(), ws.bytes()));
     loss_sum += r.loss_sum;
     counted += r.counted;
   }
@@ -111,6 +129,11 @@ Result<double> ResidentExecutor::evaluate(const Batch& batch) {
     return failed_precondition("the evaluation loss is not finite: the model's weights hold non-finite values "
                                "or overflow");
   return loss;
+}
+
+Result<double> ResidentExecutor::evaluate(const Batch& batch) {
+  MT_RETURN_IF_ERROR(validate_batch(batch, cfg_.vocab_size));
+  return opt_.precision == Precision::kBf16 ? evaluate_in<bf16>(batch) : evaluate_in<float>(batch);
 }
 
 }  // namespace mt

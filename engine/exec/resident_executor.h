@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/exec/executor.h"
+#include "engine/exec/model_pass.h"
 #include "engine/model/layers.h"
 
 namespace mt {
@@ -26,13 +27,22 @@ class ResidentExecutor final : public Executor {
  private:
   ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt);
   Result<double> clip_and_update(long step, float lr, StepStats& st);  // the norm; fails if not finite
+  // Forward and backward of every micro-batch in the compute dtype T; the loss sum.
+  template <typename T>
+  Result<double> accumulate_grads(const Batch& batch, float grad_scale);
+  template <typename T>
+  Result<double> evaluate_in(const Batch& batch);
+  // Each unit's weights in the compute dtype: the fp32 masters, or their bf16 shadows.
+  template <typename T>
+  std::vector<const T*> weights() const;
 
   ModelConfig cfg_;
   TrainOptions opt_;
   std::vector<ParamSchema> units_;
   std::unique_ptr<HostStore> store_;
   ThreadPool pool_;
-  std::vector<float> inv_freq_, workspace_, tied_head_grad_;
+  std::vector<float> inv_freq_, tied_head_grad_;
+  Workspace workspace_;
   long steps_ = 0;
 };
 

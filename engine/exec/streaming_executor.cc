@@ -53,35 +53,33 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 }
 
 Status StreamingExecutor::allocate() {
-  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, false, backend_->host_allocator()));
+  const bool bf16_compute = opt_.precision == Precision::kBf16;
+  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, bf16_compute, backend_->host_allocator()));
   MT_RETURN_IF_ERROR(backend_->reserve_device(plan_.arena_bytes));
-  auto floats = [&](size_t n) -> Result<float*> {
-    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(n * sizeof(float)));
-    return static_cast<float*>(p);
-  };
+  const size_t e = act_bytes();
   for (int k = 0; k < so_.slots; ++k) {
-    MT_ASSIGN_OR_RETURN(float* p, floats(plan_.slot_numel));
+    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(plan_.slot_numel * e));
     slots_.push_back(p);
   }
   for (int k = 0; k < 2; ++k) {
-    MT_ASSIGN_OR_RETURN(float* p, floats(plan_.slot_numel));
-    grad_slots_.push_back(p);
+    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(plan_.slot_numel * sizeof(float)));
+    grad_slots_.push_back(static_cast<float*>(p));
   }
   grad_slot_free_.resize(2);
   const int ckpts = plan_.checkpoints_on_device ? cfg_.num_layers + 1 : 3;
   for (int k = 0; k < ckpts; ++k) {
-    MT_ASSIGN_OR_RETURN(float* p, floats(plan_.checkpoint_numel));
+    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(plan_.checkpoint_numel * e));
     ckpt_.push_back(p);
   }
   if (!plan_.checkpoints_on_device) {
     MT_ASSIGN_OR_RETURN(host_checkpoints_, HostBuffer::allocate(backend_->host_allocator(),
-                                                                size_t(cfg_.num_layers) * plan_.checkpoint_numel * sizeof(float)));
+                                                                size_t(cfg_.num_layers) * plan_.checkpoint_numel * e));
     ring_holds_.assign(3, -1);
     ring_offloaded_.resize(3);
     ring_ready_.resize(3);
   }
-  MT_ASSIGN_OR_RETURN(dresid_, floats(plan_.checkpoint_numel));
-  MT_ASSIGN_OR_RETURN(work_, floats(plan_.workspace_numel));
+  MT_ASSIGN_OR_RETURN(dresid_, backend_->device_alloc(plan_.checkpoint_numel * e));
+  MT_ASSIGN_OR_RETURN(work_, backend_->device_alloc(plan_.workspace_bytes));
   const size_t tokens = size_t(opt_.global_batch) * size_t(opt_.seq_len);
   MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(2 * tokens * sizeof(int32_t)));
   inputs_ = static_cast<int32_t*>(tok);
@@ -91,7 +89,8 @@ Status StreamingExecutor::allocate() {
   loss_totals_ = static_cast<double*>(totals);
   MT_ASSIGN_OR_RETURN(host_loss_, HostBuffer::allocate(backend_->host_allocator(), micro_batches * 2 * sizeof(double)));
   const auto inv = rope_inv_freq(cfg_);
-  MT_ASSIGN_OR_RETURN(inv_freq_, floats(inv.size()));
+  MT_ASSIGN_OR_RETURN(void* inv_freq, backend_->device_alloc(inv.size() * sizeof(float)));
+  inv_freq_ = static_cast<float*>(inv_freq);
   backend_->copy_h2d(inv_freq_, inv.data(), inv.size() * sizeof(float));
   backend_->host_wait(backend_->record(StreamKind::kH2D));
   shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk};
@@ -103,7 +102,7 @@ Status StreamingExecutor::allocate() {
   const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C};
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision};
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>()};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
                                               build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
@@ -133,29 +132,6 @@ EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inpu
   for (size_t i = 0; i < inputs.size(); ++i) row_ids_[i] = row_of_token_[size_t(inputs[i])] - 1;
   for (int32_t t : *rows) row_of_token_[size_t(t)] = -1;  // reset for the next step
   return rows;
-}
-
-// Enqueues the step's unit uses in order (forward, head, backward L..1).
-void StreamingExecutor::run_uses(StepStats& st) {
-  const int L = cfg_.num_layers;
-  const auto& uses = pipe_->uses();
-  for (int i = 0; i < int(uses.size()); ++i) {
-    const int u = uses[size_t(i)].unit;
-    const bool forward = i <= L, tied = cfg_.tie_word_embeddings;
-    if (tied && i == L + 1) continue;  // the embedding's use by the LM head: taken with the head
-    const bool is_head = u == L + 1;
-    if (is_head && tied) pipe_->wait_ready(i - 1, timeline_);
-    pipe_->wait_ready(i, timeline_);
-    timeline_.begin_busy(forward);
-    if (is_head) head(i, tied ? i - 1 : -1);
-    else if (forward && u == 0) forward_embedding(i);
-    else if (forward) forward_decoder(i, u - 1);
-    else backward_decoder(i, u - 1);
-    timeline_.end_busy();
-    if (is_head) st.forward_h2d_bytes = pipe_->fetch_bytes(0, i);
-    if (is_head && tied) pipe_->release(i - 1);
-    pipe_->release(i);
-  }
 }
 
 double StreamingExecutor::read_loss_sum() {
@@ -206,7 +182,8 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   st.embedding_rows = long(rows->size());
   pipe_->begin_step(st.step, st.lr, std::move(rows));
   upload_batch(batch);
-  run_uses(st);
+  if (opt_.precision == Precision::kBf16) run_uses<bf16>(st);
+  else run_uses<float>(st);
   // The head finished long before the backward now queued behind it: this wait leaves the
   // compute stream busy. A device fault comes first (the totals are then suspect).
   const double loss_sum = read_loss_sum();
@@ -216,7 +193,8 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   // Before the embedding's gradient (the step's last) is enqueued, so no update of this step starts.
   pipe_->refuse_update(verdict);
   timeline_.begin_busy(false);
-  backward_embedding(st);
+  if (opt_.precision == Precision::kBf16) backward_embedding<bf16>(st);
+  else backward_embedding<float>(st);
   timeline_.end_busy();
   // step() returns when the step's compute has run (the next step's batch upload waits for it
   // anyway), so a device fault is reported by the step it happened in.

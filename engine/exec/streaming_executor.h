@@ -55,6 +55,8 @@ class StreamingExecutor final : public Executor {
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                     std::unique_ptr<Backend> backend);
   Status allocate();
+  // The step's uses and its last phase, in the compute dtype T (float or bf16).
+  template <typename T>
   void run_uses(StepStats& st);
   // The step's loss sum, read once the head's totals have reached the host (in micro-batch
   // order, as the resident executor sums).
@@ -63,14 +65,23 @@ class StreamingExecutor final : public Executor {
   void upload_batch(const Batch& batch);
   void fill_stats(StepStats& st);
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
+  template <typename T>
   void forward_embedding(int use);
+  template <typename T>
   void forward_decoder(int use, int layer);
+  template <typename T>
   void head(int use, int tied_use);  // its loss totals go to host_loss_
+  template <typename T>
   void backward_decoder(int use, int layer);
+  template <typename T>
   void backward_embedding(StepStats& st);  // reads no weights: not a use
   // Layer inputs x_0..x_L (x_L feeds the head): all on the device, or a ring of three device
   // buffers backed by host memory (host placement).
-  float* layer_input(int l);
+  template <typename T>
+  T* layer_input(int l) {
+    return static_cast<T*>(ckpt_[size_t(plan_.checkpoints_on_device ? l : l % 3)]);
+  }
+  size_t act_bytes() const { return compute_elem_bytes(opt_.precision); }
   void prepare_output(int l);                  // x_l is about to be written
   void offload_layer_input(int l);             // host placement: x_l to host memory
   void fetch_layer_input(int l);               // host placement: x_l back to the device
@@ -90,7 +101,7 @@ class StreamingExecutor final : public Executor {
   std::unique_ptr<StreamingPipeline> pipe_;
   // Host memory from the backend's allocator (pinned on CUDA, so copies overlap compute).
   HostBuffer host_tied_grad_;    // tied embeddings: the LM head's share of d(embedding)
-  HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C floats)
+  HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C, compute dtype)
   HostBuffer host_rows_;          // the step's embedding rows, then their gradient (HostStaging)
   HostBuffer host_loss_;          // the head's {loss sum, counted} per micro-batch
   EventPtr loss_landed_;          // host_loss_ holds this step's totals
@@ -99,12 +110,14 @@ class StreamingExecutor final : public Executor {
   std::vector<int32_t> row_ids_, row_of_token_;
 
   // Device regions.
-  std::vector<float*> slots_, grad_slots_, ckpt_;
+  std::vector<void*> slots_, ckpt_;  // compute dtype
+  std::vector<float*> grad_slots_;   // gradients accumulate in fp32 whatever the compute dtype
   std::vector<EventPtr> grad_slot_free_;
   std::vector<int> ring_holds_;            // host placement: which layer input each ring buffer holds
   std::vector<EventPtr> ring_offloaded_, ring_ready_;
   EventPtr last_offload_;
-  float *dresid_ = nullptr, *work_ = nullptr, *inv_freq_ = nullptr;
+  void *dresid_ = nullptr, *work_ = nullptr;  // compute dtype; the workspace mixes dtypes (layers.h)
+  float* inv_freq_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr;
   double* loss_totals_ = nullptr;  // the head writes {loss sum, counted} per micro-batch
   int next_grad_slot_ = 0;

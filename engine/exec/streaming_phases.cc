@@ -18,8 +18,6 @@ MicroBatches micro_batches(const TrainOptions& o, const ModelConfig& c) {
 }
 }  // namespace
 
-float* StreamingExecutor::layer_input(int l) { return ckpt_[size_t(plan_.checkpoints_on_device ? l : l % 3)]; }
-
 void StreamingExecutor::prepare_output(int l) {
   if (plan_.checkpoints_on_device) return;
   const size_t k = size_t(l % 3);
@@ -31,7 +29,7 @@ void StreamingExecutor::offload_layer_input(int l) {
   if (plan_.checkpoints_on_device) return;
   const size_t k = size_t(l % 3), n = plan_.checkpoint_numel;
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
-  backend_->copy_d2h(host_checkpoints_.as<float>() + size_t(l) * n, ckpt_[k], n * sizeof(float));
+  backend_->copy_d2h(host_checkpoints_.as<char>() + size_t(l) * n * act_bytes(), ckpt_[k], n * act_bytes());
   ring_offloaded_[k] = last_offload_ = backend_->record(StreamKind::kD2H);
 }
 
@@ -40,46 +38,51 @@ void StreamingExecutor::fetch_layer_input(int l) {
   if (plan_.checkpoints_on_device || l < 0 || ring_holds_[k] == l) return;
   backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));  // ring buffer's last reader
   if (last_offload_) backend_->stream_wait(StreamKind::kH2D, last_offload_);        // x_l has reached the host
-  backend_->copy_h2d(ckpt_[k], host_checkpoints_.as<float>() + size_t(l) * n, n * sizeof(float));
+  backend_->copy_h2d(ckpt_[k], host_checkpoints_.as<char>() + size_t(l) * n * act_bytes(), n * act_bytes());
   ring_ready_[k] = backend_->record(StreamKind::kH2D);
   ring_holds_[k] = l;
 }
 
+template <typename T>
 void StreamingExecutor::forward_embedding(int use) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   prepare_output(0);
-  float* out = layer_input(0);
+  T* out = layer_input<T>(0);
   for (int m = 0; m < mb.count; ++m)
-    embedding_forward(backend_->ops(), shape_, pipe_->slot_of(use), inputs_ + size_t(m) * mb.tokens, out + size_t(m) * mb.act);
+    embedding_forward(backend_->ops<T>(), shape_, pipe_->slot_of<T>(use), inputs_ + size_t(m) * mb.tokens,
+                      out + size_t(m) * mb.act);
 }
 
+template <typename T>
 void StreamingExecutor::forward_decoder(int use, int l) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   prepare_output(l + 1);
-  const float* in = layer_input(l);
-  float* out = layer_input(l + 1);
-  const auto w = bind_decoder<const float>(cfg_, pipe_->slot_of(use));
-  const auto acts = bind_decoder_acts<float>(shape_, work_);
+  const T* in = layer_input<T>(l);
+  T* out = layer_input<T>(l + 1);
+  const auto w = bind_decoder<const T>(cfg_, pipe_->slot_of<T>(use));
+  const auto acts = bind_decoder_acts<T>(shape_, work_);
   for (int m = 0; m < mb.count; ++m)
-    decoder_forward(backend_->ops(), shape_, w, in + size_t(m) * mb.act, out + size_t(m) * mb.act, acts);
+    decoder_forward(backend_->ops<T>(), shape_, w, in + size_t(m) * mb.act, out + size_t(m) * mb.act, acts);
   offload_layer_input(l);
 }
 
+template <typename T>
 void StreamingExecutor::head(int use, int tied_use) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const int L = cfg_.num_layers, C = cfg_.hidden_size;
-  const float* w = pipe_->slot_of(use);
-  const float* lm = tied_use >= 0 ? pipe_->slot_of(tied_use) : w + C;
+  const T* w = pipe_->slot_of<T>(use);
+  const T* lm = tied_use >= 0 ? pipe_->slot_of<T>(tied_use) : w + C;
   const size_t n = units_[size_t(L) + 1].numel;
   const int g = acquire_grad_slot(n);
   const int gt = tied_use >= 0 ? acquire_grad_slot(units_[0].numel) : -1;
   float* dlm = gt >= 0 ? grad_slots_[size_t(gt)] : grad_slots_[size_t(g)] + C;
-  const size_t acts_n = decoder_acts_numel(shape_) + decoder_scratch_numel(shape_);
-  const auto sc = bind_head_scratch<float>(shape_, work_ + acts_n);
-  const float* x = layer_input(L);
+  const size_t acts_bytes = decoder_acts_bytes<T>(shape_) + decoder_scratch_bytes<T>(shape_);
+  const auto sc = bind_head_scratch<T>(shape_, static_cast<char*>(work_) + acts_bytes);
+  const T* x = layer_input<T>(L);
+  T* dresid = static_cast<T*>(dresid_);
   for (int m = 0; m < mb.count; ++m)
-    head_forward_backward(backend_->ops(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
-                          targets_ + size_t(m) * mb.tokens, grad_scale_, dresid_ + size_t(m) * mb.act, sc,
+    head_forward_backward(backend_->ops<T>(), shape_, w, lm, grad_slots_[size_t(g)], dlm, x + size_t(m) * mb.act,
+                          targets_ + size_t(m) * mb.tokens, grad_scale_, dresid + size_t(m) * mb.act, sc,
                           loss_totals_ + 2 * size_t(m));
   // The totals go to the host once per step, not once per micro-batch.
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
@@ -89,44 +92,77 @@ void StreamingExecutor::head(int use, int tied_use) {
   if (gt >= 0) send_grads(0, gt, units_[0].numel, GradShare::kTiedHead);
 }
 
+template <typename T>
 void StreamingExecutor::backward_decoder(int use, int l) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   fetch_layer_input(l);
   if (!plan_.checkpoints_on_device && ring_ready_[size_t(l % 3)]) timeline_.wait(ring_ready_[size_t(l % 3)]);
   fetch_layer_input(l - 1);  // prefetch the next layer's input while this one computes
-  const float* in = layer_input(l);
-  const auto w = bind_decoder<const float>(cfg_, pipe_->slot_of(use));
+  const T* in = layer_input<T>(l);
+  const auto w = bind_decoder<const T>(cfg_, pipe_->slot_of<T>(use));
   const size_t n = units_[size_t(l) + 1].numel;
   const int g = acquire_grad_slot(n);
   const auto dw = bind_decoder<float>(cfg_, grad_slots_[size_t(g)]);
-  const auto acts = bind_decoder_acts<float>(shape_, work_);
-  const auto sc = bind_decoder_scratch<float>(shape_, work_ + decoder_acts_numel(shape_));
+  const auto acts = bind_decoder_acts<T>(shape_, work_);
+  const auto sc = bind_decoder_scratch<T>(shape_, static_cast<char*>(work_) + decoder_acts_bytes<T>(shape_));
+  T* dresid = static_cast<T*>(dresid_);
   for (int m = 0; m < mb.count; ++m) {
-    const float* x = in + size_t(m) * mb.act;
-    decoder_forward<float>(backend_->ops(), shape_, w, x, nullptr, acts);  // recompute
-    decoder_backward(backend_->ops(), shape_, w, dw, x, acts, dresid_ + size_t(m) * mb.act, sc);
+    const T* x = in + size_t(m) * mb.act;
+    decoder_forward<T>(backend_->ops<T>(), shape_, w, x, nullptr, acts);  // recompute
+    decoder_backward(backend_->ops<T>(), shape_, w, dw, x, acts, dresid + size_t(m) * mb.act, sc);
   }
   send_grads(l + 1, g, n, GradShare::kUnit);
 }
 
 // The gradient of the step's embedding rows only, packed as the forward read them: every
 // other row of d(embedding) is zero, and the optimizer thread scatters these into place.
+template <typename T>
 void StreamingExecutor::backward_embedding(StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const size_t n = size_t(st.embedding_rows) * size_t(cfg_.hidden_size);
   const int g = acquire_grad_slot(n);
+  const T* dresid = static_cast<const T*>(dresid_);
   for (int m = 0; m < mb.count; ++m)
-    embedding_backward(backend_->ops(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
-                       dresid_ + size_t(m) * mb.act);
+    embedding_backward(backend_->ops<T>(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
+                       dresid + size_t(m) * mb.act);
   send_grads(0, g, n, GradShare::kEmbeddingRows);
   st.last_grad_bytes = n * state_elem_bytes(opt_.layout);
 }
+
+// Enqueues the step's unit uses in order (forward, head, backward L..1).
+template <typename T>
+void StreamingExecutor::run_uses(StepStats& st) {
+  const int L = cfg_.num_layers;
+  const auto& uses = pipe_->uses();
+  for (int i = 0; i < int(uses.size()); ++i) {
+    const int u = uses[size_t(i)].unit;
+    const bool forward = i <= L, tied = cfg_.tie_word_embeddings;
+    if (tied && i == L + 1) continue;  // the embedding's use by the LM head: taken with the head
+    const bool is_head = u == L + 1;
+    if (is_head && tied) pipe_->wait_ready(i - 1, timeline_);
+    pipe_->wait_ready(i, timeline_);
+    timeline_.begin_busy(forward);
+    if (is_head) head<T>(i, tied ? i - 1 : -1);
+    else if (forward && u == 0) forward_embedding<T>(i);
+    else if (forward) forward_decoder<T>(i, u - 1);
+    else backward_decoder<T>(i, u - 1);
+    timeline_.end_busy();
+    if (is_head) st.forward_h2d_bytes = pipe_->fetch_bytes(0, i);
+    if (is_head && tied) pipe_->release(i - 1);
+    pipe_->release(i);
+  }
+}
+
+template void StreamingExecutor::run_uses<float>(StepStats&);
+template void StreamingExecutor::run_uses<bf16>(StepStats&);
+template void StreamingExecutor::backward_embedding<float>(StepStats&);
+template void StreamingExecutor::backward_embedding<bf16>(StepStats&);
 
 int StreamingExecutor::acquire_grad_slot(size_t numel) {
   const int k = next_grad_slot_;
   next_grad_slot_ = (k + 1) % int(grad_slots_.size());
   if (grad_slot_free_[size_t(k)]) timeline_.wait(grad_slot_free_[size_t(k)]);  // its gradient reached the host
-  backend_->ops().zero(grad_slots_[size_t(k)], numel);
+  backend_->ops<float>().zero(grad_slots_[size_t(k)], numel);
   return k;
 }
 

@@ -49,13 +49,13 @@ std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
 uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
   uint64_t bytes = 0;
   for (int i = first; i <= last; ++i)
-    if (uses_[size_t(i)].rows_only) bytes += rows_->size() * cfg_.embedding_width * sizeof(float);
-    else if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * sizeof(float);
+    if (uses_[size_t(i)].rows_only) bytes += rows_->size() * cfg_.embedding_width * elem_bytes();
+    else if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * elem_bytes();
   return bytes;
 }
 
 StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
-                                     std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
+                                     std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
                                      const HostStaging& staging)
     : backend_(backend),
       store_(store),
@@ -117,8 +117,7 @@ void StreamingPipeline::uploader_loop() {
       if (free) backend_.stream_wait(StreamKind::kH2D, free);
       if (u.rows_only) upload_embedding_rows(slots_[size_t(u.slot)], *rows);
       else
-        backend_.copy_h2d(slots_[size_t(u.slot)], store_.unit(size_t(u.unit)).master,
-                          units_[size_t(u.unit)].numel * sizeof(float));
+        backend_.copy_h2d(slots_[size_t(u.slot)], weights_of(size_t(u.unit)), units_[size_t(u.unit)].numel * elem_bytes());
       EventPtr e = backend_.record(StreamKind::kH2D);
       l.lock();
       ready_[i] = e;
@@ -126,6 +125,13 @@ void StreamingPipeline::uploader_loop() {
     }
     uploaded_step_ = s;
   }
+}
+
+size_t StreamingPipeline::elem_bytes() const { return compute_elem_bytes(cfg_.precision); }
+
+const void* StreamingPipeline::weights_of(size_t unit) const {
+  const HostUnit& hu = store_.unit(unit);
+  return cfg_.precision == Precision::kBf16 ? static_cast<const void*>(hu.shadow) : static_cast<const void*>(hu.master);
 }
 
 void StreamingPipeline::wait_ready(int use, ComputeTimeline& timeline) {
@@ -202,13 +208,13 @@ void StreamingPipeline::land(const Landing& g) {
 
 // Gathers the rows into staging and copies them, packed, to the slot. The previous copy out of
 // staging finished long ago (its step's forward waited for it); waiting keeps that explicit.
-void StreamingPipeline::upload_embedding_rows(float* slot, const std::vector<int32_t>& rows) {
+void StreamingPipeline::upload_embedding_rows(void* slot, const std::vector<int32_t>& rows) {
   if (rows_uploaded_) backend_.host_wait(rows_uploaded_);
-  const size_t C = cfg_.embedding_width;
-  const float* master = store_.unit(0).master;
-  for (size_t r = 0; r < rows.size(); ++r)
-    std::memcpy(static_cast<float*>(staging_.embedding_rows) + r * C, master + size_t(rows[r]) * C, C * sizeof(float));
-  backend_.copy_h2d(slot, staging_.embedding_rows, rows.size() * C * sizeof(float));
+  const size_t row_bytes = cfg_.embedding_width * elem_bytes();
+  const char* table = static_cast<const char*>(weights_of(0));
+  char* staging = static_cast<char*>(staging_.embedding_rows);
+  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(staging + r * row_bytes, table + size_t(rows[r]) * row_bytes, row_bytes);
+  backend_.copy_h2d(slot, staging_.embedding_rows, rows.size() * row_bytes);
   rows_uploaded_ = backend_.record(StreamKind::kH2D);
 }
 

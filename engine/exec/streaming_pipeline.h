@@ -43,7 +43,9 @@ struct PipelineConfig {
   OptimizerConfig optimizer;
   bool update_during_backward = false;
   int optimizer_threads = 0;
-  size_t embedding_width = 0;  // C: floats per embedding row
+  size_t embedding_width = 0;  // C: elements per embedding row
+  // What the slots hold: the fp32 masters, or (bf16) the shadows the optimizer writes with them.
+  Precision precision = Precision::kFp32;
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
@@ -63,14 +65,17 @@ using EmbeddingRows = std::shared_ptr<const std::vector<int32_t>>;
 class StreamingPipeline {
  public:
   StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
-                    std::vector<float*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
+                    std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
                     const HostStaging& staging);
   ~StreamingPipeline();
 
   const std::vector<UnitUse>& uses() const { return uses_; }
   // Bytes the uses [first, last] fetch from the host.
   uint64_t fetch_bytes(int first, int last) const;
-  float* slot_of(int use) const { return slots_[size_t(uses_[size_t(use)].slot)]; }
+  template <typename T>
+  T* slot_of(int use) const {
+    return static_cast<T*>(slots_[size_t(uses_[size_t(use)].slot)]);
+  }
 
   // step: 1-based index of the step starting; rows: its inputs' embedding rows.
   void begin_step(long step, float lr, EmbeddingRows rows);
@@ -102,13 +107,15 @@ class StreamingPipeline {
   void update_unit(size_t u, long step, float lr, float clip);
   void skip_updates(long step);              // marks every unit done at `step` without updating
   bool refuse_if(const Status& why);         // records `why` (if not ok): true when updates are refused
-  void upload_embedding_rows(float* slot, const std::vector<int32_t>& rows);
+  void upload_embedding_rows(void* slot, const std::vector<int32_t>& rows);
+  size_t elem_bytes() const;                  // of one uploaded weight
+  const void* weights_of(size_t unit) const;  // what a unit's upload copies
   void scatter_embedding_grad(const EmbeddingRows& rows);
 
   Backend& backend_;
   HostStore& store_;
   const std::vector<ParamSchema>& units_;
-  std::vector<float*> slots_;
+  std::vector<void*> slots_;
   std::vector<UnitUse> uses_;
   PipelineConfig cfg_;
   HostStaging staging_;

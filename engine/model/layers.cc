@@ -1,5 +1,7 @@
 #include "engine/model/layers.h"
 
+#include <cstdint>
+
 namespace mt {
 
 namespace {
@@ -11,49 +13,101 @@ Dims dims(const LayerShape& s) {
   return {size_t(s.N()), size_t(c.hidden_size), size_t(c.qkv_dim()), size_t(c.q_dim()),
           size_t(c.intermediate_size), size_t(c.num_heads), size_t(s.T)};
 }
-}  // namespace
+// Walks a workspace layout: take<U>(n) returns the next kWorkspaceAlign-aligned region of n
+// Us. With a null base it only counts (the *_bytes functions); the binds carve a real base.
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(reinterpret_cast<uintptr_t>(base)) {}
+  template <typename U>
+  U* take(size_t n) {
+    off_ = (off_ + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+    U* p = base_ ? reinterpret_cast<U*>(base_ + off_) : nullptr;
+    off_ += n * sizeof(U);
+    return p;
+  }
+  size_t bytes() const { return (off_ + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
-size_t decoder_acts_numel(const LayerShape& s) {
-  Dims d = dims(s);
-  // xn1 rstd1 qkv att lse x2 xn2 rstd2 gu h
-  return d.N * d.C + d.N + d.N * d.QKV + d.N * d.Q + d.N * d.H + d.N * d.C + d.N * d.C + d.N +
-         d.N * 2 * d.F + d.N * d.F;
-}
+ private:
+  uintptr_t base_;
+  size_t off_ = 0;
+};
 
 template <typename T>
-DecoderActs<T> bind_decoder_acts(const LayerShape& s, T* p) {
-  Dims d = dims(s);
+DecoderActs<T> carve_decoder_acts(const LayerShape& s, Carver& c) {
+  using A = acc_t<T>;
+  const Dims d = dims(s);
   DecoderActs<T> a{};
-  a.xn1 = p, p += d.N * d.C;
-  a.rstd1 = p, p += d.N;
-  a.qkv = p, p += d.N * d.QKV;
-  a.att = p, p += d.N * d.Q;
-  a.lse = p, p += d.N * d.H;
-  a.x2 = p, p += d.N * d.C;
-  a.xn2 = p, p += d.N * d.C;
-  a.rstd2 = p, p += d.N;
-  a.gu = p, p += d.N * 2 * d.F;
-  a.h = p;
+  a.xn1 = c.take<T>(d.N * d.C);
+  a.rstd1 = c.take<A>(d.N);
+  a.qkv = c.take<T>(d.N * d.QKV);
+  a.att = c.take<T>(d.N * d.Q);
+  a.lse = c.take<A>(d.N * d.H);
+  a.x2 = c.take<T>(d.N * d.C);
+  a.xn2 = c.take<T>(d.N * d.C);
+  a.rstd2 = c.take<A>(d.N);
+  a.gu = c.take<T>(d.N * 2 * d.F);
+  a.h = c.take<T>(d.N * d.F);
   return a;
 }
 
-size_t decoder_scratch_numel(const LayerShape& s) {
-  Dims d = dims(s);
-  // dh dgu dxn dx2 datt dqkv
-  return d.N * d.F + d.N * 2 * d.F + d.N * d.C + d.N * d.C + d.N * d.Q + d.N * d.QKV;
+template <typename T>
+DecoderScratch<T> carve_decoder_scratch(const LayerShape& s, Carver& c) {
+  const Dims d = dims(s);
+  DecoderScratch<T> sc{};
+  sc.dh = c.take<T>(d.N * d.F);
+  sc.dgu = c.take<T>(d.N * 2 * d.F);
+  sc.dxn = c.take<T>(d.N * d.C);
+  sc.dx2 = c.take<T>(d.N * d.C);
+  sc.datt = c.take<T>(d.N * d.Q);
+  sc.dqkv = c.take<T>(d.N * d.QKV);
+  return sc;
 }
 
 template <typename T>
-DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, T* p) {
-  Dims d = dims(s);
-  DecoderScratch<T> sc{};
-  sc.dh = p, p += d.N * d.F;
-  sc.dgu = p, p += d.N * 2 * d.F;
-  sc.dxn = p, p += d.N * d.C;
-  sc.dx2 = p, p += d.N * d.C;
-  sc.datt = p, p += d.N * d.Q;
-  sc.dqkv = p;
+HeadScratch<T> carve_head_scratch(const LayerShape& s, Carver& c) {
+  const size_t N = size_t(s.N()), C = size_t(s.cfg->hidden_size);
+  HeadScratch<T> sc{};
+  sc.xn = c.take<T>(N * C);
+  sc.rstd = c.take<acc_t<T>>(N);
+  sc.dxn = c.take<T>(N * C);
+  sc.logits = c.take<char>(lm_head_scratch_bytes<T>(s.head_chunk, s.cfg->vocab_size));
   return sc;
+}
+
+}  // namespace
+
+template <typename T>
+size_t decoder_acts_bytes(const LayerShape& s) {
+  Carver c(nullptr);
+  carve_decoder_acts<T>(s, c);
+  return c.bytes();
+}
+template <typename T>
+DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base) {
+  Carver c(base);
+  return carve_decoder_acts<T>(s, c);
+}
+template <typename T>
+size_t decoder_scratch_bytes(const LayerShape& s) {
+  Carver c(nullptr);
+  carve_decoder_scratch<T>(s, c);
+  return c.bytes();
+}
+template <typename T>
+DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, void* base) {
+  Carver c(base);
+  return carve_decoder_scratch<T>(s, c);
+}
+template <typename T>
+size_t head_scratch_bytes(const LayerShape& s) {
+  Carver c(nullptr);
+  carve_head_scratch<T>(s, c);
+  return c.bytes();
+}
+template <typename T>
+HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base) {
+  Carver c(base);
+  return carve_head_scratch<T>(s, c);
 }
 
 template <typename T>
@@ -80,7 +134,7 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<c
 
 template <typename T>
 void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
-                      const DecoderView<T>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
+                      const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
                       const DecoderScratch<T>& sc) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), C = c.hidden_size, F = c.intermediate_size, Q = c.q_dim(), QKV = c.qkv_dim();
@@ -110,30 +164,14 @@ void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, con
 }
 
 template <typename T>
-void embedding_backward(const Ops<T>& ops, const LayerShape& s, T* dwte, const int32_t* tokens, const T* dx) {
+void embedding_backward(const Ops<T>& ops, const LayerShape& s, acc_t<T>* dwte, const int32_t* tokens, const T* dx) {
   ops.embedding_backward(dwte, dx, tokens, s.N(), s.cfg->hidden_size);
 }
 
-size_t head_scratch_numel(const LayerShape& s) {
-  const size_t N = size_t(s.N()), C = size_t(s.cfg->hidden_size), V = size_t(s.cfg->vocab_size);
-  return N * C + N + N * C + size_t(s.head_chunk) * V;
-}
-
 template <typename T>
-HeadScratch<T> bind_head_scratch(const LayerShape& s, T* p) {
-  const size_t N = size_t(s.N()), C = size_t(s.cfg->hidden_size);
-  HeadScratch<T> sc{};
-  sc.xn = p, p += N * C;
-  sc.rstd = p, p += N;
-  sc.dxn = p, p += N * C;
-  sc.logits = p;
-  return sc;
-}
-
-template <typename T>
-void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w, const T* lm, T* dnorm_w, T* dlm,
-                           const T* x, const int32_t* targets, T grad_scale, T* dx, const HeadScratch<T>& sc,
-                           double* loss_totals) {
+void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w, const T* lm, acc_t<T>* dnorm_w,
+                           acc_t<T>* dlm, const T* x, const int32_t* targets, acc_t<T> grad_scale, T* dx,
+                           const HeadScratch<T>& sc, double* loss_totals) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), C = c.hidden_size;
   ops.rmsnorm_forward(sc.xn, sc.rstd, x, norm_w, N, C, float(c.rms_norm_eps));
@@ -146,20 +184,25 @@ void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm
 }
 
 #define MT_INSTANTIATE_LAYERS(T)                                                                          \
-  template DecoderActs<T> bind_decoder_acts(const LayerShape&, T*);                                      \
-  template DecoderScratch<T> bind_decoder_scratch(const LayerShape&, T*);                                \
-  template HeadScratch<T> bind_head_scratch(const LayerShape&, T*);                                      \
+  template size_t decoder_acts_bytes<T>(const LayerShape&);                                              \
+  template size_t decoder_scratch_bytes<T>(const LayerShape&);                                           \
+  template size_t head_scratch_bytes<T>(const LayerShape&);                                              \
+  template DecoderActs<T> bind_decoder_acts(const LayerShape&, void*);                                   \
+  template DecoderScratch<T> bind_decoder_scratch(const LayerShape&, void*);                             \
+  template HeadScratch<T> bind_head_scratch(const LayerShape&, void*);                                   \
   template void decoder_forward(const Ops<T>&, const LayerShape&, const DecoderView<const T>&, const T*, \
                                 T*, const DecoderActs<T>&);                                              \
   template void decoder_backward(const Ops<T>&, const LayerShape&, const DecoderView<const T>&,          \
-                                 const DecoderView<T>&, const T*, const DecoderActs<T>&, T*,             \
+                                 const DecoderView<acc_t<T>>&, const T*, const DecoderActs<T>&, T*,      \
                                  const DecoderScratch<T>&);                                              \
   template void embedding_forward(const Ops<T>&, const LayerShape&, const T*, const int32_t*, T*);       \
-  template void embedding_backward(const Ops<T>&, const LayerShape&, T*, const int32_t*, const T*);      \
-  template void head_forward_backward(const Ops<T>&, const LayerShape&, const T*, const T*, T*, T*,      \
-                                      const T*, const int32_t*, T, T*, const HeadScratch<T>&, double*);
+  template void embedding_backward(const Ops<T>&, const LayerShape&, acc_t<T>*, const int32_t*, const T*); \
+  template void head_forward_backward(const Ops<T>&, const LayerShape&, const T*, const T*, acc_t<T>*,   \
+                                      acc_t<T>*, const T*, const int32_t*, acc_t<T>, T*,                 \
+                                      const HeadScratch<T>&, double*);
 MT_INSTANTIATE_LAYERS(float)
 MT_INSTANTIATE_LAYERS(double)
+MT_INSTANTIATE_LAYERS(bf16)
 #undef MT_INSTANTIATE_LAYERS
 
 }  // namespace mt

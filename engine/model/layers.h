@@ -22,23 +22,36 @@ struct LayerShape {
   int N() const { return B * T; }
 };
 
+// Workspaces are laid out in bytes: T regions (activations) and acc_t<T> regions (statistics,
+// the head's logits) alternate, each aligned to kWorkspaceAlign. The *_bytes functions and
+// the binds walk the same layout, so a size and its bind always agree.
+constexpr size_t kWorkspaceAlign = 256;
+
 // Saved activations of one decoder layer for one micro-batch.
 template <typename T>
 struct DecoderActs {
-  T *xn1, *rstd1, *qkv, *att, *lse, *x2, *xn2, *rstd2, *gu, *h;
+  T* xn1;
+  acc_t<T>* rstd1;
+  T *qkv, *att;
+  acc_t<T>* lse;
+  T *x2, *xn2;
+  acc_t<T>* rstd2;
+  T *gu, *h;
 };
-size_t decoder_acts_numel(const LayerShape& s);
 template <typename T>
-DecoderActs<T> bind_decoder_acts(const LayerShape& s, T* base);
+size_t decoder_acts_bytes(const LayerShape& s);
+template <typename T>
+DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base);
 
 // Backward scratch of one decoder layer for one micro-batch (reused across layers).
 template <typename T>
 struct DecoderScratch {
   T *dh, *dgu, *dxn, *dx2, *datt, *dqkv;
 };
-size_t decoder_scratch_numel(const LayerShape& s);
 template <typename T>
-DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, T* base);
+size_t decoder_scratch_bytes(const LayerShape& s);
+template <typename T>
+DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, void* base);
 
 // out = layer(x); fills acts. x and out are [N, C]. out == nullptr skips the last projection
 // (a recompute before backward needs only the activations).
@@ -46,31 +59,35 @@ template <typename T>
 void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
                      T* out, const DecoderActs<T>& a);
 
-// dresid holds dL/dout on entry and dL/dx on return; dw accumulates (+=).
+// dresid holds dL/dout on entry and dL/dx on return; dw (full precision) accumulates (+=).
 template <typename T>
 void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
-                      const DecoderView<T>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
+                      const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
                       const DecoderScratch<T>& sc);
 
 template <typename T>
 void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, const int32_t* tokens, T* out);
 template <typename T>
-void embedding_backward(const Ops<T>& ops, const LayerShape& s, T* dwte, const int32_t* tokens, const T* dx);
+void embedding_backward(const Ops<T>& ops, const LayerShape& s, acc_t<T>* dwte, const int32_t* tokens, const T* dx);
 
 // Final norm + LM head + cross-entropy, forward and (when dx != nullptr) backward in one pass.
 // lm is the LM-head matrix [V, C] (the embedding when tied); dlm accumulates its gradient.
 // loss_totals (device, 2 doubles) receives {loss sum, counted targets} (see Ops::lm_head_loss).
 template <typename T>
 struct HeadScratch {
-  T *xn, *rstd, *dxn, *logits;
+  T* xn;
+  acc_t<T>* rstd;
+  T* dxn;
+  void* logits;  // lm_head_scratch_bytes<T>(head_chunk, V)
 };
-size_t head_scratch_numel(const LayerShape& s);
 template <typename T>
-HeadScratch<T> bind_head_scratch(const LayerShape& s, T* base);
+size_t head_scratch_bytes(const LayerShape& s);
+template <typename T>
+HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base);
 
 template <typename T>
-void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w, const T* lm, T* dnorm_w, T* dlm,
-                           const T* x, const int32_t* targets, T grad_scale, T* dx, const HeadScratch<T>& sc,
-                           double* loss_totals);
+void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm_w, const T* lm, acc_t<T>* dnorm_w,
+                           acc_t<T>* dlm, const T* x, const int32_t* targets, acc_t<T> grad_scale, T* dx,
+                           const HeadScratch<T>& sc, double* loss_totals);
 
 }  // namespace mt

@@ -1,5 +1,7 @@
 #include "engine/model/param_schema.h"
 
+#include "kernels/bf16.h"
+
 namespace mt {
 
 const char* unit_kind_name(UnitKind kind) {
@@ -92,5 +94,7 @@ template HeadView<float> bind_head(const ModelConfig&, float*);
 template HeadView<const float> bind_head(const ModelConfig&, const float*);
 template HeadView<double> bind_head(const ModelConfig&, double*);
 template HeadView<const double> bind_head(const ModelConfig&, const double*);
+template DecoderView<const bf16> bind_decoder(const ModelConfig&, const bf16*);
+template HeadView<const bf16> bind_head(const ModelConfig&, const bf16*);
 
 }  // namespace mt

@@ -69,6 +69,43 @@ LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W,
   return res;
 }
 
+LmHeadLossResult lm_head_loss(bf16* dx, float* dW, float* losses, const bf16* x, const bf16* W,
+                              const int32_t* targets, int N, int C, int V, int chunk, float grad_scale,
+                              void* scratch) {
+  LmHeadLossResult res;
+  const bool backward = dx != nullptr;
+  chunk = std::max(1, chunk);
+  float* logits = static_cast<float*>(scratch);
+  bf16* dlogits = reinterpret_cast<bf16*>(logits + size_t(chunk) * size_t(V));
+  std::vector<double> row_loss(size_t(std::min(chunk, std::max(N, 1))));
+  std::vector<float> dx_chunk(backward ? size_t(std::min(chunk, std::max(N, 1))) * size_t(C) : 0);
+  for (int n0 = 0; n0 < N; n0 += chunk) {
+    const int rows = std::min(chunk, N - n0);
+    const bf16* xc = x + long(n0) * C;
+    gemm_bf16(false, true, rows, V, C, 1.0f, xc, C, W, C, 0.0f, logits, V);
+    MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * V)))
+    for (int r = 0; r < rows; ++r)
+      row_loss[r] = softmax_row(logits + long(r) * V, V, targets[n0 + r], backward, grad_scale);
+    for (int r = 0; r < rows; ++r) {
+      const int32_t t = targets[n0 + r];
+      if (t >= 0 && t < V) {
+        res.loss_sum += row_loss[r];
+        ++res.counted;
+      }
+      if (losses != nullptr) losses[n0 + r] = float(row_loss[r]);
+    }
+    if (!backward) continue;
+    const size_t n = size_t(rows) * size_t(V);
+    MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(n))))
+    for (size_t i = 0; i < n; ++i) dlogits[i] = float_to_bf16(logits[i]);
+    gemm_bf16(false, false, rows, C, V, 1.0f, dlogits, V, W, C, 0.0f, dx_chunk.data(), C);
+    bf16* dxc = dx + long(n0) * C;
+    for (size_t i = 0; i < size_t(rows) * size_t(C); ++i) dxc[i] = float_to_bf16(dx_chunk[i]);
+    if (dW != nullptr) gemm_bf16(true, false, V, C, rows, 1.0f, dlogits, V, xc, C, 1.0f, dW, C);
+  }
+  return res;
+}
+
 #define MT_INSTANTIATE(T)                                                                   \
   template LmHeadLossResult lm_head_loss<T>(T*, T*, T*, const T*, const T*, const int32_t*, \
                                             int, int, int, int, T, T*);

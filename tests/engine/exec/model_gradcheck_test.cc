@@ -48,7 +48,7 @@ TEST_P(GradCheckModel, MatchesFiniteDifferences) {
   auto inv_freq_f = rope_inv_freq(cfg);
   LayerShape s{&cfg, B, T, inv_freq_f.data(), 3};  // head chunk 3 does not divide B*T
   std::vector<double> tied(cfg.tie_word_embeddings ? units[0].numel : 0, 0.0);
-  std::vector<double> ws(model_pass_workspace_numel(s, true));
+  Workspace ws(model_pass_workspace_bytes<double>(s, true));
 
   ModelPassArgs<double> a;
   for (size_t u = 0; u < units.size(); ++u) a.weights.push_back(w[u].data());
@@ -56,7 +56,7 @@ TEST_P(GradCheckModel, MatchesFiniteDifferences) {
   a.targets = targets.data();
   a.recompute = true;  // the workspace holds one layer's activations
   auto loss_of = [&]() {
-    auto r = model_pass(cpu_ops<double>(), s, a, ws.data(), ws.size());
+    auto r = model_pass(cpu_ops<double>(), s, a, ws.data(), ws.bytes());
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? r->loss_sum / double(r->counted) : 0.0;
   };
@@ -66,7 +66,7 @@ TEST_P(GradCheckModel, MatchesFiniteDifferences) {
   for (size_t u = 0; u < units.size(); ++u) b.grads.push_back(g[u].data());
   b.tied_head_grad = tied.empty() ? nullptr : tied.data();
   b.grad_scale = 1.0 / double(counted);
-  ASSERT_TRUE(model_pass(cpu_ops<double>(), s, b, ws.data(), ws.size()).ok());
+  ASSERT_TRUE(model_pass(cpu_ops<double>(), s, b, ws.data(), ws.bytes()).ok());
   for (size_t i = 0; i < tied.size(); ++i) g[0][i] += tied[i];
 
   const double h = 1e-5;

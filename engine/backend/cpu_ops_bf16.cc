@@ -1,0 +1,145 @@
+// The CPU op table in bf16: every op widens its bf16 operands to fp32 (exactly), runs the fp32
+// reference kernel (kernels/cpu) and rounds each bf16 output once — the rounding points of the
+// CUDA bf16 kernels, so the two differ only in summation order. GEMMs take bf16 inputs directly
+// (cpu::gemm_bf16: fp32 products and sums). Statistics, weight gradients and the loss stay fp32.
+#include <cstring>
+#include <vector>
+
+#include "engine/backend/ops.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace mt {
+namespace {
+
+// Per-thread fp32 scratch that only grows: slot i holds the i-th widened operand of an op.
+float* scratch(int slot, size_t n) {
+  thread_local std::vector<float> buffers[4];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
+const float* widen(int slot, const bf16* x, size_t n) {
+  float* out = scratch(slot, n);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]);
+  return out;
+}
+
+float* widen_mut(int slot, const bf16* x, size_t n) { return const_cast<float*>(widen(slot, x, n)); }
+
+void narrow(bf16* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+class CpuOpsBf16 final : public Ops<bf16> {
+ public:
+  void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* b, int N, int C, int OC) const override {
+    float* acc = scratch(0, size_t(N) * OC);
+    if (b != nullptr) {
+      const float* bias = widen(1, b, size_t(OC));
+      for (int n = 0; n < N; ++n) std::memcpy(acc + size_t(n) * OC, bias, size_t(OC) * sizeof(float));
+    }
+    cpu::gemm_bf16(false, true, N, OC, C, 1.0f, inp, C, w, C, b != nullptr ? 1.0f : 0.0f, acc, OC);
+    narrow(out, acc, size_t(N) * OC);
+  }
+  void matmul_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, int N,
+                       int C, int OC) const override {
+    if (dinp != nullptr) {
+      float* acc = widen_mut(0, dinp, size_t(N) * C);
+      cpu::gemm_bf16(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, acc, C);
+      narrow(dinp, acc, size_t(N) * C);
+    }
+    if (dw != nullptr) cpu::gemm_bf16(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (db != nullptr)
+      cpu::matmul_backward<float>(nullptr, nullptr, db, widen(1, dout, size_t(N) * OC), nullptr, nullptr, N, C, OC);
+  }
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, float eps) const override {
+    const size_t n = size_t(N) * C;
+    float* o = scratch(2, n);
+    cpu::rmsnorm_forward<float>(o, rstd, widen(0, inp, n), widen(1, w, size_t(C)), N, C, eps);
+    narrow(out, o, n);
+  }
+  void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
+                        int N, int C) const override {
+    const size_t n = size_t(N) * C;
+    float* acc = widen_mut(0, dinp, n);
+    cpu::rmsnorm_backward<float>(acc, dw, widen(1, dout, n), widen(2, inp, n), widen(3, w, size_t(C)), rstd, N, C);
+    narrow(dinp, acc, n);
+  }
+  void rope_forward(bf16* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
+    float* x = widen_mut(0, qkv, n);
+    cpu::rope_forward<float>(x, f, B, T_, H, KVH, D);
+    narrow(qkv, x, n);
+  }
+  void rope_backward(bf16* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+    const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
+    float* x = widen_mut(0, dqkv, n);
+    cpu::rope_backward<float>(x, f, B, T_, H, KVH, D);
+    narrow(dqkv, x, n);
+  }
+  void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int H, int KVH,
+                         int D) const override {
+    const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
+    float* o = scratch(1, n_out);
+    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), B, T_, H, KVH, D);
+    narrow(out, o, n_out);
+  }
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
+                          int T_, int H, int KVH, int D) const override {
+    const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
+    float* d = scratch(0, n_qkv);
+    cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, B, T_,
+                                   H, KVH, D);
+    narrow(dqkv, d, n_qkv);
+  }
+  void swiglu_forward(bf16* out, const bf16* gu, int N, int F) const override {
+    const size_t n = size_t(N) * F;
+    float* o = scratch(1, n);
+    cpu::swiglu_forward<float>(o, widen(0, gu, 2 * n), N, F);
+    narrow(out, o, n);
+  }
+  void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F) const override {
+    const size_t n = size_t(N) * F;
+    float* d = scratch(0, 2 * n);
+    cpu::swiglu_backward<float>(d, widen(1, dout, n), widen(2, gu, 2 * n), N, F);
+    narrow(dgu, d, 2 * n);
+  }
+  void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int N, int C) const override {
+    for (int i = 0; i < N; ++i)
+      std::memcpy(out + size_t(i) * C, wte + size_t(tokens[i]) * C, size_t(C) * sizeof(bf16));
+  }
+  void embedding_backward(float* dwte, const bf16* dout, const int32_t* tokens, int N, int C) const override {
+    cpu::embedding_backward<float>(dwte, widen(0, dout, size_t(N) * C), tokens, N, C);
+  }
+  void lm_head_loss(bf16* dx, float* dW, float* losses, const bf16* x, const bf16* W, const int32_t* targets, int N,
+                    int C, int V, int chunk, float grad_scale, void* scratch_bytes, double* totals) const override {
+    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch_bytes);
+    totals[0] = r.loss_sum;
+    totals[1] = double(r.counted);
+  }
+  void add_inplace(bf16* y, const bf16* x, size_t n) const override {
+    for (size_t i = 0; i < n; ++i) y[i] = float_to_bf16(bf16_to_float(y[i]) + bf16_to_float(x[i]));
+  }
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void zero_bytes(void* dst, size_t bytes) const override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+};
+
+}  // namespace
+
+template <>
+const Ops<bf16>& cpu_ops<bf16>() {
+  static const CpuOpsBf16 ops;
+  return ops;
+}
+
+}  // namespace mt
