@@ -40,6 +40,9 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(double warmup, f.num("warmup", 2));
   const std::string recompute = f.str("recompute", "off");
   MT_ASSIGN_OR_RETURN(a.opt.layout, parse_memory_layout(f.str("layout", "exact")));
+  // auto: bf16 on CUDA, fp32 on the CPU (as a job's precision: auto).
+  const std::string precision = f.str("precision", "auto");
+  MT_ASSIGN_OR_RETURN(a.opt.precision, parse_precision(precision == "auto" ? (a.backend == "cuda" ? "bf16" : "fp32") : precision));
   if (recompute != "on" && recompute != "off") return invalid_argument("--recompute must be on or off");
   a.opt.seq_len = int(T);
   a.opt.micro_batch = int(mb);
@@ -168,6 +171,7 @@ int run_step(const Flags& f) {
                      {"preset", args->preset},
                      {"backend", args->backend},
                      {"executor", args->executor},
+                     {"precision", precision_name(opt.precision)},
                      {"recompute", opt.recompute},
                      {"seq_len", opt.seq_len},
                      {"micro_batch", opt.micro_batch},
