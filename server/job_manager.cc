@@ -1,18 +1,17 @@
 #include "server/job_manager.h"
 
-#include "server/job_housekeeping.h"
-#include "server/managed_job.h"
-
 #include <spdlog/sinks/basic_file_sink.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
+#include "server/job_housekeeping.h"
+#include "server/managed_job.h"
+
 namespace mt::server {
 
 namespace fs = std::filesystem;
-
 
 namespace {
 double estimate_peak_flops(const JobSpec& spec) {

@@ -269,3 +269,44 @@ TEST(ServerPreempt, KillNineDuringPreemptionLosesNothing) {
 
 }  // namespace
 }  // namespace mt::server::testing
+
+namespace mt::server::testing {
+namespace {
+
+// A pause acknowledged to a client survives a kill -9 before the job reached its step boundary:
+// the restarted daemon has it PAUSED (not queued, not running), and a resume finishes it.
+TEST(ServerPause, AcknowledgedPauseSurvivesKillNine) {
+  if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
+  const std::string state = fresh_dir("pause_crash");
+  std::string id;
+  {
+    Process p(state);
+    ASSERT_GT(p.port, 0);
+    id = submit(*p.stub, tiny_spec(100000));
+    ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 1; }).step(), 1);
+    v1::PauseJobRequest req;
+    req.set_job_id(id);
+    v1::Job reply;
+    auto c = ctx();
+    ASSERT_TRUE(p.stub->PauseJob(c.get(), req, &reply).ok());
+    EXPECT_EQ(reply.state(), v1::JOB_STATE_PAUSED);
+    p.kill9();
+  }
+  Process p(state);
+  ASSERT_GT(p.port, 0);
+  v1::Job j;
+  ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << j.reason();
+  EXPECT_EQ(j.queue_position(), -1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << "a paused job ran after the restart";
+  v1::CancelJobRequest cancel;  // a paused job can be cancelled like a queued one
+  cancel.set_job_id(id);
+  auto c = ctx();
+  ASSERT_TRUE(p.stub->CancelJob(c.get(), cancel, &j).ok());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+}
+
+}  // namespace
+}  // namespace mt::server::testing
