@@ -144,7 +144,7 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
         resp.set_kept_checkpoints(to.string());
       }
     }
-    MT_ASSIGN_OR_RETURN(detached, detach_job_dir(job->dir));
+    MT_ASSIGN_OR_RETURN(detached, detach(*job));
     if (!r.terminal()) {  // queued or paused: it ends CANCELLED for its watchers
       was_live = true;
       queue_.erase(id);
@@ -167,11 +167,15 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
   return resp;
 }
 
+Result<std::string> JobManager::detach(const Job& job) {
+  // First, so that a deleted job's id is never issued again, even by a daemon that restarts
+  // before the directory is gone and finds no directory for it.
+  MT_RETURN_IF_ERROR(save_last_issued_id(opt_.state_dir, next_id_ - 1));
+  return detach_job_dir(job.dir);
+}
+
 void JobManager::forget(const std::string& id) {
   jobs_.erase(id);
-  // A deleted job's id is never issued again, even after a restart finds no directory for it.
-  if (Status st = save_last_issued_id(opt_.state_dir, next_id_ - 1); !st.ok())
-    spdlog::warn("saving the last job id: {}", st.to_string());
   update_job_metrics();
 }
 
@@ -191,7 +195,7 @@ void JobManager::sweep_retention() {
     for (size_t i = 0; i < done.size(); ++i) {
       const bool too_many = opt_.retain_jobs > 0 && i >= size_t(opt_.retain_jobs);
       if (!too_many && done[i]->rec.finished_ms >= cutoff) continue;
-      auto detached = detach_job_dir(done[i]->dir);
+      auto detached = detach(*done[i]);
       if (!detached.ok()) {
         spdlog::warn("retention: {}", detached.status().to_string());
         continue;

@@ -119,9 +119,10 @@ class JobManager {
   void preempt_if_outranked();         // the running job yields to a higher queued one
   std::string requeue(Job& job, const JobResult& res);  // a preempted or paused run's end
   int queue_position(const Job& job) const;
-  // Housekeeping (job_housekeeping.cc). Removes a job's directory (crash-safe: renamed first).
-  Result<uint64_t> remove_files(const std::string& id, const std::string& dir, const std::string& keep_to);
-  void forget(const std::string& id);  // mu_ held: out of jobs_; the last id ever issued saved
+  // Housekeeping (job_housekeeping.cc), mu_ held. detach: the job's directory renamed out of the
+  // way (removed after the lock is released), the last id ever issued saved first.
+  Result<std::string> detach(const Job& job);
+  void forget(const std::string& id);  // out of jobs_
   void sweep_retention();              // mu_ not held
   void refresh_disk_usage();           // mu_ not held
   v1::Job to_proto(const Job& job) const;  // mu_ held
