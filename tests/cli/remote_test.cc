@@ -55,11 +55,13 @@ class RemoteTest : public ::testing::Test {
 };
 
 TEST_F(RemoteTest, SubmitThenWatchHuman) {
-  const std::string id = submit(spec(4));
+  // Long enough that the watch (a process started after the submit returns) sees it run: a job
+  // of 4 steps could end first, and a watch of a finished job prints only the summary.
+  const std::string id = submit(spec(40));
   RunResult w = daemon_->cli({"watch", id});
   ASSERT_EQ(w.rc, 0) << describe(w);
   // stdout is not a terminal: one plain progress line per step, then the summary.
-  EXPECT_NE(w.out.find("step 4/4  loss "), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("step 40/40  loss "), std::string::npos) << w.out;
   EXPECT_NE(w.out.find("tok/s"), std::string::npos);
   EXPECT_NE(w.out.find("final_loss:"), std::string::npos);
   EXPECT_NE(w.out.find("succeeded"), std::string::npos);
