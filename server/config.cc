@@ -31,6 +31,8 @@ ABSL_FLAG(int32_t, max_message_bytes, 4 << 20, "Largest gRPC message accepted");
 ABSL_FLAG(double, shutdown_timeout, 30, "Seconds SIGTERM waits for the running job's checkpoint");
 ABSL_FLAG(double, peak_flops, 0, "Peak FLOP/s of the compute device for MFU (0: estimate)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(std::string, log_file_bytes, "16M",
+          "Rotation size of each log (a job's log.txt, megatraind.log); at most twice this is kept on disk");
 
 namespace mt::server {
 
@@ -158,6 +160,11 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   c.shutdown_timeout_s = absl::GetFlag(FLAGS_shutdown_timeout);
   c.peak_flops = absl::GetFlag(FLAGS_peak_flops);
   c.log_level = absl::GetFlag(FLAGS_log_level);
+  const std::string log_bytes = absl::GetFlag(FLAGS_log_file_bytes);
+  auto lb = parse_bytes(log_bytes);
+  if (!lb.ok() || *lb < 1024)
+    return invalid_argument("--log_file_bytes = '" + log_bytes + "' is not a size of at least 1K");
+  c.log_file_bytes = *lb;
   MT_RETURN_IF_ERROR(finalize_config(c));
   return c;
 }

@@ -22,6 +22,7 @@ struct DaemonConfig {
   double shutdown_timeout_s = 30;
   double peak_flops = 0;  // for MFU; 0: estimated from the backend
   std::string log_level = "info";
+  uint64_t log_file_bytes = 16 << 20;  // each log's rotation size (a job's, the daemon's): 2x on disk at most
 };
 
 std::string default_state_dir();  // $STATE_DIRECTORY, $XDG_STATE_HOME/megatrain or ~/.local/state/megatrain

@@ -21,6 +21,7 @@
 #include "engine/job/job.h"
 #include "megatrain/v1/trainer.pb.h"
 #include "server/job_record.h"
+#include "server/log_file.h"
 #include "server/metrics.h"
 #include "server/push_spool.h"
 #include "server/spec_convert.h"
@@ -37,6 +38,8 @@ class JobManager {
     double peak_flops = 0;  // 0: estimated
     // Runs a job instead of runner.run() (tests inject faults with it); unset: runner.run().
     std::function<Result<JobResult>(JobRunner&)> run_job;
+    std::shared_ptr<LogFile> daemon_log;  // StreamLogs' "daemon"; null: none
+    uint64_t log_file_bytes = 0;         // each job log's rotation size; 0: LogFile's default
   };
   // A job whose run ends with the device lost (StatusCode::kDeviceLost: a sticky CUDA error,
   // the process's context unusable) stays RUNNING with the failure as its reason, the worker
@@ -77,6 +80,18 @@ class JobManager {
   // Calls `l` with the job's current state at once, then with every event until unwatch.
   Result<uint64_t> watch(const std::string& id, Listener l);
   void unwatch(uint64_t token);
+
+  // Logs and artifacts (issue 17). A job's log (STATE_DIR/jobs/ID/log.txt), or the daemon's own
+  // for an empty id or "daemon". NOT_FOUND for an unknown job.
+  Result<std::shared_ptr<LogFile>> log(const std::string& id);
+  struct JobFiles {
+    std::string dir;  // STATE_DIR/jobs/ID; its checkpoints are under dir/checkpoints
+    v1::JobState state;
+    uint64_t running_host_bytes = 0;  // the host memory the running job (any) was admitted with
+    std::string data_root;            // where exports go
+    uint64_t host_budget = 0;         // 0: unlimited
+  };
+  Result<JobFiles> files(const std::string& id);
 
  private:
   struct Job;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "server/log_stream.h"
 #include "server/status_map.h"
 
 namespace mt::server {
@@ -255,6 +256,36 @@ grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                                   v1::PlanJobResponse* resp) {
   return unary(ctx, [&] { return reply(jobs_.plan(req->spec()), resp->mutable_plan()); });
+}
+
+grpc::ServerWriteReactor<v1::StreamLogsResponse>* TrainerService::StreamLogs(grpc::CallbackServerContext* ctx,
+                                                                             const v1::StreamLogsRequest* req) {
+  grpc::Status refused = auth_.check(*ctx);
+  std::shared_ptr<LogFile> log;
+  if (refused.ok()) {
+    auto l = jobs_.log(req->job_id());
+    if (l.ok()) log = *l;
+    else refused = to_grpc(l.status());
+  }
+  return stream_logs(refused, std::move(log), *req);
+}
+
+grpc::ServerUnaryReactor* TrainerService::ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                                          const v1::ListCheckpointsRequest* req,
+                                                          v1::ListCheckpointsResponse* resp) {
+  return unary(ctx, [&] {
+    auto job = jobs_.files(req->job_id());
+    return job.ok() ? reply(list_job_checkpoints(job->dir), resp) : to_grpc(job.status());
+  });
+}
+
+grpc::ServerUnaryReactor* TrainerService::ExportModel(grpc::CallbackServerContext* ctx,
+                                                      const v1::ExportModelRequest* req,
+                                                      v1::ExportModelResponse* resp) {
+  return unary(ctx, [&] {
+    auto job = jobs_.files(req->job_id());
+    return job.ok() ? reply(exporter_.run(*job, *req), resp) : to_grpc(job.status());
+  });
 }
 
 }  // namespace mt::server

@@ -2,6 +2,7 @@
 // job manager and returns a canonical status code whose message names the field and value.
 #pragma once
 #include "megatrain/v1/trainer.grpc.pb.h"
+#include "server/artifacts.h"
 #include "server/auth.h"
 #include "server/job_manager.h"
 
@@ -28,6 +29,15 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
   grpc::ServerUnaryReactor* PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                     v1::PlanJobResponse* resp) override;
 
+  // Logs and artifacts (issue 17). Roles for the merge with per-RPC roles: StreamLogs of a job
+  // and ListCheckpoints are `read`; StreamLogs of the daemon's own log and ExportModel `admin`.
+  grpc::ServerWriteReactor<v1::StreamLogsResponse>* StreamLogs(grpc::CallbackServerContext* ctx,
+                                                               const v1::StreamLogsRequest* req) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* req,
+                                            v1::ListCheckpointsResponse* resp) override;
+  grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx, const v1::ExportModelRequest* req,
+                                        v1::ExportModelResponse* resp) override;
+
  private:
   // Every unary RPC: authenticate (a new RPC cannot skip it), run `handler`, finish with its status.
   template <typename Handler>
@@ -35,6 +45,7 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
 
   JobManager& jobs_;
   Authenticator auth_;
+  Exporter exporter_;
 };
 
 }  // namespace mt::server
