@@ -73,20 +73,19 @@ Result<std::string> export_target(const std::string& data_root, const std::strin
   for (const auto& part : given)
     if (part == "..") return invalid_argument(field + " has a '..' component; name a directory under the data root");
   const fs::path p = (given.is_absolute() ? given : root / given).lexically_normal();
-  auto r = root.begin();
-  auto q = p.begin();
-  for (; r != root.end() && !r->empty(); ++r, ++q)
-    if (q == p.end() || *q != *r) return invalid_argument(field + " is outside the data root '" + data_root + "'");
-  if (p == root) return invalid_argument(field + " is the data root itself; name a directory under it");
+  const fs::path rel = p.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == "..")
+    return invalid_argument(field + " is outside the data root '" + data_root + "'");
   if (is_link(root)) return invalid_argument("the data root '" + data_root + "' is a symlink; exports are refused");
   fs::path at = root;
-  for (; q != p.end(); ++q) {
-    if (q->empty()) continue;
-    at /= *q;
+  for (const auto& part : rel) {
+    if (part.empty() || part == ".") continue;
+    at /= part;
     if (is_link(at))
       return invalid_argument(field + ": '" + at.string() + "' is a symlink; exports do not follow symlinks");
   }
-  return p.string();
+  if (at == root) return invalid_argument(field + " is the data root itself; name a directory under it");
+  return at.string();
 }
 
 Result<v1::ExportModelResponse> Exporter::run(const JobManager::JobFiles& job, const v1::ExportModelRequest& req) {

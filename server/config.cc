@@ -32,7 +32,7 @@ ABSL_FLAG(double, shutdown_timeout, 30, "Seconds SIGTERM waits for the running j
 ABSL_FLAG(double, peak_flops, 0, "Peak FLOP/s of the compute device for MFU (0: estimate)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(std::string, log_file_bytes, "16M",
-          "Rotation size of each log (a job's log.txt, megatraind.log); at most twice this is kept on disk");
+          "Rotation size of each log (a job's log.txt, daemon.log); at most twice this is kept on disk");
 
 namespace mt::server {
 

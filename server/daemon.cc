@@ -22,7 +22,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   // Before anything reads or writes the state directory: a second daemon on it stops here.
   MT_ASSIGN_OR_RETURN(d->lock_, StateLock::acquire(cfg.state_dir));
   MT_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::from_file(cfg.auth_token_file));
-  MT_ASSIGN_OR_RETURN(d->log_, DaemonLog::install(cfg.state_dir + "/megatraind.log", cfg.log_file_bytes));
+  MT_ASSIGN_OR_RETURN(d->log_, DaemonLog::install(cfg.state_dir + "/daemon.log", cfg.log_file_bytes));
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!cfg.tls_cert.empty()) {

@@ -41,7 +41,7 @@ class Daemon {
   Daemon() = default;
   DaemonConfig cfg_;
   std::unique_ptr<StateLock> lock_;  // released last, after the job manager has stopped
-  std::unique_ptr<DaemonLog> log_;   // STATE_DIR/megatraind.log; uninstalled after the job manager
+  std::unique_ptr<DaemonLog> log_;   // STATE_DIR/daemon.log; uninstalled after the job manager
   Metrics metrics_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TrainerService> service_;

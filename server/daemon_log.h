@@ -1,5 +1,5 @@
 // megatraind's own log kept like a job's: while installed, every line spdlog's default logger
-// writes (to stderr, as before) also goes to STATE_DIR/megatraind.log, a LogFile that StreamLogs
+// writes (to stderr, as before) also goes to STATE_DIR/daemon.log, a LogFile that StreamLogs
 // serves with job_id "daemon".
 #pragma once
 #include <memory>

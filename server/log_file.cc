@@ -235,6 +235,7 @@ size_t read_lines(int fd, uint64_t offset, size_t max_bytes, std::vector<LogLine
 }  // namespace
 
 Status LogCursor::read(std::vector<LogLine>& out, size_t max_bytes) {
+  const size_t had = out.size();
   while (!finished_) {
     if (size_t used = read_lines(fd_, offset_, max_bytes, out)) {
       offset_ += used;
@@ -254,7 +255,7 @@ Status LogCursor::read(std::vector<LogLine>& out, size_t max_bytes) {
       return Status::Ok();
     }
     MT_RETURN_IF_ERROR(next_file(out));
-    if (!out.empty()) return Status::Ok();
+    if (out.size() > had) return Status::Ok();  // the warning of lines lost
   }
   return Status::Ok();
 }

@@ -1,5 +1,5 @@
 // Durable, bounded, followable logs: each job's (STATE_DIR/jobs/ID/log.txt) and the daemon's own
-// (STATE_DIR/megatraind.log).
+// (STATE_DIR/daemon.log).
 //
 // A line is "2026-11-30T16:05:01.123Z info TEXT\n", appended with one write(2) on the moment it
 // is logged, so it survives the daemon's crash or kill -9 (not a power cut: lines are not
