@@ -84,16 +84,13 @@ LogLine parse_log_line(const std::string& line) {
 
 Result<std::shared_ptr<LogFile>> LogFile::open(const std::string& path, uint64_t max_bytes, bool closed) {
   std::shared_ptr<LogFile> log(new LogFile(path, max_bytes ? max_bytes : kDefaultMaxBytes));
-  log->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log->fd_ < 0) return internal_error("cannot open the log '" + path + "': " + std::strerror(errno));
-  const off_t end = ::lseek(log->fd_, 0, SEEK_END);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return internal_error("cannot open the log '" + path + "': " + std::strerror(errno));
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  ::close(fd);
   log->size_ = end > 0 ? uint64_t(end) : 0;
   log->closed_ = closed;
   return log;
-}
-
-LogFile::~LogFile() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 void LogFile::append(const std::string& level, const std::string& text) { append_at(unix_ms_now(), level, text); }
@@ -110,10 +107,14 @@ void LogFile::append_at(int64_t unix_ms, const std::string& level, const std::st
     start = end + 1;
   }
   {
+    // Opened for each append: a daemon with thousands of jobs holds no descriptor per log.
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || fd_ < 0) return;
+    if (closed_) return;
     if (size_ > 0 && size_ + lines.size() > max_bytes_ && !rotate().ok()) return;
-    const ssize_t n = ::write(fd_, lines.data(), lines.size());
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return;  // the job's directory is gone
+    const ssize_t n = ::write(fd, lines.data(), lines.size());
+    ::close(fd);
     if (n > 0) size_ += uint64_t(n);
   }
   wake_all();
@@ -123,10 +124,10 @@ Status LogFile::rotate() {
   const std::string old = path_ + ".1";
   if (::rename(path_.c_str(), old.c_str()) != 0)
     return internal_error("cannot rotate '" + path_ + "': " + std::strerror(errno));
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0644);
+  // The new file exists at once: a reader opening the log finds it.
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return internal_error("cannot reopen '" + path_ + "': " + std::strerror(errno));
-  ::close(fd_);
-  fd_ = fd;
+  ::close(fd);
   size_ = 0;
   gen_ += 1;
   return Status::Ok();

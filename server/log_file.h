@@ -1,8 +1,8 @@
 // Durable, bounded, followable logs: each job's (STATE_DIR/jobs/ID/log.txt) and the daemon's own
 // (STATE_DIR/daemon.log).
 //
-// A line is "2026-11-30T16:05:01.123Z info TEXT\n", appended with one write(2) on the moment it
-// is logged, so it survives the daemon's crash or kill -9 (not a power cut: lines are not
+// A line is "2026-11-30T16:05:01.123Z info TEXT\n", appended with one write(2) (the file opened
+// for it: no descriptor is held per log) the moment it is logged, so it survives the daemon's crash or kill -9 (not a power cut: lines are not
 // fsynced). Text with newlines becomes several lines; a line is cut at kMaxLineBytes.
 // The size is bounded by rotation: a line that would take the file past max_bytes first renames
 // it to PATH.1 (replacing the previous PATH.1) and starts a new PATH, so a log keeps its last
@@ -37,7 +37,6 @@ class LogFile {
 
   // Opens (creating) PATH for appending. A `closed` log (a job that has ended) takes no lines.
   static Result<std::shared_ptr<LogFile>> open(const std::string& path, uint64_t max_bytes, bool closed = false);
-  ~LogFile();
 
   void append(const std::string& level, const std::string& text);
   void append_at(int64_t unix_ms, const std::string& level, const std::string& text);
@@ -60,7 +59,6 @@ class LogFile {
   const std::string path_;
   const uint64_t max_bytes_;
   mutable std::mutex mu_;
-  int fd_ = -1;
   uint64_t size_ = 0;    // of the current file
   uint64_t gen_ = 1;     // the current file's generation; PATH.1 holds gen_ - 1
   bool closed_ = false;
