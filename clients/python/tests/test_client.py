@@ -95,6 +95,11 @@ def test_logs_tail_and_follow(client):
     assert [l.text for l in client.logs(job.id, tail=2)] == [l.text for l in followed[-2:]]
     assert list(client.logs(job.id, since_unix_ms=int(time.time() * 1000) + 60_000)) == []
     assert any(job.id in l.text for l in client.logs("daemon"))
+    # Following the daemon's log never ends by itself; a caller that stops cancels the stream.
+    follower = client.logs("daemon", follow=True)
+    assert next(follower).text
+    follower.close()
+    assert client.get(job.id).id == job.id
     with pytest.raises(MegatrainError) as e:
         list(client.logs("job-999999"))
     assert e.value.code == grpc.StatusCode.NOT_FOUND
