@@ -307,6 +307,17 @@ TEST_F(CudaBf16Ops, LmHeadLoss) {
     // flip by a bf16 ulp (2^-8 relative) before the dx and dW GEMMs sum them: 2^-7 of the scale.
     expect_bf16_near(gdx.download(), dx, 2, 1.0 / 128, "dx (overwritten)");
     expect_f32_near(gdW.download(), dW, 1.0 / 128, "dW (fp32, +=)");
+    // Forward only (evaluation): the same loss, nothing written but the totals.
+    DeviceBuf<double> gtotals_fwd(2);
+    const auto dW_after = gdW.download();
+    settle();
+    gpu().lm_head_loss(nullptr, nullptr, nullptr, gx.get(), gW.get(), gtg.get(), s.N, s.C, s.V, s.chunk, gs,
+                       gscr.get(), gtotals_fwd.get());
+    expect_no_device_error();
+    const auto tf = gtotals_fwd.download();
+    EXPECT_EQ(tf[1], totals[1]) << "counted targets (forward only)";
+    EXPECT_NEAR(tf[0], totals[0], 1e-5 * std::fabs(totals[0]) + 1e-5) << "loss sum (forward only)";
+    EXPECT_EQ(gdW.download(), dW_after) << "forward only leaves dW alone";
   }
 }
 
