@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
-      "         [--optimizer-threads N] [--active-vocab 8192] [--precision fp32|bf16] [--layers L]\n"
+      "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16] [--layers L]\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"

@@ -45,8 +45,8 @@ int cmd_plan_local(const Args& a) {
   std::printf("host memory    %s (%.2f bytes/param, %s layout)\n", format_bytes(plan->host_bytes).c_str(),
               plan->host_bytes_per_param, memory_layout_name(spec->train.layout));
   for (const auto& [k, b] : plan->host_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
-  std::printf("device memory  %s (layer inputs on %s)\n", format_bytes(plan->device_bytes).c_str(),
-              plan->checkpoints_on_device ? "device" : "host");
+  std::printf("device memory  %s (%s, layer inputs on %s)\n", format_bytes(plan->device_bytes).c_str(),
+              precision_name(plan->precision), plan->checkpoints_on_device ? "device" : "host");
   for (const auto& [k, b] : plan->device_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
   if (*dev) std::printf("device budget  %s\n", format_bytes(*dev).c_str());
   else std::printf("device budget  none (no GPU here): --device-memory SIZE plans for a card, e.g. 140GB for an H200\n");

@@ -27,6 +27,7 @@ Status apply_overrides(const Args& a, JobSpec& spec) {
   }
   if (a.has("backend")) spec.backend = a.get("backend");
   if (a.has("executor")) spec.executor = a.get("executor");
+  if (a.has("precision")) spec.precision = a.get("precision");
   return validate(spec);
 }
 

@@ -93,6 +93,7 @@ Json plan_to_json(const v1::MemoryPlan& p) {
                          {"device_bytes", int64_t(p.device_bytes())},
                          {"fits", p.fits()},
                          {"checkpoints_on_device", p.checkpoints_on_device()},
+                         {"precision", p.precision()},
                          {"host_by_kind", host},
                          {"device_by_kind", dev},
                          {"host_budget_bytes", int64_t(p.host_budget_bytes())},
@@ -131,8 +132,8 @@ void print_plan_human(const v1::MemoryPlan& p) {
   std::printf("parameters     %lld\n", (long long)p.params());
   std::printf("host memory    %s (%.2f bytes/param)\n", human_bytes(p.host_bytes()).c_str(), p.host_bytes_per_param());
   for (const auto& [k, b] : sorted(p.host_bytes_by_kind())) std::printf("  %-14s %s\n", k.c_str(), human_bytes(b).c_str());
-  std::printf("device memory  %s (layer inputs on %s)\n", human_bytes(p.device_bytes()).c_str(),
-              p.checkpoints_on_device() ? "device" : "host");
+  std::printf("device memory  %s (%s, layer inputs on %s)\n", human_bytes(p.device_bytes()).c_str(),
+              p.precision().c_str(), p.checkpoints_on_device() ? "device" : "host");
   for (const auto& [k, b] : sorted(p.device_bytes_by_kind())) std::printf("  %-14s %s\n", k.c_str(), human_bytes(b).c_str());
   std::printf("server budget  host %s, device %s\n",
               p.host_budget_bytes() ? human_bytes(p.host_budget_bytes()).c_str() : "unlimited",

@@ -19,6 +19,18 @@ uint64_t default_device_budget() { return cuda_free_device_memory(); }
 
 bool uses_cuda(const JobSpec& spec) { return spec.backend == "cuda" || (spec.backend == "auto" && cuda_available()); }
 
+Precision job_precision(const JobSpec& spec) {
+  if (spec.precision == "bf16") return Precision::kBf16;
+  if (spec.precision == "fp32") return Precision::kFp32;
+  return uses_cuda(spec) ? Precision::kBf16 : Precision::kFp32;
+}
+
+TrainOptions job_train_options(const JobSpec& spec) {
+  TrainOptions t = spec.train;
+  t.precision = job_precision(spec);
+  return t;
+}
+
 PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
                              uint64_t device_budget) {
   PlanOptions p;
@@ -37,7 +49,7 @@ Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uin
                                 uint64_t device_budget) {
   MT_RETURN_IF_ERROR(validate(spec));
   if (uses_cuda(spec)) MT_RETURN_IF_ERROR(cuda_supports_head_dim(cfg.head_dim));
-  return plan_memory(cfg, spec.train, job_plan_options(spec, cfg, host_budget, device_budget));
+  return plan_memory(cfg, job_train_options(spec), job_plan_options(spec, cfg, host_budget, device_budget));
 }
 
 Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
@@ -61,7 +73,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
                                                 const JobHooks& hooks) {
   if (spec.executor == "resident") {
     if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
-    MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, spec.train));
+    MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, job_train_options(spec)));
     return std::unique_ptr<Executor>(std::move(ex));
   }
   if (device_budget == 0 && uses_cuda(spec)) device_budget = default_device_budget();  // as the daemon plans it
@@ -73,7 +85,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.backend_bytes = po.backend_bytes;
   so.link_gbps = spec.link_gbps;
   MT_ASSIGN_OR_RETURN(auto backend, hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec));
-  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, spec.train, so, std::move(backend)));
+  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, job_train_options(spec), so, std::move(backend)));
   return std::unique_ptr<Executor>(std::move(ex));
 }
 

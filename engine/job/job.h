@@ -58,6 +58,10 @@ Result<ModelConfig> resolve_model(const JobSpec& spec);
 uint64_t default_device_budget();
 // backend: cpu, cuda, or auto (CUDA when a device is usable here, else the CPU).
 bool uses_cuda(const JobSpec& spec);
+// precision: fp32, bf16, or auto (bf16 on CUDA, fp32 on the CPU, where bf16 is emulated).
+Precision job_precision(const JobSpec& spec);
+// spec.train with the resolved precision: what the executors and the planner are given.
+TrainOptions job_train_options(const JobSpec& spec);
 PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget = 0,
                              uint64_t device_budget = 0);
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,

@@ -138,6 +138,7 @@ TEST(DeviceBudget, TheBackendsOwnBuffersCountAgainstTheBudgetOutsideTheArena) {
 }
 
 TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
+  for (const auto precision : {Precision::kFp32, Precision::kBf16})
   for (const bool tied : {false, true})
     for (const auto layout : {MemoryLayout::kExact, MemoryLayout::kCompact})
       for (const auto placement : {CheckpointPlacement::kDevice, CheckpointPlacement::kHost}) {
@@ -147,6 +148,7 @@ TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
         opt.micro_batch = 2;
         opt.global_batch = 4;
         opt.layout = layout;
+        opt.precision = precision;
         StreamingOptions so;
         so.placement = placement;
         PlanOptions po;
@@ -157,7 +159,42 @@ TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
         EXPECT_EQ(plan->host_bytes, (*ex)->host_bytes()) << "tied " << tied << ", layout " << memory_layout_name(layout);
         EXPECT_EQ(plan->device_bytes, (*ex)->plan().device_bytes);
         EXPECT_LE((*ex)->device_peak(), plan->device_bytes);
+        // One step, so the peak is what a step really uses.
+        auto src = make_synthetic_source({1, cfg.vocab_size, 16, 2});
+        Batch b;
+        ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+        ASSERT_TRUE((*ex)->step(b).ok());
+        EXPECT_LE((*ex)->device_peak(), plan->device_bytes) << precision_name(precision);
       }
+}
+
+// bf16 (MixedPrecision): weights, layer inputs and residual gradients take 2 bytes on the device,
+// gradients stay fp32, and the host gains the 2-byte shadow the uploads copy.
+TEST(Planner, MixedPrecisionHalvesDeviceWeightsAndAddsTheHostShadow) {
+  auto cfg = preset_config("qwen2.5-7b");
+  ASSERT_TRUE(cfg.ok());
+  TrainOptions opt;
+  opt.seq_len = 4096;
+  opt.micro_batch = 1;
+  opt.global_batch = 8;
+  auto f32 = plan_memory(*cfg, opt, {});
+  opt.precision = Precision::kBf16;
+  auto b16 = plan_memory(*cfg, opt, {});
+  ASSERT_TRUE(f32.ok() && b16.ok());
+  auto kind = [](const std::vector<std::pair<std::string, uint64_t>>& kinds, const std::string& k) {
+    for (const auto& [name, bytes] : kinds)
+      if (name == k) return bytes;
+    return uint64_t(0);
+  };
+  EXPECT_EQ(kind(b16->device_by_kind, "grad_slots"), kind(f32->device_by_kind, "grad_slots"));
+  for (const char* k : {"weight_slots", "checkpoints", "residual_grads"}) {
+    const double r = double(kind(b16->device_by_kind, k)) / double(kind(f32->device_by_kind, k));
+    EXPECT_NEAR(r, 0.5, 1e-3) << k;
+  }
+  EXPECT_EQ(kind(f32->host_by_kind, "bf16_shadow"), 0u);
+  EXPECT_NEAR(double(kind(b16->host_by_kind, "bf16_shadow")), 2.0 * double(b16->params), 0.001 * double(b16->params));
+  EXPECT_NEAR(b16->host_bytes_per_param - f32->host_bytes_per_param, 2.0, 0.01);
+  EXPECT_LT(b16->device_bytes, f32->device_bytes * 0.6);
 }
 
 }  // namespace

@@ -38,6 +38,11 @@ void expect_same_state(const HostStore& a, const HostStore& b) {
     EXPECT_EQ(0, std::memcmp(a.unit(u).master, b.unit(u).master, bytes)) << "master of unit " << u;
     EXPECT_EQ(0, std::memcmp(a.unit(u).m, b.unit(u).m, bytes)) << "adam m of unit " << u;
     EXPECT_EQ(0, std::memcmp(a.unit(u).v, b.unit(u).v, bytes)) << "adam v of unit " << u;
+    ASSERT_EQ(a.unit(u).shadow == nullptr, b.unit(u).shadow == nullptr);
+    if (a.unit(u).shadow) {
+      EXPECT_EQ(0, std::memcmp(a.unit(u).shadow, b.unit(u).shadow, a.unit(u).numel * sizeof(bf16)))
+          << "bf16 shadow of unit " << u;
+    }
   }
 }
 
@@ -47,6 +52,7 @@ struct Case {
   int slots;
   CheckpointPlacement placement;
   bool sync_compute = false;  // the CPU backend's debugging mode; default: an asynchronous compute stream
+  Precision precision = Precision::kFp32;
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -56,7 +62,8 @@ class StreamingVsResident : public ::testing::TestWithParam<Case> {};
 TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
   const Case& c = GetParam();
   const ModelConfig cfg = small_config(c.tied, 4, c.qwen);
-  const TrainOptions opt = small_options();
+  TrainOptions opt = small_options();
+  opt.precision = c.precision;
   auto res = ResidentExecutor::create(cfg, opt);
   ASSERT_TRUE(res.ok()) << res.status().to_string();
   StreamingOptions so;
@@ -81,14 +88,16 @@ TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
     EXPECT_EQ(r1->loss, r2->loss) << "step " << s;  // exact equality
     // The forward fetches only the batch's embedding rows, then every other unit once; a tied
     // head reads the whole embedding again. The embedding's gradient comes back as those rows.
-    const uint64_t row_bytes = uint64_t(cfg.hidden_size) * sizeof(float);
+    // Weights cross the link in the compute dtype; gradients come back in fp32.
+    const uint64_t elem = compute_elem_bytes(c.precision);
+    const uint64_t row_bytes = uint64_t(cfg.hidden_size) * elem;
     const uint64_t rows = std::set<int32_t>(b.inputs.begin(), b.inputs.end()).size();
     ASSERT_EQ(uint64_t(r2->embedding_rows), rows);
     ASSERT_LT(rows, uint64_t(cfg.vocab_size)) << "the batch must leave rows untouched";
     const uint64_t emb_bytes = uint64_t(cfg.vocab_size) * row_bytes;
     EXPECT_EQ(r2->forward_h2d_bytes,
-              uint64_t(cfg.num_params()) * sizeof(float) - emb_bytes + rows * row_bytes + (c.tied ? emb_bytes : 0));
-    EXPECT_EQ(r2->last_grad_bytes, rows * row_bytes);
+              uint64_t(cfg.num_params()) * elem - emb_bytes + rows * row_bytes + (c.tied ? emb_bytes : 0));
+    EXPECT_EQ(r2->last_grad_bytes, rows * uint64_t(cfg.hidden_size) * sizeof(float));
     EXPECT_GT(r2->forward_compute_seconds, 0.0);
     EXPECT_LT(r2->forward_compute_seconds, r2->compute_seconds);
     clipped |= r1->grad_norm > opt.optimizer.grad_clip;
@@ -107,7 +116,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tied_k2_host", true, false, 2, CheckpointPlacement::kHost},
                       Case{"qwen_untied_k3_device", false, true, 3, CheckpointPlacement::kDevice},
                       Case{"tied_k3_host_sync_compute", true, false, 3, CheckpointPlacement::kHost, true},
-                      Case{"untied_k2_device_sync_compute", false, false, 2, CheckpointPlacement::kDevice, true}),
+                      Case{"untied_k2_device_sync_compute", false, false, 2, CheckpointPlacement::kDevice, true},
+                      // Mixed precision: bf16 weights (the AdamW's shadow), activations and layer
+                      // inputs, fp32 gradients; the same bits as the resident bf16 reference.
+                      Case{"Bf16_untied_k2_device", false, false, 2, CheckpointPlacement::kDevice, false, Precision::kBf16},
+                      Case{"Bf16_tied_k3_host", true, false, 3, CheckpointPlacement::kHost, false, Precision::kBf16},
+                      Case{"Bf16_qwen_tied_k2_host", true, true, 2, CheckpointPlacement::kHost, false, Precision::kBf16},
+                      Case{"Bf16_untied_k3_device_sync_compute", false, false, 3, CheckpointPlacement::kDevice, true,
+                           Precision::kBf16}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the
