@@ -72,6 +72,7 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));
   a.so.link_gbps = link;
   a.so.slots = int(slots);
+  MT_ASSIGN_OR_RETURN(a.so.bf16_uploads, parse_bf16_uploads(f.str("bf16-uploads", "shadow")));
   if (a.executor == "streaming" && !a.opt.recompute)
     return invalid_argument("--executor streaming always recomputes from layer inputs: pass --recompute on");
   MT_RETURN_IF_ERROR(f.check_all_used());
@@ -90,6 +91,11 @@ Result<std::unique_ptr<Executor>> make_bench_executor(const ModelConfig& cfg, co
   }
   MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create_cpu(cfg, a.opt, a.so));
   return std::unique_ptr<Executor>(std::move(ex));
+}
+
+uint64_t host_bytes_of(Executor& ex) {
+  if (auto* s = dynamic_cast<StreamingExecutor*>(&ex)) return s->host_bytes();
+  return ex.store().total_bytes();
 }
 
 // The shortest step any exact schedule could take with this step's compute, bytes and link.
@@ -180,6 +186,8 @@ int run_step(const Flags& f) {
                      {"executor", args->executor},
                      {"precision", precision_name(opt.precision)},
                      {"layers", cfg->num_layers},
+                     {"bf16_uploads", args->so.bf16_uploads == Bf16Uploads::kShadow ? "shadow" : "convert"},
+                     {"host_bytes", int64_t(host_bytes_of(**ex))},
                      {"recompute", opt.recompute},
                      {"seq_len", opt.seq_len},
                      {"micro_batch", opt.micro_batch},

@@ -18,6 +18,12 @@ Result<CheckpointPlacement> parse_checkpoint_placement(const std::string& name) 
   return invalid_argument("checkpoint_placement = '" + name + "' is not one of auto, device, host");
 }
 
+Result<Bf16Uploads> parse_bf16_uploads(const std::string& name) {
+  if (name == "shadow") return Bf16Uploads::kShadow;
+  if (name == "convert") return Bf16Uploads::kConvert;
+  return invalid_argument("bf16_uploads = '" + name + "' is not one of shadow, convert");
+}
+
 std::string format_bytes(uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = double(b);
@@ -67,8 +73,9 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
 // Host: per-parameter state as the HostStore lays it out, the staging of the step's embedding
 // rows (up, then their gradient down), and the LM head's share of a tied embedding gradient.
 std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, const ModelConfig& c,
-                                                         const TrainOptions& o) {
-  const HostStoreBytes sb = host_store_bytes(units, o.layout, o.precision == Precision::kBf16);
+                                                         const TrainOptions& o, const PlanOptions& po) {
+  const bool bf16 = o.precision == Precision::kBf16;
+  const HostStoreBytes sb = host_store_bytes(units, o.layout, bf16 && po.bf16_uploads == Bf16Uploads::kShadow);
   std::vector<std::pair<std::string, uint64_t>> kinds = {
       {"master", sb.master}, {"grad", sb.grad}, {"adam_m", sb.m}, {"adam_v", sb.v}};
   if (sb.shadow) kinds.push_back({"bf16_shadow", sb.shadow});  // what bf16 uploads copy
@@ -77,6 +84,11 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4)});
   kinds.push_back({"loss_totals", loss_totals_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
+  if (bf16 && po.bf16_uploads == Bf16Uploads::kConvert) {
+    size_t slot = 0;
+    for (const auto& u : units) slot = std::max(slot, u.numel);
+    kinds.push_back({"upload_staging", sat_mul(uint64_t(po.slots), slot, sizeof(bf16))});
+  }
   return kinds;
 }
 
@@ -102,7 +114,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
                           ? decoder_acts_bytes<bf16>(s) + decoder_scratch_bytes<bf16>(s) + head_scratch_bytes<bf16>(s)
                           : decoder_acts_bytes<float>(s) + decoder_scratch_bytes<float>(s) + head_scratch_bytes<float>(s);
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
-  p.host_by_kind = host_kinds(units, c, o);
+  p.host_by_kind = host_kinds(units, c, o, po);
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory.
   bool on_device = po.placement != CheckpointPlacement::kHost;

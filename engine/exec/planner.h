@@ -17,6 +17,14 @@
 namespace mt {
 
 enum class CheckpointPlacement { kAuto, kDevice, kHost };
+
+// In bf16, the weights each upload copies: the HostStore's bf16 shadow, which the fused AdamW
+// writes as it updates each unit (+2 host bytes per parameter, +2 bytes of optimizer writes), or
+// a conversion of the fp32 masters by the uploader thread into pinned staging (no shadow; K
+// slot-sized staging buffers; 6 bytes of CPU traffic per parameter and upload, on the upload's
+// critical path). docs/PERF.md measures both; the shadow is the default.
+enum class Bf16Uploads { kShadow, kConvert };
+Result<Bf16Uploads> parse_bf16_uploads(const std::string& name);
 Result<CheckpointPlacement> parse_checkpoint_placement(const std::string& name);
 
 struct PlanOptions {
@@ -27,6 +35,8 @@ struct PlanOptions {
   // Device bytes the backend allocates outside the executor's arena (the CUDA backend's library
   // workspace, staging and op scratch: cuda_fixed_device_bytes); counted against the budget.
   uint64_t backend_bytes = 0;
+  // bf16 only: where the bf16 weights that cross the link come from (Bf16Uploads).
+  Bf16Uploads bf16_uploads = Bf16Uploads::kShadow;
 };
 
 struct MemoryPlan {

@@ -43,6 +43,7 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   po.placement = so.placement;
   po.device_budget = so.device_budget;
   po.backend_bytes = so.backend_bytes;
+  po.bf16_uploads = so.bf16_uploads;
   MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
@@ -54,7 +55,12 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 
 Status StreamingExecutor::allocate() {
   const bool bf16_compute = opt_.precision == Precision::kBf16;
-  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, bf16_compute, backend_->host_allocator()));
+  const bool convert = bf16_compute && so_.bf16_uploads == Bf16Uploads::kConvert;
+  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, bf16_compute && !convert, backend_->host_allocator()));
+  if (convert) {
+    MT_ASSIGN_OR_RETURN(host_upload_staging_, HostBuffer::allocate(backend_->host_allocator(),
+                                                                   size_t(so_.slots) * plan_.slot_numel * sizeof(bf16)));
+  }
   MT_RETURN_IF_ERROR(backend_->reserve_device(plan_.arena_bytes));
   const size_t e = act_bytes();
   for (int k = 0; k < so_.slots; ++k) {
@@ -103,7 +109,8 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
   PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision};
-  const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>()};
+  const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
+                            plan_.slot_numel};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
                                               build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
                                               pc, staging);

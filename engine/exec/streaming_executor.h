@@ -27,6 +27,7 @@ struct StreamingOptions {
   // Update each unit as soon as its gradient lands, during backward. Faster, but only valid
   // without global-norm clipping (refused when grad_clip > 0).
   bool update_during_backward = false;
+  Bf16Uploads bf16_uploads = Bf16Uploads::kShadow;  // precision bf16 only (planner.h)
 };
 
 class StreamingExecutor final : public Executor {
@@ -47,7 +48,7 @@ class StreamingExecutor final : public Executor {
   // Host bytes it allocated: the HostStore and its host staging buffers (= plan().host_bytes).
   uint64_t host_bytes() const {
     return store_->total_bytes() + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes() +
-           host_loss_.bytes();
+           host_loss_.bytes() + host_upload_staging_.bytes();
   }
   size_t device_peak() const { return backend_->device_peak(); }
 
@@ -104,6 +105,7 @@ class StreamingExecutor final : public Executor {
   HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C, compute dtype)
   HostBuffer host_rows_;          // the step's embedding rows, then their gradient (HostStaging)
   HostBuffer host_loss_;          // the head's {loss sum, counted} per micro-batch
+  HostBuffer host_upload_staging_;  // bf16 convert uploads: one slot-sized buffer per weight slot
   EventPtr loss_landed_;          // host_loss_ holds this step's totals
   // Inputs as indices into the step's embedding rows (what the device's embedding reads), and
   // a per-token scratch map from token to row.

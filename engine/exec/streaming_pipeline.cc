@@ -65,6 +65,7 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
       cfg_(cfg),
       staging_(staging),
       pool_(cfg.optimizer_threads),
+      staged_(slots_.size()),
       ready_(uses_.size()),
       released_(uses_.size()),
       opt_ready_time_(uses_.size()),
@@ -115,16 +116,28 @@ void StreamingPipeline::uploader_loop() {
       EventPtr free = u.prev_of_slot < 0 ? prev_step_done_ : released_[size_t(u.prev_of_slot)];
       l.unlock();
       if (free) backend_.stream_wait(StreamKind::kH2D, free);
-      if (u.rows_only) upload_embedding_rows(slots_[size_t(u.slot)], *rows);
-      else
-        backend_.copy_h2d(slots_[size_t(u.slot)], weights_of(size_t(u.unit)), units_[size_t(u.unit)].numel * elem_bytes());
+      if (u.rows_only) {
+        upload_embedding_rows(slots_[size_t(u.slot)], *rows);
+      } else {
+        const void* src = staging_.upload_staging ? convert_for_upload(u.slot, size_t(u.unit)) : weights_of(size_t(u.unit));
+        backend_.copy_h2d(slots_[size_t(u.slot)], src, units_[size_t(u.unit)].numel * elem_bytes());
+      }
       EventPtr e = backend_.record(StreamKind::kH2D);
+      if (staging_.upload_staging && !u.rows_only) staged_[size_t(u.slot)] = e;
       l.lock();
       ready_[i] = e;
       cv_.notify_all();
     }
     uploaded_step_ = s;
   }
+}
+
+const void* StreamingPipeline::convert_for_upload(int slot, size_t unit) {
+  if (staged_[size_t(slot)]) backend_.host_wait(staged_[size_t(slot)]);
+  bf16* dst = staging_.upload_staging + size_t(slot) * staging_.slot_numel;
+  const HostUnit& hu = store_.unit(unit);
+  for (size_t i = 0; i < hu.numel; ++i) dst[i] = float_to_bf16(hu.master[i]);
+  return dst;
 }
 
 size_t StreamingPipeline::elem_bytes() const { return compute_elem_bytes(cfg_.precision); }
@@ -210,10 +223,17 @@ void StreamingPipeline::land(const Landing& g) {
 // staging finished long ago (its step's forward waited for it); waiting keeps that explicit.
 void StreamingPipeline::upload_embedding_rows(void* slot, const std::vector<int32_t>& rows) {
   if (rows_uploaded_) backend_.host_wait(rows_uploaded_);
-  const size_t row_bytes = cfg_.embedding_width * elem_bytes();
-  const char* table = static_cast<const char*>(weights_of(0));
+  const size_t C = cfg_.embedding_width, row_bytes = C * elem_bytes();
   char* staging = static_cast<char*>(staging_.embedding_rows);
-  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(staging + r * row_bytes, table + size_t(rows[r]) * row_bytes, row_bytes);
+  if (staging_.upload_staging) {  // convert uploads: no shadow; round the rows' masters
+    const float* master = store_.unit(0).master;
+    bf16* out = reinterpret_cast<bf16*>(staging);
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (size_t c = 0; c < C; ++c) out[r * C + c] = float_to_bf16(master[size_t(rows[r]) * C + c]);
+  } else {
+    const char* table = static_cast<const char*>(weights_of(0));
+    for (size_t r = 0; r < rows.size(); ++r) std::memcpy(staging + r * row_bytes, table + size_t(rows[r]) * row_bytes, row_bytes);
+  }
   backend_.copy_h2d(slot, staging_.embedding_rows, rows.size() * row_bytes);
   rows_uploaded_ = backend_.record(StreamKind::kH2D);
 }

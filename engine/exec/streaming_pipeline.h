@@ -56,6 +56,10 @@ struct HostStaging {
   // upload lands before the embedding's forward, the gradient is copied after its backward, and
   // the next gather waits for the embedding's update, which follows the scatter of its gradient.
   void* embedding_rows = nullptr;
+  // bf16 convert uploads (Bf16Uploads::kConvert): slot k's weights are converted into
+  // upload_staging + k * slot_numel, then copied. Null: uploads copy the store directly.
+  bf16* upload_staging = nullptr;
+  size_t slot_numel = 0;
 };
 
 // The distinct tokens of a step's inputs, ascending: the embedding rows the step reads and
@@ -110,6 +114,9 @@ class StreamingPipeline {
   void upload_embedding_rows(void* slot, const std::vector<int32_t>& rows);
   size_t elem_bytes() const;                  // of one uploaded weight
   const void* weights_of(size_t unit) const;  // what a unit's upload copies
+  // Convert uploads: the unit's masters rounded to bf16 into slot k's staging, once the previous
+  // copy out of it has run; returns the staging.
+  const void* convert_for_upload(int slot, size_t unit);
   void scatter_embedding_grad(const EmbeddingRows& rows);
 
   Backend& backend_;
@@ -121,6 +128,7 @@ class StreamingPipeline {
   HostStaging staging_;
   ThreadPool pool_;
   EventPtr rows_uploaded_;                // the last copy out of staging_.embedding_rows
+  std::vector<EventPtr> staged_;          // convert uploads: per slot, the last copy out of its staging
   EmbeddingRows scattered_;  // untied: the rows the last scatter wrote (null: clear every row)
 
   std::mutex mu_;

@@ -138,6 +138,7 @@ TEST(DeviceBudget, TheBackendsOwnBuffersCountAgainstTheBudgetOutsideTheArena) {
 }
 
 TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
+  for (const auto uploads : {Bf16Uploads::kShadow, Bf16Uploads::kConvert})
   for (const auto precision : {Precision::kFp32, Precision::kBf16})
   for (const bool tied : {false, true})
     for (const auto layout : {MemoryLayout::kExact, MemoryLayout::kCompact})
@@ -151,8 +152,10 @@ TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
         opt.precision = precision;
         StreamingOptions so;
         so.placement = placement;
+        so.bf16_uploads = uploads;
         PlanOptions po;
         po.placement = placement;
+        po.bf16_uploads = uploads;
         auto plan = plan_memory(cfg, opt, po);
         auto ex = StreamingExecutor::create_cpu(cfg, opt, so);
         ASSERT_TRUE(plan.ok() && ex.ok());
