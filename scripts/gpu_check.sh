@@ -8,8 +8,8 @@
 #      table; *MixedPrecision*: the streaming executor in bf16 against the CPU backend) and
 #      long attention, then every other CUDA test;
 #   3. megatrain-bench step --backend cuda --precision bf16 at a real shape (qwen2.5-7b with 4
-#      of its 28 layers) and the same in fp32 (h2d_bytes ratio, step time), then gemm / link /
-#      attention / pin and two small-preset steps, as JSON.
+#      of its 28 layers), gemm / link / attention, the qwen step in fp32 (h2d_bytes ratio, step
+#      time) and in bf16 with --bf16-uploads convert, then pin and two small-preset steps, as JSON.
 # Everything lands under $OUT (default ./gpu_check_out): summary.txt (one line per step with
 # its exit status and elapsed seconds), results.txt, *.log, tests_*.json (GoogleTest), bench_*.json.
 # Every step runs under `timeout`; the script stops starting new steps after $BUDGET_S seconds
@@ -129,11 +129,14 @@ QWEN=(step --preset qwen2.5-7b --layers 4 --backend cuda --executor streaming --
   --seq-len 2048 --micro-batch 1 --global-batch 8 --json)
 step bench_step_qwen7b_bf16 180 "$OUT/bench_step_qwen7b_bf16.json" "$B" "${QWEN[@]}" --precision bf16 \
   --steps 3 --warmup 1
-step bench_step_qwen7b_fp32 150 "$OUT/bench_step_qwen7b_fp32.json" "$B" "${QWEN[@]}" --precision fp32 \
-  --steps 2 --warmup 1
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
 step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
 step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 4096 --reps 2 --json
+# The same shape in fp32 (step time, h2d_bytes ratio), and bf16 converted by the uploader.
+step bench_step_qwen7b_fp32 150 "$OUT/bench_step_qwen7b_fp32.json" "$B" "${QWEN[@]}" --precision fp32 \
+  --steps 2 --warmup 1
+step bench_step_qwen7b_bf16_convert 150 "$OUT/bench_step_qwen7b_bf16_convert.json" "$B" "${QWEN[@]}" \
+  --precision bf16 --bf16-uploads convert --steps 2 --warmup 1
 step bench_pin 60 "$OUT/bench_pin.json" "$B" pin --gib 8 --chunk-mib 1024 --threads 8 --json
 step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small --backend cuda --precision bf16 \
   --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
