@@ -27,7 +27,8 @@ const char* kUsageText =
     "\n"
     "remote commands (megatraind; --server ADDR, --tls-ca FILE, --token-file FILE or\n"
     "MEGATRAIN_SERVER, MEGATRAIN_TLS_CA, MEGATRAIN_TOKEN_FILE):\n"
-    "  submit SPEC [--watch]   list   status ID   watch ID   cancel ID   checkpoint ID\n"
+    "  submit SPEC [--priority N] [--watch]   list [--state S] [--name SUBSTRING]   status ID\n"
+    "  watch ID   cancel ID   checkpoint ID   pause ID   resume ID   delete ID [--keep-checkpoints]\n"
     "  push ID FILE --format tokens-u16|tokens-u32|text   plan SPEC --server ADDR\n"
 #endif
     "\n"
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
     std::printf("usage: megatrain %s\n", usage);
     return kOk;
   }
-  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite"});
+  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints"});
   if (!args.ok()) return fail(kUsage, args.status().message());
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));
   if (cmd == "train") return cmd_train(*args);

@@ -22,6 +22,8 @@ struct DaemonConfig {
   double shutdown_timeout_s = 30;
   double peak_flops = 0;  // for MFU; 0: estimated from the backend
   std::string log_level = "info";
+  int retain_jobs = 0;     // keep the newest N finished jobs (0: all); see JobManager::Options
+  double retain_days = 0;  // delete finished jobs older than this (0: never)
 };
 
 std::string default_state_dir();  // $STATE_DIRECTORY, $XDG_STATE_HOME/megatrain or ~/.local/state/megatrain

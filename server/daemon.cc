@@ -40,6 +40,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   jo.budgets = {cfg.host_memory, cfg.device_memory};
   jo.peak_flops = cfg.peak_flops;
   jo.run_job = std::move(run_job);
+  jo.retain_jobs = cfg.retain_jobs;
+  jo.retain_days = cfg.retain_days;
   d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);
   MT_RETURN_IF_ERROR(d->jobs_->start());
   d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth));

@@ -1,33 +1,17 @@
 #include "server/job_manager.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
+#include "server/job_housekeeping.h"
+#include "server/managed_job.h"
+
 namespace mt::server {
 
 namespace fs = std::filesystem;
-
-struct JobManager::Job {
-  JobRecord rec;
-  JobSpec spec;
-  ModelConfig cfg;
-  MemoryPlan plan;
-  double flops_per_token = 0;
-  std::string dir;
-  std::shared_ptr<PushSpool> spool;
-  std::shared_ptr<PushProgress> progress = std::make_shared<PushProgress>();
-  JobRunner* runner = nullptr;
-  bool parked = false;  // yielded the worker for want of data; rejoins the queue when fed
-  double run_seconds = 0;
-  long run_steps = 0;
-  StepStats last;
-  std::vector<CheckpointDone> ckpt_waiters;
-  std::shared_ptr<spdlog::logger> log;
-};
 
 namespace {
 double estimate_peak_flops(const JobSpec& spec) {
@@ -69,11 +53,14 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   job->dir = dir;
   job->progress->consumed = rec.consumed_tokens;  // a push job's spool restores these when it resumes
   job->progress->checksum = rec.consumed_checksum;
+  if (const Json* p = rec.spec.find("priority"); p && p->is_number()) job->priority = int(p->as_int());
+  job->order = job_number(rec.id);
   if (rec.terminal()) return job;
   if (rec.cancel_requested) {
     cancel_on_restart(*job);
     return job;
   }
+  if (rec.pause_requested && rec.state == v1::JOB_STATE_RUNNING) pause_on_restart(*job);
   auto spec = job_spec_from_json(rec.spec);
   Status st = spec.ok() ? Status::Ok() : spec.status();
   if (st.ok()) {
@@ -87,6 +74,14 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
     (void)save(*job);
   }
   return job;
+}
+
+void JobManager::pause_on_restart(Job& job) {
+  JobRecord& r = job.rec;
+  r.state = v1::JOB_STATE_PAUSED;
+  r.reason = "paused by request at step " + std::to_string(r.step) + " (acknowledged before a daemon restart)";
+  (void)save(job);
+  spdlog::info("job {}: {}", r.id, r.reason);
 }
 
 void JobManager::cancel_on_restart(Job& job) {
@@ -104,7 +99,12 @@ Status JobManager::start() {
   fs::create_directories(opt_.state_dir + "/jobs", ec);
   if (ec) return internal_error("cannot create the state dir '" + opt_.state_dir + "': " + ec.message());
   std::vector<std::shared_ptr<Job>> resume, queued;
+  next_id_ = std::max(next_id_, last_issued_id(opt_.state_dir) + 1);
   for (const auto& entry : fs::directory_iterator(opt_.state_dir + "/jobs")) {
+    if (is_being_deleted(entry.path())) {  // a DeleteJob the daemon did not finish: finish it
+      fs::remove_all(entry.path(), ec);
+      continue;
+    }
     if (!fs::exists(entry.path() / "job.json")) continue;
     auto job = load_job(entry.path().string());
     if (!job.ok()) {
@@ -112,29 +112,29 @@ Status JobManager::start() {
       continue;
     }
     auto j = *job;
-    long n = 0;
-    if (std::sscanf(j->rec.id.c_str(), "job-%ld", &n) == 1) next_id_ = std::max(next_id_, n + 1);
+    next_id_ = std::max(next_id_, job_number(j->rec.id) + 1);
     if (j->rec.state == v1::JOB_STATE_RUNNING) resume.push_back(j);
     else if (j->rec.state == v1::JOB_STATE_QUEUED) queued.push_back(j);
     jobs_[j->rec.id] = j;
   }
-  auto by_id = [](const auto& a, const auto& b) { return a->rec.id < b->rec.id; };
-  std::sort(resume.begin(), resume.end(), by_id);
-  std::sort(queued.begin(), queued.end(), by_id);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& j : resume) {
+  std::unique_lock<std::mutex> lock(mu_);
+  queue_.reserve_order(next_id_);
+  for (auto& j : resume) {  // back in their place: priority, then submission order
     spdlog::info("job {} was interrupted at step {}; resuming it", j->rec.id, j->rec.step);
     j->log->info("interrupted at step {}; resuming after a daemon restart", j->rec.step);
     j->rec.state = v1::JOB_STATE_QUEUED;
     j->rec.reason.clear();  // older daemons saved "interrupted ..." here
-    queue_.push_back(j->rec.id);
+    queue_.push(j->rec.id, j->priority, j->order);
   }
-  for (auto& j : queued) queue_.push_back(j->rec.id);
+  for (auto& j : queued) queue_.push(j->rec.id, j->priority, j->order);
   for (auto& [id, j] : jobs_)
     if (j->spool) metrics_.set_data_queue(id, 0);
   update_job_metrics();
   started_ = true;
   worker_ = std::thread([this] { worker(); });
+  lock.unlock();
+  sweep_retention();
+  refresh_disk_usage();
   return Status::Ok();
 }
 
@@ -159,8 +159,7 @@ void JobManager::worker() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) break;
-      job = jobs_[queue_.front()];
-      queue_.pop_front();
+      job = jobs_[queue_.pop()];
       if (job->rec.terminal()) continue;  // cancelled while queued
       job->rec.state = v1::JOB_STATE_RUNNING;
       if (!job->rec.started_ms) job->rec.started_ms = now_ms();
@@ -228,6 +227,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     for (auto& w : waiters) w(Status::Ok(), dir, step);
     ev.set_checkpoint(dir);
     emit(id, ev);
+    refresh_disk_usage();
   };
   hooks.make_push_source = [job](const JobSpec&, int vocab) {
     return make_push_source(job->spool, vocab, job->progress);
@@ -240,7 +240,8 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->runner = &runner;
-    if (job->rec.cancel_requested || stopping_) runner.request_cancel();
+    if (job->rec.cancel_requested || job->rec.pause_requested || !job->preempted_by.empty() || stopping_)
+      runner.request_cancel();
   }
   Result<JobResult> res = opt_.run_job ? opt_.run_job(runner) : runner.run();
   finish_job(job, res);
@@ -263,9 +264,12 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
       message = lose_device(*job, res.status());
     } else if (res.ok() && res->starved && !r.cancel_requested) {
       message = park(*job, *res);
+    } else if (res.ok() && res->cancelled && !r.cancel_requested && (r.pause_requested || !job->preempted_by.empty())) {
+      message = requeue(*job, *res);
     } else {
       message = settle(*job, res);
     }
+    job->preempted_by.clear();
     (void)save(*job);
     waiters.swap(job->ckpt_waiters);
     update_job_metrics();
@@ -276,6 +280,8 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
   }
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
   emit(job->rec.id, ev);
+  sweep_retention();
+  refresh_disk_usage();
 }
 
 std::string JobManager::settle(Job& job, const Result<JobResult>& res) {
@@ -347,8 +353,8 @@ void JobManager::unpark_if_fed(Job& job) {
   const uint64_t batch = uint64_t(job.spec.train.global_batch) * uint64_t(job.spec.train.seq_len + 1);
   if (!job.parked || !job.spool || job.spool->tokens() < job.progress->consumed.load() + batch) return;
   job.parked = false;
-  queue_.push_back(job.rec.id);
-  cv_.notify_all();
+  job.order = queue_.next_order();  // last of its priority, as a fresh submission
+  enqueue(job);
 }
 
 Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
@@ -370,14 +376,15 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   job->rec.spec = job_spec_to_json(job->spec);
   job->rec.total_steps = job->spec.steps;
   job->rec.created_ms = now_ms();
+  job->priority = job->spec.priority;
+  job->order = queue_.next_order();
   job->dir = opt_.state_dir + "/jobs/" + job->rec.id;
   MT_RETURN_IF_ERROR(prepare(*job));
   MT_RETURN_IF_ERROR(save(*job));
   jobs_[job->rec.id] = job;
-  queue_.push_back(job->rec.id);
+  enqueue(*job);
   if (job->spool) metrics_.set_data_queue(job->rec.id, 0);
   update_job_metrics();
-  cv_.notify_all();
   *resp.mutable_job() = to_proto(*job);
   plan_to_proto(job->plan, opt_.budgets, resp.mutable_plan());
   return resp;
@@ -404,14 +411,6 @@ Result<v1::Job> JobManager::get(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   MT_ASSIGN_OR_RETURN(auto job, find(id));
   return to_proto(*job);
-}
-
-std::vector<v1::Job> JobManager::list(v1::JobState filter) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<v1::Job> out;
-  for (const auto& [id, job] : jobs_)
-    if (filter == v1::JOB_STATE_UNSPECIFIED || job->rec.state == filter) out.push_back(to_proto(*job));
-  return out;
 }
 
 Result<v1::Job> JobManager::cancel(const std::string& id) {
@@ -442,7 +441,7 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
     job->rec.state = v1::JOB_STATE_CANCELLED;
     job->rec.reason = "cancelled by request while queued";
     job->rec.finished_ms = now_ms();
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    queue_.erase(id);
     if (job->spool) job->spool->stop();
     if (Status st = save(*job); !st.ok()) return st;
     update_job_metrics();
@@ -450,6 +449,7 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
     out = to_proto(*job);
   }
   emit(id, ev);
+  sweep_retention();
   return out;
 }
 
@@ -536,6 +536,8 @@ v1::JobEvent JobManager::event_of(const Job& job) const {
   ev.set_d2h_gbps(job.last.d2h_bandwidth() / 1e9);
   if (job.run_steps > 0) ev.set_eta_seconds(double(r.total_steps - r.step) * job.run_seconds / double(job.run_steps));
   ev.set_waiting_for_data(job.progress->waiting.load() || job.parked);
+  ev.set_queue_position(queue_position(job));
+  ev.set_preemptions(r.preemptions);
   return ev;
 }
 
@@ -563,6 +565,9 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_data_spooled_tokens(job.spool ? job.spool->tokens() : r.spooled_tokens);
   out.set_data_consumed_tokens(job.progress->consumed.load());
   out.set_data_consumed_checksum(job.progress->checksum.load());
+  out.set_priority(job.priority);
+  out.set_queue_position(queue_position(job));
+  out.set_preemptions(r.preemptions);
   return out;
 }
 

@@ -1,15 +1,24 @@
-// The job manager: a FIFO queue in front of one worker thread (one running job per device),
-// admission by the memory plan against the daemon's budgets, cancel, checkpoint-now, push-data
-// spools, progress events for watchers, and job records under STATE_DIR/jobs/ID/ that survive a
-// restart (an interrupted job is queued first again and resumes from its last checkpoint). What
-// a client is told is saved before it is told (a submitted job, an acknowledged cancel). A push
-// job starved of data while others are queued yields the worker: it checkpoints, goes back to
-// QUEUED (waiting_for_data) outside the queue, and rejoins the queue's tail once a push brings
-// a full batch.
+// The job manager: a priority queue (server/job_queue.h) in front of one worker thread (one
+// running job per device), admission by the memory plan against the daemon's budgets, cancel,
+// pause/resume, preemption, checkpoint-now, push-data spools, progress events for watchers, and
+// job records under STATE_DIR/jobs/ID/ that survive a restart (an interrupted job is queued
+// again in its place and resumes from its last checkpoint). What a client is told is saved
+// before it is told (a submitted job, an acknowledged cancel or pause). A push job starved of
+// data while others are queued yields the worker: it checkpoints, goes back to QUEUED
+// (waiting_for_data) outside the queue, and rejoins the queue (last of its priority) once a
+// push brings a full batch.
+//
+// Preemption: when a queued job's priority is higher than the running job's, the running job
+// stops at its next step boundary with a checkpoint (the engine's cancel path), goes back to
+// QUEUED in its place (priority, then submission order) with Job.preemptions counted, and later
+// resumes from that checkpoint bit for bit. Nothing about it needs saving first: a crash before
+// the requeue leaves the job RUNNING in its record, which a restart queues again all the same.
+//
+// Housekeeping (job_housekeeping.cc): DeleteJob, retention (Options::retain_*), ListJobs
+// paging, and the state directory's size for megatrain_state_dir_bytes.
 #pragma once
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +29,7 @@
 
 #include "engine/job/job.h"
 #include "megatrain/v1/trainer.pb.h"
+#include "server/job_queue.h"
 #include "server/job_record.h"
 #include "server/metrics.h"
 #include "server/push_spool.h"
@@ -37,6 +47,10 @@ class JobManager {
     double peak_flops = 0;  // 0: estimated
     // Runs a job instead of runner.run() (tests inject faults with it); unset: runner.run().
     std::function<Result<JobResult>(JobRunner&)> run_job;
+    // Retention of finished jobs (deleted with their files at startup and whenever a job
+    // finishes): keep the newest `retain_jobs` (0: all) and none older than `retain_days` (0: any age).
+    int retain_jobs = 0;
+    double retain_days = 0;
   };
   // A job whose run ends with the device lost (StatusCode::kDeviceLost: a sticky CUDA error,
   // the process's context unusable) stays RUNNING with the failure as its reason, the worker
@@ -60,10 +74,18 @@ class JobManager {
   Result<v1::SubmitJobResponse> submit(const v1::JobSpec& spec);
   Result<v1::MemoryPlan> plan(const v1::JobSpec& spec);
   Result<v1::Job> get(const std::string& id);
-  std::vector<v1::Job> list(v1::JobState filter);
+  // A page of jobs in submission order (see ListJobsRequest); INVALID_ARGUMENT for a negative
+  // page_size or a page_token this daemon did not write.
+  Result<v1::ListJobsResponse> list(const v1::ListJobsRequest& req);
   // A running job's cancel is saved in its record before the reply, which shows the state the
   // job ends in (CANCELLED); it stops at its next step boundary (at once while waiting for data).
   Result<v1::Job> cancel(const std::string& id);
+  // Pause: a running job's pause is saved in its record before the reply (which shows PAUSED);
+  // it stops at its next step boundary with a checkpoint. A queued job leaves the queue at once.
+  Result<v1::Job> pause(const std::string& id);
+  Result<v1::Job> resume(const std::string& id);  // a paused job back to the queue
+  // DeleteJob: refused while the job runs; a queued or paused job is cancelled first.
+  Result<v1::DeleteJobResponse> remove(const std::string& id, bool keep_checkpoints);
   // Validates (every token < vocab; errors name the index) and spools durably what the push does
   // not hold yet (see PushSpool::append).
   struct PushAck {
@@ -91,6 +113,18 @@ class JobManager {
   std::string lose_device(Job& job, const Status& st);         // mu_ held; see kMaxDeviceFaults
   void unpark_if_fed(Job& job);                                 // mu_ held; back in the queue
   void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
+  void pause_on_restart(Job& job);   // a pause acknowledged before the restart
+  // Scheduling (job_scheduling.cc), mu_ held.
+  void enqueue(Job& job);              // into the queue in its place; preempts a lower running job
+  void preempt_if_outranked();         // the running job yields to a higher queued one
+  std::string requeue(Job& job, const JobResult& res);  // a preempted or paused run's end
+  int queue_position(const Job& job) const;
+  // Housekeeping (job_housekeeping.cc), mu_ held. detach: the job's directory renamed out of the
+  // way (removed after the lock is released), the last id ever issued saved first.
+  Result<std::string> detach(const Job& job);
+  void forget(const std::string& id);  // out of jobs_
+  void sweep_retention();              // mu_ not held
+  void refresh_disk_usage();           // mu_ not held
   v1::Job to_proto(const Job& job) const;  // mu_ held
   v1::JobEvent event_of(const Job& job) const;  // mu_ held
   void emit(const std::string& id, const v1::JobEvent& ev);
@@ -101,8 +135,8 @@ class JobManager {
   Metrics& metrics_;
   mutable std::mutex mu_;
   std::condition_variable cv_, worker_done_cv_;
-  std::map<std::string, std::shared_ptr<Job>> jobs_;
-  std::deque<std::string> queue_;
+  std::map<std::string, std::shared_ptr<Job>, IdOrder> jobs_;
+  JobQueue queue_;
   std::shared_ptr<Job> running_;
   long next_id_ = 1;
   bool stopping_ = false, worker_done_ = false, started_ = false;

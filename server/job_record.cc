@@ -32,6 +32,7 @@ const char* state_name(JobState s) {
     case megatrain::v1::JOB_STATE_SUCCEEDED: return "succeeded";
     case megatrain::v1::JOB_STATE_FAILED: return "failed";
     case megatrain::v1::JOB_STATE_CANCELLED: return "cancelled";
+    case megatrain::v1::JOB_STATE_PAUSED: return "paused";
     default: return "unspecified";
   }
 }
@@ -56,7 +57,9 @@ Json record_to_json(const JobRecord& r) {
                        {"consumed_checksum", std::to_string(r.consumed_checksum)},
                        {"spooled_tokens", int64_t(r.spooled_tokens)},
                        {"cancel_requested", r.cancel_requested},
-                       {"device_faults", int64_t(r.device_faults)}});
+                       {"device_faults", int64_t(r.device_faults)},
+                       {"pause_requested", r.pause_requested},
+                       {"preemptions", int64_t(r.preemptions)}});
 }
 
 Result<JobRecord> record_from_json(const Json& j) {
@@ -71,7 +74,7 @@ Result<JobRecord> record_from_json(const Json& j) {
   r.state = megatrain::v1::JOB_STATE_UNSPECIFIED;
   for (JobState s : {megatrain::v1::JOB_STATE_QUEUED, megatrain::v1::JOB_STATE_RUNNING,
                      megatrain::v1::JOB_STATE_SUCCEEDED, megatrain::v1::JOB_STATE_FAILED,
-                     megatrain::v1::JOB_STATE_CANCELLED})
+                     megatrain::v1::JOB_STATE_CANCELLED, megatrain::v1::JOB_STATE_PAUSED})
     if (st == state_name(s)) r.state = s;
   if (r.id.empty() || r.state == megatrain::v1::JOB_STATE_UNSPECIFIED)
     return data_loss("job record lacks an id or a known state");
@@ -92,6 +95,9 @@ Result<JobRecord> record_from_json(const Json& j) {
   const Json* cancel = j.find("cancel_requested");
   r.cancel_requested = cancel && cancel->is_bool() && cancel->as_bool();
   r.device_faults = int(std::max<int64_t>(0, i64("device_faults")));
+  const Json* pause = j.find("pause_requested");
+  r.pause_requested = pause && pause->is_bool() && pause->as_bool();
+  r.preemptions = int(std::max<int64_t>(0, i64("preemptions")));
   return r;
 }
 

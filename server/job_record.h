@@ -28,6 +28,10 @@ struct JobRecord {
   // Runs of this job that ended with the device lost (a sticky CUDA error). The job stays
   // RUNNING and resumes after the daemon's restart; at JobManager::kMaxDeviceFaults it fails.
   int device_faults = 0;
+  // An acknowledged PauseJob of a running job, saved before the reply: a job whose record says
+  // so is PAUSED after a restart instead of queued.
+  bool pause_requested = false;
+  int preemptions = 0;  // runs stopped for a higher-priority job
   bool terminal() const;
 };
 
@@ -36,6 +40,6 @@ Json record_to_json(const JobRecord& r);
 Result<JobRecord> record_from_json(const Json& j);
 Status save_record(const std::string& path, const JobRecord& r);  // temp + fsync + rename
 Result<JobRecord> load_record(const std::string& path);
-const char* state_name(megatrain::v1::JobState s);  // "queued", "running", ...
+const char* state_name(megatrain::v1::JobState s);  // "queued", "running", ..., "paused"
 
 }  // namespace mt::server

@@ -69,7 +69,13 @@ Metrics::Metrics()
                           .Name("megatrain_job_data_queue_tokens")
                           .Help("Pushed tokens spooled and not yet trained on, per push job")
                           .Register(*registry_)),
-      data_queue_total_(data_queue_.Add({})) {
+      data_queue_total_(data_queue_.Add({})),
+      state_dir_bytes_(BuildGauge()
+                           .Name("megatrain_state_dir_bytes")
+                           .Help("Bytes under the state directory (jobs, spools, logs, checkpoints), measured at "
+                                 "startup, each checkpoint, each job's end, and each delete or retention sweep")
+                           .Register(*registry_)
+                           .Add({})) {
   set_jobs({});
   set_memory(nullptr);
 }
@@ -108,7 +114,7 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
 
 void Metrics::set_jobs(const std::map<std::string, int>& count_by_state) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const char* state : {"queued", "running", "succeeded", "failed", "cancelled"}) {
+  for (const char* state : {"queued", "running", "succeeded", "failed", "cancelled", "paused"}) {
     auto it = count_by_state.find(state);
     jobs_.Add({{"state", state}}).Set(it == count_by_state.end() ? 0 : it->second);
   }
@@ -135,5 +141,7 @@ void Metrics::set_data_queue(const std::string& job, double tokens) {
   for (const auto& [id, n] : queue_by_job_) total += n;
   data_queue_total_.Set(total);
 }
+
+void Metrics::set_state_dir_bytes(double bytes) { state_dir_bytes_.Set(bytes); }
 
 }  // namespace mt::server

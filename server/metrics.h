@@ -32,6 +32,7 @@ class Metrics {
   void set_jobs(const std::map<std::string, int>& count_by_state);  // keys: queued, running, ...
   void set_memory(const MemoryPlan* running);                       // nullptr: nothing resident
   void set_data_queue(const std::string& job, double tokens);
+  void set_state_dir_bytes(double bytes);  // megatrain_state_dir_bytes
 
  private:
   struct JobSeries;
@@ -43,6 +44,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &host_mem_, &device_mem_, &jobs_,
       &data_queue_, &job_data_queue_;
   prometheus::Gauge& data_queue_total_;
+  prometheus::Gauge& state_dir_bytes_;
   std::mutex mu_;
   std::map<std::string, double> queue_by_job_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;

@@ -191,38 +191,36 @@ grpc::Status reply(Result<T> r, Out* out) {
 }  // namespace
 
 template <typename Handler>
-grpc::ServerUnaryReactor* TrainerService::unary(grpc::CallbackServerContext* ctx, Handler&& handler) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+grpc::ServerUnaryReactor* TrainerService::unary(grpc::CallbackServerContext* ctx, const char* rpc, Role needed,
+                                                Handler&& handler) {
+  if (auto a = auth_.authorize(*ctx, rpc, needed); !a.ok()) return finish(ctx, a);
   return finish(ctx, handler());
 }
 
 grpc::ServerUnaryReactor* TrainerService::SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                                     v1::SubmitJobResponse* resp) {
-  return unary(ctx, [&] { return reply(jobs_.submit(req->spec()), resp); });
+  return unary(ctx, "SubmitJob", Role::kAdmin, [&] { return reply(jobs_.submit(req->spec()), resp); });
 }
 
 grpc::ServerUnaryReactor* TrainerService::GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
                                                  v1::Job* resp) {
-  return unary(ctx, [&] { return reply(jobs_.get(req->job_id()), resp); });
+  return unary(ctx, "GetJob", Role::kRead, [&] { return reply(jobs_.get(req->job_id()), resp); });
 }
 
 grpc::ServerUnaryReactor* TrainerService::ListJobs(grpc::CallbackServerContext* ctx, const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
-  return unary(ctx, [&] {
-    for (auto& j : jobs_.list(req->state())) *resp->add_jobs() = std::move(j);
-    return grpc::Status::OK;
-  });
+  return unary(ctx, "ListJobs", Role::kRead, [&] { return reply(jobs_.list(*req), resp); });
 }
 
 grpc::ServerUnaryReactor* TrainerService::CancelJob(grpc::CallbackServerContext* ctx, const v1::CancelJobRequest* req,
                                                     v1::Job* resp) {
-  return unary(ctx, [&] { return reply(jobs_.cancel(req->job_id()), resp); });
+  return unary(ctx, "CancelJob", Role::kAdmin, [&] { return reply(jobs_.cancel(req->job_id()), resp); });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                  const v1::WatchJobRequest* req) {
   auto* r = new WatchReactor(jobs_);
-  if (auto a = auth_.check(*ctx); !a.ok()) r->fail(a);
+  if (auto a = auth_.authorize(*ctx, "WatchJob", Role::kRead); !a.ok()) r->fail(a);
   else r->start(req->job_id());
   return r;
 }
@@ -230,14 +228,14 @@ grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackS
 grpc::ServerReadReactor<v1::PushDataRequest>* TrainerService::PushData(grpc::CallbackServerContext* ctx,
                                                                        v1::PushDataResponse* resp) {
   auto* r = new PushReactor(jobs_, resp);
-  if (auto a = auth_.check(*ctx); !a.ok()) r->fail(a);
+  if (auto a = auth_.authorize(*ctx, "PushData", Role::kAdmin); !a.ok()) r->fail(a);
   else r->start();
   return r;
 }
 
 grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext* ctx,
                                                      const v1::CheckpointRequest* req, v1::CheckpointResponse* resp) {
-  if (auto a = auth_.check(*ctx); !a.ok()) return finish(ctx, a);
+  if (auto a = auth_.authorize(*ctx, "Checkpoint", Role::kAdmin); !a.ok()) return finish(ctx, a);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const std::string id = req->job_id();
   Status st = jobs_.checkpoint(id, [reactor, resp, id](const Status& s, const std::string& dir, long step) {
@@ -254,7 +252,25 @@ grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                                   v1::PlanJobResponse* resp) {
-  return unary(ctx, [&] { return reply(jobs_.plan(req->spec()), resp->mutable_plan()); });
+  return unary(ctx, "PlanJob", Role::kRead, [&] { return reply(jobs_.plan(req->spec()), resp->mutable_plan()); });
+}
+
+// ---- Scheduling and housekeeping (issue 17) ----------------------------------------------------
+
+grpc::ServerUnaryReactor* TrainerService::PauseJob(grpc::CallbackServerContext* ctx, const v1::PauseJobRequest* req,
+                                                   v1::Job* resp) {
+  return unary(ctx, "PauseJob", Role::kAdmin, [&] { return reply(jobs_.pause(req->job_id()), resp); });
+}
+
+grpc::ServerUnaryReactor* TrainerService::ResumeJob(grpc::CallbackServerContext* ctx, const v1::ResumeJobRequest* req,
+                                                    v1::Job* resp) {
+  return unary(ctx, "ResumeJob", Role::kAdmin, [&] { return reply(jobs_.resume(req->job_id()), resp); });
+}
+
+grpc::ServerUnaryReactor* TrainerService::DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
+                                                    v1::DeleteJobResponse* resp) {
+  return unary(ctx, "DeleteJob", Role::kAdmin,
+               [&] { return reply(jobs_.remove(req->job_id(), req->keep_checkpoints()), resp); });
 }
 
 }  // namespace mt::server

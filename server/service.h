@@ -1,5 +1,5 @@
-// The Trainer service on the gRPC callback API: each handler authenticates, converts, calls the
-// job manager and returns a canonical status code whose message names the field and value.
+// The Trainer service on the gRPC callback API: each handler authenticates (token and role),
+// converts, calls the job manager and returns a canonical status code whose message names the field and value.
 #pragma once
 #include "megatrain/v1/trainer.grpc.pb.h"
 #include "server/auth.h"
@@ -27,11 +27,18 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
                                        v1::CheckpointResponse* resp) override;
   grpc::ServerUnaryReactor* PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                     v1::PlanJobResponse* resp) override;
+  grpc::ServerUnaryReactor* PauseJob(grpc::CallbackServerContext* ctx, const v1::PauseJobRequest* req,
+                                     v1::Job* resp) override;
+  grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* ctx, const v1::ResumeJobRequest* req,
+                                      v1::Job* resp) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
+                                      v1::DeleteJobResponse* resp) override;
 
  private:
-  // Every unary RPC: authenticate (a new RPC cannot skip it), run `handler`, finish with its status.
+  // Every unary RPC: authenticate and check the token's role against the one `rpc` needs (a new
+  // RPC cannot skip either: the role is a parameter), run `handler`, finish with its status.
   template <typename Handler>
-  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, Handler&& handler);
+  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* ctx, const char* rpc, Role needed, Handler&& handler);
 
   JobManager& jobs_;
   Authenticator auth_;

@@ -57,6 +57,15 @@ std::string local_time(int64_t unix_ms) {
   return buf;
 }
 
+// "running", "next in the queue", "3rd in the queue", "not queued".
+std::string queue_place(const v1::Job& job) {
+  const int p = job.queue_position();
+  if (p == 0) return job.state() == v1::JOB_STATE_RUNNING ? "running" : "not queued";
+  if (p < 0) return "not queued";
+  if (p == 1) return "next in the queue";
+  return "position " + std::to_string(p) + " in the queue";
+}
+
 }  // namespace
 
 Json job_to_json(const v1::Job& job, bool with_spec) {
@@ -78,7 +87,10 @@ Json job_to_json(const v1::Job& job, bool with_spec) {
                          {"data_consumed_tokens", int64_t(job.data_consumed_tokens())},
                          // A uint64 sum that overflows int64 and a double's 53 bits: a decimal
                          // string, as protobuf's JSON mapping writes uint64.
-                         {"data_consumed_checksum", std::to_string(job.data_consumed_checksum())}});
+                         {"data_consumed_checksum", std::to_string(job.data_consumed_checksum())},
+                         {"priority", job.priority()},
+                         {"queue_position", job.queue_position()},
+                         {"preemptions", job.preemptions()}});
   if (with_spec) j.set("spec", spec_json(job.spec()));
   return j;
 }
@@ -107,6 +119,8 @@ void print_job_human(const v1::Job& job) {
   std::printf("state        %s%s%s\n", state_name(job.state()).c_str(), job.reason().empty() ? "" : ": ",
               job.reason().c_str());
   std::printf("step         %lld/%lld\n", (long long)job.step(), (long long)job.total_steps());
+  std::printf("priority     %d (%s)%s\n", job.priority(), queue_place(job).c_str(),
+              job.preemptions() ? (", preempted " + std::to_string(job.preemptions()) + "x").c_str() : "");
   if (job.step() > 0) {
     std::printf("loss         %.6f (first %.6f)\n", job.loss(), job.first_loss());
     std::printf("tokens/s     %.0f\n", job.tokens_per_second());
@@ -121,11 +135,13 @@ void print_job_human(const v1::Job& job) {
 }
 
 void print_job_row(const v1::Job& job, bool header) {
-  if (header) std::printf("%-10s %-20s %-10s %13s %10s %10s\n", "ID", "NAME", "STATE", "STEP", "LOSS", "TOK/S");
+  if (header)
+    std::printf("%-10s %-20s %-10s %4s %5s %13s %10s %10s\n", "ID", "NAME", "STATE", "PRI", "POS", "STEP", "LOSS", "TOK/S");
   char step[40];
   std::snprintf(step, sizeof step, "%lld/%lld", (long long)job.step(), (long long)job.total_steps());
-  std::printf("%-10s %-20s %-10s %13s %10.4f %10.0f\n", job.id().c_str(), job.name().c_str(),
-              state_name(job.state()).c_str(), step, job.loss(), job.tokens_per_second());
+  const std::string pos = job.queue_position() < 0 ? "-" : std::to_string(job.queue_position());
+  std::printf("%-10s %-20s %-10s %4d %5s %13s %10.4f %10.0f\n", job.id().c_str(), job.name().c_str(),
+              state_name(job.state()).c_str(), job.priority(), pos.c_str(), step, job.loss(), job.tokens_per_second());
 }
 
 void print_plan_human(const v1::MemoryPlan& p) {

@@ -29,13 +29,19 @@ int remote_submit(Connection& c, const Args& a) {
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   v1::SubmitJobRequest req;
   *req.mutable_spec() = *spec;
+  if (a.has("priority")) {  // overrides the spec's
+    auto p = a.number("priority", 0);
+    if (!p.ok() || *p != double(int32_t(*p))) return fail(kUsage, "--priority = '" + a.get("priority") + "' is not an integer");
+    req.mutable_spec()->set_priority(int32_t(*p));
+  }
   v1::SubmitJobResponse resp;
   auto ctx = c.context();
   if (grpc::Status s = c.stub().SubmitJob(ctx.get(), req, &resp); !s.ok()) return c.fail(s, "submit " + path);
   const v1::Job& job = resp.job();
   if (a.json()) {
     print_json(Json::object({{"event", "submitted"}, {"id", job.id()}, {"name", job.name()},
-                             {"state", state_name(job.state())}, {"plan", plan_to_json(resp.plan())}}));
+                             {"state", state_name(job.state())}, {"priority", job.priority()},
+                             {"queue_position", job.queue_position()}, {"plan", plan_to_json(resp.plan())}}));
   } else {
     std::printf("%s\n", job.id().c_str());
     std::fflush(stdout);
@@ -54,17 +60,24 @@ int remote_list(Connection& c, const Args& a) {
     for (char& ch : name) ch = char(std::toupper(static_cast<unsigned char>(ch)));
     v1::JobState st;
     if (!v1::JobState_Parse(name, &st))
-      return fail(kUsage, "--state = '" + a.get("state") + "': use queued, running, succeeded, failed or cancelled");
+      return fail(kUsage, "--state = '" + a.get("state") + "': use queued, running, paused, succeeded, failed or cancelled");
     req.set_state(st);
   }
-  v1::ListJobsResponse resp;
-  auto ctx = c.context();
-  if (grpc::Status s = c.stub().ListJobs(ctx.get(), req, &resp); !s.ok()) return c.fail(s, "list");
-  for (int i = 0; i < resp.jobs_size(); ++i) {
-    if (a.json()) print_json(job_to_json(resp.jobs(i), false));
-    else print_job_row(resp.jobs(i), i == 0);
-  }
-  if (!a.json() && resp.jobs_size() == 0) std::printf("no jobs\n");
+  req.set_name(a.get("name"));
+  req.set_page_size(1000);
+  int shown = 0;
+  do {  // every page
+    v1::ListJobsResponse resp;
+    auto ctx = c.context();
+    if (grpc::Status s = c.stub().ListJobs(ctx.get(), req, &resp); !s.ok()) return c.fail(s, "list");
+    for (const v1::Job& job : resp.jobs()) {
+      if (a.json()) print_json(job_to_json(job, false));
+      else print_job_row(job, shown == 0);
+      ++shown;
+    }
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty());
+  if (!a.json() && shown == 0) std::printf("no jobs\n");
   return kOk;
 }
 
@@ -94,6 +107,53 @@ int remote_cancel(Connection& c, const Args& a) {
   if (a.json()) print_json(job_to_json(job, false));
   else std::printf("job %s: %s%s%s\n", job.id().c_str(), state_name(job.state()).c_str(),
                    job.reason().empty() ? "" : " - ", job.reason().c_str());
+  return kOk;
+}
+
+// pause and resume: the job as the daemon answers (a running job's pause shows PAUSED, the
+// state it ends in at its next step boundary).
+int remote_pause_or_resume(Connection& c, const Args& a, bool pause) {
+  const char* cmd = pause ? "pause" : "resume";
+  std::string id;
+  int rc = 0;
+  if (!one_positional(a, cmd, id, rc)) return rc;
+  v1::Job job;
+  auto ctx = c.context();
+  grpc::Status s;
+  if (pause) {
+    v1::PauseJobRequest req;
+    req.set_job_id(id);
+    s = c.stub().PauseJob(ctx.get(), req, &job);
+  } else {
+    v1::ResumeJobRequest req;
+    req.set_job_id(id);
+    s = c.stub().ResumeJob(ctx.get(), req, &job);
+  }
+  if (!s.ok()) return c.fail(s, std::string(cmd) + " " + id);
+  if (a.json()) print_json(job_to_json(job, false));
+  else std::printf("job %s: %s%s%s\n", job.id().c_str(), state_name(job.state()).c_str(),
+                   job.reason().empty() ? "" : " - ", job.reason().c_str());
+  return kOk;
+}
+
+int remote_pause(Connection& c, const Args& a) { return remote_pause_or_resume(c, a, true); }
+int remote_resume(Connection& c, const Args& a) { return remote_pause_or_resume(c, a, false); }
+
+int remote_delete(Connection& c, const Args& a) {
+  std::string id;
+  int rc = 0;
+  if (!one_positional(a, "delete", id, rc)) return rc;
+  v1::DeleteJobRequest req;
+  req.set_job_id(id);
+  req.set_keep_checkpoints(a.has("keep-checkpoints"));
+  v1::DeleteJobResponse resp;
+  auto ctx = c.context();
+  if (grpc::Status s = c.stub().DeleteJob(ctx.get(), req, &resp); !s.ok()) return c.fail(s, "delete " + id);
+  if (a.json())
+    print_json(Json::object({{"id", resp.job_id()}, {"deleted", true}, {"freed_bytes", int64_t(resp.freed_bytes())},
+                             {"kept_checkpoints", resp.kept_checkpoints()}}));
+  else std::printf("job %s deleted (%s freed)%s%s\n", resp.job_id().c_str(), human_bytes(resp.freed_bytes()).c_str(),
+                   resp.kept_checkpoints().empty() ? "" : "; checkpoints kept in ", resp.kept_checkpoints().c_str());
   return kOk;
 }
 

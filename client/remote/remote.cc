@@ -11,7 +11,8 @@ int run_remote_command(const std::string& cmd, const Args& a) {
   static const std::map<std::string, Command> kCommands = {
       {"submit", remote_submit}, {"list", remote_list},   {"status", remote_status},
       {"watch", remote_watch},   {"cancel", remote_cancel}, {"push", remote_push},
-      {"checkpoint", remote_checkpoint}, {"plan", remote_plan}};
+      {"checkpoint", remote_checkpoint}, {"plan", remote_plan},   {"pause", remote_pause},
+      {"resume", remote_resume},         {"delete", remote_delete}};
   auto it = kCommands.find(cmd);
   if (it == kCommands.end()) return -1;
   auto conn = Connection::open(a);

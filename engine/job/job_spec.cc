@@ -193,6 +193,7 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(r.number("link_gbps", s.link_gbps));
   MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
   MT_RETURN_IF_ERROR(r.boolean("recompute", s.train.recompute));
+  MT_RETURN_IF_ERROR(r.integer("priority", s.priority));
   ObjectReader mem = r.child("memory");
   MT_RETURN_IF_ERROR(mem.check_object());
   std::string layout = memory_layout_name(s.train.layout);
@@ -251,9 +252,9 @@ namespace {
 Json unsigned_json(uint64_t v) {
   return v <= uint64_t(std::numeric_limits<int64_t>::max()) ? Json(int64_t(v)) : Json(std::to_string(v));
 }
-}  // namespace
 
-Json job_spec_to_json(const JobSpec& s) {
+// Every field but the priority (which only orders the daemon's queue).
+Json job_spec_trajectory_json(const JobSpec& s) {
   Json model = Json::object();
   if (!s.model.preset.empty()) model.set("preset", s.model.preset);
   if (!s.model.hf_config.empty()) model.set("hf_config", s.model.hf_config);
@@ -289,10 +290,17 @@ Json job_spec_to_json(const JobSpec& s) {
       {"memory", Json::object({{"layout", memory_layout_name(s.train.layout)}})},
   });
 }
+}  // namespace
+
+Json job_spec_to_json(const JobSpec& s) {
+  Json j = job_spec_trajectory_json(s);
+  if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
+  return j;
+}
 
 std::string job_spec_hash(const JobSpec& s) {
   // Fields that change the trajectory; name, steps, checkpoint policy and executor do not.
-  Json j = job_spec_to_json(s);
+  Json j = job_spec_trajectory_json(s);
   for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend"})
     j.set(k, Json());
   const std::string text = j.dump();

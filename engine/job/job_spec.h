@@ -53,6 +53,9 @@ struct JobSpec {
   int slots = 2;                   // streaming weight slots (K >= 2)
   double link_gbps = 0;            // CPU backend: emulated link bandwidth per direction, 0 = off
   std::string checkpoint_placement = "auto";  // auto | device | host (layer-input checkpoints)
+  // The daemon's scheduling priority (higher runs first); not part of the trajectory, so not
+  // of job_spec_hash: the local `train` reads and ignores it.
+  int priority = 0;
 };
 
 // JSON (snake_case keys as in DESIGN.md §5) to JobSpec and back.

@@ -55,11 +55,13 @@ class RemoteTest : public ::testing::Test {
 };
 
 TEST_F(RemoteTest, SubmitThenWatchHuman) {
-  const std::string id = submit(spec(4));
+  // Long enough that the watch (a process started after the submit returns) sees it run: a job
+  // of 4 steps could end first, and a watch of a finished job prints only the summary.
+  const std::string id = submit(spec(40));
   RunResult w = daemon_->cli({"watch", id});
   ASSERT_EQ(w.rc, 0) << describe(w);
   // stdout is not a terminal: one plain progress line per step, then the summary.
-  EXPECT_NE(w.out.find("step 4/4  loss "), std::string::npos) << w.out;
+  EXPECT_NE(w.out.find("step 40/40  loss "), std::string::npos) << w.out;
   EXPECT_NE(w.out.find("tok/s"), std::string::npos);
   EXPECT_NE(w.out.find("final_loss:"), std::string::npos);
   EXPECT_NE(w.out.find("succeeded"), std::string::npos);
@@ -216,6 +218,66 @@ TEST_F(RemoteTest, ServerFromEnvironment) {
   RunResult r = megatrain({"list", "--json"}, {{"MEGATRAIN_SERVER", daemon_->address()}});
   EXPECT_EQ(r.rc, 0) << describe(r);
   EXPECT_EQ(r.out, "");
+}
+
+}  // namespace
+}  // namespace mt::cli::testing
+
+namespace mt::cli::testing {
+namespace {
+
+// Issue 17 through the CLI: --priority on submit, the queue in `list` (PRI, POS) and in every
+// --json output, pause/resume by hand, and delete (refused while running, then no files left).
+TEST_F(RemoteTest, PriorityPauseResumeAndDelete) {
+  const std::string low = submit(spec(100000));
+  wait_running(low);
+  RunResult sub = daemon_->cli({"submit", spec(100000), "--priority", "7", "--json"});
+  ASSERT_EQ(sub.rc, 0) << describe(sub);
+  const Json submitted = sub.json_lines().at(0);
+  const std::string high = member(submitted, "id")->as_string();
+  EXPECT_EQ(member(submitted, "priority")->as_int(), 7);
+  EXPECT_EQ(daemon_->cli({"submit", spec(1), "--priority", "high"}).rc, 2);
+  // The high job preempts the low one, which goes back to the queue as next to run.
+  Json lj;
+  for (int i = 0; i < 600; ++i) {
+    RunResult r = daemon_->cli({"status", low, "--json"});
+    if (r.rc == 0 && !r.json_lines().empty()) lj = r.json_lines()[0];
+    if (lj.find("preemptions") && lj.find("preemptions")->as_int() == 1 && lj.find("state")->as_string() == "queued") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(member(lj, "queue_position")->as_int(), 1) << lj.dump();
+  EXPECT_EQ(member(lj, "priority")->as_int(), 0);
+  RunResult list = daemon_->cli({"list"});
+  EXPECT_NE(list.out.find("PRI"), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("POS"), std::string::npos) << list.out;
+  RunResult human = daemon_->cli({"status", low});
+  EXPECT_NE(human.out.find("priority     0 (next in the queue), preempted 1x"), std::string::npos) << human.out;
+
+  RunResult pause = daemon_->cli({"pause", low, "--json"});
+  ASSERT_EQ(pause.rc, 0) << describe(pause);
+  EXPECT_EQ(member(pause.json_lines().at(0), "state")->as_string(), "paused");
+  EXPECT_EQ(member(pause.json_lines().at(0), "queue_position")->as_int(), -1);
+  RunResult paused = daemon_->cli({"list", "--state", "paused", "--json"});
+  ASSERT_EQ(paused.json_lines().size(), 1u) << paused.out;
+  EXPECT_EQ(member(paused.json_lines()[0], "id")->as_string(), low);
+  EXPECT_EQ(daemon_->cli({"pause", low}).rc, 2);
+  RunResult resume = daemon_->cli({"resume", low});
+  ASSERT_EQ(resume.rc, 0) << describe(resume);
+  EXPECT_NE(resume.out.find("queued"), std::string::npos) << resume.out;
+
+  RunResult refused = daemon_->cli({"delete", high});
+  EXPECT_EQ(refused.rc, 2) << describe(refused);
+  EXPECT_NE(refused.err.find("running"), std::string::npos) << refused.err;
+  for (const std::string& id : {high, low}) ASSERT_EQ(daemon_->cli({"cancel", id}).rc, 0);
+  daemon_->cli({"watch", high});
+  daemon_->cli({"watch", low});
+  RunResult del = daemon_->cli({"delete", high, "--json"});
+  ASSERT_EQ(del.rc, 0) << describe(del);
+  EXPECT_TRUE(member(del.json_lines().at(0), "deleted")->as_bool());
+  EXPECT_GT(member(del.json_lines().at(0), "freed_bytes")->as_int(), 0);
+  ASSERT_EQ(daemon_->cli({"delete", low, "--keep-checkpoints"}).rc, 0);
+  EXPECT_NE(daemon_->cli({"list"}).out.find("no jobs"), std::string::npos);
+  EXPECT_EQ(daemon_->cli({"status", high}).rc, 2);
 }
 
 }  // namespace

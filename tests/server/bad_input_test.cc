@@ -229,6 +229,15 @@ TEST(ServerAuth, EveryRpcWithoutATokenIsUnauthenticated) {
   v1::PlanJobRequest plan;
   *plan.mutable_spec() = tiny_spec(1);
   EXPECT_EQ(call(&v1::Trainer::Stub::PlanJob, plan, v1::PlanJobResponse()), unauthenticated);
+  v1::PauseJobRequest pause;
+  pause.set_job_id("job-000001");
+  EXPECT_EQ(call(&v1::Trainer::Stub::PauseJob, pause, v1::Job()), unauthenticated);
+  v1::ResumeJobRequest resume;
+  resume.set_job_id("job-000001");
+  EXPECT_EQ(call(&v1::Trainer::Stub::ResumeJob, resume, v1::Job()), unauthenticated);
+  v1::DeleteJobRequest del;
+  del.set_job_id("job-000001");
+  EXPECT_EQ(call(&v1::Trainer::Stub::DeleteJob, del, v1::DeleteJobResponse()), unauthenticated);
   auto cw = ctx();
   v1::WatchJobRequest watch;
   watch.set_job_id("job-000001");

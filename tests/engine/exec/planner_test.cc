@@ -159,7 +159,8 @@ TEST(Planner, EqualsWhatTheStreamingExecutorAllocates) {
         auto plan = plan_memory(cfg, opt, po);
         auto ex = StreamingExecutor::create_cpu(cfg, opt, so);
         ASSERT_TRUE(plan.ok() && ex.ok());
-        EXPECT_EQ(plan->host_bytes, (*ex)->host_bytes()) << "tied " << tied << ", layout " << memory_layout_name(layout);
+        EXPECT_EQ(plan->host_bytes, (*ex)->host_bytes()) << "tied " << tied << ", layout " << memory_layout_name(layout)
+                                                         << ", " << precision_name(precision) << ", uploads " << int(uploads);
         EXPECT_EQ(plan->device_bytes, (*ex)->plan().device_bytes);
         EXPECT_LE((*ex)->device_peak(), plan->device_bytes);
         // One step, so the peak is what a step really uses.

@@ -96,6 +96,22 @@ TEST(JobSpec, JsonRoundTripAndIntegerStrings) {
   EXPECT_EQ(e->init.seed, UINT64_MAX);
 }
 
+// The daemon's priority round-trips, and is not part of the trajectory: a checkpoint written at
+// one priority resumes at another (and a spec without it hashes as before it existed).
+TEST(JobSpec, PriorityRoundTripsAndStaysOutOfTheHash) {
+  JobSpec a = tiny_spec("streaming", 7);
+  const std::string before = job_spec_hash(a);
+  EXPECT_EQ(job_spec_to_json(a).find("priority"), nullptr);
+  a.priority = -3;
+  auto b = job_spec_from_json(job_spec_to_json(a));
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(b->priority, -3);
+  EXPECT_EQ(job_spec_hash(*b), before);
+  auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "priority": 1.5})"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("priority"), std::string::npos) << c.status().message();
+}
+
 TEST(JobRunner, TrainsAndCheckpoints) {
   TempDir dir;
   std::vector<double> losses;

@@ -1,0 +1,36 @@
+// The job manager's view of one job (its record, prepared spec and model, spool, the running
+// run's handle). Private to the job manager's files: job_manager.cc, job_scheduling.cc and
+// job_housekeeping.cc.
+#pragma once
+#include <spdlog/spdlog.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/job_manager.h"
+
+namespace mt::server {
+
+struct JobManager::Job {
+  JobRecord rec;
+  JobSpec spec;
+  ModelConfig cfg;
+  MemoryPlan plan;
+  double flops_per_token = 0;
+  std::string dir;
+  std::shared_ptr<PushSpool> spool;
+  std::shared_ptr<PushProgress> progress = std::make_shared<PushProgress>();
+  JobRunner* runner = nullptr;
+  bool parked = false;  // yielded the worker for want of data; rejoins the queue when fed
+  int priority = 0;     // the spec's
+  long order = 0;       // its place among jobs of its priority (JobQueue::push)
+  std::string preempted_by;  // set while this run yields to a higher-priority job
+  double run_seconds = 0;
+  long run_steps = 0;
+  StepStats last;
+  std::vector<CheckpointDone> ckpt_waiters;
+  std::shared_ptr<spdlog::logger> log;
+};
+
+}  // namespace mt::server

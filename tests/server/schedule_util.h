@@ -1,0 +1,113 @@
+// Helpers of the scheduling and housekeeping tests (issue 17): a watcher that records a job's
+// events from its own thread, an in-process daemon with an injected run_job, the final
+// checkpoint's tensors of a job, and an uninterrupted reference run.
+#pragma once
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/job_queue.h"
+#include "server/job_record.h"
+#include "tests/server/server_fixture.h"
+
+namespace mt::server::testing {
+
+// Every event of one job's WatchJob stream, read in a thread of its own until the stream ends.
+class Watcher {
+ public:
+  Watcher(v1::Trainer::Stub& stub, const std::string& id) : ctx_(ctx(300)) {
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    reader_ = stub.WatchJob(ctx_.get(), req);
+    thread_ = std::thread([this] {
+      v1::JobEvent ev;
+      while (reader_->Read(&ev)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        events_.push_back(ev);
+      }
+    });
+  }
+  ~Watcher() { join(); }
+  // Waits for the end of the stream (the job's terminal event); the events seen.
+  std::vector<v1::JobEvent> join() {
+    if (thread_.joinable()) {
+      thread_.join();
+      reader_->Finish();
+    }
+    return events();
+  }
+  std::vector<v1::JobEvent> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader_;
+  std::mutex mu_;
+  std::vector<v1::JobEvent> events_;
+  std::thread thread_;
+};
+
+// The states of a job's events with repeats folded (RUNNING, QUEUED, RUNNING, SUCCEEDED), from
+// its first run on: a watch that starts just after the submit may or may not see it QUEUED first.
+inline std::vector<v1::JobState> state_changes(const std::vector<v1::JobEvent>& events) {
+  std::vector<v1::JobState> out;
+  for (const auto& ev : events)
+    if ((out.empty() && ev.state() != v1::JOB_STATE_QUEUED) || (!out.empty() && out.back() != ev.state()))
+      out.push_back(ev.state());
+  return out;
+}
+
+// An in-process daemon whose jobs run through `run_job` (see JobManager::Options::run_job).
+struct HookedServer {
+  std::unique_ptr<Daemon> daemon;
+  std::unique_ptr<v1::Trainer::Stub> stub;
+  HookedServer(const DaemonConfig& cfg, std::function<Result<JobResult>(JobRunner&)> run_job) {
+    auto d = Daemon::start(cfg, std::move(run_job));
+    if (!d.ok()) {
+      ADD_FAILURE() << d.status().to_string();
+      return;
+    }
+    daemon = std::move(d).value();
+    stub = v1::Trainer::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(daemon->port()), grpc::InsecureChannelCredentials()));
+  }
+};
+
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The weights and the optimizer moments of a checkpoint directory, as bytes.
+inline std::string checkpoint_tensors(const std::string& dir) {
+  return file_bytes(dir + "/model.safetensors") + "|" + file_bytes(dir + "/optimizer.safetensors");
+}
+
+// `spec` run alone, from start to end, on a fresh daemon: its final checkpoint's tensors.
+inline std::string uninterrupted_tensors(const v1::JobSpec& spec, const std::string& name) {
+  Server s(test_config(fresh_dir(name)));
+  if (!s.stub) return "";
+  const std::string id = submit(*s.stub, spec);
+  const v1::Job j = wait_terminal(*s.stub, id, 120);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.reason();
+  return checkpoint_tensors(j.last_checkpoint());
+}
+
+// A one-step spec named "even-N" or "odd-N".
+inline v1::JobSpec named_spec(int n) {
+  v1::JobSpec s = tiny_spec(1);
+  s.set_name((n % 2 ? "odd-" : "even-") + std::to_string(n));
+  return s;
+}
+
+inline grpc::Status get_job(v1::Trainer::Stub& stub, const std::string& id, v1::Job* job) {
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  auto c = ctx();
+  return stub.GetJob(c.get(), req, job);
+}
+
+}  // namespace mt::server::testing
