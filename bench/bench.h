@@ -38,6 +38,7 @@ int run_sgemm(const Flags& f);
 int run_adamw(const Flags& f);
 int run_step(const Flags& f);
 int run_plan(const Flags& f);
+int run_uploads(const Flags& f);  // bench_uploads.cc
 #ifdef MEGATRAIN_HAVE_CUDA
 int run_link(const Flags& f);       // bench_cuda.cc
 int run_gemm(const Flags& f);

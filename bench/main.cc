@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16]\n"
       "         [--bf16-uploads shadow|convert] [--layers L]\n"
+      "  uploads [--params 5e7 --threads T --link-gbps 50] bf16 uploads: AdamW shadow vs uploader conversion\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   const std::string suite = argv[1];
   if (suite == "sgemm") return run_sgemm(*flags);
   if (suite == "adamw") return run_adamw(*flags);
+  if (suite == "uploads") return run_uploads(*flags);
   if (suite == "step") return run_step(*flags);
   if (suite == "plan") return run_plan(*flags);
 #ifdef MEGATRAIN_HAVE_CUDA
