@@ -17,6 +17,13 @@ namespace {
 #if defined(__x86_64__)
 bool bit(unsigned reg, int b) { return (reg >> b) & 1u; }
 
+// XCR0: the register state the OS saves (asm, so no -mxsave is needed to build this).
+unsigned long long xgetbv0() {
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
 CpuInfo detect() {
   CpuInfo c;
   unsigned a = 0, b = 0, cx = 0, d = 0;
@@ -32,7 +39,7 @@ CpuInfo detect() {
   }
   if (!__get_cpuid(1, &a, &b, &cx, &d)) return c;
   const bool osxsave = bit(cx, 27);
-  const unsigned long long xcr0 = osxsave ? __builtin_ia32_xgetbv(0) : 0;
+  const unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
   const bool os_avx = (xcr0 & 0x6) == 0x6;            // XMM and YMM state
   const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM halves
   const bool os_amx = (xcr0 & 0x60000) == 0x60000;     // XTILECFG, XTILEDATA

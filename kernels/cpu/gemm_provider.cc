@@ -31,19 +31,6 @@ Level cpu_level() {
   return kSse;
 }
 
-// The ISA of an OpenBLAS DYNAMIC_ARCH core (driver/others/dynamic.c's names). Anything not
-// named here is one of its pre-AVX kernels (Prescott, Katmai, Core2, Penryn, Nehalem, Atom,
-// Opteron, Barcelona, Bobcat, ...): the "generic" fallback.
-Level openblas_core_level(const std::string& core) {
-  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
-    if (core == c) return kAvx512;
-  for (const char* c : {"Haswell", "Zen", "Excavator"})
-    if (core == c) return kAvx2;
-  for (const char* c : {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller"})
-    if (core == c) return kAvx;
-  return kSse;
-}
-
 struct Choice {
   GemmProvider fp32, bf16;
   std::atomic<Sgemm> sgemm{Sgemm::kBlocked};
@@ -64,6 +51,19 @@ GemmProvider blocked_provider() {
 }
 
 #ifdef MEGATRAIN_HAVE_BLAS
+// The ISA of an OpenBLAS DYNAMIC_ARCH core (driver/others/dynamic.c's names). Anything not
+// named here is one of its pre-AVX kernels (Prescott, Katmai, Core2, Penryn, Nehalem, Atom,
+// Opteron, Barcelona, Bobcat, ...): the "generic" fallback.
+Level openblas_core_level(const std::string& core) {
+  for (const char* c : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == c) return kAvx512;
+  for (const char* c : {"Haswell", "Zen", "Excavator"})
+    if (core == c) return kAvx2;
+  for (const char* c : {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller"})
+    if (core == c) return kAvx;
+  return kSse;
+}
+
 GemmProvider openblas_provider() {
   GemmProvider p;
   p.name = "openblas";
