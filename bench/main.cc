@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       "usage: megatrain-bench SUITE [--flag value ...] [--json]\n"
       "suites:\n"
       "  sgemm  [--n 2048 --reps 5]                       fp32 GEMM GFLOP/s on this machine\n"
-      "  cpu-gemm [--tokens 4096 --c 2048 --reps 3 --dtype fp32|bf16|both --providers all|chosen]\n"
+      "  cpu-gemm [--tokens 4096 --c 2048 --oc C --reps 3 --dtype fp32|bf16|both --providers all|chosen]\n"
       "         GFLOP/s of a layer's GEMMs (forward, both backward) per CPU GEMM provider\n"
       "  adamw  [--params N --threads T --reps 5]       fused AdamW vs a threaded memcpy\n"
       "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
