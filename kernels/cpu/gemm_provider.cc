@@ -169,11 +169,22 @@ std::string warning_for(const GemmProvider& p) {
          "): CPU steps run several times slower than they could; " + fix;
 }
 
+// An override naming no provider linked here is ignored, and said so (note and stderr).
+void check_override(const char* var, GemmProvider& chosen) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || chosen.name == e) return;
+  const std::string msg = std::string(var) + "=" + e + " names no provider in this build; ignored";
+  chosen.note += (chosen.note.empty() ? "" : "; ") + msg;
+  std::fprintf(stderr, "megatrain: WARNING: %s\n", msg.c_str());
+}
+
 Choice& choice() {
   static Choice* ch = [] {
     auto* c = new Choice();  // never destroyed: GEMMs may run from threads during exit
     choose_fp32(*c);
     choose_bf16(*c);
+    check_override("MEGATRAIN_GEMM", c->fp32);
+    check_override("MEGATRAIN_GEMM_BF16", c->bf16);
     const std::string warning = warning_for(c->fp32);
     if (!warning.empty()) std::fprintf(stderr, "megatrain: WARNING: %s\n", warning.c_str());
     return c;
@@ -231,7 +242,7 @@ bool use_gemm_provider(const std::string& name) {
   Choice& ch = choice();
   if (name == "blocked") return ch.sgemm = Sgemm::kBlocked, true;
 #ifdef MEGATRAIN_HAVE_BLAS
-  if (name == "openblas") return ch.sgemm = Sgemm::kOpenblas, true;
+  if (name == "openblas" || name == "cblas") return ch.sgemm = Sgemm::kOpenblas, true;
 #endif
 #ifdef MEGATRAIN_HAVE_ONEDNN
   if (name == "onednn") return ch.sgemm = Sgemm::kOnednn, true;

@@ -181,5 +181,13 @@ TEST(GemmProvider, GenericOpenblasKernelIsAvoidedWhenOneDnnIsLinked) {
   }
 }
 
+// A misspelt override is not silently dropped: the report and stderr say it was ignored.
+TEST(GemmProvider, UnknownOverrideIsReportedNotObeyed) {
+  const std::string out = run_child("MEGATRAIN_GEMM=mkl MEGATRAIN_GEMM_BF16=sbgemm");
+  EXPECT_NE(out.find("MEGATRAIN_GEMM=mkl names no provider in this build; ignored"), std::string::npos) << out;
+  EXPECT_NE(out.find("MEGATRAIN_GEMM_BF16=sbgemm names no provider in this build; ignored"), std::string::npos) << out;
+  EXPECT_NE(out.find("<<<name=" + gemm_provider().name), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace mt::cpu
