@@ -6,6 +6,7 @@
 #include "engine/io/hf_io.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
+#include "kernels/gemm_provider.h"
 
 namespace mt {
 
@@ -158,6 +159,11 @@ Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
+  // What computes, and a generic CPU GEMM kernel on a capable CPU loud enough to notice.
+  log(LogLevel::kInfo, std::string("compute ") + precision_name(job_precision(spec_)) + " on " +
+                           (uses_cuda(spec_) && spec_.executor != "resident" ? "cuda" : "cpu") + "; " +
+                           cpu::gemm_provider_line());
+  if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) log(LogLevel::kWarning, w);
   state.spec_hash = job_spec_hash(spec_);
   state.data_source = data->describe();
   state.total_steps = spec_.steps;
