@@ -53,6 +53,27 @@ Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uin
   return plan_memory(cfg, job_train_options(spec), job_plan_options(spec, cfg, host_budget, device_budget));
 }
 
+Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget) {
+  JobSpec s = spec;
+  auto fits = [&](int T) -> Result<bool> {
+    s.train.seq_len = T;
+    MT_ASSIGN_OR_RETURN(MemoryPlan p, plan_for_job(s, cfg, host_budget, device_budget));
+    return p.fits;
+  };
+  const int64_t by_tokens = TrainLimits::kTokensPerStep / std::max(1, spec.train.global_batch);
+  int lo = 1, hi = int(std::min<int64_t>(TrainLimits::kSeqLen, by_tokens));  // fits(lo); answer in [lo, hi]
+  MT_ASSIGN_OR_RETURN(bool any, fits(lo));
+  if (!any) return failed_precondition("not even seq_len = 1 fits the budgets");
+  MT_ASSIGN_OR_RETURN(bool all, fits(hi));
+  if (all) return hi;
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    const int mid = lo + (hi - lo) / 2;
+    MT_ASSIGN_OR_RETURN(bool ok, fits(mid));
+    (ok ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
   const DataSpec& d = spec.data;
   if (d.source == "synthetic") return make_synthetic_source({d.seed, vocab, d.active_vocab, d.branching});
