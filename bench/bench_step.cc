@@ -73,6 +73,9 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   a.so.link_gbps = link;
   a.so.slots = int(slots);
   MT_ASSIGN_OR_RETURN(a.so.bf16_uploads, parse_bf16_uploads(f.str("bf16-uploads", "shadow")));
+  MT_ASSIGN_OR_RETURN(double token_chunk, f.num("token-chunk", 0));
+  if (token_chunk < 0) return invalid_argument("--token-chunk must be >= 0");
+  a.opt.token_chunk = int(token_chunk);
   if (a.executor == "streaming" && !a.opt.recompute)
     return invalid_argument("--executor streaming always recomputes from layer inputs: pass --recompute on");
   MT_RETURN_IF_ERROR(f.check_all_used());
@@ -200,7 +203,12 @@ int run_step(const Flags& f) {
                      {"peak_flops", peak},
                      {"flops_fraction", achieved / peak},
                      {"loss", loss}});
-  if (args->executor == "streaming") add_streaming_keys(out, measured, step_s, args->so.link_gbps);
+  if (args->executor == "streaming") {
+    add_streaming_keys(out, measured, step_s, args->so.link_gbps);
+    const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved
+    out.set("plan_device_bytes", int64_t(plan.device_bytes));
+    out.set("token_chunk", plan.token_chunk);
+  }
   emit(out, f.json());
   return 0;
 }

@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16]\n"
-      "         [--bf16-uploads shadow|convert] [--layers L]\n"
+      "         [--bf16-uploads shadow|convert] [--layers L] [--token-chunk N]\n"
       "  uploads [--params 5e7 --threads T --link-gbps 50] bf16 uploads: AdamW shadow vs uploader conversion\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
