@@ -12,13 +12,16 @@
 namespace mt {
 
 // What a layer call needs besides weights: the model, the micro-batch shape (B sequences of
-// T tokens) and the rotary table (a device pointer, head_dim/2 floats).
+// T tokens), the rotary table (a device pointer, head_dim/2 floats) and, for packed documents,
+// each token's position in its document (a device pointer, B*T; nullptr = one document per
+// row). RoPE rotates by those positions and attention is masked to each document.
 struct LayerShape {
   const ModelConfig* cfg = nullptr;
   int B = 0;
   int T = 0;
   const float* inv_freq = nullptr;
   int head_chunk = 256;  // tokens per chunk of the fused LM head + loss
+  const int32_t* pos = nullptr;
   int N() const { return B * T; }
 };
 

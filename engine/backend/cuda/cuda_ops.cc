@@ -50,23 +50,26 @@ void CudaOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const 
   }
   errors_.note(cuda::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, s, stream_), "rmsnorm_backward");
 }
-void CudaOps::rope_forward(float* qkv, const float* f, int B, int T_, int H, int KVH, int D) const {
+void CudaOps::rope_forward(float* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                           float scale) const {
   if (!bind()) return;
-  errors_.note(cuda::rope_forward(qkv, f, B, T_, H, KVH, D, stream_), "rope_forward");
+  errors_.note(cuda::rope_forward(qkv, f, pos, B, T_, H, KVH, D, scale, stream_), "rope_forward");
 }
-void CudaOps::rope_backward(float* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const {
+void CudaOps::rope_backward(float* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                            float scale) const {
   if (!bind()) return;
-  errors_.note(cuda::rope_backward(dqkv, f, B, T_, H, KVH, D, stream_), "rope_backward");
+  errors_.note(cuda::rope_backward(dqkv, f, pos, B, T_, H, KVH, D, scale, stream_), "rope_backward");
 }
-void CudaOps::attention_forward(float* out, float* lse, const float* qkv, int B, int T_, int H, int KVH,
-                                int D) const {
+void CudaOps::attention_forward(float* out, float* lse, const float* qkv, const int32_t* pos, int B, int T_, int H,
+                                int KVH, int D) const {
   if (!bind()) return;
-  errors_.note(cuda::attention_forward(out, lse, qkv, B, T_, H, KVH, D, stream_), "attention_forward");
+  errors_.note(cuda::attention_forward(out, lse, qkv, pos, B, T_, H, KVH, D, stream_), "attention_forward");
 }
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                                 int B, int T_, int H, int KVH, int D) const {
+                                 const int32_t* pos, int B, int T_, int H, int KVH, int D) const {
   if (!bind()) return;
-  errors_.note(cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KVH, D, stream_), "attention_backward");
+  errors_.note(cuda::attention_backward(dqkv, dout, qkv, out, lse, pos, B, T_, H, KVH, D, stream_),
+               "attention_backward");
 }
 void CudaOps::swiglu_forward(float* out, const float* gu, int N, int F) const {
   if (!bind()) return;

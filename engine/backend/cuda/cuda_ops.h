@@ -28,12 +28,14 @@ class CudaOps final : public Ops<float> {
                        float eps) const override;
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                         int N, int C) const override;
-  void rope_forward(float* qkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const override;
-  void rope_backward(float* dqkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const override;
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T_, int H, int KVH,
+  void rope_forward(float* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                    float scale) const override;
+  void rope_backward(float* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                     float scale) const override;
+  void attention_forward(float* out, float* lse, const float* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
                          int D) const override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                          int T_, int H, int KVH, int D) const override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                          const int32_t* pos, int B, int T_, int H, int KVH, int D) const override;
   void swiglu_forward(float* out, const float* gu, int N, int F) const override;
   void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const override;
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const override;
