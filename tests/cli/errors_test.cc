@@ -271,6 +271,14 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
   EXPECT_EQ(state->find("step")->as_int(), 1);
   RunResult eval_ckpt = megatrain({"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--seq-len", "16"});
   EXPECT_EQ(eval_ckpt.rc, 0) << describe(eval_ckpt);
+  // Every token is 0: with --eod-id 0 each is a document of length 1, which changes the loss.
+  RunResult eval_docs = megatrain({"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--seq-len", "16",
+                                   "--eod-id", "0"});
+  EXPECT_EQ(eval_docs.rc, 0) << describe(eval_docs);
+  EXPECT_NE(eval_docs.out, eval_ckpt.out);
+  RunResult eval_bad = megatrain({"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--eod-id", "1e12"});
+  EXPECT_EQ(eval_bad.rc, 2) << describe(eval_bad);
+  EXPECT_NE(eval_bad.err.find("--eod-id"), std::string::npos) << describe(eval_bad);
   fs::remove_all(dir);
   fs::remove_all(daemon_state);
 }
