@@ -179,10 +179,12 @@ int run_gemm(const Flags& f) {
   int rc = 0;
   for (const Shape& sh : shapes) {
     __nv_bfloat16 *a, *w, *c;
+    float* dw;  // the weight gradient: fp32, accumulated (beta = 1) as the bf16 op table does
     if (cudaMalloc(&a, size_t(N) * sh.C * 2) || cudaMalloc(&w, size_t(sh.OC) * sh.C * 2) ||
-        cudaMalloc(&c, size_t(N) * sh.OC * 2))
+        cudaMalloc(&c, size_t(N) * sh.OC * 2) || cudaMalloc(&dw, size_t(sh.OC) * sh.C * 4))
       return std::fprintf(stderr, "gemm: out of device memory\n"), 1;
     cudaMemset(a, 0, size_t(N) * sh.C * 2), cudaMemset(w, 0, size_t(sh.OC) * sh.C * 2);
+    cudaMemset(c, 0, size_t(N) * sh.OC * 2), cudaMemset(dw, 0, size_t(sh.OC) * sh.C * 4);
     bool ok = true;
     const double ours = time_on_stream(s, int(*reps), [&] {
       ok &= cuda::gemm<__nv_bfloat16>(false, true, N, sh.OC, sh.C, 1.f, a, sh.C, w, sh.C, 0.f, c, sh.OC, *ctx, s).ok();
@@ -192,13 +194,23 @@ int run_gemm(const Flags& f) {
       ok &= cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, sh.OC, N, sh.C, &one, w, CUDA_R_16BF, sh.C, a, CUDA_R_16BF, sh.C,
                          &zero, c, CUDA_R_16BF, sh.OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
     });
+    // dW[OC, C] += dout^T @ inp, dout = c [N, OC]: bf16 A/B, fp32 C (matmul_backward's dweight).
+    const double ours_dw = time_on_stream(s, int(*reps), [&] {
+      ok &= cuda::gemm<__nv_bfloat16>(true, false, sh.OC, sh.C, N, 1.f, c, sh.OC, a, sh.C, 1.f, dw, sh.C, *ctx, s).ok();
+    });
+    const double ref_dw = time_on_stream(s, int(*reps), [&] {
+      ok &= cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, sh.C, sh.OC, N, &one, a, CUDA_R_16BF, sh.C, c, CUDA_R_16BF, sh.OC,
+                         &one, dw, CUDA_R_32F, sh.C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+    });
     const double flops = 2.0 * N * sh.OC * sh.C;
     emit(Json::object({{"suite", "gemm"}, {"shape", sh.name}, {"M", int64_t(N)}, {"N", int64_t(sh.OC)},
                        {"K", int64_t(sh.C)}, {"tflops", flops / ours / 1e12}, {"cublas_tflops", flops / ref / 1e12},
-                       {"vs_cublas", ref / ours}, {"ok", ok}}),
+                       {"vs_cublas", ref / ours}, {"dweight_tflops", flops / ours_dw / 1e12},
+                       {"cublas_dweight_tflops", flops / ref_dw / 1e12}, {"dweight_vs_cublas", ref_dw / ours_dw},
+                       {"ok", ok}}),
          f.json());
     rc |= ok ? 0 : 1;
-    cudaFree(a), cudaFree(w), cudaFree(c);
+    cudaFree(a), cudaFree(w), cudaFree(c), cudaFree(dw);
   }
   cublasDestroy(h);
   cudaStreamDestroy(s);

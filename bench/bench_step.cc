@@ -26,6 +26,7 @@ struct StepArgs {
   StreamingOptions so;
   int steps = 5, warmup = 2;
   int active_vocab = 0;  // distinct tokens the synthetic data draws from
+  int layers = 0;        // > 0: the preset's shape with this many decoder layers
 };
 
 Result<StepArgs> parse_step_args(const Flags& f) {
@@ -43,6 +44,11 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   // auto: bf16 on CUDA, fp32 on the CPU (as a job's precision: auto).
   const std::string precision = f.str("precision", "auto");
   MT_ASSIGN_OR_RETURN(a.opt.precision, parse_precision(precision == "auto" ? (a.backend == "cuda" ? "bf16" : "fp32") : precision));
+  MT_ASSIGN_OR_RETURN(double layers, f.num("layers", 0));
+  if (!(layers >= 0 && layers <= ModelLimits::kLayers) || layers != double(int(layers)))
+    return invalid_argument("--layers must be a whole number from 1 to " + std::to_string(ModelLimits::kLayers) +
+                            " (0 or absent: the preset's)");
+  a.layers = int(layers);
   if (recompute != "on" && recompute != "off") return invalid_argument("--recompute must be on or off");
   a.opt.seq_len = int(T);
   a.opt.micro_batch = int(mb);
@@ -148,6 +154,7 @@ int run_step(const Flags& f) {
     std::fprintf(stderr, "step: %s\n", cfg.status().message().c_str());
     return 2;
   }
+  if (args->layers > 0) cfg->num_layers = args->layers;  // a real layer shape, fewer of them
   const TrainOptions& opt = args->opt;
   auto ex = make_bench_executor(*cfg, *args);
   if (!ex.ok()) {
@@ -178,6 +185,7 @@ int run_step(const Flags& f) {
                      {"backend", args->backend},
                      {"executor", args->executor},
                      {"precision", precision_name(opt.precision)},
+                     {"layers", cfg->num_layers},
                      {"bf16_uploads", args->so.bf16_uploads == Bf16Uploads::kShadow ? "shadow" : "convert"},
                      {"host_bytes", int64_t(host_bytes_of(**ex))},
                      {"recompute", opt.recompute},

@@ -82,11 +82,12 @@ int main(int argc, char** argv) {
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16]\n"
-      "         [--bf16-uploads shadow|convert]\n"
+      "         [--bf16-uploads shadow|convert] [--layers L]\n"
       "  uploads [--params 5e7 --threads T --link-gbps 50] bf16 uploads: AdamW shadow vs uploader conversion\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
-      "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes (CUDA)\n"
+      "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"
+      "                                                     fp32-C weight-gradient GEMM (bf16 A/B) (CUDA)\n"
       "  pin    [--gib 16 --chunk-mib 1024 --threads 8]    cudaHostAlloc GB/s, one thread vs parallel (CUDA)\n"
       "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3]  fwd/bwd TFLOPS (CUDA)\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {

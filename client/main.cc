@@ -30,6 +30,8 @@ const char* kUsageText =
     "  submit SPEC [--priority N] [--watch]   list [--state S] [--name SUBSTRING]   status ID\n"
     "  watch ID   cancel ID   checkpoint ID   pause ID   resume ID   delete ID [--keep-checkpoints]\n"
     "  push ID FILE --format tokens-u16|tokens-u32|text   plan SPEC --server ADDR\n"
+    "  logs ID|daemon [-f] [--tail N] [--since T]   checkpoints ID\n"
+    "  export --remote ID OUT_DIR [--step N] [--dtype bf16|fp32] [--overwrite]   (OUT_DIR under its data root)\n"
 #endif
     "\n"
     "--json prints one JSON object per line. megatrain COMMAND --help prints the command's usage.\n"
@@ -49,14 +51,14 @@ int main(int argc, char** argv) {
     std::printf("usage: megatrain %s\n", usage);
     return kOk;
   }
-  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints"});
+  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow"});
   if (!args.ok()) return fail(kUsage, args.status().message());
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));
   if (cmd == "train") return cmd_train(*args);
   if (cmd == "plan" && !remote_plan) return cmd_plan_local(*args);
   if (cmd == "eval") return cmd_eval(*args);
   if (cmd == "inspect") return cmd_inspect(*args);
-  if (cmd == "export") return cmd_export(*args);
+  if (cmd == "export" && !args->has("remote")) return cmd_export(*args);
 #ifdef MEGATRAIN_HAVE_REMOTE
   if (int rc = run_remote_command(cmd, *args); rc >= 0) return rc;
 #else

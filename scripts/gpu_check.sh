@@ -4,13 +4,18 @@
 #      has no gRPC/protobuf/spdlog/prometheus, so -DMEGATRAIN_SERVER=OFF);
 #   2. the issue-18 CUDA tests first (points 2-7: faults and DEVICE_LOST, copy accounting from
 #      two threads, device binding, device budget, stalls, multi-chunk bf16 copies), then the
-#      bf16 kernels and long attention, then every other CUDA test;
-#   3. megatrain-bench pin / link / gemm / attention / step --backend cuda, as JSON.
+#      mixed-precision tests (*Bf16*: the bf16 kernels and the bf16 op table against the CPU bf16
+#      table; *MixedPrecision*: the streaming executor in bf16 against the CPU backend) and
+#      long attention, then every other CUDA test;
+#   3. megatrain-bench step --backend cuda --precision bf16 at a real shape (qwen2.5-7b with 4
+#      of its 28 layers), gemm / link / attention, the qwen step in fp32 (h2d_bytes ratio, step
+#      time) and in bf16 with --bf16-uploads convert, then pin and two small-preset steps, as JSON.
 # Everything lands under $OUT (default ./gpu_check_out): summary.txt (one line per step with
 # its exit status and elapsed seconds), results.txt, *.log, tests_*.json (GoogleTest), bench_*.json.
 # Every step runs under `timeout`; the script stops starting new steps after $BUDGET_S seconds
-# (default 450) so that the whole run fits in the device lease. Exit status: 0 when every step
-# that ran passed, 1 otherwise.
+# (default 450), and no step may run past $HARD_S seconds from the start (default 570: each
+# step's limit is cut to what is left), so that the whole run fits in 10 minutes. Exit status:
+# 0 when every step that ran passed, 1 otherwise.
 #
 # GoogleTest is built from source (MEGATRAIN_GTEST_SOURCE). The GPU machine has no
 # /usr/src/googletest, so the caller carries a copy inside the repository: before the run,
@@ -18,15 +23,18 @@
 # and pass third_party_src/googletest in the device tool's `carry`. The script looks, in order,
 # at $MEGATRAIN_GTEST_SOURCE, third_party_src/googletest, .gtest and /usr/src/googletest.
 #
-#   OUT=/tmp/out scripts/gpu_check.sh            # the whole check
+#   scripts/gpu_check.sh /tmp/out                # the whole check (or OUT=/tmp/out scripts/gpu_check.sh)
 #   GPU_CHECK_DRY=1 scripts/gpu_check.sh         # print the steps without running them
 set -uo pipefail
 
+ARG_OUT=${1:-}
+[ -n "$ARG_OUT" ] && ARG_OUT=$(mkdir -p "$ARG_OUT" && cd "$ARG_OUT" && pwd)  # relative to the caller
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-OUT=${OUT:-$ROOT/gpu_check_out}
+OUT=${ARG_OUT:-${OUT:-$ROOT/gpu_check_out}}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 BUDGET_S=${BUDGET_S:-450}
+HARD_S=${HARD_S:-570}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 8)}
 DRY=${GPU_CHECK_DRY:-0}
 mkdir -p "$OUT"
@@ -44,11 +52,13 @@ step() {
   local name=$1 limit=$2 out=$3
   shift 3
   [ "$out" = "-" ] && out="$OUT/$name.log"
-  if [ "$(elapsed)" -ge "$BUDGET_S" ]; then
+  local left=$((HARD_S - $(elapsed)))
+  if [ "$(elapsed)" -ge "$BUDGET_S" ] || [ "$left" -lt 10 ]; then
     log "SKIP $name (past the ${BUDGET_S}s budget)"
     echo "$name skipped" >>"$OUT/results.txt"
     return 0
   fi
+  [ "$left" -lt "$limit" ] && limit=$left
   if [ "$DRY" = 1 ]; then
     log "DRY $name (limit ${limit}s): $*"
     return 0
@@ -105,20 +115,30 @@ export OMP_WAIT_POLICY=passive
 
 # --- 2. tests ---------------------------------------------------------------------------
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
-step tests_bf16_attention 150 - "$T" --gtest_filter='CudaBf16.*:CudaAttention.*' \
-  --gtest_output="json:$OUT/tests_bf16_attention.json"
-step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:CudaBf16.*:CudaAttention.*" \
-  --gtest_output="json:$OUT/tests_rest.json"
+BF16='*Bf16*:*MixedPrecision*:CudaAttention.*'
+step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16" --gtest_output="json:$OUT/tests_bf16_attention.json"
+step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 
 # --- 3. benchmarks ------------------------------------------------------------------------
 step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
 B="$BUILD/bin/megatrain-bench"
-step bench_pin 60 "$OUT/bench_pin.json" "$B" pin --gib 8 --chunk-mib 1024 --threads 8 --json
-step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
+# The CUDA backend runs the streaming executor only (it recomputes from layer inputs). A real
+# layer shape: qwen2.5-7b (hidden 3584, 152064-token vocabulary, untied) with 4 of its 28
+# layers, ~2 G parameters (~36 GB of pinned host state in fp32 + shadow), 16 Ki tokens a step.
+QWEN=(step --preset qwen2.5-7b --layers 4 --backend cuda --executor streaming --recompute on
+  --seq-len 2048 --micro-batch 1 --global-batch 8 --json)
+step bench_step_qwen7b_bf16 180 "$OUT/bench_step_qwen7b_bf16.json" "$B" "${QWEN[@]}" --precision bf16 \
+  --steps 3 --warmup 1
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
+step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
 step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 4096 --reps 2 --json
-# The CUDA backend runs the streaming executor only (it recomputes from layer inputs).
-step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small --backend cuda \
+# The same shape in fp32 (step time, h2d_bytes ratio), and bf16 converted by the uploader.
+step bench_step_qwen7b_fp32 150 "$OUT/bench_step_qwen7b_fp32.json" "$B" "${QWEN[@]}" --precision fp32 \
+  --steps 2 --warmup 1
+step bench_step_qwen7b_bf16_convert 150 "$OUT/bench_step_qwen7b_bf16_convert.json" "$B" "${QWEN[@]}" \
+  --precision bf16 --bf16-uploads convert --steps 2 --warmup 1
+step bench_pin 60 "$OUT/bench_pin.json" "$B" pin --gib 8 --chunk-mib 1024 --threads 8 --json
+step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small --backend cuda --precision bf16 \
   --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
 step bench_step_long 90 "$OUT/bench_step_long.json" "$B" step --preset small --backend cuda \
   --executor streaming --recompute on --seq-len 2048 --micro-batch 1 --global-batch 4 --steps 3 --warmup 1 --json

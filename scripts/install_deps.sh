@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages MegaTrain builds and tests with. Idempotent: does nothing when
-# everything is present; otherwise runs apt-get as root, or through sudo.
+# Installs the Debian packages MegaTrain builds and tests with, and the Python client's packages
+# (PyPI) into REPO/.venv. Idempotent: does nothing when everything is present; otherwise runs
+# apt-get as root, or through sudo, and pip in the virtual environment.
 set -euo pipefail
 
 packages=(
@@ -12,17 +13,33 @@ packages=(
   prometheus-cpp-dev libspdlog-dev libsystemd-dev libyaml-cpp-dev nlohmann-json3-dev
   # tests of the daemon scrape /metrics over HTTP, check it with promtool and a real prometheus
   curl prometheus
+  # the Python client's tests run in a virtual environment (below)
+  python3 python3-venv
 )
+
+# The Python client (clients/python) and its tests, from PyPI, into REPO/.venv. ctest's
+# Python.Client runs there and fails (never skips) when they are missing. grpcio-tools 1.85 bundles
+# protoc 35, whose generated code needs the protobuf 7.35+ runtime (clients/python/pyproject.toml).
+python_packages=("grpcio>=1.85.1" "grpcio-tools>=1.85.1,<1.86" "protobuf>=7.35.1,<8" numpy pytest pyyaml
+                 "setuptools>=77")
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
 
-echo "install_deps: installing ${missing[*]}" >&2
-sudo_cmd=()
-[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install_deps: installing ${missing[*]}" >&2
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools" 2>/dev/null; then
+  echo "install_deps: Python packages for the client into $venv" >&2
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade "${python_packages[@]}"
+fi

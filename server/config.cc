@@ -35,6 +35,8 @@ ABSL_FLAG(int32_t, retain_jobs, 0,
           "Keep the newest N finished jobs and delete older ones with their files, at startup and as jobs finish "
           "(0: keep all)");
 ABSL_FLAG(double, retain_days, 0, "Delete finished jobs (with their files) older than D days (0: keep all)");
+ABSL_FLAG(std::string, log_file_bytes, "16M",
+          "Rotation size of each log (a job's log.txt, daemon.log); at most twice this is kept on disk");
 
 namespace mt::server {
 
@@ -167,6 +169,11 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.retain_jobs = absl::GetFlag(FLAGS_retain_jobs);
   c.retain_days = absl::GetFlag(FLAGS_retain_days);
+  const std::string log_bytes = absl::GetFlag(FLAGS_log_file_bytes);
+  auto lb = parse_bytes(log_bytes);
+  if (!lb.ok() || *lb < 1024)
+    return invalid_argument("--log_file_bytes = '" + log_bytes + "' is not a size of at least 1K");
+  c.log_file_bytes = *lb;
   MT_RETURN_IF_ERROR(finalize_config(c));
   return c;
 }

@@ -24,6 +24,7 @@ struct DaemonConfig {
   std::string log_level = "info";
   int retain_jobs = 0;     // keep the newest N finished jobs (0: all); see JobManager::Options
   double retain_days = 0;  // delete finished jobs older than this (0: never)
+  uint64_t log_file_bytes = 16 << 20;  // each log's rotation size (a job's, the daemon's): 2x on disk at most
 };
 
 std::string default_state_dir();  // $STATE_DIRECTORY, $XDG_STATE_HOME/megatrain or ~/.local/state/megatrain

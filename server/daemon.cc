@@ -22,6 +22,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   // Before anything reads or writes the state directory: a second daemon on it stops here.
   MT_ASSIGN_OR_RETURN(d->lock_, StateLock::acquire(cfg.state_dir));
   MT_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::from_file(cfg.auth_token_file));
+  MT_ASSIGN_OR_RETURN(d->log_, DaemonLog::install(cfg.state_dir + "/daemon.log", cfg.log_file_bytes));
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!cfg.tls_cert.empty()) {
@@ -42,6 +43,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   jo.run_job = std::move(run_job);
   jo.retain_jobs = cfg.retain_jobs;
   jo.retain_days = cfg.retain_days;
+  jo.daemon_log = d->log_->file();
+  jo.log_file_bytes = cfg.log_file_bytes;
   d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);
   MT_RETURN_IF_ERROR(d->jobs_->start());
   d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth));

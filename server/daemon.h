@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "server/config.h"
+#include "server/daemon_log.h"
 #include "server/job_manager.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -40,6 +41,7 @@ class Daemon {
   Daemon() = default;
   DaemonConfig cfg_;
   std::unique_ptr<StateLock> lock_;  // released last, after the job manager has stopped
+  std::unique_ptr<DaemonLog> log_;   // STATE_DIR/daemon.log; uninstalled after the job manager
   Metrics metrics_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TrainerService> service_;

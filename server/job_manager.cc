@@ -1,6 +1,7 @@
 #include "server/job_manager.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +15,14 @@ namespace mt::server {
 namespace fs = std::filesystem;
 
 namespace {
+// The job log's line for a step: "step 12/200 loss 3.451234 tokens/s 1234 step 0.101 s".
+std::string step_line(const StepStats& s, long total) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f tokens/s %.0f step %.3f s", s.step, total, s.loss,
+                s.step_seconds > 0 ? double(s.tokens) / s.step_seconds : 0.0, s.step_seconds);
+  return buf;
+}
+
 double estimate_peak_flops(const JobSpec& spec) {
   if (spec.backend == "cuda") return spec.precision == "fp32" ? 67e12 : 989e12;  // H100/H200 SXM dense
   // CPU: AVX2 FMA, 2 units x 8 lanes x 2 flops per cycle per core at ~2.5 GHz.
@@ -41,8 +50,9 @@ Status JobManager::prepare(Job& job) {
   if (job.spec.data.source == "push" && !job.spool) {
     MT_ASSIGN_OR_RETURN(job.spool, PushSpool::open(job.dir + "/push.spool"));
   }
-  job.log = std::make_shared<spdlog::logger>(job.rec.id, std::make_shared<spdlog::sinks::basic_file_sink_mt>(job.dir + "/log.txt"));
-  job.log->flush_on(spdlog::level::info);
+  if (!job.log) {
+    MT_ASSIGN_OR_RETURN(job.log, LogFile::open(job.dir + "/log.txt", opt_.log_file_bytes));
+  }
   return Status::Ok();
 }
 
@@ -51,6 +61,7 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   auto job = std::make_shared<Job>();
   job->rec = rec;
   job->dir = dir;
+  if (auto log = LogFile::open(dir + "/log.txt", opt_.log_file_bytes, rec.terminal()); log.ok()) job->log = *log;
   job->progress->consumed = rec.consumed_tokens;  // a push job's spool restores these when it resumes
   job->progress->checksum = rec.consumed_checksum;
   if (const Json* p = rec.spec.find("priority"); p && p->is_number()) job->priority = int(p->as_int());
@@ -121,7 +132,7 @@ Status JobManager::start() {
   queue_.reserve_order(next_id_);
   for (auto& j : resume) {  // back in their place: priority, then submission order
     spdlog::info("job {} was interrupted at step {}; resuming it", j->rec.id, j->rec.step);
-    j->log->info("interrupted at step {}; resuming after a daemon restart", j->rec.step);
+    j->log->append("info", "interrupted at step " + std::to_string(j->rec.step) + "; resuming after a daemon restart");
     j->rec.state = v1::JOB_STATE_QUEUED;
     j->rec.reason.clear();  // older daemons saved "interrupted ..." here
     queue_.push(j->rec.id, j->priority, j->order);
@@ -164,6 +175,7 @@ void JobManager::worker() {
       job->rec.state = v1::JOB_STATE_RUNNING;
       if (!job->rec.started_ms) job->rec.started_ms = now_ms();
       running_ = job;
+      job->log->append("info", "running");
       (void)save(*job);
       update_job_metrics();
       metrics_.set_memory(&job->plan);
@@ -194,6 +206,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
       job->last = s;
       ev = event_of(*job);
     }
+    job->log->append("info", step_line(s, job->rec.total_steps));
     metrics_.on_step(id, s, job->flops_per_token, peak);
     if (job->spool) metrics_.set_data_queue(id, double(job->spool->tokens() - job->progress->consumed));
     emit(id, ev);
@@ -203,7 +216,8 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
                      : level == LogLevel::kWarning ? spdlog::level::warn
                      : level == LogLevel::kDebug   ? spdlog::level::debug
                                                    : spdlog::level::info;
-    job->log->log(lvl, msg);
+    const auto name = spdlog::level::to_string_view(lvl);
+    job->log->append(std::string(name.data(), name.size()), msg);
     spdlog::log(lvl, "job {}: {}", id, msg);
     if (level == LogLevel::kDebug) return;
     v1::JobEvent ev;
@@ -270,13 +284,13 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
       message = settle(*job, res);
     }
     job->preempted_by.clear();
-    (void)save(*job);
+    job->log->append(r.state == v1::JOB_STATE_FAILED ? "error" : "info", std::string("job ") + state_name(r.state) + ": " + message);
+    (void)save(*job);  // closes the log of a job that ended, after that last line
     waiters.swap(job->ckpt_waiters);
     update_job_metrics();
     metrics_.set_memory(nullptr);
     ev = event_of(*job);
     ev.set_message(message);
-    job->log->info("job {}: {}", state_name(r.state), message);
   }
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
   emit(job->rec.id, ev);
@@ -440,6 +454,7 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
     job->progress->waiting = false;
     job->rec.state = v1::JOB_STATE_CANCELLED;
     job->rec.reason = "cancelled by request while queued";
+    if (job->log) job->log->append("info", "job cancelled: " + job->rec.reason);
     job->rec.finished_ms = now_ms();
     queue_.erase(id);
     if (job->spool) job->spool->stop();
@@ -578,7 +593,25 @@ Status JobManager::save(const Job& job) {
   if (job.spool) rec.spooled_tokens = job.spool->tokens();
   Status st = save_record(job.dir + "/job.json", rec);
   if (!st.ok()) spdlog::error("job {}: {}", job.rec.id, st.to_string());
+  if (job.rec.terminal() && job.log) job.log->close();
   return st;
+}
+
+Result<std::shared_ptr<LogFile>> JobManager::log(const std::string& id) {
+  if (id.empty() || id == "daemon") {
+    if (!opt_.daemon_log) return not_found("this daemon keeps no log of its own");
+    return opt_.daemon_log;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  MT_ASSIGN_OR_RETURN(auto job, find(id));
+  if (!job->log) return not_found("job " + id + " has no log (its directory could not be opened)");
+  return job->log;
+}
+
+Result<JobManager::JobFiles> JobManager::files(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MT_ASSIGN_OR_RETURN(auto job, find(id));
+  return JobFiles{job->dir, job->rec.state, running_ ? running_->plan.host_bytes : 0, opt_.data_root, opt_.budgets.host};
 }
 
 void JobManager::update_job_metrics() {

@@ -31,6 +31,7 @@
 #include "megatrain/v1/trainer.pb.h"
 #include "server/job_queue.h"
 #include "server/job_record.h"
+#include "server/log_file.h"
 #include "server/metrics.h"
 #include "server/push_spool.h"
 #include "server/spec_convert.h"
@@ -51,6 +52,8 @@ class JobManager {
     // finishes): keep the newest `retain_jobs` (0: all) and none older than `retain_days` (0: any age).
     int retain_jobs = 0;
     double retain_days = 0;
+    std::shared_ptr<LogFile> daemon_log;  // StreamLogs' "daemon"; null: none
+    uint64_t log_file_bytes = 0;         // each job log's rotation size; 0: LogFile's default
   };
   // A job whose run ends with the device lost (StatusCode::kDeviceLost: a sticky CUDA error,
   // the process's context unusable) stays RUNNING with the failure as its reason, the worker
@@ -99,6 +102,18 @@ class JobManager {
   // Calls `l` with the job's current state at once, then with every event until unwatch.
   Result<uint64_t> watch(const std::string& id, Listener l);
   void unwatch(uint64_t token);
+
+  // Logs and artifacts (issue 17). A job's log (STATE_DIR/jobs/ID/log.txt), or the daemon's own
+  // for an empty id or "daemon". NOT_FOUND for an unknown job.
+  Result<std::shared_ptr<LogFile>> log(const std::string& id);
+  struct JobFiles {
+    std::string dir;  // STATE_DIR/jobs/ID; its checkpoints are under dir/checkpoints
+    v1::JobState state;
+    uint64_t running_host_bytes = 0;  // the host memory the running job (any) was admitted with
+    std::string data_root;            // where exports go
+    uint64_t host_budget = 0;         // 0: unlimited
+  };
+  Result<JobFiles> files(const std::string& id);
 
  private:
   struct Job;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/job_manager.h"
+#include "server/log_file.h"
 
 namespace mt::server {
 
@@ -30,7 +31,7 @@ struct JobManager::Job {
   long run_steps = 0;
   StepStats last;
   std::vector<CheckpointDone> ckpt_waiters;
-  std::shared_ptr<spdlog::logger> log;
+  std::shared_ptr<LogFile> log;  // STATE_DIR/jobs/ID/log.txt, closed once the job has ended
 };
 
 }  // namespace mt::server

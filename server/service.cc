@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "server/log_stream.h"
 #include "server/status_map.h"
 
 namespace mt::server {
@@ -271,6 +272,38 @@ grpc::ServerUnaryReactor* TrainerService::DeleteJob(grpc::CallbackServerContext*
                                                     v1::DeleteJobResponse* resp) {
   return unary(ctx, "DeleteJob", Role::kAdmin,
                [&] { return reply(jobs_.remove(req->job_id(), req->keep_checkpoints()), resp); });
+}
+
+grpc::ServerWriteReactor<v1::StreamLogsResponse>* TrainerService::StreamLogs(grpc::CallbackServerContext* ctx,
+                                                                             const v1::StreamLogsRequest* req) {
+  // A job's log is for any reader; the daemon's own log (empty job_id or "daemon") for admins.
+  const bool daemon_log = req->job_id().empty() || req->job_id() == "daemon";
+  grpc::Status refused = auth_.authorize(*ctx, "StreamLogs", daemon_log ? Role::kAdmin : Role::kRead);
+  std::shared_ptr<LogFile> log;
+  if (refused.ok()) {
+    auto l = jobs_.log(req->job_id());
+    if (l.ok()) log = *l;
+    else refused = to_grpc(l.status());
+  }
+  return stream_logs(refused, std::move(log), *req);
+}
+
+grpc::ServerUnaryReactor* TrainerService::ListCheckpoints(grpc::CallbackServerContext* ctx,
+                                                          const v1::ListCheckpointsRequest* req,
+                                                          v1::ListCheckpointsResponse* resp) {
+  return unary(ctx, "ListCheckpoints", Role::kRead, [&] {
+    auto job = jobs_.files(req->job_id());
+    return job.ok() ? reply(list_job_checkpoints(job->dir), resp) : to_grpc(job.status());
+  });
+}
+
+grpc::ServerUnaryReactor* TrainerService::ExportModel(grpc::CallbackServerContext* ctx,
+                                                      const v1::ExportModelRequest* req,
+                                                      v1::ExportModelResponse* resp) {
+  return unary(ctx, "ExportModel", Role::kAdmin, [&] {
+    auto job = jobs_.files(req->job_id());
+    return job.ok() ? reply(exporter_.run(*job, *req), resp) : to_grpc(job.status());
+  });
 }
 
 }  // namespace mt::server

@@ -2,6 +2,7 @@
 // converts, calls the job manager and returns a canonical status code whose message names the field and value.
 #pragma once
 #include "megatrain/v1/trainer.grpc.pb.h"
+#include "server/artifacts.h"
 #include "server/auth.h"
 #include "server/job_manager.h"
 
@@ -34,6 +35,15 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx, const v1::DeleteJobRequest* req,
                                       v1::DeleteJobResponse* resp) override;
 
+  // Logs and artifacts (issue 17). Roles: StreamLogs of a job and ListCheckpoints are `read`;
+  // StreamLogs of the daemon's own log and ExportModel `admin`.
+  grpc::ServerWriteReactor<v1::StreamLogsResponse>* StreamLogs(grpc::CallbackServerContext* ctx,
+                                                               const v1::StreamLogsRequest* req) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* req,
+                                            v1::ListCheckpointsResponse* resp) override;
+  grpc::ServerUnaryReactor* ExportModel(grpc::CallbackServerContext* ctx, const v1::ExportModelRequest* req,
+                                        v1::ExportModelResponse* resp) override;
+
  private:
   // Every unary RPC: authenticate and check the token's role against the one `rpc` needs (a new
   // RPC cannot skip either: the role is a parameter), run `handler`, finish with its status.
@@ -42,6 +52,7 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
 
   JobManager& jobs_;
   Authenticator auth_;
+  Exporter exporter_;
 };
 
 }  // namespace mt::server

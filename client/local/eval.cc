@@ -6,7 +6,7 @@
 #include <string>
 
 #include "client/cli.h"
-#include "client/local/model_files.h"
+#include "engine/io/model_files.h"
 #include "engine/exec/resident_executor.h"
 
 namespace mt::cli {

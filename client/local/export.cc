@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "client/cli.h"
-#include "client/local/model_files.h"
+#include "engine/io/model_files.h"
 #include "engine/io/hf_io.h"
 
 namespace mt::cli {

@@ -21,6 +21,9 @@ int remote_push(Connection& c, const Args& a);
 int remote_pause(Connection& c, const Args& a);
 int remote_resume(Connection& c, const Args& a);
 int remote_delete(Connection& c, const Args& a);
+int remote_logs(Connection& c, const Args& a);
+int remote_checkpoints(Connection& c, const Args& a);
+int remote_export(Connection& c, const Args& a);  // export --remote ID OUT_DIR
 
 // Follows job `id` until it ends: progress per step, a summary at the end. Exit code: 0 when the
 // job succeeded, 1 when it failed or was cancelled, 3 when the daemon went away.

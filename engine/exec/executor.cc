@@ -21,6 +21,7 @@ Status validate(const TrainOptions& o, const ModelConfig& cfg) {
     return invalid_argument("global_batch x seq_len = " + std::to_string(int64_t(o.global_batch) * o.seq_len) +
                             " tokens per step exceeds the limit of " + std::to_string(TrainLimits::kTokensPerStep));
   if (o.head_chunk < 1) return bad("head_chunk", o.head_chunk, "must be >= 1");
+  if (o.token_chunk < 0) return bad("token_chunk", o.token_chunk, "must be >= 0 (0: chosen by the planner)");
   if (o.schedule.warmup_steps < 0) return bad("schedule.warmup_steps", o.schedule.warmup_steps, "must be >= 0");
   if (!(o.schedule.min_lr_ratio >= 0 && o.schedule.min_lr_ratio <= 1))
     return invalid_argument("schedule.min_lr_ratio = " + std::to_string(o.schedule.min_lr_ratio) + " must be in [0, 1]");

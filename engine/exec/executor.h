@@ -34,6 +34,9 @@ struct TrainOptions {
   MemoryLayout layout = MemoryLayout::kExact;
   int optimizer_threads = 0;  // 0: all cores
   int head_chunk = 256;       // tokens per chunk of the fused LM head + loss
+  // Tokens per chunk of each decoder's MLP block (LayerShape::token_chunk). 0: the whole
+  // micro-batch, unless the streaming planner must chunk to fit the device budget.
+  int token_chunk = 0;
   // Compute dtype of weights and activations on the device (masters, moments and gradients on
   // the host are unchanged). bf16 keeps a bf16 shadow of the masters in the HostStore, written
   // by the fused AdamW, and that is what crosses the link.

@@ -97,6 +97,14 @@ std::string budget_reason(const char* what, uint64_t need, uint64_t budget) {
          format_bytes(budget) + " (" + std::to_string(budget) + " bytes)";
 }
 
+// One micro-batch's workspace: a decoder's activations and backward scratch, the head's scratch.
+size_t workspace_bytes(const ModelConfig& c, const TrainOptions& o, int token_chunk) {
+  LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk, token_chunk};
+  return o.precision == Precision::kBf16
+             ? decoder_acts_bytes<bf16>(s) + decoder_scratch_bytes<bf16>(s) + head_scratch_bytes<bf16>(s)
+             : decoder_acts_bytes<float>(s) + decoder_scratch_bytes<float>(s) + head_scratch_bytes<float>(s);
+}
+
 }  // namespace
 
 Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, const PlanOptions& po) {
@@ -109,19 +117,31 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
     p.params += int64_t(u.numel);
     p.slot_numel = std::max(p.slot_numel, u.numel);
   }
-  LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk};
-  p.workspace_bytes = o.precision == Precision::kBf16
-                          ? decoder_acts_bytes<bf16>(s) + decoder_scratch_bytes<bf16>(s) + head_scratch_bytes<bf16>(s)
-                          : decoder_acts_bytes<float>(s) + decoder_scratch_bytes<float>(s) + head_scratch_bytes<float>(s);
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
   p.host_by_kind = host_kinds(units, c, o, po);
 
-  // Device: layer inputs stay on the device when they fit, else they go to host memory.
-  bool on_device = po.placement != CheckpointPlacement::kHost;
-  p.device_by_kind = device_kinds(p, c, o, po, on_device);
-  if (po.placement == CheckpointPlacement::kAuto && po.device_budget && sum(p.device_by_kind) > po.device_budget) {
-    on_device = false;
-    p.device_by_kind = device_kinds(p, c, o, po, false);
+  // Device: layer inputs stay on the device when they fit, else they go to host memory; then,
+  // when token_chunk is left to the planner, the MLP block is chunked (the largest power of two
+  // that fits, down to kMinTokenChunk) until the plan fits.
+  bool on_device = true;
+  auto place = [&](int chunk) {
+    p.token_chunk = chunk;
+    p.workspace_bytes = workspace_bytes(c, o, chunk);
+    on_device = po.placement != CheckpointPlacement::kHost;
+    p.device_by_kind = device_kinds(p, c, o, po, on_device);
+    if (po.placement == CheckpointPlacement::kAuto && po.device_budget && sum(p.device_by_kind) > po.device_budget) {
+      on_device = false;
+      p.device_by_kind = device_kinds(p, c, o, po, false);
+    }
+    return !po.device_budget || sum(p.device_by_kind) <= po.device_budget;
+  };
+  const int tokens = o.micro_batch * o.seq_len;
+  if (!place(o.token_chunk) && o.token_chunk == 0) {
+    int chunk = 1;
+    while (chunk * 2 < tokens) chunk *= 2;
+    for (; chunk >= kMinTokenChunk; chunk /= 2)
+      if (place(chunk)) break;
+    if (chunk < kMinTokenChunk) place(0);  // nothing fits: report the unchunked plan's numbers
   }
   p.checkpoints_on_device = on_device;
   if (!on_device)
@@ -158,6 +178,7 @@ Json memory_plan_to_json(const MemoryPlan& p) {
                          {"fits", p.fits},
                          {"checkpoints_on_device", p.checkpoints_on_device},
                          {"precision", precision_name(p.precision)},
+                         {"token_chunk", p.token_chunk},
                          {"host_by_kind", host},
                          {"device_by_kind", dev}});
   if (!p.fits) j.set("reason", p.reason);

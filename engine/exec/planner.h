@@ -56,7 +56,11 @@ struct MemoryPlan {
   size_t slot_numel = 0;        // elements of the largest streamed unit
   size_t checkpoint_numel = 0;  // elements per layer input (whole global batch): G*T*C
   size_t workspace_bytes = 0;   // one micro-batch: acts + scratch + head scratch (layers.h)
+  int token_chunk = 0;          // tokens per MLP chunk the executor runs (LayerShape); 0 = unchunked
 };
+
+// The smallest MLP chunk the planner picks by itself (a spec may ask for less).
+constexpr int kMinTokenChunk = 128;
 
 Result<MemoryPlan> plan_memory(const ModelConfig& cfg, const TrainOptions& opt, const PlanOptions& popt);
 Json memory_plan_to_json(const MemoryPlan& p);

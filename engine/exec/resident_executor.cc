@@ -31,7 +31,7 @@ Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelCo
   std::unique_ptr<ResidentExecutor> e(new ResidentExecutor(cfg, opt));
   const bool bf16_compute = opt.precision == Precision::kBf16;
   MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, bf16_compute, default_host_allocator()));
-  LayerShape s{&e->cfg_, opt.micro_batch, opt.seq_len, e->inv_freq_.data(), opt.head_chunk};
+  LayerShape s{&e->cfg_, opt.micro_batch, opt.seq_len, e->inv_freq_.data(), opt.head_chunk, opt.token_chunk};
   e->workspace_.resize(bf16_compute ? model_pass_workspace_bytes<bf16>(s, opt.recompute)
                                     : model_pass_workspace_bytes<float>(s, opt.recompute));
   if (cfg.tie_word_embeddings) e->tied_head_grad_.resize(e->units_[0].numel);
@@ -50,7 +50,7 @@ std::vector<const T*> ResidentExecutor::weights() const {
 
 template <typename T>
 Result<double> ResidentExecutor::accumulate_grads(const Batch& batch, float grad_scale) {
-  LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk};
+  LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk, opt_.token_chunk};
   ModelPassArgs<T> a;
   a.weights = weights<T>();
   for (size_t u = 0; u < units_.size(); ++u) a.grads.push_back(static_cast<float*>(store_->unit(u).grad));
@@ -111,7 +111,7 @@ Result<double> ResidentExecutor::clip_and_update(long step, float lr, StepStats&
 
 template <typename T>
 Result<double> ResidentExecutor::evaluate_in(const Batch& batch) {
-  LayerShape s{&cfg_, 1, batch.seq_len, inv_freq_.data(), opt_.head_chunk};
+  LayerShape s{&cfg_, 1, batch.seq_len, inv_freq_.data(), opt_.head_chunk, opt_.token_chunk};
   Workspace ws(model_pass_workspace_bytes<T>(s, false));
   ModelPassArgs<T> a;
   a.weights = weights<T>();

@@ -100,7 +100,7 @@ Status StreamingExecutor::allocate() {
   inv_freq_ = static_cast<float*>(inv_freq);
   backend_->copy_h2d(inv_freq_, inv.data(), inv.size() * sizeof(float));
   backend_->host_wait(backend_->record(StreamKind::kH2D));
-  shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk};
+  shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk, plan_.token_chunk};
 
   const size_t grad_elem = state_elem_bytes(opt_.layout);
   if (cfg_.tie_word_embeddings) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -221,6 +222,33 @@ Result<std::string> resolve_checkpoint(const std::string& path) {
     return dir;
   }
   return not_found("'" + path + "' is neither a checkpoint directory (no trainer_state.json) nor a checkpoint root (no latest)");
+}
+
+Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
+  std::vector<CheckpointInfo> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  const auto latest = read_latest(root);
+  fs::directory_iterator it(root, ec);
+  if (ec) return data_loss("cannot list the checkpoints in '" + root + "': " + ec.message());
+  for (const auto& e : it) {
+    std::error_code eec;  // a checkpoint pruned while we look is simply not listed
+    const std::string name = e.path().filename().string();
+    const long step = parse_step_dir(name);
+    if (step < 0 || !e.is_directory(eec)) continue;
+    auto state = state_from_json(join(e.path().string(), "trainer_state.json"));
+    if (!state.ok()) continue;
+    CheckpointInfo c{step, state->last_loss, 0, 0, e.path().string(), latest.ok() && *latest == name};
+    for (const auto& f : fs::directory_iterator(e.path(), eec))
+      if (const uint64_t n = f.is_regular_file(eec) ? f.file_size(eec) : 0; !eec) c.size_bytes += n;
+    const auto mtime = fs::last_write_time(e.path() / "trainer_state.json", eec);
+    if (!eec)
+      c.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::file_clock::to_sys(mtime).time_since_epoch()).count();
+    out.push_back(std::move(c));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
 }
 
 Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/optim/host_store.h"
 #include "engine/model/model_config.h"
@@ -32,6 +33,20 @@ bool is_training_checkpoint(const std::string& path);
 
 // Resolves ROOT (via `latest`) or a step directory to the checkpoint directory.
 Result<std::string> resolve_checkpoint(const std::string& path);
+
+// One complete checkpoint under a root (what ListCheckpoints reports).
+struct CheckpointInfo {
+  long step = 0;
+  double loss = 0;          // trainer_state.json's last_loss
+  uint64_t size_bytes = 0;  // every file in the directory
+  int64_t unix_ms = 0;      // when it was written: trainer_state.json's mtime
+  std::string dir;
+  bool latest = false;      // the one `latest` names
+};
+// The complete checkpoints under `root`, steps ascending; none when root does not exist. A
+// checkpoint being written (a temp directory) or one without a readable trainer_state.json is
+// not listed.
+Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root);
 
 // Loads weights and optimizer state into `store` (shapes checked against cfg).
 Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store);

@@ -194,6 +194,7 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(r.number("link_gbps", s.link_gbps));
   MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
   MT_RETURN_IF_ERROR(r.boolean("recompute", s.train.recompute));
+  MT_RETURN_IF_ERROR(r.integer("token_chunk", s.train.token_chunk));
   MT_RETURN_IF_ERROR(r.integer("priority", s.priority));
   ObjectReader mem = r.child("memory");
   MT_RETURN_IF_ERROR(mem.check_object());
@@ -256,7 +257,9 @@ Json unsigned_json(uint64_t v) {
   return v <= uint64_t(std::numeric_limits<int64_t>::max()) ? Json(int64_t(v)) : Json(std::to_string(v));
 }
 
-// Every field but the priority (which only orders the daemon's queue).
+// Every field but the priority (which only orders the daemon's queue). token_chunk changes the
+// weight gradients' summation order, so it is part of the trajectory; absent when 0, so the
+// hashes of specs written before it existed do not change.
 Json job_spec_trajectory_json(const JobSpec& s) {
   Json model = Json::object();
   if (!s.model.preset.empty()) model.set("preset", s.model.preset);
@@ -270,7 +273,7 @@ Json job_spec_trajectory_json(const JobSpec& s) {
   if (s.data.eod_id >= 0) data.set("eod_id", s.data.eod_id);  // absent = none, as before the field existed
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
-  return Json::object({
+  Json j = Json::object({
       {"name", s.name},
       {"model", model},
       {"init", init},
@@ -294,6 +297,8 @@ Json job_spec_trajectory_json(const JobSpec& s) {
       {"recompute", s.train.recompute},
       {"memory", Json::object({{"layout", memory_layout_name(s.train.layout)}})},
   });
+  if (s.train.token_chunk != 0) j.set("token_chunk", s.train.token_chunk);
+  return j;
 }
 }  // namespace
 

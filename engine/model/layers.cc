@@ -1,17 +1,18 @@
 #include "engine/model/layers.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace mt {
 
 namespace {
 struct Dims {
-  size_t N, C, QKV, Q, F, H, T;
+  size_t N, C, QKV, Q, F, H, T, M;  // M: tokens per MLP chunk
 };
 Dims dims(const LayerShape& s) {
   const ModelConfig& c = *s.cfg;
   return {size_t(s.N()), size_t(c.hidden_size), size_t(c.qkv_dim()), size_t(c.q_dim()),
-          size_t(c.intermediate_size), size_t(c.num_heads), size_t(s.T)};
+          size_t(c.intermediate_size), size_t(c.num_heads), size_t(s.T), size_t(s.mlp_chunk())};
 }
 // Walks a workspace layout: take<U>(n) returns the next kWorkspaceAlign-aligned region of n
 // Us. With a null base it only counts (the *_bytes functions); the binds carve a real base.
@@ -43,10 +44,10 @@ DecoderActs<T> carve_decoder_acts(const LayerShape& s, Carver& c) {
   a.att = c.take<T>(d.N * d.Q);
   a.lse = c.take<A>(d.N * d.H);
   a.x2 = c.take<T>(d.N * d.C);
-  a.xn2 = c.take<T>(d.N * d.C);
-  a.rstd2 = c.take<A>(d.N);
-  a.gu = c.take<T>(d.N * 2 * d.F);
-  a.h = c.take<T>(d.N * d.F);
+  a.xn2 = c.take<T>(d.M * d.C);  // the MLP block's: one chunk
+  a.rstd2 = c.take<A>(d.M);
+  a.gu = c.take<T>(d.M * 2 * d.F);
+  a.h = c.take<T>(d.M * d.F);
   return a;
 }
 
@@ -54,8 +55,8 @@ template <typename T>
 DecoderScratch<T> carve_decoder_scratch(const LayerShape& s, Carver& c) {
   const Dims d = dims(s);
   DecoderScratch<T> sc{};
-  sc.dh = c.take<T>(d.N * d.F);
-  sc.dgu = c.take<T>(d.N * 2 * d.F);
+  sc.dh = c.take<T>(d.M * d.F);  // one MLP chunk
+  sc.dgu = c.take<T>(d.M * 2 * d.F);
   sc.dxn = c.take<T>(d.N * d.C);
   sc.dx2 = c.take<T>(d.N * d.C);
   sc.datt = c.take<T>(d.N * d.Q);
@@ -110,11 +111,50 @@ HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base) {
   return carve_head_scratch<T>(s, c);
 }
 
+namespace {
+
+// The MLP block's forward on tokens [n0, n0 + n): xn2, rstd2, gu, h hold that chunk;
+// out (when given) receives x2 + down(silu(gate) * up) for it.
+template <typename T>
+void mlp_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const DecoderActs<T>& a,
+                 int n0, int n, T* out) {
+  const ModelConfig& c = *s.cfg;
+  const int C = c.hidden_size, F = c.intermediate_size;
+  const T* x2 = a.x2 + size_t(n0) * C;
+  ops.rmsnorm_forward(a.xn2, a.rstd2, x2, w.ln2, n, C, float(c.rms_norm_eps));
+  ops.matmul_forward(a.gu, a.xn2, w.wgu, nullptr, n, C, 2 * F);
+  ops.swiglu_forward(a.h, a.gu, n, F);
+  if (!out) return;
+  T* o = out + size_t(n0) * C;
+  ops.matmul_forward(o, a.h, w.wdown, nullptr, n, F, C);
+  ops.add_inplace(o, x2, size_t(n) * C);
+}
+
+// The MLP block's backward on tokens [n0, n0 + n), whose activations are in `a`: dw accumulates,
+// dx2 (rows n0..) = dresid + d(norm2 input).
+template <typename T>
+void mlp_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+                  const DecoderView<acc_t<T>>& dw, const DecoderActs<T>& a, const T* dresid,
+                  const DecoderScratch<T>& sc, int n0, int n) {
+  const ModelConfig& c = *s.cfg;
+  const int C = c.hidden_size, F = c.intermediate_size;
+  const size_t off = size_t(n0) * C, nC = size_t(n) * C;
+  ops.zero(sc.dh, size_t(n) * F);
+  ops.matmul_backward(sc.dh, dw.wdown, nullptr, dresid + off, a.h, w.wdown, n, F, C);
+  ops.swiglu_backward(sc.dgu, sc.dh, a.gu, n, F);
+  ops.zero(sc.dxn, nC);
+  ops.matmul_backward(sc.dxn, dw.wgu, nullptr, sc.dgu, a.xn2, w.wgu, n, C, 2 * F);
+  ops.copy(sc.dx2 + off, dresid + off, nC);
+  ops.rmsnorm_backward(sc.dx2 + off, dw.ln2, sc.dxn, a.x2 + off, w.ln2, a.rstd2, n, C);
+}
+
+}  // namespace
+
 template <typename T>
 void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
                      T* out, const DecoderActs<T>& a) {
   const ModelConfig& c = *s.cfg;
-  const int N = s.N(), C = c.hidden_size, F = c.intermediate_size;
+  const int N = s.N(), C = c.hidden_size, M = s.mlp_chunk();
   const float eps = float(c.rms_norm_eps);
   // attention block: x2 = x + o_proj(attn(rope(qkv(norm(x)))))
   ops.rmsnorm_forward(a.xn1, a.rstd1, x, w.ln1, N, C, eps);
@@ -124,13 +164,11 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<c
   ops.attention_forward(a.att, a.lse, a.qkv, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
   ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
   ops.add_inplace(a.x2, x, size_t(N) * C);
-  // MLP block: out = x2 + down(silu(gate(norm(x2))) * up(norm(x2)))
-  ops.rmsnorm_forward(a.xn2, a.rstd2, a.x2, w.ln2, N, C, eps);
-  ops.matmul_forward(a.gu, a.xn2, w.wgu, nullptr, N, C, 2 * F);
-  ops.swiglu_forward(a.h, a.gu, N, F);
-  if (!out) return;  // recompute for backward: everything backward needs is in acts
-  ops.matmul_forward(out, a.h, w.wdown, nullptr, N, F, C);
-  ops.add_inplace(out, a.x2, size_t(N) * C);
+  // MLP block: out = x2 + down(silu(gate(norm(x2))) * up(norm(x2))), chunk by chunk. A recompute
+  // for backward (out == nullptr) of a chunked block stops here: the backward recomputes each
+  // chunk; unchunked, the acts it leaves are what the backward reads.
+  if (!out && s.mlp_chunked()) return;
+  for (int n0 = 0; n0 < N; n0 += M) mlp_forward(ops, s, w, a, n0, std::min(M, N - n0), out);
 }
 
 template <typename T>
@@ -138,16 +176,14 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<
                       const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
                       const DecoderScratch<T>& sc) {
   const ModelConfig& c = *s.cfg;
-  const int N = s.N(), C = c.hidden_size, F = c.intermediate_size, Q = c.q_dim(), QKV = c.qkv_dim();
+  const int N = s.N(), C = c.hidden_size, Q = c.q_dim(), QKV = c.qkv_dim(), M = s.mlp_chunk();
   const size_t NC = size_t(N) * C;
-  // MLP block
-  ops.zero(sc.dh, size_t(N) * F);
-  ops.matmul_backward(sc.dh, dw.wdown, nullptr, dresid, a.h, w.wdown, N, F, C);
-  ops.swiglu_backward(sc.dgu, sc.dh, a.gu, N, F);
-  ops.zero(sc.dxn, NC);
-  ops.matmul_backward(sc.dxn, dw.wgu, nullptr, sc.dgu, a.xn2, w.wgu, N, C, 2 * F);
-  ops.copy(sc.dx2, dresid, NC);
-  ops.rmsnorm_backward(sc.dx2, dw.ln2, sc.dxn, a.x2, w.ln2, a.rstd2, N, C);
+  // MLP block, chunk by chunk (a chunked block first recomputes the chunk's activations)
+  for (int n0 = 0; n0 < N; n0 += M) {
+    const int n = std::min(M, N - n0);
+    if (s.mlp_chunked()) mlp_forward(ops, s, w, a, n0, n, static_cast<T*>(nullptr));
+    mlp_backward(ops, s, w, dw, a, dresid, sc, n0, n);
+  }
   // attention block
   ops.zero(sc.datt, size_t(N) * Q);
   ops.matmul_backward(sc.datt, dw.wo, nullptr, sc.dx2, a.att, w.wo, N, Q, C);

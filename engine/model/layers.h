@@ -21,8 +21,14 @@ struct LayerShape {
   int T = 0;
   const float* inv_freq = nullptr;
   int head_chunk = 256;  // tokens per chunk of the fused LM head + loss
-  const int32_t* pos = nullptr;
+  // Tokens per chunk of a decoder's MLP block (norm, gate/up, SwiGLU, down, residual); 0 = all.
+  // A chunked block keeps O(chunk x F) activations and recomputes them chunk by chunk in the
+  // backward; weight gradients accumulate over the chunks.
+  int token_chunk = 0;
+  const int32_t* pos = nullptr;  // document positions, [B*T] on the device (see above)
   int N() const { return B * T; }
+  int mlp_chunk() const { return token_chunk > 0 && token_chunk < N() ? token_chunk : N(); }
+  bool mlp_chunked() const { return mlp_chunk() < N(); }
 };
 
 // Workspaces are laid out in bytes: T regions (activations) and acc_t<T> regions (statistics,

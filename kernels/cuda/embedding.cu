@@ -23,8 +23,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   }
 }
 
-template <typename T>
-__global__ void embedding_backward_kernel(T* dwte, const T* dout, const int32_t* tokens, int N, int C) {
+template <typename T, typename G>
+__global__ void embedding_backward_kernel(G* dwte, const T* dout, const int32_t* tokens, int N, int C) {
   __shared__ int32_t tok[kStage];
   const int bucket = blockIdx.y;
   const int c = blockIdx.x * kThreads + threadIdx.x;
@@ -37,8 +37,8 @@ __global__ void embedding_backward_kernel(T* dwte, const T* dout, const int32_t*
     for (int i = 0; i < len; ++i) {
       const int t = tok[i];
       if (t % kBuckets != bucket) continue;
-      T* dst = dwte + size_t(t) * C + c;
-      *dst = detail::st<T>(detail::ld(*dst) + detail::ld(dout[size_t(n0 + i) * C + c]));
+      G* dst = dwte + size_t(t) * C + c;
+      *dst = detail::st<G>(detail::ld(*dst) + detail::ld(dout[size_t(n0 + i) * C + c]));
     }
   }
 }
@@ -53,8 +53,8 @@ CudaStatus embedding_forward(T* out, const int32_t* tokens, const T* wte, int N,
   return launched("embedding_forward_kernel");
 }
 
-template <typename T>
-CudaStatus embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
+template <typename T, typename G>
+CudaStatus embedding_backward(G* dwte, const T* dout, const int32_t* tokens, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
   clear_last_error();
   embedding_backward_kernel<<<dim3((C + kThreads - 1) / kThreads, kBuckets), kThreads, 0, stream>>>(dwte, dout, tokens,
@@ -62,11 +62,11 @@ CudaStatus embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int
   return launched("embedding_backward_kernel");
 }
 
-#define MT_INSTANTIATE(T)                                                                         \
+#define MT_INSTANTIATE(T, G)                                                                      \
   template CudaStatus embedding_forward<T>(T*, const int32_t*, const T*, int, int, cudaStream_t); \
-  template CudaStatus embedding_backward<T>(T*, const T*, const int32_t*, int, int, cudaStream_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(__nv_bfloat16)
+  template CudaStatus embedding_backward<T, G>(G*, const T*, const int32_t*, int, int, cudaStream_t);
+MT_INSTANTIATE(float, float)
+MT_INSTANTIATE(__nv_bfloat16, float)
 #undef MT_INSTANTIATE
 
 }  // namespace mt::cuda

@@ -1,5 +1,7 @@
 // cuBLASLt GEMM behind a row-major interface, with the algorithm chosen once per shape.
 // Row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T.
+// A and B share one type, C may differ (bf16 A/B with an fp32 C for mixed precision); the
+// compute type is always CUBLAS_COMPUTE_32F with fp32 alpha/beta.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -24,7 +26,8 @@ constexpr cudaDataType_t data_type() {
   else return CUDA_R_16BF;
 }
 
-using Key = std::tuple<int, bool, bool, int, int, int, int, int, int, uint32_t>;
+// (A/B type, C type, trans_a, trans_b, M, N, K, lda, ldb, ldc, alignment).
+using Key = std::tuple<int, int, bool, bool, int, int, int, int, int, int, uint32_t>;
 
 // Largest power of two (<= 256) dividing the address: cuBLASLt picks kernels for it.
 uint32_t alignment(const void* p) {
@@ -75,8 +78,9 @@ CudaStatus GemmContext::create(std::unique_ptr<GemmContext>& out, size_t workspa
 namespace {
 
 // Column-major problem: D[m,n] = op(A') op(B'), A' = row-major B, B' = row-major A.
-CudaStatus make_plan(GemmContext::Impl& ctx, cudaDataType_t dt, bool ta, bool tb, int M, int N, int K, int lda,
-                     int ldb, int ldc, uint32_t align, Plan& p) {
+// dt: A and B; dt_c: C (and D, the same buffer).
+CudaStatus make_plan(GemmContext::Impl& ctx, cudaDataType_t dt, cudaDataType_t dt_c, bool ta, bool tb, int M, int N,
+                     int K, int lda, int ldb, int ldc, uint32_t align, Plan& p) {
   const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // applied to row-major B
   const cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // applied to row-major A
   MT_BLAS_CALL(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -85,7 +89,7 @@ CudaStatus make_plan(GemmContext::Impl& ctx, cudaDataType_t dt, bool ta, bool tb
   // Stored shapes (column-major view of the row-major buffers).
   MT_BLAS_CALL(cublasLtMatrixLayoutCreate(&p.a, dt, tb ? K : N, tb ? N : K, ldb));
   MT_BLAS_CALL(cublasLtMatrixLayoutCreate(&p.b, dt, ta ? M : K, ta ? K : M, lda));
-  MT_BLAS_CALL(cublasLtMatrixLayoutCreate(&p.c, dt, N, M, ldc));
+  MT_BLAS_CALL(cublasLtMatrixLayoutCreate(&p.c, dt_c, N, M, ldc));
   cublasLtMatmulPreference_t pref = nullptr;
   MT_BLAS_CALL(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ctx.workspace_bytes;
@@ -107,18 +111,18 @@ CudaStatus make_plan(GemmContext::Impl& ctx, cudaDataType_t dt, bool ta, bool tb
 
 }  // namespace
 
-template <typename T>
+template <typename T, typename TC>
 CudaStatus gemm(bool ta, bool tb, int M, int N, int K, float alpha, const T* A, int lda, const T* B, int ldb,
-                float beta, T* C, int ldc, GemmContext& gc, cudaStream_t stream) {
+                float beta, TC* C, int ldc, GemmContext& gc, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return {};
   if (K <= 0) return invalid_value("gemm: K must be positive");
   GemmContext::Impl& ctx = gc.impl();
   const uint32_t align = std::min(alignment(A), std::min(alignment(B), alignment(C)));
-  const Key key{int(data_type<T>()), ta, tb, M, N, K, lda, ldb, ldc, align};
+  const Key key{int(data_type<T>()), int(data_type<TC>()), ta, tb, M, N, K, lda, ldb, ldc, align};
   auto it = ctx.plans.find(key);
   if (it == ctx.plans.end()) {
     Plan p;
-    CudaStatus s = make_plan(ctx, data_type<T>(), ta, tb, M, N, K, lda, ldb, ldc, align, p);
+    CudaStatus s = make_plan(ctx, data_type<T>(), data_type<TC>(), ta, tb, M, N, K, lda, ldb, ldc, align, p);
     if (!s.ok()) {
       p.destroy();
       return s;
@@ -132,11 +136,12 @@ CudaStatus gemm(bool ta, bool tb, int M, int N, int K, float alpha, const T* A, 
   return {};
 }
 
-#define MT_INSTANTIATE(T)                                                                                  \
-  template CudaStatus gemm<T>(bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*, int, \
-                              GemmContext&, cudaStream_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(__nv_bfloat16)
+#define MT_INSTANTIATE(T, TC)                                                                                \
+  template CudaStatus gemm<T, TC>(bool, bool, int, int, int, float, const T*, int, const T*, int, float, TC*, int, \
+                                  GemmContext&, cudaStream_t);
+MT_INSTANTIATE(float, float)
+MT_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+MT_INSTANTIATE(__nv_bfloat16, float)
 #undef MT_INSTANTIATE
 
 }  // namespace mt::cuda

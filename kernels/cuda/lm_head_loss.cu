@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/lm_head_loss.cuh"
@@ -13,39 +14,42 @@ using detail::ld;
 using detail::st;
 constexpr int kThreads = 512;
 
-// One block per row of logits: loss into row_loss[row]; with `backward`, the row becomes
-// (softmax - onehot(target)) * grad_scale (zeros for an ignored target).
-template <typename T>
-__global__ void lm_head_softmax_ce_kernel(T* logits, double* row_loss, T* losses, const int32_t* targets, int V,
-                                  bool backward, float grad_scale) {
+// One block per row of fp32 logits: loss into row_loss[row]; with `backward`, the row's
+// d(logits) = (softmax - onehot(target)) * grad_scale (zeros for an ignored target) goes to
+// dlogits, rounded once to D. In fp32 dlogits is the logits row itself (in place: each thread
+// reads then writes its own elements, and z[target] is read by all before any write).
+template <typename D>
+__global__ void lm_head_softmax_ce_kernel(const float* logits, D* dlogits, double* row_loss, float* losses,
+                                          const int32_t* targets, int V, bool backward, float grad_scale) {
   __shared__ float red[32];
   const int row = blockIdx.x;
-  T* z = logits + size_t(row) * V;
+  const float* z = logits + size_t(row) * V;
+  D* dz = dlogits + size_t(row) * V;
   const int32_t target = targets[row];
   const bool counted = target >= 0 && target < V;
   if (!counted) {
     if (backward)
-      for (int v = threadIdx.x; v < V; v += blockDim.x) z[v] = st<T>(0.f);
+      for (int v = threadIdx.x; v < V; v += blockDim.x) dz[v] = st<D>(0.f);
     if (threadIdx.x == 0) row_loss[row] = 0.0;
-    if (threadIdx.x == 0 && losses) losses[row] = st<T>(0.f);
+    if (threadIdx.x == 0 && losses) losses[row] = 0.f;
     return;
   }
   float mx = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, ld(z[v]));
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
   mx = detail::block_reduce(mx, red, detail::Max{}, -INFINITY);
   float sum = 0.f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(ld(z[v]) - mx);
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
   sum = detail::block_reduce(sum, red, detail::Sum{}, 0.f);
-  const float zt = ld(z[target]);
-  __syncthreads();  // every thread has read z[target] before the row is overwritten
+  const float zt = z[target];
+  __syncthreads();  // every thread has read z[target] before the row is overwritten (fp32: in place)
   const double loss = double(mx) + log(double(sum)) - double(zt);
   if (threadIdx.x == 0) row_loss[row] = loss;
-  if (threadIdx.x == 0 && losses) losses[row] = st<T>(float(loss));
+  if (threadIdx.x == 0 && losses) losses[row] = float(loss);
   if (!backward) return;
   const float k = (1.f / sum) * grad_scale;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    const float g = expf(ld(z[v]) - mx) * k;
-    z[v] = st<T>(v == target ? g - grad_scale : g);
+    const float g = expf(z[v] - mx) * k;
+    dz[v] = st<D>(v == target ? g - grad_scale : g);
   }
 }
 
@@ -63,34 +67,46 @@ __global__ void lm_head_total_kernel(double* totals, const double* row_loss, con
   totals[1] = double(c);
 }
 
+// The d(logits) of a chunk: the fp32 logits themselves (in place) for T = float; for bf16 the
+// region after the chunk's fp32 logits (lm_head_loss.cuh gives the layout).
+template <typename T>
+T* dlogits_of(float* logits, int chunk, int V) {
+  if constexpr (std::is_same_v<T, float>) return logits;
+  else return reinterpret_cast<T*>(logits + size_t(chunk) * size_t(V));
+}
+
 }  // namespace
 
 template <typename T>
-CudaStatus lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
-                        int chunk, float grad_scale, T* scratch, double* row_loss, double* totals, GemmContext& ctx,
-                        cudaStream_t stream) {
+CudaStatus lm_head_loss(T* dx, float* dW, float* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
+                        int V, int chunk, float grad_scale, void* scratch, double* row_loss, double* totals,
+                        GemmContext& ctx, cudaStream_t stream) {
   const bool backward = dx != nullptr;
   chunk = std::max(1, chunk);
+  float* logits = static_cast<float*>(scratch);
+  T* dlogits = dlogits_of<T>(logits, chunk, V);
+  // gemm<T> takes the C type from its pointer: fp32 logits and dW, T for dx.
   for (int n0 = 0; n0 < N; n0 += chunk) {
     const int rows = std::min(chunk, N - n0);
     const T* xc = x + long(n0) * C;
-    MT_CUDA_TRY(gemm<T>(false, true, rows, V, C, 1.f, xc, C, W, C, 0.f, scratch, V, ctx, stream));
+    MT_CUDA_TRY(gemm<T>(false, true, rows, V, C, 1.f, xc, C, W, C, 0.f, logits, V, ctx, stream));
     clear_last_error();
-    lm_head_softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(scratch, row_loss + n0, losses ? losses + n0 : nullptr,
-                                                     targets + n0, V, backward, grad_scale);
+    lm_head_softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(logits, dlogits, row_loss + n0,
+                                                             losses ? losses + n0 : nullptr, targets + n0, V, backward,
+                                                             grad_scale);
     MT_CUDA_TRY(launched("lm_head_softmax_ce_kernel"));
     if (!backward) continue;
-    MT_CUDA_TRY(gemm<T>(false, false, rows, C, V, 1.f, scratch, V, W, C, 0.f, dx + long(n0) * C, C, ctx, stream));
-    if (dW) MT_CUDA_TRY(gemm<T>(true, false, V, C, rows, 1.f, scratch, V, xc, C, 1.f, dW, C, ctx, stream));
+    MT_CUDA_TRY(gemm<T>(false, false, rows, C, V, 1.f, dlogits, V, W, C, 0.f, dx + long(n0) * C, C, ctx, stream));
+    if (dW) MT_CUDA_TRY(gemm<T>(true, false, V, C, rows, 1.f, dlogits, V, xc, C, 1.f, dW, C, ctx, stream));
   }
   clear_last_error();
   lm_head_total_kernel<<<1, 1, 0, stream>>>(totals, row_loss, targets, N, V);
   return launched("lm_head_total_kernel");
 }
 
-#define MT_INSTANTIATE(T)                                                                                  \
-  template CudaStatus lm_head_loss<T>(T*, T*, T*, const T*, const T*, const int32_t*, int, int, int, int, float, \
-                                      T*, double*, double*, GemmContext&, cudaStream_t);
+#define MT_INSTANTIATE(T)                                                                                         \
+  template CudaStatus lm_head_loss<T>(T*, float*, float*, const T*, const T*, const int32_t*, int, int, int, int, \
+                                      float, void*, double*, double*, GemmContext&, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

@@ -1,5 +1,7 @@
 // Dense layers on cuBLASLt: forward = bias broadcast + GEMM (beta = 1); backward = two
-// accumulating GEMMs and a deterministic column sum for the bias.
+// accumulating GEMMs and a deterministic column sum for the bias. In bf16 the forward's bias
+// is exact in the bf16 output, so the GEMM's beta = 1 reads it back exactly and out is
+// rounded once; dinp (bf16, beta = 1) likewise; dweight and dbias are G = fp32.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/device_util.cuh"
@@ -18,13 +20,13 @@ __global__ void broadcast_rows(T* out, const T* bias, int N, int OC) {
 
 // dbias[c] += sum over rows of dout[:, c], rows in order: one thread per column, 8 columns of
 // ILP per warp load. Only QKV biases (Qwen) use it; fine for their OC.
-template <typename T>
-__global__ void column_sum_add(T* dbias, const T* dout, int N, int OC) {
+template <typename G, typename T>
+__global__ void column_sum_add(G* dbias, const T* dout, int N, int OC) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC) return;
   float acc = 0.f;
   for (int n = 0; n < N; ++n) acc += detail::ld(dout[size_t(n) * OC + c]);
-  dbias[c] = detail::st<T>(detail::ld(dbias[c]) + acc);
+  dbias[c] = detail::st<G>(detail::ld(dbias[c]) + acc);
 }
 
 }  // namespace
@@ -41,8 +43,8 @@ CudaStatus matmul_forward(T* out, const T* inp, const T* w, const T* bias, int N
   return gemm<T>(false, true, N, OC, C, 1.f, inp, C, w, C, bias ? 1.f : 0.f, out, OC, ctx, stream);
 }
 
-template <typename T>
-CudaStatus matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
+template <typename T, typename G>
+CudaStatus matmul_backward(T* dinp, G* dw, G* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
                            GemmContext& ctx, cudaStream_t stream) {
   if (N <= 0) return {};
   if (dinp) MT_CUDA_TRY(gemm<T>(false, false, N, C, OC, 1.f, dout, OC, w, C, 1.f, dinp, C, ctx, stream));
@@ -55,13 +57,13 @@ CudaStatus matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, c
   return {};
 }
 
-#define MT_INSTANTIATE(T)                                                                                   \
-  template CudaStatus matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int, GemmContext&,     \
-                                        cudaStream_t);                                                     \
-  template CudaStatus matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, GemmContext&, \
-                                         cudaStream_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(__nv_bfloat16)
+#define MT_INSTANTIATE(T, G)                                                                                  \
+  template CudaStatus matmul_forward<T>(T*, const T*, const T*, const T*, int, int, int, GemmContext&,        \
+                                        cudaStream_t);                                                        \
+  template CudaStatus matmul_backward<T, G>(T*, G*, G*, const T*, const T*, const T*, int, int, int, GemmContext&, \
+                                            cudaStream_t);
+MT_INSTANTIATE(float, float)
+MT_INSTANTIATE(__nv_bfloat16, float)
 #undef MT_INSTANTIATE
 
 }  // namespace mt::cuda

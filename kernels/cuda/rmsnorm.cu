@@ -67,13 +67,13 @@ __global__ void rmsnorm_dweight_partial_kernel(float* partial, const T* dout, co
   partial[size_t(p) * C + c] = acc;
 }
 
-template <typename T>
-__global__ void rmsnorm_dweight_sum_kernel(T* dweight, const float* partial, int parts, int C) {
+template <typename G>
+__global__ void rmsnorm_dweight_sum_kernel(G* dweight, const float* partial, int parts, int C) {
   const int c = blockIdx.x * kCols + threadIdx.x;
   if (c >= C) return;
   float acc = 0.f;
   for (int p = 0; p < parts; ++p) acc += partial[size_t(p) * C + c];
-  dweight[c] = st<T>(ld(dweight[c]) + acc);
+  dweight[c] = st<G>(ld(dweight[c]) + acc);
 }
 
 }  // namespace
@@ -93,8 +93,8 @@ CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N,
   return launched("rmsnorm_forward_kernel");
 }
 
-template <typename T>
-CudaStatus rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* w, const float* rstd, int N,
+template <typename T, typename G>
+CudaStatus rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* w, const float* rstd, int N,
                             int C, float* scratch, cudaStream_t stream) {
   if (N <= 0) return {};
   if (dinp) {
@@ -114,12 +114,12 @@ CudaStatus rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, co
   return launched("rmsnorm_dweight_sum_kernel");
 }
 
-#define MT_INSTANTIATE(T)                                                                                    \
+#define MT_INSTANTIATE(T, G)                                                                                \
   template CudaStatus rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float, cudaStream_t);    \
-  template CudaStatus rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const float*, int, int, float*, \
-                                          cudaStream_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(__nv_bfloat16)
+  template CudaStatus rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*, int, int, float*, \
+                                             cudaStream_t);
+MT_INSTANTIATE(float, float)
+MT_INSTANTIATE(__nv_bfloat16, float)
 #undef MT_INSTANTIATE
 
 }  // namespace mt::cuda

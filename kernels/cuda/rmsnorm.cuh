@@ -16,11 +16,13 @@ CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, i
 // Floats of scratch rmsnorm_backward needs for the deterministic dweight reduction.
 size_t rmsnorm_backward_scratch(int N, int C);
 
-// Accumulating: dinp += dL/dinp, dweight += dL/dweight. dweight is reduced without atomics:
-// per-row-block partials (a fixed partition of the rows) summed in block order, so results
-// are bit-reproducible on any GPU. scratch holds rmsnorm_backward_scratch(N, C) floats.
-template <typename T>
-CudaStatus rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
+// Accumulating: dinp += dL/dinp (read, summed in fp32, rounded to T once), dweight +=
+// dL/dweight. dweight is reduced without atomics: per-row-block partials (a fixed partition of
+// the rows) summed in block order, so results are bit-reproducible on any GPU. scratch holds
+// rmsnorm_backward_scratch(N, C) floats. G (the gradient type) is float: instantiated for
+// (float, float) and (bf16, float).
+template <typename T, typename G>
+CudaStatus rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
                             int N, int C, float* scratch, cudaStream_t stream);
 
 }  // namespace mt::cuda

@@ -27,16 +27,14 @@ CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream) {
   return launched("add_inplace_kernel");
 }
 
-template <typename T>
-CudaStatus copy(T* dst, const T* src, size_t n, cudaStream_t stream) {
-  if (n == 0) return {};
-  return check_cuda(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(D2D)");
+CudaStatus copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return {};
+  return check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(D2D)");
 }
 
-template <typename T>
-CudaStatus zero(T* dst, size_t n, cudaStream_t stream) {
-  if (n == 0) return {};
-  return check_cuda(cudaMemsetAsync(dst, 0, n * sizeof(T), stream), "cudaMemsetAsync");
+CudaStatus zero_bytes(void* dst, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return {};
+  return check_cuda(cudaMemsetAsync(dst, 0, bytes, stream), "cudaMemsetAsync");
 }
 
 CudaStatus convert_f32_to_bf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream) {
@@ -53,12 +51,7 @@ CudaStatus convert_bf16_to_f32(float* dst, const __nv_bfloat16* src, size_t n, c
   return launched("convert_dtype_kernel<bf16->f32>");
 }
 
-#define MT_INSTANTIATE(T)                                                       \
-  template CudaStatus add_inplace<T>(T*, const T*, size_t, cudaStream_t); \
-  template CudaStatus copy<T>(T*, const T*, size_t, cudaStream_t);        \
-  template CudaStatus zero<T>(T*, size_t, cudaStream_t);
-MT_INSTANTIATE(float)
-MT_INSTANTIATE(__nv_bfloat16)
-#undef MT_INSTANTIATE
+template CudaStatus add_inplace<float>(float*, const float*, size_t, cudaStream_t);
+template CudaStatus add_inplace<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, size_t, cudaStream_t);
 
 }  // namespace mt::cuda

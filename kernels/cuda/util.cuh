@@ -9,12 +9,12 @@
 
 namespace mt::cuda {
 
+// y = round(y + x): one fp32 add per element, rounded once to T.
 template <typename T>
 CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream);
-template <typename T>
-CudaStatus copy(T* dst, const T* src, size_t n, cudaStream_t stream);
-template <typename T>
-CudaStatus zero(T* dst, size_t n, cudaStream_t stream);
+// Device-to-device copy and zero fill, stream-ordered, in bytes (any dtype).
+CudaStatus copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+CudaStatus zero_bytes(void* dst, size_t bytes, cudaStream_t stream);
 // Round to nearest even (as mt::float_to_bf16).
 CudaStatus convert_f32_to_bf16(__nv_bfloat16* dst, const float* src, size_t n, cudaStream_t stream);
 CudaStatus convert_bf16_to_f32(float* dst, const __nv_bfloat16* src, size_t n, cudaStream_t stream);

@@ -148,8 +148,8 @@ TEST(CudaUtil, AddCopyZeroConvert) {
   DeviceBuf<uint16_t> gh(n);
   const auto st = cudatest::test_stream();
   MT_EXPECT_CUDA_OK(cuda::add_inplace(ga.get(), gb.get(), n, st));
-  MT_EXPECT_CUDA_OK(cuda::copy(gc.get(), ga.get(), n, st));
-  MT_EXPECT_CUDA_OK(cuda::zero(gz.get(), n, st));
+  MT_EXPECT_CUDA_OK(cuda::copy_bytes(gc.get(), ga.get(), n * sizeof(float), st));
+  MT_EXPECT_CUDA_OK(cuda::zero_bytes(gz.get(), n * sizeof(float), st));
   MT_EXPECT_CUDA_OK(cuda::convert_f32_to_bf16(reinterpret_cast<__nv_bfloat16*>(gh.get()), gc.get(), n, st));
   cudatest::expect_bitwise(gc.download(), sum, "add + copy");
   cudatest::expect_bitwise(gz.download(), std::vector<float>(n, 0.f), "zero");

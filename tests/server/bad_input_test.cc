@@ -250,6 +250,23 @@ TEST(ServerAuth, EveryRpcWithoutATokenIsUnauthenticated) {
   auto writer = s.stub->PushData(cp.get(), &pushed);
   writer->WritesDone();
   EXPECT_EQ(writer->Finish().error_code(), unauthenticated);
+  // Logs and artifacts (issue 17).
+  v1::ListCheckpointsRequest list_ckpt;
+  list_ckpt.set_job_id("job-000001");
+  EXPECT_EQ(call(&v1::Trainer::Stub::ListCheckpoints, list_ckpt, v1::ListCheckpointsResponse()), unauthenticated);
+  v1::ExportModelRequest export_model;
+  export_model.set_job_id("job-000001");
+  export_model.set_out_dir("x");
+  EXPECT_EQ(call(&v1::Trainer::Stub::ExportModel, export_model, v1::ExportModelResponse()), unauthenticated);
+  for (const char* id : {"job-000001", "daemon"}) {
+    auto cl = ctx();
+    v1::StreamLogsRequest logs;
+    logs.set_job_id(id);
+    auto log_reader = s.stub->StreamLogs(cl.get(), logs);
+    v1::StreamLogsResponse lines;
+    EXPECT_FALSE(log_reader->Read(&lines));
+    EXPECT_EQ(log_reader->Finish().error_code(), unauthenticated) << id;
+  }
 }
 
 // grpc.health.v1.Health/Check for `service` (HealthCheckRequest field 1); the status and the

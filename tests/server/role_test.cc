@@ -48,6 +48,23 @@ std::vector<Rpc> every_rpc() {
   resume.set_job_id("job-999999");
   v1::DeleteJobRequest del;
   del.set_job_id("job-999999");
+  v1::ListCheckpointsRequest list_ckpts;
+  list_ckpts.set_job_id("job-999999");
+  v1::ExportModelRequest exp;
+  exp.set_job_id("job-999999");
+  exp.set_out_dir("export");
+  auto stream_logs = [](const std::string& job) {
+    return [job](v1::Trainer::Stub& stub, const std::string& token) {
+      auto c = as(token);
+      v1::StreamLogsRequest req;
+      req.set_job_id(job);
+      auto reader = stub.StreamLogs(c.get(), req);
+      v1::StreamLogsResponse r;
+      while (reader->Read(&r)) {
+      }
+      return reader->Finish();
+    };
+  };
   return {
       {"SubmitJob", true, unary(&v1::Trainer::Stub::SubmitJob, submit, v1::SubmitJobResponse())},
       {"GetJob", false, unary(&v1::Trainer::Stub::GetJob, get, v1::Job())},
@@ -58,6 +75,10 @@ std::vector<Rpc> every_rpc() {
       {"PauseJob", true, unary(&v1::Trainer::Stub::PauseJob, pause, v1::Job())},
       {"ResumeJob", true, unary(&v1::Trainer::Stub::ResumeJob, resume, v1::Job())},
       {"DeleteJob", true, unary(&v1::Trainer::Stub::DeleteJob, del, v1::DeleteJobResponse())},
+      {"ListCheckpoints", false,
+       unary(&v1::Trainer::Stub::ListCheckpoints, list_ckpts, v1::ListCheckpointsResponse())},
+      {"ExportModel", true, unary(&v1::Trainer::Stub::ExportModel, exp, v1::ExportModelResponse())},
+      {"StreamLogs", false, stream_logs("job-999999")},  // a job's log: any reader
       {"WatchJob", false,
        [](v1::Trainer::Stub& stub, const std::string& token) {
          auto c = as(token);
@@ -109,6 +130,29 @@ TEST(ServerRole, ReadTokenIsRefusedEveryAdminRpcNamingTheRole) {
       EXPECT_NE(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << rpc.name << ": " << st.error_message();
       EXPECT_NE(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rpc.name << ": " << st.error_message();
     }
+  }
+}
+
+// StreamLogs of the daemon's own log (job_id empty or "daemon") is for admins only.
+TEST(ServerRole, TheDaemonsLogNeedsAdmin) {
+  RoleServer s(std::string(kAdmin) + " admin\n" + kRead + " read\n");
+  ASSERT_TRUE(s.server->stub);
+  for (const char* job : {"", "daemon"}) {
+    auto c = as(kRead);
+    v1::StreamLogsRequest req;
+    req.set_job_id(job);
+    auto reader = s.server->stub->StreamLogs(c.get(), req);
+    v1::StreamLogsResponse r;
+    while (reader->Read(&r)) {
+    }
+    const grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "'" << job << "'";
+    EXPECT_EQ(st.error_message(), "StreamLogs needs role admin; this token has role read");
+    auto ca = as(kAdmin);
+    auto admin_reader = s.server->stub->StreamLogs(ca.get(), req);
+    while (admin_reader->Read(&r)) {
+    }
+    EXPECT_TRUE(admin_reader->Finish().ok()) << "'" << job << "'";
   }
 }
 

@@ -74,7 +74,8 @@ class CudaBackend final : public Backend {
   void stream_wait(StreamKind s, const EventPtr& e) override;
   double host_wait(const EventPtr& e) override;
   double elapsed(const EventPtr& from, const EventPtr& to) override;
-  const Ops<float>& ops() override { return *ops_; }
+  const Ops<float>& ops_fp32() override { return *ops_fp32_; }
+  const Ops<bf16>& ops_bf16() override { return *ops_bf16_; }
   CopyStats take_copy_stats() override;
   Status error() const override { return errors_.get(); }
 
@@ -93,7 +94,9 @@ class CudaBackend final : public Backend {
   PinnedAllocator pinned_;
   cudaStream_t streams_[3] = {nullptr, nullptr, nullptr};
   std::unique_ptr<cuda::GemmContext> gemm_;
-  std::unique_ptr<CudaOps> ops_;
+  std::unique_ptr<CudaOpContext> op_ctx_;  // shared by the two op tables
+  std::unique_ptr<CudaOps<float>> ops_fp32_;
+  std::unique_ptr<CudaOps<bf16>> ops_bf16_;
   __nv_bfloat16* staging_ = nullptr;
   char* memory_ = nullptr;  // one cudaMalloc; arena_ hands out regions inside it
   DeviceArena arena_;
@@ -141,7 +144,9 @@ Status CudaBackend::init() {
   const cuda::CudaStatus g = cuda::GemmContext::create(gemm_, opt_.gemm_workspace_bytes);
   if (!g.ok()) return internal_error(cuda::describe(g));
   MT_CUDA_STATUS(cudaMalloc(reinterpret_cast<void**>(&staging_), opt_.bf16_staging_elems * sizeof(__nv_bfloat16)));
-  ops_ = std::make_unique<CudaOps>(stream(StreamKind::kCompute), opt_.device, *gemm_, errors_);
+  op_ctx_ = std::make_unique<CudaOpContext>(stream(StreamKind::kCompute), opt_.device, *gemm_, errors_);
+  ops_fp32_ = std::make_unique<CudaOps<float>>(*op_ctx_);
+  ops_bf16_ = std::make_unique<CudaOps<bf16>>(*op_ctx_);
   return Status::Ok();
 }
 
@@ -149,7 +154,9 @@ CudaBackend::~CudaBackend() {
   bind_device(opt_.device, nullptr);
   for (auto s : streams_)
     if (s) cudaStreamSynchronize(s);
-  ops_.reset();
+  ops_fp32_.reset();
+  ops_bf16_.reset();
+  op_ctx_.reset();  // frees the op scratch on the compute stream
   for (auto s : streams_)
     if (s) cudaStreamSynchronize(s);
   for (auto& q : pending_)

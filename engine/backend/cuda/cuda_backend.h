@@ -31,10 +31,11 @@ uint64_t cuda_device_memory();
 uint64_t cuda_free_device_memory();
 
 // Device memory the CUDA backend allocates outside its arena, which the planner counts: the
-// cuBLASLt workspace, the bf16 staging of copy_d2h_bf16, and the op scratch CudaOps grows on
-// demand for a micro-batch of `tokens` rows of width `hidden` (RMSNorm's dweight partials, at
-// most kRmsnormMaxParts x hidden floats; the head's per-token loss rows, tokens + 2 doubles),
-// with the 1.5x headroom it grows by.
+// cuBLASLt workspace, the bf16 staging of copy_d2h_bf16, and the op scratch the op tables grow
+// on demand (one CudaOpContext, shared by the fp32 and bf16 tables) for a micro-batch of
+// `tokens` rows of width `hidden` (RMSNorm's dweight partials, at most kRmsnormMaxParts x hidden
+// floats in either precision; the head's per-token loss rows, tokens + 2 doubles), with the
+// 1.5x headroom it grows by.
 inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t tokens, uint64_t hidden) {
   const uint64_t rms = uint64_t(cpu::kRmsnormMaxParts) * hidden * sizeof(float), loss = (tokens + 2) * sizeof(double);
   const uint64_t scratch = rms > loss ? rms : loss;

@@ -10,11 +10,33 @@
 
 namespace mt {
 
-CudaOps::~CudaOps() {
+namespace {
+
+// The kernels' name for an element type: __nv_bfloat16 for mt::bf16, float for float.
+template <typename T>
+struct DeviceType {
+  using type = T;
+};
+template <>
+struct DeviceType<bf16> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+typename DeviceType<T>::type* dev(T* p) {
+  return reinterpret_cast<typename DeviceType<T>::type*>(p);
+}
+template <typename T>
+const typename DeviceType<T>::type* dev(const T* p) {
+  return reinterpret_cast<const typename DeviceType<T>::type*>(p);
+}
+
+}  // namespace
+
+CudaOpContext::~CudaOpContext() {
   if (temp_ && bind_device(device_, nullptr)) cudaFreeAsync(temp_, stream_);
 }
 
-void* CudaOps::temp(size_t bytes) const {
+void* CudaOpContext::temp(size_t bytes) {
   if (bytes <= temp_bytes_) return temp_;
   if (temp_ && !errors_.note(cudaFreeAsync(temp_, stream_), "cudaFreeAsync(op scratch)")) return nullptr;
   temp_ = nullptr;
@@ -25,90 +47,112 @@ void* CudaOps::temp(size_t bytes) const {
   return temp_;
 }
 
-void CudaOps::matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C,
-                             int OC) const {
-  if (!bind()) return;
-  errors_.note(cuda::matmul_forward(out, inp, w, b, N, C, OC, gemm_, stream_), "matmul_forward");
+template <typename T>
+void CudaOps<T>::matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::matmul_forward(dev(out), dev(inp), dev(w), dev(b), N, C, OC, ctx_.gemm(), ctx_.stream()),
+            "matmul_forward");
 }
-void CudaOps::matmul_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                              int N, int C, int OC) const {
-  if (!bind()) return;
-  errors_.note(cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, gemm_, stream_), "matmul_backward");
+template <typename T>
+void CudaOps<T>::matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* inp, const T* w, int N, int C,
+                                 int OC) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::matmul_backward(dev(dinp), dw, db, dev(dout), dev(inp), dev(w), N, C, OC, ctx_.gemm(), ctx_.stream()),
+            "matmul_backward");
 }
-void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
-                              float eps) const {
-  if (!bind()) return;
-  errors_.note(cuda::rmsnorm_forward(out, rstd, inp, w, N, C, eps, stream_), "rmsnorm_forward");
+template <typename T>
+void CudaOps<T>::rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::rmsnorm_forward(dev(out), rstd, dev(inp), dev(w), N, C, eps, ctx_.stream()), "rmsnorm_forward");
 }
-void CudaOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
-                               const float* rstd, int N, int C) const {
-  if (!bind()) return;
+template <typename T>
+void CudaOps<T>::rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
+                                  int C) const {
+  if (!ctx_.bind()) return;
   float* s = nullptr;
   if (dw) {
-    s = static_cast<float*>(temp(cuda::rmsnorm_backward_scratch(N, C) * sizeof(float)));
+    s = static_cast<float*>(ctx_.temp(cuda::rmsnorm_backward_scratch(N, C) * sizeof(float)));
     if (!s) return;
   }
-  errors_.note(cuda::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, s, stream_), "rmsnorm_backward");
+  ctx_.note(cuda::rmsnorm_backward(dev(dinp), dw, dev(dout), dev(inp), dev(w), rstd, N, C, s, ctx_.stream()),
+            "rmsnorm_backward");
 }
-void CudaOps::rope_forward(float* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
-                           float scale) const {
-  if (!bind()) return;
-  errors_.note(cuda::rope_forward(qkv, f, pos, B, T_, H, KVH, D, scale, stream_), "rope_forward");
+template <typename T>
+void CudaOps<T>::rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                              float scale) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::rope_forward(dev(qkv), f, pos, B, T_, H, KVH, D, scale, ctx_.stream()), "rope_forward");
 }
-void CudaOps::rope_backward(float* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
-                            float scale) const {
-  if (!bind()) return;
-  errors_.note(cuda::rope_backward(dqkv, f, pos, B, T_, H, KVH, D, scale, stream_), "rope_backward");
+template <typename T>
+void CudaOps<T>::rope_backward(T* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                               float scale) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::rope_backward(dev(dqkv), f, pos, B, T_, H, KVH, D, scale, ctx_.stream()), "rope_backward");
 }
-void CudaOps::attention_forward(float* out, float* lse, const float* qkv, const int32_t* pos, int B, int T_, int H,
-                                int KVH, int D) const {
-  if (!bind()) return;
-  errors_.note(cuda::attention_forward(out, lse, qkv, pos, B, T_, H, KVH, D, stream_), "attention_forward");
+template <typename T>
+void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                                   int D) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), pos, B, T_, H, KVH, D, ctx_.stream()),
+            "attention_forward");
 }
-void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                                 const int32_t* pos, int B, int T_, int H, int KVH, int D) const {
-  if (!bind()) return;
-  errors_.note(cuda::attention_backward(dqkv, dout, qkv, out, lse, pos, B, T_, H, KVH, D, stream_),
-               "attention_backward");
+template <typename T>
+void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse,
+                                    const int32_t* pos, int B, int T_, int H, int KVH, int D) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, pos, B, T_, H, KVH, D,
+                                     ctx_.stream()),
+            "attention_backward");
 }
-void CudaOps::swiglu_forward(float* out, const float* gu, int N, int F) const {
-  if (!bind()) return;
-  errors_.note(cuda::swiglu_forward(out, gu, N, F, stream_), "swiglu_forward");
+template <typename T>
+void CudaOps<T>::swiglu_forward(T* out, const T* gu, int N, int F) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::swiglu_forward(dev(out), dev(gu), N, F, ctx_.stream()), "swiglu_forward");
 }
-void CudaOps::swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const {
-  if (!bind()) return;
-  errors_.note(cuda::swiglu_backward(dgu, dout, gu, N, F, stream_), "swiglu_backward");
+template <typename T>
+void CudaOps<T>::swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::swiglu_backward(dev(dgu), dev(dout), dev(gu), N, F, ctx_.stream()), "swiglu_backward");
 }
-void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const {
-  if (!bind()) return;
-  errors_.note(cuda::embedding_forward(out, tokens, wte, N, C, stream_), "embedding_forward");
+template <typename T>
+void CudaOps<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::embedding_forward(dev(out), tokens, dev(wte), N, C, ctx_.stream()), "embedding_forward");
 }
-void CudaOps::embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) const {
-  if (!bind()) return;
-  errors_.note(cuda::embedding_backward(dwte, dout, tokens, N, C, stream_), "embedding_backward");
+template <typename T>
+void CudaOps<T>::embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::embedding_backward(dwte, dev(dout), tokens, N, C, ctx_.stream()), "embedding_backward");
 }
 
-void CudaOps::lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W, const int32_t* targets,
-                           int N, int C, int V, int chunk, float grad_scale, float* scratch, double* totals) const {
-  if (!bind()) return;
-  auto* rows = N > 0 ? static_cast<double*>(temp(size_t(N) * sizeof(double))) : nullptr;
+template <typename T>
+void CudaOps<T>::lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
+                              int V, int chunk, A grad_scale, void* scratch, double* totals) const {
+  if (!ctx_.bind()) return;
+  auto* rows = N > 0 ? static_cast<double*>(ctx_.temp(size_t(N) * sizeof(double))) : nullptr;
   if (N > 0 && !rows) return;
-  errors_.note(cuda::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch, rows, totals,
-                                  gemm_, stream_),
-               "lm_head_loss");
+  ctx_.note(cuda::lm_head_loss(dev(dx), dW, losses, dev(x), dev(W), targets, N, C, V, chunk, grad_scale, scratch, rows,
+                               totals, ctx_.gemm(), ctx_.stream()),
+            "lm_head_loss");
 }
 
-void CudaOps::add_inplace(float* y, const float* x, size_t n) const {
-  if (!bind()) return;
-  errors_.note(cuda::add_inplace(y, x, n, stream_), "add_inplace");
+template <typename T>
+void CudaOps<T>::add_inplace(T* y, const T* x, size_t n) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::add_inplace(dev(y), dev(x), n, ctx_.stream()), "add_inplace");
 }
-void CudaOps::copy(float* dst, const float* src, size_t n) const {
-  if (!bind()) return;
-  errors_.note(cuda::copy(dst, src, n, stream_), "copy");
+template <typename T>
+void CudaOps<T>::copy_bytes(void* dst, const void* src, size_t bytes) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::copy_bytes(dst, src, bytes, ctx_.stream()), "copy");
 }
-void CudaOps::zero(float* dst, size_t n) const {
-  if (!bind()) return;
-  errors_.note(cuda::zero(dst, n, stream_), "zero");
+template <typename T>
+void CudaOps<T>::zero_bytes(void* dst, size_t bytes) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::zero_bytes(dst, bytes, ctx_.stream()), "zero");
 }
+
+template class CudaOps<float>;
+template class CudaOps<bf16>;
 
 }  // namespace mt

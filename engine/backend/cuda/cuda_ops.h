@@ -1,11 +1,15 @@
-// CudaOps: the Ops<float> table on the CUDA kernels, issued on one stream. Failures go to the
-// backend's sticky CudaErrors. Small op scratch (RMSNorm dweight partials, per-token losses)
-// is stream-ordered memory (cudaMallocAsync) grown on demand — at most a few MiB, outside the
-// planned arena.
+// CudaOps<T>: the Ops<T> table on the CUDA kernels, for T = float and T = bf16 (mixed
+// precision), one class template over both: mt::bf16 goes to the kernels as __nv_bfloat16
+// (the same two bytes). In bf16 every kernel reads bf16, computes in fp32 and rounds each bf16
+// output once; statistics, weight gradients, logits and losses are fp32 (acc_t<bf16>) — the
+// rounding points of the CPU table (cpu_ops_bf16.cc), so the two differ only in summation
+// order. Both tables issue on the compute stream and share one CudaOpContext. Failures go to
+// the backend's sticky CudaErrors.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <memory>
+#include <cstddef>
 
 #include "engine/backend/cuda/cuda_errors.h"
 #include "engine/backend/ops.h"
@@ -13,50 +17,74 @@
 
 namespace mt {
 
-class CudaOps final : public Ops<float> {
- public:
-  // Every op binds `device` first: ops run on the compute thread, which may not be the thread
-  // that created the backend.
-  CudaOps(cudaStream_t stream, int device, cuda::GemmContext& gemm, CudaErrors& errors)
-      : stream_(stream), device_(device), gemm_(gemm), errors_(errors) {}
-  ~CudaOps() override;
+static_assert(sizeof(bf16) == sizeof(__nv_bfloat16) && alignof(bf16) == alignof(__nv_bfloat16),
+              "mt::bf16 and __nv_bfloat16 must share size and alignment: the op table reinterprets one as the other");
 
-  void matmul_forward(float* out, const float* inp, const float* w, const float* b, int N, int C, int OC) const override;
-  void matmul_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, int N,
-                       int C, int OC) const override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
-                       float eps) const override;
-  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
-                        int N, int C) const override;
-  void rope_forward(float* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
-                    float scale) const override;
-  void rope_backward(float* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
-                     float scale) const override;
-  void attention_forward(float* out, float* lse, const float* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
-                         int D) const override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                          const int32_t* pos, int B, int T_, int H, int KVH, int D) const override;
-  void swiglu_forward(float* out, const float* gu, int N, int F) const override;
-  void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) const override;
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) const override;
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int N, int C) const override;
-  // Leaves the totals on the device (no synchronisation).
-  void lm_head_loss(float* dx, float* dW, float* losses, const float* x, const float* W, const int32_t* targets, int N,
-                    int C, int V, int chunk, float grad_scale, float* scratch, double* totals) const override;
-  void add_inplace(float* y, const float* x, size_t n) const override;
-  void copy(float* dst, const float* src, size_t n) const override;
-  void zero(float* dst, size_t n) const override;
+// What the op tables share: the compute stream, the device, the cuBLASLt context, the sticky
+// error, and the small op scratch (RMSNorm dweight partials, per-token losses): stream-ordered
+// memory (cudaMallocAsync) grown on demand — at most a few MiB, outside the planned arena and
+// counted by cuda_fixed_device_bytes. Used from the compute thread only.
+class CudaOpContext {
+ public:
+  CudaOpContext(cudaStream_t stream, int device, cuda::GemmContext& gemm, CudaErrors& errors)
+      : stream_(stream), device_(device), gemm_(gemm), errors_(errors) {}
+  ~CudaOpContext();
+  CudaOpContext(const CudaOpContext&) = delete;
+  CudaOpContext& operator=(const CudaOpContext&) = delete;
+
+  // Every op binds the device first: ops run on the compute thread, which may not be the
+  // thread that created the backend.
+  bool bind() { return bind_device(device_, &errors_); }
+  void* temp(size_t bytes);  // op scratch; nullptr on failure (recorded)
+  bool note(const cuda::CudaStatus& s, const char* op) { return errors_.note(s, op); }
+  cudaStream_t stream() const { return stream_; }
+  cuda::GemmContext& gemm() { return gemm_; }
 
  private:
-  void* temp(size_t bytes) const;  // op scratch; nullptr on failure (recorded)
-  bool bind() const { return bind_device(device_, &errors_); }
-
   cudaStream_t stream_;
   int device_;
   cuda::GemmContext& gemm_;
   CudaErrors& errors_;
-  mutable void* temp_ = nullptr;
-  mutable size_t temp_bytes_ = 0;
+  void* temp_ = nullptr;
+  size_t temp_bytes_ = 0;
 };
+
+template <typename T>
+class CudaOps final : public Ops<T> {
+ public:
+  using A = acc_t<T>;
+  explicit CudaOps(CudaOpContext& ctx) : ctx_(ctx) {}
+
+  void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const override;
+  void matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* inp, const T* w, int N, int C,
+                       int OC) const override;
+  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const override;
+  void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
+                        int C) const override;
+  void rope_forward(T* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                    float scale) const override;
+  void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                     float scale) const override;
+  void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                         int D) const override;
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, const int32_t* pos, int B,
+                          int T_, int H, int KVH, int D) const override;
+  void swiglu_forward(T* out, const T* gu, int N, int F) const override;
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override;
+  void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override;
+  void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const override;
+  // Leaves the totals on the device (no synchronisation).
+  void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
+                    int chunk, A grad_scale, void* scratch, double* totals) const override;
+  void add_inplace(T* y, const T* x, size_t n) const override;
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override;
+  void zero_bytes(void* dst, size_t bytes) const override;
+
+ private:
+  CudaOpContext& ctx_;
+};
+
+extern template class CudaOps<float>;
+extern template class CudaOps<bf16>;
 
 }  // namespace mt

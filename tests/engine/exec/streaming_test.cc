@@ -53,6 +53,7 @@ struct Case {
   bool sync_compute = false;  // the CPU backend's debugging mode; default: an asynchronous compute stream
   Precision precision = Precision::kFp32;
   Bf16Uploads uploads = Bf16Uploads::kShadow;
+  int token_chunk = 0;  // MLP block in chunks of this many tokens (48 per micro-batch here)
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -64,6 +65,7 @@ TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
   const ModelConfig cfg = small_config(c.tied, 4, c.qwen);
   TrainOptions opt = small_options();
   opt.precision = c.precision;
+  opt.token_chunk = c.token_chunk;
   auto res = ResidentExecutor::create(cfg, opt);
   ASSERT_TRUE(res.ok()) << res.status().to_string();
   StreamingOptions so;
@@ -129,7 +131,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"Bf16_convert_tied_k2_host", true, false, 2, CheckpointPlacement::kHost, false,
                            Precision::kBf16, Bf16Uploads::kConvert},
                       Case{"Bf16_convert_untied_k3_device", false, false, 3, CheckpointPlacement::kDevice, false,
-                           Precision::kBf16, Bf16Uploads::kConvert}),
+                           Precision::kBf16, Bf16Uploads::kConvert},
+                      // The MLP block in chunks of 7 tokens (48 a micro-batch: the last chunk is short).
+                      Case{"Chunk7_untied_k2_device", false, false, 2, CheckpointPlacement::kDevice, false,
+                           Precision::kFp32, Bf16Uploads::kShadow, 7},
+                      Case{"Bf16_Chunk7_qwen_tied_k3_host", true, true, 3, CheckpointPlacement::kHost, false,
+                           Precision::kBf16, Bf16Uploads::kShadow, 7}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/base/json.h"
@@ -258,6 +259,39 @@ TEST(Checkpoint, RejectsCorruptTrainerState) {
   Status s = load_checkpoint(*dir, cfg, *a).status();
   EXPECT_NE(s.message().find("trainer_state.json"), std::string::npos) << s.message();
   EXPECT_FALSE(save_checkpoint(root.path, cfg, *a, make_state(-1), 2).ok());
+}
+
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+
+// ListCheckpoints' engine side: complete checkpoints only (not a temp dir being written, not a
+// step directory without a readable trainer state), steps ascending, sizes the files', `latest`.
+TEST(Checkpoint, ListShowsCompleteCheckpointsInStepOrder) {
+  TempDir root;
+  EXPECT_TRUE(list_checkpoints(root / "absent").value().empty());
+  const ModelConfig cfg = tiny();
+  auto a = make_store(cfg, MemoryLayout::kExact, false);
+  for (long step : {30, 5, 12}) ASSERT_TRUE(save_checkpoint(root.path, cfg, *a, make_state(step), 5).ok());
+  fs::create_directories(root / ".tmp-step-00000040");  // a write in progress
+  fs::create_directories(root / "step-00000050");        // no trainer_state.json
+  std::ofstream(root / "step-00000050/trainer_state.json") << "{ not json";
+  fs::create_directories(root / "step-0000abc");
+  auto list = list_checkpoints(root.path);
+  ASSERT_TRUE(list.ok()) << list.status().to_string();
+  ASSERT_EQ(list->size(), 3u);
+  const long want[] = {5, 12, 30};
+  for (size_t i = 0; i < 3; ++i) {
+    const CheckpointInfo& c = (*list)[i];
+    EXPECT_EQ(c.step, want[i]);
+    EXPECT_EQ(c.latest, c.step == 12) << "`latest` names the last one saved, not the highest step";
+    uint64_t bytes = 0;
+    for (const auto& f : fs::directory_iterator(c.dir)) bytes += f.file_size();
+    EXPECT_EQ(c.size_bytes, bytes);
+    EXPECT_GT(c.unix_ms, 1700000000000);
+  }
 }
 
 }  // namespace

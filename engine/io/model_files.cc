@@ -1,9 +1,9 @@
-#include "client/local/model_files.h"
+#include "engine/io/model_files.h"
 
 #include "engine/io/checkpoint.h"
 #include "engine/io/hf_io.h"
 
-namespace mt::cli {
+namespace mt {
 
 Result<ModelFiles> find_model_files(const std::string& path) {
   ModelFiles f{path, is_training_checkpoint(path)};
@@ -29,4 +29,4 @@ Result<LoadedModel> load_model_dir(const std::string& path) {
   return m;
 }
 
-}  // namespace mt::cli
+}  // namespace mt

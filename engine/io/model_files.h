@@ -1,5 +1,6 @@
-// Loading a trained model for the local commands: an HF model directory (config.json +
-// safetensors) or a training checkpoint (a step directory or a checkpoints root with `latest`).
+// Loading a trained model (the CLI's eval and export, the daemon's ExportModel): an HF model
+// directory (config.json + safetensors) or a training checkpoint (a step directory or a
+// checkpoints root with `latest`).
 #pragma once
 #include <memory>
 #include <string>
@@ -7,7 +8,7 @@
 #include "engine/optim/host_store.h"
 #include "engine/model/model_config.h"
 
-namespace mt::cli {
+namespace mt {
 
 struct ModelFiles {
   std::string dir;          // the directory holding config.json and the weights
@@ -24,4 +25,4 @@ struct LoadedModel {
 };
 Result<LoadedModel> load_model_dir(const std::string& path);
 
-}  // namespace mt::cli
+}  // namespace mt

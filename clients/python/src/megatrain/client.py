@@ -1,0 +1,230 @@
+"""A small typed wrapper over the generated megatrain.v1 stubs.
+
+Every call returns the daemon's protobuf message (typed by the generated .pyi) and raises
+MegatrainError, carrying the gRPC status code and the daemon's message, when the daemon refuses.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import grpc
+import numpy as np
+from google.protobuf import json_format
+
+from megatrain.v1 import trainer_pb2 as pb
+from megatrain.v1 import trainer_pb2_grpc as pb_grpc
+
+SpecLike = Union[Mapping[str, Any], str, "os.PathLike[str]", pb.JobSpec]
+TERMINAL = (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED)
+
+
+class MegatrainError(Exception):
+    """The daemon refused a call: `code` is the grpc.StatusCode, `message` the daemon's words."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def of(cls, err: grpc.RpcError) -> "MegatrainError":
+        return cls(err.code(), err.details() or "")
+
+
+def load_spec(spec: SpecLike) -> pb.JobSpec:
+    """A JobSpec from a dict with the spec file's snake_case keys, a YAML/JSON file, or a JobSpec.
+    An unknown key is refused by name (ValueError), as the CLI does."""
+    if isinstance(spec, pb.JobSpec):
+        return spec
+    if isinstance(spec, (str, os.PathLike)):
+        text = Path(spec).read_text()
+        if str(spec).endswith((".yaml", ".yml")):
+            import yaml
+
+            spec = yaml.safe_load(text)
+        else:
+            spec = json.loads(text)
+    if not isinstance(spec, Mapping):
+        raise ValueError("a job spec is a mapping of the spec file's keys")
+    try:
+        return json_format.ParseDict(dict(spec), pb.JobSpec())
+    except json_format.ParseError as e:
+        raise ValueError(f"job spec: {e}") from None
+
+
+def _state(state: Union[None, str, int]) -> int:
+    if state is None:
+        return pb.JOB_STATE_UNSPECIFIED
+    if isinstance(state, str):
+        return pb.JobState.Value("JOB_STATE_" + state.upper())
+    return int(state)
+
+
+class Client:
+    """A connection to megatraind.
+
+    address: HOST:PORT (or unix:PATH); token: the bearer token (or None); tls_ca: a PEM file of
+    the CA that signed the daemon's certificate (TLS on), or None (plaintext, loopback only).
+    timeout: seconds for each unary call (streams run as long as they need).
+    """
+
+    def __init__(self, address: str = "127.0.0.1:50051", token: Optional[str] = None,
+                 tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None, timeout: float = 30.0):
+        options = [("grpc.max_receive_message_length", 64 << 20)]
+        if tls_ca is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
+            self._channel = grpc.secure_channel(address, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._stub = pb_grpc.TrainerStub(self._channel)
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+        self._timeout = timeout
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    def _unary(self, rpc: Any, request: Any, timeout: Optional[float] = None) -> Any:
+        try:
+            return rpc(request, timeout=timeout or self._timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise MegatrainError.of(e) from None
+
+    def _stream(self, rpc: Any, request: Any) -> Iterator[Any]:
+        call = rpc(request, metadata=self._metadata)
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            raise MegatrainError.of(e) from None
+        finally:
+            call.cancel()  # the caller stopped early: end the stream on the daemon too
+
+    def submit(self, spec: SpecLike) -> pb.Job:
+        """Queues a job; returns it as the daemon recorded it (its id in .id)."""
+        return self._unary(self._stub.SubmitJob, pb.SubmitJobRequest(spec=load_spec(spec))).job
+
+    def plan(self, spec: SpecLike) -> pb.MemoryPlan:
+        """The memory plan of a spec against the daemon's budgets (nothing is queued)."""
+        return self._unary(self._stub.PlanJob, pb.PlanJobRequest(spec=load_spec(spec))).plan
+
+    def get(self, job_id: str) -> pb.Job:
+        return self._unary(self._stub.GetJob, pb.GetJobRequest(job_id=job_id))
+
+    def list_jobs(self, state: Union[None, str, int] = None) -> list:
+        """Every job (or those in `state`: "queued", "running", ... or a pb.JobState)."""
+        return list(self._unary(self._stub.ListJobs, pb.ListJobsRequest(state=_state(state))).jobs)
+
+    def cancel(self, job_id: str) -> pb.Job:
+        return self._unary(self._stub.CancelJob, pb.CancelJobRequest(job_id=job_id))
+
+    def checkpoint(self, job_id: str, timeout: float = 600) -> pb.CheckpointResponse:
+        """A checkpoint now (at the running job's next step boundary)."""
+        return self._unary(self._stub.Checkpoint, pb.CheckpointRequest(job_id=job_id), timeout)
+
+    def watch(self, job_id: str) -> Iterator[pb.JobEvent]:
+        """The job's events: its current state first, then progress; ends after a terminal state."""
+        for ev in self._stream(self._stub.WatchJob, pb.WatchJobRequest(job_id=job_id)):
+            yield ev
+            if ev.state in TERMINAL:
+                return
+
+    def logs(self, job_id: str = "daemon", follow: bool = False, tail: Optional[int] = None,
+             since_unix_ms: Optional[int] = None) -> Iterator[pb.LogLine]:
+        """A job's log lines ("daemon": the daemon's own). follow: go on until the job ends."""
+        req = pb.StreamLogsRequest(job_id=job_id, follow=follow, tail_lines=tail or 0,
+                                   since_unix_ms=since_unix_ms or 0)
+        for msg in self._stream(self._stub.StreamLogs, req):
+            yield from msg.lines
+
+    def list_checkpoints(self, job_id: str) -> list:
+        """The job's checkpoints, steps ascending (step, loss, size_bytes, unix_ms, path, latest)."""
+        req = pb.ListCheckpointsRequest(job_id=job_id)
+        return list(self._unary(self._stub.ListCheckpoints, req).checkpoints)
+
+    def export(self, job_id: str, out_dir: str, dtype: str = "bf16", step: int = 0,
+               overwrite: bool = False, timeout: float = 3600) -> pb.ExportModelResponse:
+        """A checkpoint (default: the latest) as a Hugging Face directory under the daemon's data root."""
+        req = pb.ExportModelRequest(job_id=job_id, out_dir=out_dir, dtype=dtype, step=step, overwrite=overwrite)
+        return self._unary(self._stub.ExportModel, req, timeout)
+
+    # ---- pushing data ----------------------------------------------------------------------
+
+    def push(self, job_id: str, tokens: Union[np.ndarray, Iterable[int]], push_id: Optional[str] = None,
+             chunk_tokens: int = 32768) -> pb.PushDataResponse:
+        """Streams token ids to a `data: {source: push}` job in chunks, exactly once.
+
+        The push has an id (push_id, or a fresh one) and each chunk its offset in it. The daemon
+        is asked first how far this push got, and only the rest is sent: calling push() again
+        with the same push_id and the same tokens (after an error, a lost answer, a restarted
+        client) spools every token exactly once. Returns the daemon's last answer
+        (push_committed_tokens: the push's tokens spooled, all tries)."""
+        if chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be >= 1")
+        if isinstance(tokens, (np.ndarray, Sequence)):
+            tokens = _checked_array(tokens)  # before anything is sent; an iterable is checked as it goes
+        push_id = push_id or uuid.uuid4().hex
+        done = self._push_stream(iter([pb.PushDataRequest(job_id=job_id, push_id=push_id)]))
+        committed = done.push_committed_tokens
+        bad: list = []  # a ValueError from the tokens, raised as itself (not as the cancelled call)
+
+        def requests() -> Iterator[pb.PushDataRequest]:
+            offset = committed
+            try:
+                for chunk in _chunks(tokens, committed, chunk_tokens):
+                    first = offset == committed
+                    yield pb.PushDataRequest(job_id=job_id if first else "", push_id=push_id if first else "",
+                                             offset=offset, tokens=chunk)
+                    offset += len(chunk)
+            except ValueError as e:
+                bad.append(e)
+                raise
+
+        try:
+            sent = self._push_stream(requests())
+        except MegatrainError:
+            if bad:
+                raise bad[0] from None
+            raise
+        return sent if sent.chunks_accepted else done
+
+    def _push_stream(self, requests: Iterator[pb.PushDataRequest]) -> pb.PushDataResponse:
+        try:
+            return self._stub.PushData(requests, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise MegatrainError.of(e) from None
+
+
+def _checked_array(tokens: Union[np.ndarray, Sequence]) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError("tokens must be a 1-D array of integers")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 0xFFFFFFFF):
+        raise ValueError(f"tokens hold an id outside 0..2^32-1 (min {int(arr.min())}, max {int(arr.max())})")
+    return arr
+
+
+def _chunks(tokens: Union[np.ndarray, Iterable[int]], skip: int, size: int) -> Iterator[list]:
+    """Lists of at most `size` token ids after the first `skip`; every id checked to fit uint32."""
+    if isinstance(tokens, (np.ndarray, Sequence)):
+        arr = _checked_array(tokens)
+        for start in range(skip, arr.size, size):
+            yield arr[start:start + size].astype(np.uint32, copy=False).tolist()
+        return
+    it = itertools.islice(iter(tokens), skip, None)
+    while chunk := list(itertools.islice(it, size)):
+        for i, t in enumerate(chunk):
+            if not isinstance(t, (int, np.integer)) or not 0 <= int(t) <= 0xFFFFFFFF:
+                raise ValueError(f"token {t!r} (chunk position {i}) is not an id in 0..2^32-1")
+        yield [int(t) for t in chunk]

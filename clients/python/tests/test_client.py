@@ -1,0 +1,153 @@
+"""The Python client against a live megatraind (see conftest.py)."""
+import json
+import struct
+import time
+
+import grpc
+import numpy as np
+import pytest
+from conftest import Daemon, tiny_spec
+
+from megatrain import Client, MegatrainError, pb
+
+
+def test_generated_stubs_match_the_protobuf_runtime():
+    # The generated module checks the runtime's version when it is imported; also the new RPCs.
+    from google.protobuf import __version__ as runtime
+    from megatrain.v1 import trainer_pb2_grpc
+
+    assert int(runtime.split(".")[0]) >= 7
+    assert hasattr(trainer_pb2_grpc.TrainerStub, "__init__")
+    assert {"StreamLogs", "ListCheckpoints", "ExportModel"} <= set(pb.DESCRIPTOR.services_by_name["Trainer"].methods_by_name)
+
+
+def test_submit_and_watch_to_success(client):
+    job = client.submit(tiny_spec(steps=10))
+    assert job.id.startswith("job-")
+    events = list(client.watch(job.id))
+    assert events[-1].state == pb.JOB_STATE_SUCCEEDED
+    steps = [e.step for e in events if e.state == pb.JOB_STATE_RUNNING and not e.message and not e.checkpoint]
+    assert steps == sorted(steps) and steps[-1] == 10
+    done = client.get(job.id)
+    assert done.state == pb.JOB_STATE_SUCCEEDED and done.step == 10
+    assert 0 < done.loss < done.first_loss
+    assert job.id in [j.id for j in client.list_jobs("succeeded")]
+    assert client.plan(tiny_spec()).fits
+
+
+def test_submit_a_yaml_file(client, tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: from-yaml\nmodel: {preset: tiny}\nsteps: 2\nseq_len: 32\nmicro_batch: 2\n"
+                    "global_batch: 2\nbackend: cpu\noptimizer: {lr: 3.0e-3, betas: [0.9, 0.95]}\n")
+    job = client.submit(path)
+    assert job.name == "from-yaml"
+    assert list(client.watch(job.id))[-1].state == pb.JOB_STATE_SUCCEEDED
+
+
+def test_push_from_numpy_and_an_iterable_exactly_once(client):
+    steps, gb, seq = 3, 4, 32
+    job = client.submit(tiny_spec(steps=steps, data={"source": "push"}, global_batch=gb))
+    tokens = np.random.default_rng(7).integers(0, 256, size=steps * gb * (seq + 1) + 4, dtype=np.int64)
+    first = client.push(job.id, (int(t) for t in tokens[:200]), push_id="p1", chunk_tokens=64)
+    assert first.push_committed_tokens == 200 and first.chunks_accepted == 4
+    # The same push again, whole, from the NumPy array: only the 204 tokens it lacked are sent.
+    again = client.push(job.id, tokens, push_id="p1", chunk_tokens=100)
+    assert again.push_committed_tokens == tokens.size
+    assert again.tokens_accepted == tokens.size - 200
+    events = list(client.watch(job.id))
+    assert events[-1].state == pb.JOB_STATE_SUCCEEDED, events[-1].reason
+    done = client.get(job.id)
+    assert done.data_spooled_tokens == tokens.size
+    assert done.data_consumed_tokens == steps * gb * (seq + 1)
+
+
+def test_errors_are_exceptions_with_the_status_and_the_daemons_message(client):
+    with pytest.raises(MegatrainError) as e:
+        client.get("job-999999")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND and "job-999999" in e.value.message
+    with pytest.raises(MegatrainError) as e:
+        client.submit(tiny_spec(model={"preset": "gpt-17"}))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "gpt-17" in e.value.message
+    job = client.submit(tiny_spec(steps=1, data={"source": "push"}))
+    with pytest.raises(MegatrainError) as e:
+        client.push(job.id, np.array([1, 2, 999], dtype=np.uint32))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "out of vocabulary" in e.value.message
+    with pytest.raises(ValueError):
+        client.push(job.id, np.array([1, -2]))
+    with pytest.raises(ValueError):
+        client.push(job.id, iter([1, "x"]))
+    with pytest.raises(ValueError, match="stepz"):
+        client.submit({"stepz": 3})
+    client.cancel(job.id)
+    assert list(client.watch(job.id))[-1].state == pb.JOB_STATE_CANCELLED
+    with pytest.raises(MegatrainError) as e:
+        client.cancel(job.id)
+    assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_logs_tail_and_follow(client):
+    job = client.submit(tiny_spec(steps=12))
+    followed = list(client.logs(job.id, follow=True))  # ends when the job does
+    assert client.get(job.id).state == pb.JOB_STATE_SUCCEEDED
+    steps = [int(line.text.split()[1].split("/")[0]) for line in followed if line.text.startswith("step ")]
+    assert steps == list(range(1, 13))
+    assert followed[-1].text == "job succeeded: finished"
+    assert [l.text for l in client.logs(job.id, tail=2)] == [l.text for l in followed[-2:]]
+    assert list(client.logs(job.id, since_unix_ms=int(time.time() * 1000) + 60_000)) == []
+    assert any(job.id in l.text for l in client.logs("daemon"))
+    # Following the daemon's log never ends by itself; a caller that stops cancels the stream.
+    follower = client.logs("daemon", follow=True)
+    assert next(follower).text
+    follower.close()
+    assert client.get(job.id).id == job.id
+    with pytest.raises(MegatrainError) as e:
+        list(client.logs("job-999999"))
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def safetensors(path):
+    """The header and raw bytes of each tensor of a safetensors file."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def test_checkpoints_and_export(client, daemon):
+    job = client.submit(tiny_spec(steps=6, checkpoint={"every": 3, "keep": 4}))
+    assert list(client.watch(job.id))[-1].state == pb.JOB_STATE_SUCCEEDED
+    cks = client.list_checkpoints(job.id)
+    assert [c.step for c in cks] == [3, 6] and cks[-1].latest
+    for c in cks:
+        from pathlib import Path
+        assert c.size_bytes == sum(f.stat().st_size for f in Path(c.path).iterdir() if f.is_file())
+    out = client.export(job.id, "py-export/fp32", dtype="fp32", step=3)
+    assert out.step == 3 and out.dtype == "fp32"
+    exported = safetensors(daemon.data_root / "py-export/fp32/model.safetensors")
+    checkpoint = safetensors(__import__("pathlib").Path(cks[0].path) / "model.safetensors")
+    assert json.loads((daemon.data_root / "py-export/fp32/config.json").read_text())["vocab_size"] == 256
+    assert exported.keys() <= checkpoint.keys() and len(exported) > 0
+    for name, (dtype, shape, raw) in exported.items():
+        assert dtype == "F32" and (dtype, shape, raw) == checkpoint[name], name
+    bf16 = client.export(job.id, "py-export/bf16")
+    assert bf16.step == 6 and bf16.dtype == "bf16"
+    with pytest.raises(MegatrainError) as e:
+        client.export(job.id, "../escape")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_token_is_sent_and_required(tmp_path):
+    (tmp_path / "token").write_text("py-s3cret-token-0123456789\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    d = Daemon(state, f"--auth_token_file={tmp_path / 'token'}")
+    try:
+        with Client(d.address) as anonymous, pytest.raises(MegatrainError) as e:
+            anonymous.list_jobs()
+        assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+        with Client(d.address, token="py-s3cret-token-0123456789") as c:
+            assert c.list_jobs() == []
+    finally:
+        d.stop()

@@ -1,0 +1,120 @@
+#include "server/artifacts.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "engine/io/checkpoint.h"
+#include "engine/io/hf_io.h"
+#include "engine/io/model_files.h"
+
+namespace mt::server {
+
+namespace fs = std::filesystem;
+namespace v1 = megatrain::v1;
+
+namespace {
+
+constexpr size_t kShardBytes = size_t(5) << 30;  // as `megatrain export`'s default --shard-size 5GB
+
+bool is_link(const fs::path& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+uint64_t dir_bytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec))
+    if (const uint64_t n = f.is_regular_file(ec) ? f.file_size(ec) : 0; !ec) total += n;
+  return total;
+}
+
+Result<CheckpointInfo> pick_checkpoint(const std::string& job_dir, long step) {
+  MT_ASSIGN_OR_RETURN(auto all, list_checkpoints(job_dir + "/checkpoints"));
+  if (all.empty()) return failed_precondition("the job has no checkpoint yet");
+  if (step == 0) {
+    for (const auto& c : all)
+      if (c.latest) return c;
+    return all.back();
+  }
+  std::string have;
+  for (const auto& c : all) {
+    if (c.step == step) return c;
+    have += (have.empty() ? "" : ", ") + std::to_string(c.step);
+  }
+  return not_found("step = " + std::to_string(step) + " names no checkpoint of the job (it has steps " + have + ")");
+}
+
+}  // namespace
+
+Result<v1::ListCheckpointsResponse> list_job_checkpoints(const std::string& job_dir) {
+  MT_ASSIGN_OR_RETURN(auto all, list_checkpoints(job_dir + "/checkpoints"));
+  v1::ListCheckpointsResponse out;
+  for (const auto& c : all) {
+    v1::CheckpointInfo* p = out.add_checkpoints();
+    p->set_step(c.step);
+    p->set_loss(c.loss);
+    p->set_size_bytes(c.size_bytes);
+    p->set_unix_ms(c.unix_ms);
+    p->set_path(c.dir);
+    p->set_latest(c.latest);
+  }
+  return out;
+}
+
+Result<std::string> export_target(const std::string& data_root, const std::string& out_dir) {
+  const std::string field = "out_dir = '" + out_dir + "'";
+  if (out_dir.empty()) return invalid_argument("out_dir is empty (a directory under the data root)");
+  if (out_dir.size() > 4096 || out_dir.find('\0') != std::string::npos)
+    return invalid_argument("out_dir is not a usable path");
+  const fs::path root = fs::path(data_root).lexically_normal();
+  const fs::path given(out_dir);
+  for (const auto& part : given)
+    if (part == "..") return invalid_argument(field + " has a '..' component; name a directory under the data root");
+  const fs::path p = (given.is_absolute() ? given : root / given).lexically_normal();
+  const fs::path rel = p.lexically_relative(root);
+  if (rel.empty() || *rel.begin() == "..")
+    return invalid_argument(field + " is outside the data root '" + data_root + "'");
+  if (is_link(root)) return invalid_argument("the data root '" + data_root + "' is a symlink; exports are refused");
+  fs::path at = root;
+  for (const auto& part : rel) {
+    if (part.empty() || part == ".") continue;
+    at /= part;
+    if (is_link(at))
+      return invalid_argument(field + ": '" + at.string() + "' is a symlink; exports do not follow symlinks");
+  }
+  if (at == root) return invalid_argument(field + " is the data root itself; name a directory under it");
+  return at.string();
+}
+
+Result<v1::ExportModelResponse> Exporter::run(const JobManager::JobFiles& job, const v1::ExportModelRequest& req) {
+  const std::string dtype = req.dtype().empty() ? "bf16" : req.dtype();
+  if (dtype != "bf16" && dtype != "fp32") return invalid_argument("dtype = '" + dtype + "' is not one of bf16, fp32");
+  if (req.step() < 0) return invalid_argument("step = " + std::to_string(req.step()) + " is negative");
+  MT_ASSIGN_OR_RETURN(const std::string out_dir, export_target(job.data_root, req.out_dir()));
+  MT_RETURN_IF_ERROR(check_export_dir(out_dir, req.overwrite()));
+  MT_ASSIGN_OR_RETURN(const CheckpointInfo ckpt, pick_checkpoint(job.dir, long(req.step())));
+  MT_ASSIGN_OR_RETURN(const ModelConfig cfg, load_model_config(ckpt.dir));
+  const uint64_t need = uint64_t(cfg.num_params()) * 16;  // the exact store: master, grad, m, v
+  if (job.host_budget && need + job.running_host_bytes > job.host_budget)
+    return resource_exhausted("exporting needs " + std::to_string(need) + " bytes of host memory; the host budget " +
+                              std::to_string(job.host_budget) + " less the running job's " +
+                              std::to_string(job.running_host_bytes) + " does not hold them");
+  if (busy_.exchange(true)) return Status(StatusCode::kUnavailable, "another export is in progress; try again");
+  struct Release {
+    std::atomic<bool>& b;
+    ~Release() { b = false; }
+  } release{busy_};
+  MT_ASSIGN_OR_RETURN(LoadedModel m, load_model_dir(ckpt.dir));
+  MT_RETURN_IF_ERROR(export_hf_model(out_dir, m.cfg, *m.store, dtype == "bf16", kShardBytes, req.overwrite()));
+  v1::ExportModelResponse out;
+  out.set_out_dir(out_dir);
+  out.set_step(ckpt.step);
+  out.set_dtype(dtype);
+  out.set_size_bytes(dir_bytes(out_dir));
+  out.set_checkpoint(ckpt.dir);
+  return out;
+}
+
+}  // namespace mt::server
