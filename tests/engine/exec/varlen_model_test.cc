@@ -93,6 +93,7 @@ struct Case {
   const char* name;
   Precision precision;
   CheckpointPlacement placement;
+  int token_chunk = 0;  // MLP token chunks (issue 14 point 1) next to the documents
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -107,6 +108,7 @@ TEST_P(VarlenStreamingVsResident, BitForBitWithPackedDocuments) {
   opt.global_batch = 6;
   opt.optimizer.lr = 3e-3f;
   opt.precision = c.precision;
+  opt.token_chunk = c.token_chunk;
   auto res = ResidentExecutor::create(cfg, opt);
   ASSERT_TRUE(res.ok()) << res.status().to_string();
   StreamingOptions so;
@@ -141,7 +143,8 @@ TEST_P(VarlenStreamingVsResident, BitForBitWithPackedDocuments) {
 INSTANTIATE_TEST_SUITE_P(Cpu, VarlenStreamingVsResident,
                          ::testing::Values(Case{"fp32_device", Precision::kFp32, CheckpointPlacement::kDevice},
                                            Case{"fp32_host", Precision::kFp32, CheckpointPlacement::kHost},
-                                           Case{"bf16_device", Precision::kBf16, CheckpointPlacement::kDevice}),
+                                           Case{"bf16_device", Precision::kBf16, CheckpointPlacement::kDevice},
+                                           Case{"fp32_host_chunked", Precision::kFp32, CheckpointPlacement::kHost, 7}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
