@@ -30,12 +30,30 @@ class Flags {
 // Prints one result: a JSON object on one line with --json, else "key: value" lines.
 void emit(const Json& result, bool json);
 
+// What every result carries about the machine: cpu (model, ISA flags), the GEMM providers and
+// kernels in use, gemm_fallback, and the ISA variant of the vectorised kernels (kernel_isa).
+Json machine_fields();
+
 double seconds_since(std::chrono::steady_clock::time_point t0);
 double median(std::vector<double> v);
+
+// Runs `fn` once to warm up, then `reps` times; the median seconds of one run.
+template <typename Fn>
+double median_seconds(int reps, Fn&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(seconds_since(t0));
+  }
+  return median(t);
+}
 
 // Suites. Each returns the process exit status.
 int run_sgemm(const Flags& f);
 int run_adamw(const Flags& f);
+int run_cpu_gemm(const Flags& f);  // bench_cpu_gemm.cc
 int run_step(const Flags& f);
 int run_plan(const Flags& f);
 int run_uploads(const Flags& f);  // bench_uploads.cc

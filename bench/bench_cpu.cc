@@ -34,23 +34,6 @@ int run_sgemm(const Flags& f) {
   return 0;
 }
 
-namespace {
-
-// Times `fn` (which runs one pass over all parameters) and returns the median seconds.
-template <typename Fn>
-double time_passes(int reps, Fn&& fn) {
-  fn();
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(seconds_since(t0));
-  }
-  return median(t);
-}
-
-}  // namespace
-
 int run_adamw(const Flags& f) {
   auto params = f.num("params", 1e8), threads = f.num("threads", 0), reps = f.num("reps", 5);
   if (!params.ok() || !threads.ok() || !reps.ok() || !f.check_all_used().ok()) {
@@ -63,13 +46,13 @@ int run_adamw(const Flags& f) {
   std::vector<float> p(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
   UnitState<float> st{p.data(), g.data(), m.data(), v.data(), nullptr};
   cpu::AdamWParams hp{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
-  const double t_adam = time_passes(int(*reps), [&] { adamw_unit(pool, unit, st, hp); });
+  const double t_adam = median_seconds(int(*reps), [&] { adamw_unit(pool, unit, st, hp); });
 
   // Baseline: the same bytes moved by memcpy over the same threads (read 14 B + write 14 B).
   const size_t bytes = n * 14;
   std::vector<char> src(bytes, 1), dst(bytes);
   const int parts = pool.size() * 4;
-  const double t_copy = time_passes(int(*reps), [&] {
+  const double t_copy = median_seconds(int(*reps), [&] {
     pool.parallel_for(parts, [&](int i) {
       size_t lo = bytes * size_t(i) / size_t(parts), hi = bytes * size_t(i + 1) / size_t(parts);
       std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);

@@ -6,8 +6,6 @@
 //    as the uploader does it): twice per step (forward and backward fetch), ahead of the copy.
 // Reported next to the link time of the same bf16 bytes at a given bandwidth (--link-gbps, an
 // H200's ~50 GB/s by default), which is what the conversion must beat to stay off the critical path.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -16,21 +14,6 @@
 #include "engine/optim/optimizer.h"
 
 namespace mt::bench {
-namespace {
-
-template <typename Fn>
-double best_of(int reps, Fn&& fn) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, seconds_since(t0));
-  }
-  return best;
-}
-
-}  // namespace
-
 int run_uploads(const Flags& f) {
   auto params = f.num("params", 5e7), threads = f.num("threads", 0), reps = f.num("reps", 5);
   auto link = f.num("link-gbps", 50);
@@ -46,9 +29,9 @@ int run_uploads(const Flags& f) {
   cpu::AdamWParams hp{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
   UnitState<float> plain{p.data(), g.data(), m.data(), v.data(), nullptr};
   UnitState<float> with_shadow{p.data(), g.data(), m.data(), v.data(), shadow.data()};
-  const double t_plain = best_of(int(*reps), [&] { adamw_unit(pool, unit, plain, hp); });
-  const double t_shadow = best_of(int(*reps), [&] { adamw_unit(pool, unit, with_shadow, hp); });
-  const double t_convert = best_of(int(*reps), [&] {
+  const double t_plain = median_seconds(int(*reps), [&] { adamw_unit(pool, unit, plain, hp); });
+  const double t_shadow = median_seconds(int(*reps), [&] { adamw_unit(pool, unit, with_shadow, hp); });
+  const double t_convert = median_seconds(int(*reps), [&] {
     for (size_t i = 0; i < n; ++i) shadow[i] = float_to_bf16(p[i]);
   });
   const double link_s = 2.0 * double(n) / (*link * 1e9);  // one upload of the bf16 bytes

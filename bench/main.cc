@@ -6,6 +6,8 @@
 
 #include "bench/bench.h"
 #include "engine/base/omp_wait_policy.h"
+#include "kernels/cpu_info.h"
+#include "kernels/gemm_provider.h"
 
 namespace mt::bench {
 
@@ -47,15 +49,39 @@ Status Flags::check_all_used() const {
 }
 
 void emit(const Json& measured, bool json) {
-  Json result = measured;  // every result says which OpenMP wait policy it ran under
+  Json result = measured;  // every result says which OpenMP wait policy and CPU kernels it ran on
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   result.set("omp_wait_policy", policy ? policy : "default");
+  const Json machine = machine_fields();
+  for (const auto& [k, v] : machine.members()) result.set(k, v);
   if (json) {
     std::printf("%s\n", result.dump().c_str());
   } else {
     for (const auto& [k, v] : result.members()) std::printf("%-24s %s\n", k.c_str(), v.dump().c_str());
   }
   std::fflush(stdout);
+}
+
+Json machine_fields() {
+  const cpu::CpuInfo& c = cpu::cpu_info();
+  const cpu::GemmProvider& g = cpu::gemm_provider();
+  const cpu::GemmProvider& b = cpu::gemm_bf16_provider();
+  Json fields = Json::object(
+      {{"cpu", Json::object({{"model", c.model},
+                             {"avx2", c.avx2},
+                             {"fma", c.fma},
+                             {"avx512f", c.avx512f},
+                             {"avx512_bf16", c.avx512_bf16},
+                             {"amx_bf16", c.amx_bf16}})},
+       {"gemm_provider", g.name + (g.version.empty() ? "" : " " + g.version)},
+       {"gemm_kernel", g.kernel},
+       {"gemm_fallback", g.fallback},
+       {"gemm_bf16_provider", b.name + (b.version.empty() ? "" : " " + b.version)},
+       {"gemm_bf16_kernel", b.kernel},
+       {"kernel_isa", cpu::isa_name(cpu::kernel_isa())}});
+  if (!g.note.empty()) fields.set("gemm_note", g.note);
+  if (!b.note.empty()) fields.set("gemm_bf16_note", b.note);
+  return fields;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -77,6 +103,8 @@ int main(int argc, char** argv) {
       "usage: megatrain-bench SUITE [--flag value ...] [--json]\n"
       "suites:\n"
       "  sgemm  [--n 2048 --reps 5]                       fp32 GEMM GFLOP/s on this machine\n"
+      "  cpu-gemm [--tokens 4096 --c 2048 --oc C --reps 3 --dtype fp32|bf16|both --providers all|chosen]\n"
+      "         GFLOP/s of a layer's GEMMs (forward, both backward) per CPU GEMM provider\n"
       "  adamw  [--params N --threads T --reps 5]       fused AdamW vs a threaded memcpy\n"
       "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
       "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
@@ -103,6 +131,7 @@ int main(int argc, char** argv) {
   if (suite == "sgemm") return run_sgemm(*flags);
   if (suite == "adamw") return run_adamw(*flags);
   if (suite == "uploads") return run_uploads(*flags);
+  if (suite == "cpu-gemm") return run_cpu_gemm(*flags);
   if (suite == "step") return run_step(*flags);
   if (suite == "plan") return run_plan(*flags);
 #ifdef MEGATRAIN_HAVE_CUDA

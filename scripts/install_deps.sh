@@ -8,6 +8,8 @@ packages=(
   # toolchain and engine (the engine needs only these; BLAS is optional but fast)
   build-essential cmake ninja-build pkg-config ccache googletest
   libopenblas-dev libopenblas0-openmp
+  # oneDNN: the CPU GEMM provider when OpenBLAS runs a generic kernel, and the native bf16 GEMM
+  libdnnl-dev
   # daemon and CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libspdlog-dev libsystemd-dev libyaml-cpp-dev nlohmann-json3-dev

@@ -1,3 +1,4 @@
+#include "kernels/gemm_provider.h"
 #include "server/daemon.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -84,6 +85,8 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   }
   spdlog::info("megatraind serving on {} (port {}), metrics on {} (port {}), state {}", cfg.listen, d->port_,
                cfg.metrics_listen, d->metrics_port(), cfg.state_dir);
+  spdlog::info("{}", cpu::gemm_provider_line());
+  if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) spdlog::warn("{}", w);
   return d;
 }
 

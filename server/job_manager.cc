@@ -404,13 +404,18 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   return resp;
 }
 
-Result<v1::MemoryPlan> JobManager::plan(const v1::JobSpec& proto) {
-  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}));
+Result<v1::PlanJobResponse> JobManager::plan(const v1::PlanJobRequest& req) {
+  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(req.spec(), {opt_.data_root, opt_.state_dir + "/jobs"}));
   auto cfg = resolve_model(spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
+  v1::PlanJobResponse out;
+  if (req.max_seq_len()) {
+    MT_ASSIGN_OR_RETURN(spec.train.seq_len, longest_seq_len(spec, *cfg, opt_.budgets.host, opt_.budgets.device));
+    out.set_max_seq_len(spec.train.seq_len);
+  }
   MT_ASSIGN_OR_RETURN(MemoryPlan p, plan_job(spec, *cfg, opt_.budgets));
-  v1::MemoryPlan out;
-  plan_to_proto(p, opt_.budgets, &out);
+  plan_to_proto(p, opt_.budgets, out.mutable_plan());
+  out.set_seq_len(spec.train.seq_len);
   return out;
 }
 
@@ -563,10 +568,14 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_name(r.name);
   out.set_state(r.state);
   out.set_reason(r.reason);
-  if (r.spec.is_object()) {
+  // The spec never changes after submit: converted once (JSON -> JobSpec -> proto costs ~0.2 ms,
+  // which ListJobs of many jobs would otherwise pay per job while holding the lock the running
+  // job's step hook takes).
+  if (!job.spec_proto && r.spec.is_object()) {
     auto spec = job_spec_from_json(r.spec);
-    if (spec.ok()) *out.mutable_spec() = spec_to_proto(*spec);
+    if (spec.ok()) job.spec_proto = std::make_shared<const v1::JobSpec>(spec_to_proto(*spec));
   }
+  if (job.spec_proto) *out.mutable_spec() = *job.spec_proto;
   out.set_step(r.step);
   out.set_total_steps(r.total_steps);
   out.set_loss(r.loss);

@@ -75,7 +75,7 @@ class JobManager {
   Status device_fault() const;
 
   Result<v1::SubmitJobResponse> submit(const v1::JobSpec& spec);
-  Result<v1::MemoryPlan> plan(const v1::JobSpec& spec);
+  Result<v1::PlanJobResponse> plan(const v1::PlanJobRequest& req);  // with max_seq_len: the longest that fits
   Result<v1::Job> get(const std::string& id);
   // A page of jobs in submission order (see ListJobsRequest); INVALID_ARGUMENT for a negative
   // page_size or a page_token this daemon did not write.

@@ -32,6 +32,7 @@ struct JobManager::Job {
   StepStats last;
   std::vector<CheckpointDone> ckpt_waiters;
   std::shared_ptr<LogFile> log;  // STATE_DIR/jobs/ID/log.txt, closed once the job has ended
+  mutable std::shared_ptr<const v1::JobSpec> spec_proto;  // rec.spec as the proto, made once (to_proto)
 };
 
 }  // namespace mt::server

@@ -253,7 +253,7 @@ grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                                   v1::PlanJobResponse* resp) {
-  return unary(ctx, "PlanJob", Role::kRead, [&] { return reply(jobs_.plan(req->spec()), resp->mutable_plan()); });
+  return unary(ctx, "PlanJob", Role::kRead, [&] { return reply(jobs_.plan(*req), resp); });
 }
 
 // ---- Scheduling and housekeeping (issue 17) ----------------------------------------------------

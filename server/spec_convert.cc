@@ -113,6 +113,7 @@ void plan_to_proto(const MemoryPlan& p, const Budgets& budgets, megatrain::v1::M
   for (const auto& [k, v] : p.device_by_kind) (*out->mutable_device_bytes_by_kind())[k] = v;
   out->set_checkpoints_on_device(p.checkpoints_on_device);
   out->set_precision(precision_name(p.precision));
+  out->set_token_chunk(p.token_chunk);
   out->set_host_budget_bytes(budgets.host);
   out->set_device_budget_bytes(budgets.device);
 }

@@ -22,6 +22,18 @@ Result<uint64_t> parse_size(const std::string& text) {
   return invalid_argument("'" + text + "' is not a size (e.g. 128GiB, 1.5TB, 4096)");
 }
 
+// --seq-len T overrides the spec's (the planner then chunks and places for that length).
+Status apply_seq_len(const Args& a, JobSpec& spec) {
+  if (!a.has("seq-len")) return Status::Ok();
+  if (a.has("max-seq-len")) return invalid_argument("--seq-len and --max-seq-len exclude each other");
+  MT_ASSIGN_OR_RETURN(double t, a.number("seq-len", 0));
+  if (!(t >= 1 && t <= TrainLimits::kSeqLen) || t != double(int(t)))
+    return invalid_argument("--seq-len = '" + a.get("seq-len") + "' must be a whole number in 1.." +
+                            std::to_string(TrainLimits::kSeqLen));
+  spec.train.seq_len = int(t);
+  return validate(spec);
+}
+
 int cmd_plan_local(const Args& a) {
   if (a.positional().size() != 1)
     return usage_error("plan");
@@ -35,12 +47,26 @@ int cmd_plan_local(const Args& a) {
        dev = parse_size(a.get("device-memory", std::to_string(default_device_budget())));
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
+  if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
+  int max_seq_len = 0;
+  if (a.has("max-seq-len")) {  // the longest that fits, then its plan
+    auto m = longest_seq_len(*spec, *cfg, *host, *dev);
+    if (!m.ok()) return fail(kUsage, m.status().message());  // as the daemon's refusal maps
+    spec->train.seq_len = max_seq_len = *m;
+  }
   auto plan = plan_for_job(*spec, *cfg, *host, *dev);  // the daemon's PlanJob answers with the same planner
   if (!plan.ok()) return fail(kUsage, plan.status().message());
   if (a.json()) {
-    print_json(memory_plan_to_json(*plan));
+    Json j = memory_plan_to_json(*plan);
+    j.set("seq_len", spec->train.seq_len);
+    if (max_seq_len) j.set("max_seq_len", max_seq_len);
+    print_json(j);
     return kOk;
   }
+  if (max_seq_len) std::printf("max seq_len    %d (the longest that fits these budgets; its plan:)\n", max_seq_len);
+  std::printf("seq_len        %d x micro_batch %d x global_batch %d, MLP token chunk %s\n", spec->train.seq_len,
+              spec->train.micro_batch, spec->train.global_batch,
+              plan->token_chunk ? std::to_string(plan->token_chunk).c_str() : "none");
   std::printf("model          %s, %lld parameters\n", cfg->architecture.c_str(), (long long)plan->params);
   std::printf("host memory    %s (%.2f bytes/param, %s layout)\n", format_bytes(plan->host_bytes).c_str(),
               plan->host_bytes_per_param, memory_layout_name(spec->train.layout));

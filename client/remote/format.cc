@@ -106,6 +106,7 @@ Json plan_to_json(const v1::MemoryPlan& p) {
                          {"fits", p.fits()},
                          {"checkpoints_on_device", p.checkpoints_on_device()},
                          {"precision", p.precision()},
+                         {"token_chunk", p.token_chunk()},
                          {"host_by_kind", host},
                          {"device_by_kind", dev},
                          {"host_budget_bytes", int64_t(p.host_budget_bytes())},

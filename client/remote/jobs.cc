@@ -4,6 +4,7 @@
 
 #include "client/remote/commands.h"
 #include "client/remote/format.h"
+#include "engine/exec/executor.h"
 
 namespace mt::cli {
 
@@ -181,11 +182,27 @@ int remote_plan(Connection& c, const Args& a) {
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   v1::PlanJobRequest req;
   *req.mutable_spec() = *spec;
+  if (a.has("seq-len") && a.has("max-seq-len")) return fail(kUsage, "--seq-len and --max-seq-len exclude each other");
+  if (a.has("seq-len")) {
+    auto t = a.number("seq-len", 0);
+    if (!t.ok() || !(*t >= 1 && *t <= TrainLimits::kSeqLen) || *t != double(int(*t)))
+      return fail(kUsage, "--seq-len = '" + a.get("seq-len") + "' must be a whole number in 1.." +
+                              std::to_string(TrainLimits::kSeqLen));
+    req.mutable_spec()->set_seq_len(int(*t));
+  }
+  req.set_max_seq_len(a.has("max-seq-len"));
   v1::PlanJobResponse resp;
   auto ctx = c.context();
   if (grpc::Status s = c.stub().PlanJob(ctx.get(), req, &resp); !s.ok()) return c.fail(s, "plan " + path);
-  if (a.json()) print_json(plan_to_json(resp.plan()));
-  else print_plan_human(resp.plan());
+  if (a.json()) {
+    Json j = plan_to_json(resp.plan());
+    j.set("seq_len", resp.seq_len());
+    if (resp.max_seq_len()) j.set("max_seq_len", resp.max_seq_len());
+    print_json(j);
+  } else {
+    if (resp.max_seq_len()) std::printf("max seq_len    %d (the longest that fits the server's budgets)\n", resp.max_seq_len());
+    print_plan_human(resp.plan());
+  }
   return kOk;
 }
 

@@ -6,6 +6,7 @@
 #include "engine/io/hf_io.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
+#include "kernels/gemm_provider.h"
 
 namespace mt {
 
@@ -50,6 +51,27 @@ Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uin
   MT_RETURN_IF_ERROR(validate(spec));
   if (uses_cuda(spec)) MT_RETURN_IF_ERROR(cuda_supports_head_dim(cfg.head_dim));
   return plan_memory(cfg, job_train_options(spec), job_plan_options(spec, cfg, host_budget, device_budget));
+}
+
+Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget) {
+  JobSpec s = spec;
+  auto fits = [&](int T) -> Result<bool> {
+    s.train.seq_len = T;
+    MT_ASSIGN_OR_RETURN(MemoryPlan p, plan_for_job(s, cfg, host_budget, device_budget));
+    return p.fits;
+  };
+  const int64_t by_tokens = TrainLimits::kTokensPerStep / std::max(1, spec.train.global_batch);
+  int lo = 1, hi = int(std::min<int64_t>(TrainLimits::kSeqLen, by_tokens));  // fits(lo); answer in [lo, hi]
+  MT_ASSIGN_OR_RETURN(bool any, fits(lo));
+  if (!any) return failed_precondition("not even seq_len = 1 fits the budgets");
+  MT_ASSIGN_OR_RETURN(bool all, fits(hi));
+  if (all) return hi;
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    const int mid = lo + (hi - lo) / 2;
+    MT_ASSIGN_OR_RETURN(bool ok, fits(mid));
+    (ok ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 namespace {
@@ -170,6 +192,11 @@ Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
+  // What computes, and a generic CPU GEMM kernel on a capable CPU loud enough to notice.
+  log(LogLevel::kInfo, std::string("compute ") + precision_name(job_precision(spec_)) + " on " +
+                           (uses_cuda(spec_) && spec_.executor != "resident" ? "cuda" : "cpu") + "; " +
+                           cpu::gemm_provider_line());
+  if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) log(LogLevel::kWarning, w);
   state.spec_hash = job_spec_hash(spec_);
   state.data_source = data->describe();
   state.total_steps = spec_.steps;

@@ -66,6 +66,9 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
                              uint64_t device_budget = 0);
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
                                 uint64_t device_budget);
+// The longest seq_len (other fields as in `spec`) whose plan fits the budgets: a binary search
+// over plan_for_job, nothing allocated. FailedPrecondition when not even seq_len 1 fits.
+Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget);
 
 class JobRunner {
  public:

@@ -77,39 +77,35 @@ HeadScratch<T> carve_head_scratch(const LayerShape& s, Carver& c) {
 
 }  // namespace
 
-template <typename T>
-size_t decoder_acts_bytes(const LayerShape& s) {
+namespace {
+// A layout's size: the carve run on a counting Carver.
+template <typename Carve>
+size_t layout_bytes(const LayerShape& s, Carve carve) {
   Carver c(nullptr);
-  carve_decoder_acts<T>(s, c);
+  carve(s, c);
   return c.bytes();
 }
-template <typename T>
-DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base) {
+template <typename Carve>
+auto bind_layout(const LayerShape& s, void* base, Carve carve) {
   Carver c(base);
-  return carve_decoder_acts<T>(s, c);
+  return carve(s, c);
 }
+}  // namespace
+
 template <typename T>
-size_t decoder_scratch_bytes(const LayerShape& s) {
-  Carver c(nullptr);
-  carve_decoder_scratch<T>(s, c);
-  return c.bytes();
-}
+size_t decoder_acts_bytes(const LayerShape& s) { return layout_bytes(s, carve_decoder_acts<T>); }
+template <typename T>
+DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base) { return bind_layout(s, base, carve_decoder_acts<T>); }
+template <typename T>
+size_t decoder_scratch_bytes(const LayerShape& s) { return layout_bytes(s, carve_decoder_scratch<T>); }
 template <typename T>
 DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, void* base) {
-  Carver c(base);
-  return carve_decoder_scratch<T>(s, c);
+  return bind_layout(s, base, carve_decoder_scratch<T>);
 }
 template <typename T>
-size_t head_scratch_bytes(const LayerShape& s) {
-  Carver c(nullptr);
-  carve_head_scratch<T>(s, c);
-  return c.bytes();
-}
+size_t head_scratch_bytes(const LayerShape& s) { return layout_bytes(s, carve_head_scratch<T>); }
 template <typename T>
-HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base) {
-  Carver c(base);
-  return carve_head_scratch<T>(s, c);
-}
+HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base) { return bind_layout(s, base, carve_head_scratch<T>); }
 
 namespace {
 

@@ -1,45 +1,61 @@
 // Fused AdamW over a contiguous range (single-threaded; callers split ranges), and a
-// deterministic double-precision sum of squares.
+// deterministic double-precision sum of squares. The update is one source compiled for each
+// ISA variant (kernels/cpu/isa.h) and dispatched by kernel_isa(); every variant does the same
+// IEEE operations per element in the same order (division, sqrt, and the same FMA
+// contractions: FMA exists in every variant), so all give identical bits.
 #include "kernels/adamw.h"
 
 #include <cmath>
 
+#include "kernels/cpu/isa.h"
+
 namespace mt::cpu {
 namespace {
 
-constexpr size_t kBlock = 256;
-
-// The update in blocks of kBlock: two branch-free (vectorisable) passes around a plain sqrt
-// pass. (With errno-setting math, GCC keeps a libm branch next to every sqrt, which would stop
-// a single fused loop from vectorising.)
+// One fused, branch-free pass. This file is compiled with -fno-math-errno (kernels/
+// CMakeLists.txt): the sqrt then vectorises instead of keeping a libm errno branch per element.
 template <typename S, bool kShadow>
-void adamw_loop(float* __restrict param, const S* __restrict grad, S* __restrict m,
-                S* __restrict v, bf16* __restrict shadow, size_t n, const AdamWParams& p) {
+MT_ALWAYS_INLINE void adamw_loop(float* __restrict param, const S* __restrict grad,
+                                 S* __restrict m, S* __restrict v, bf16* __restrict shadow,
+                                 size_t n, const AdamWParams& p) {
   const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay;
   const float gs = p.grad_scale;
   const float bc1 = float(1.0 - std::pow(double(b1), double(p.step)));
   const float bc2 = float(1.0 - std::pow(double(b2), double(p.step)));
-  float mhat[kBlock], denom[kBlock];
-  for (size_t i0 = 0; i0 < n; i0 += kBlock) {
-    const size_t len = n - i0 < kBlock ? n - i0 : kBlock;
-    for (size_t j = 0; j < len; ++j) {
-      const size_t i = i0 + j;
-      const float g = to_float(grad[i]) * gs;
-      const float mi = b1 * to_float(m[i]) + (1.0f - b1) * g;
-      const float vi = b2 * to_float(v[i]) + (1.0f - b2) * g * g;
-      m[i] = from_float<S>(mi);
-      v[i] = from_float<S>(vi);
-      mhat[j] = mi / bc1;
-      denom[j] = vi / bc2;
-    }
-    for (size_t j = 0; j < len; ++j) denom[j] = std::sqrt(denom[j]) + eps;
-    for (size_t j = 0; j < len; ++j) {
-      const size_t i = i0 + j;
-      float w = param[i];
-      w -= lr * (mhat[j] / denom[j] + wd * w);
-      param[i] = w;
-      if constexpr (kShadow) shadow[i] = float_to_bf16(w);
-    }
+  for (size_t i = 0; i < n; ++i) {
+    const float g = to_float(grad[i]) * gs;
+    const float mi = b1 * to_float(m[i]) + (1.0f - b1) * g;
+    const float vi = b2 * to_float(v[i]) + (1.0f - b2) * g * g;
+    m[i] = from_float<S>(mi);
+    v[i] = from_float<S>(vi);
+    const float mhat = mi / bc1;
+    const float denom = std::sqrt(vi / bc2) + eps;
+    float w = param[i];
+    w -= lr * (mhat / denom + wd * w);
+    param[i] = w;
+    if constexpr (kShadow) shadow[i] = float_to_bf16(w);
+  }
+}
+
+template <typename S, bool kShadow>
+void adamw_baseline(float* param, const S* grad, S* m, S* v, bf16* shadow, size_t n,
+                    const AdamWParams& p) {
+  adamw_loop<S, kShadow>(param, grad, m, v, shadow, n, p);
+}
+
+template <typename S, bool kShadow>
+MT_TARGET_AVX512 void adamw_avx512(float* param, const S* grad, S* m, S* v, bf16* shadow,
+                                   size_t n, const AdamWParams& p) {
+  adamw_loop<S, kShadow>(param, grad, m, v, shadow, n, p);
+}
+
+template <typename S, bool kShadow>
+void adamw_dispatch(float* param, const S* grad, S* m, S* v, bf16* shadow, size_t n,
+                    const AdamWParams& p) {
+  if (kernel_isa() == Isa::kAvx512) {
+    adamw_avx512<S, kShadow>(param, grad, m, v, shadow, n, p);
+  } else {
+    adamw_baseline<S, kShadow>(param, grad, m, v, shadow, n, p);
   }
 }
 
@@ -49,9 +65,9 @@ template <typename S>
 void adamw_update(float* param, const S* grad, S* m, S* v, bf16* shadow, size_t n,
                   const AdamWParams& p) {
   if (shadow != nullptr) {
-    adamw_loop<S, true>(param, grad, m, v, shadow, n, p);
+    adamw_dispatch<S, true>(param, grad, m, v, shadow, n, p);
   } else {
-    adamw_loop<S, false>(param, grad, m, v, nullptr, n, p);
+    adamw_dispatch<S, false>(param, grad, m, v, nullptr, n, p);
   }
 }
 

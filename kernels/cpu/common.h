@@ -51,14 +51,29 @@ struct Vec<double> {
   static constexpr int width = 4;
 };
 
-// s[j] = exp(s[j] - shift) for j < n: fast_exp's formula on whole vectors (scalar tail)
-// (the scalar form does not vectorise: its clamps are comparisons, which may trap, so GCC
-// will not if-convert them).
-inline void exp_shifted(float* s, int n, float shift) {
-  using V = Vec<float>::type;
-  typedef int32_t VI __attribute__((vector_size(32)));
-  const int nv = n - n % Vec<float>::width;
-  for (int j = 0; j < nv; j += Vec<float>::width) {
+// s[j] = exp(s[j] - shift) for j < n: fast_exp's formula on whole vectors of W floats (scalar
+// tail; the lanes and the tail give the same bits, so the result does not depend on W).
+// (The scalar form does not vectorise: its clamps are comparisons, which may trap, so GCC
+// will not if-convert them.) Instantiated per ISA variant by exp_shifted (elementwise.cc).
+template <int W>
+struct FloatVec;
+template <>
+struct FloatVec<8> {
+  typedef float type __attribute__((vector_size(32)));
+  typedef int32_t ints __attribute__((vector_size(32)));
+};
+template <>
+struct FloatVec<16> {
+  typedef float type __attribute__((vector_size(64)));
+  typedef int32_t ints __attribute__((vector_size(64)));
+};
+
+template <int W>
+inline __attribute__((always_inline)) void exp_shifted_body(float* s, int n, float shift) {
+  using V = typename FloatVec<W>::type;
+  using VI = typename FloatVec<W>::ints;
+  const int nv = n - n % W;
+  for (int j = 0; j < nv; j += W) {
     V x;
     std::memcpy(&x, s + j, sizeof x);
     x -= shift;
@@ -82,6 +97,9 @@ inline void exp_shifted(float* s, int n, float shift) {
   }
   for (int j = nv; j < n; ++j) s[j] = fast_exp(s[j] - shift);
 }
+
+// exp_shifted_body at the widest vectors of the ISA variant running (kernel_isa()).
+void exp_shifted(float* s, int n, float shift);
 
 inline void exp_shifted(double* s, int n, double shift) {
   for (int j = 0; j < n; ++j) s[j] = std::exp(s[j] - shift);

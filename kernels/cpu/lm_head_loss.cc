@@ -37,6 +37,23 @@ double softmax_row(T* logits, int V, int32_t target, bool backward, T grad_scale
   return loss;
 }
 
+
+// One chunk's rows of logits through softmax_row (in parallel), then their losses summed in token
+// order into res (deterministic) and written to losses (if given).
+template <typename T, typename L>
+void chunk_losses(LmHeadLossResult& res, T* logits, int rows, int V, const int32_t* targets, bool backward,
+                  T grad_scale, std::vector<double>& row_loss, L* losses) {
+  MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * V)))
+  for (int r = 0; r < rows; ++r) row_loss[r] = softmax_row(logits + long(r) * V, V, targets[r], backward, grad_scale);
+  for (int r = 0; r < rows; ++r) {
+    if (targets[r] >= 0 && targets[r] < V) {
+      res.loss_sum += row_loss[r];
+      ++res.counted;
+    }
+    if (losses != nullptr) losses[r] = L(row_loss[r]);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -51,17 +68,7 @@ LmHeadLossResult lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W,
     const int rows = std::min(chunk, N - n0);
     const T* xc = x + long(n0) * C;
     gemm(false, true, rows, V, C, T(1), xc, C, W, C, T(0), scratch, V);
-    MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * V)))
-    for (int r = 0; r < rows; ++r)
-      row_loss[r] = softmax_row(scratch + long(r) * V, V, targets[n0 + r], backward, grad_scale);
-    for (int r = 0; r < rows; ++r) {  // token order: deterministic sum
-      const int32_t t = targets[n0 + r];
-      if (t >= 0 && t < V) {
-        res.loss_sum += row_loss[r];
-        ++res.counted;
-      }
-      if (losses != nullptr) losses[n0 + r] = T(row_loss[r]);
-    }
+    chunk_losses(res, scratch, rows, V, targets + n0, backward, grad_scale, row_loss, losses ? losses + n0 : nullptr);
     if (!backward) continue;
     gemm(false, false, rows, C, V, T(1), scratch, V, W, C, T(0), dx + long(n0) * C, C);
     if (dW != nullptr) gemm(true, false, V, C, rows, T(1), scratch, V, xc, C, T(1), dW, C);
@@ -83,17 +90,7 @@ LmHeadLossResult lm_head_loss(bf16* dx, float* dW, float* losses, const bf16* x,
     const int rows = std::min(chunk, N - n0);
     const bf16* xc = x + long(n0) * C;
     gemm_bf16(false, true, rows, V, C, 1.0f, xc, C, W, C, 0.0f, logits, V);
-    MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * V)))
-    for (int r = 0; r < rows; ++r)
-      row_loss[r] = softmax_row(logits + long(r) * V, V, targets[n0 + r], backward, grad_scale);
-    for (int r = 0; r < rows; ++r) {
-      const int32_t t = targets[n0 + r];
-      if (t >= 0 && t < V) {
-        res.loss_sum += row_loss[r];
-        ++res.counted;
-      }
-      if (losses != nullptr) losses[n0 + r] = float(row_loss[r]);
-    }
+    chunk_losses(res, logits, rows, V, targets + n0, backward, grad_scale, row_loss, losses ? losses + n0 : nullptr);
     if (!backward) continue;
     const size_t n = size_t(rows) * size_t(V);
     MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(n))))

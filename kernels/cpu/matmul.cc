@@ -1,5 +1,6 @@
-// Dense layers and GEMM. gemm uses CBLAS when built with it, otherwise gemm_blocked: a packed,
-// cache-blocked kernel with a register-tiled micro-kernel, parallel over row blocks of C.
+// Dense layers and GEMM. gemm<float> runs the provider chosen at run time (OpenBLAS, oneDNN:
+// kernels/gemm_provider.h), gemm<double> CBLAS when built with it; otherwise gemm_blocked: a
+// packed, cache-blocked kernel with a register-tiled micro-kernel, parallel over row blocks of C.
 // Every element of C is owned by one thread and accumulated in a fixed k order (deterministic).
 #include "kernels/matmul.h"
 
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/gemm_backends.h"
 
 #ifdef MEGATRAIN_HAVE_BLAS
 #include <cblas.h>
@@ -123,20 +125,40 @@ void gemm_blocked(bool trans_a, bool trans_b, int M, int N, int K, T alpha, cons
   }
 }
 
-#ifdef MEGATRAIN_HAVE_BLAS
 namespace {
-void blas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-               const float* B, int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+
+// The provider chosen at run time (gemm_provider.cc); false: run gemm_blocked.
+bool provider_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                   const float* B, int ldb, float beta, float* C, int ldc) {
+  switch (detail::sgemm_backend()) {
+#ifdef MEGATRAIN_HAVE_BLAS
+    case detail::Sgemm::kOpenblas:
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return true;
+#endif
+#ifdef MEGATRAIN_HAVE_ONEDNN
+    case detail::Sgemm::kOnednn:
+      return detail::onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+    default:
+      return false;
+  }
 }
-void blas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
-               const double* B, int ldb, double beta, double* C, int ldc) {
+
+// double (the gradient checks' reference precision): CBLAS when built with it.
+bool provider_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda,
+                   const double* B, int ldb, double beta, double* C, int ldc) {
+#ifdef MEGATRAIN_HAVE_BLAS
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-}  // namespace
+  return true;
+#else
+  return false;
 #endif
+}
+
+}  // namespace
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
@@ -146,11 +168,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
     scale_c(M, N, beta, C, ldc);
     return;
   }
-#ifdef MEGATRAIN_HAVE_BLAS
-  blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#else
+  if (provider_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#endif
 }
 
 template <typename T>

@@ -350,6 +350,28 @@ TEST(CliPlan, LocalPlanEqualsTheDaemonPlan) {
       const Json l = local.json_lines().at(0), r = remote.json_lines().at(0);
       for (const char* key : {"params", "host_bytes", "device_bytes", "fits"})
         EXPECT_EQ(l.find(key)->dump(), r.find(key)->dump()) << preset << " " << extra << key;
+      // The longest sequence that fits (issue 14): the same search on both sides.
+      if (std::string(preset) == "llama3-8b") {
+        RunResult lm = megatrain({"plan", spec, "--json", "--host-memory", "8GiB", "--max-seq-len"});
+        RunResult rm = d.cli({"plan", spec, "--json", "--max-seq-len"});
+        if (lm.rc == 0 || rm.rc == 0) {
+          ASSERT_EQ(lm.rc, 0) << describe(lm);
+          ASSERT_EQ(rm.rc, 0) << describe(rm);
+          EXPECT_EQ(lm.json_lines().at(0).find("max_seq_len")->dump(), rm.json_lines().at(0).find("max_seq_len")->dump());
+        } else {  // 8 GiB holds no 8B model: both refuse alike
+          EXPECT_EQ(lm.rc, rm.rc) << describe(lm) << describe(rm);
+        }
+      }
+      if (std::string(preset) == "tiny") {
+        RunResult lm = megatrain({"plan", spec, "--json", "--host-memory", "8GiB", "--max-seq-len"});
+        RunResult rm = d.cli({"plan", spec, "--json", "--max-seq-len"});
+        ASSERT_EQ(lm.rc, 0) << describe(lm);
+        ASSERT_EQ(rm.rc, 0) << describe(rm);
+        const Json lj = lm.json_lines().at(0), rj = rm.json_lines().at(0);
+        EXPECT_EQ(lj.find("max_seq_len")->dump(), rj.find("max_seq_len")->dump());
+        EXPECT_EQ(lj.find("host_bytes")->dump(), rj.find("host_bytes")->dump());
+        EXPECT_GT(lj.find("max_seq_len")->as_int(), 64);
+      }
       // Compact state (10 B/param) plus, in bf16, the 2-byte shadow the uploads copy.
       if (std::string(preset) == "dense-120b" && std::string(extra).find("compact") != std::string::npos) {
         EXPECT_LT(r.find("host_bytes_per_param")->as_double(), 12.5) << remote.out;

@@ -2,10 +2,14 @@
 // dimensions), the BLAS path against the blocked fallback, and matmul_forward with bias.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "kernels/gemm_provider.h"
 #include "kernels/matmul.h"
 #include "tests/kernels/test_util.h"
 
@@ -99,6 +103,52 @@ TEST(Gemm, BetaZeroIgnoresNanAndKZeroScales) {
   std::vector<double> D(M * N, 2.0);
   gemm<double>(false, false, M, N, 0, 1.0, A.data(), 1, B.data(), 1, 0.5, D.data(), N);
   for (double d : D) EXPECT_EQ(d, 1.0);
+}
+
+// Runs the scope with one fp32 GEMM provider, restoring the chosen one after.
+class ScopedGemmProvider {
+ public:
+  explicit ScopedGemmProvider(const std::string& name) : ok_(use_gemm_provider(name)) {}
+  ~ScopedGemmProvider() { use_gemm_provider(gemm_provider().name); }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
+
+// Every provider linked into this build (not only the one this CPU chose) computes the
+// contract: all transposes, odd shapes, padded leading dimensions, alpha and beta.
+TEST(Gemm, EveryLinkedProviderMatchesNaive) {
+  for (const std::string& p : linked_gemm_providers()) {
+    SCOPED_TRACE(p);
+    ScopedGemmProvider use(p);
+    ASSERT_TRUE(use.ok());
+    for (const auto& g : kCases) check_gemm<float>(g, gemm<float>, 2e-6);
+  }
+}
+
+// beta = 0 must not read C (NaN there stays out of the result), and a provider gives the same
+// bits for the same inputs (the engine's bit-exact resume and streaming == resident need it).
+TEST(Gemm, EveryLinkedProviderIgnoresNanAtBetaZeroAndIsDeterministic) {
+  const int M = 130, N = 67, K = 300;
+  const auto A = random_vec<float>(size_t(M) * K, 4), B = random_vec<float>(size_t(N) * K, 5);
+  for (const std::string& p : linked_gemm_providers()) {
+    SCOPED_TRACE(p);
+    ScopedGemmProvider use(p);
+    ASSERT_TRUE(use.ok());
+    std::vector<float> c1(size_t(M) * N, std::numeric_limits<float>::quiet_NaN()), c2 = c1;
+    gemm<float>(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, c1.data(), N);
+    gemm<float>(false, true, M, N, K, 1.f, A.data(), K, B.data(), K, 0.f, c2.data(), N);
+    for (size_t i = 0; i < c1.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(c1[i])) << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(c1[i]), std::bit_cast<uint32_t>(c2[i])) << i;
+    }
+  }
+}
+
+TEST(Gemm, UnknownProviderIsRefused) {
+  EXPECT_FALSE(use_gemm_provider("mkl"));
+  EXPECT_FALSE(use_gemm_provider(""));
 }
 
 TEST(Matmul, ForwardWithBiasMatchesNaive) {

@@ -35,6 +35,15 @@ def test_submit_and_watch_to_success(client):
     assert client.plan(tiny_spec()).fits
 
 
+def test_list_jobs_reads_every_page(client):
+    ids = [client.submit(tiny_spec(steps=1)).id for _ in range(3)]
+    listed = [j.id for j in client.list_jobs(page_size=1)]  # one job per RPC
+    assert set(ids) <= set(listed) and len(listed) == len(set(listed))
+    assert [j.id for j in client.list_jobs(name="no-such-name")] == []
+    for i in ids:
+        list(client.watch(i))
+
+
 def test_submit_a_yaml_file(client, tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("name: from-yaml\nmodel: {preset: tiny}\nsteps: 2\nseq_len: 32\nmicro_batch: 2\n"

@@ -122,9 +122,18 @@ class Client:
     def get(self, job_id: str) -> pb.Job:
         return self._unary(self._stub.GetJob, pb.GetJobRequest(job_id=job_id))
 
-    def list_jobs(self, state: Union[None, str, int] = None) -> list:
-        """Every job (or those in `state`: "queued", "running", ... or a pb.JobState)."""
-        return list(self._unary(self._stub.ListJobs, pb.ListJobsRequest(state=_state(state))).jobs)
+    def list_jobs(self, state: Union[None, str, int] = None, name: str = "", page_size: int = 0) -> list:
+        """Every job, reading every page (or those in `state`: "queued", "running", ... or a
+        pb.JobState, and/or whose name contains `name`). page_size: jobs per RPC (0: the daemon's
+        default, 100; at most 1000)."""
+        jobs, token = [], ""
+        while True:
+            req = pb.ListJobsRequest(state=_state(state), name=name, page_size=page_size, page_token=token)
+            resp = self._unary(self._stub.ListJobs, req)
+            jobs.extend(resp.jobs)
+            token = resp.next_page_token
+            if not token:
+                return jobs
 
     def cancel(self, job_id: str) -> pb.Job:
         return self._unary(self._stub.CancelJob, pb.CancelJobRequest(job_id=job_id))
