@@ -236,10 +236,10 @@ int run_attention(const Flags& f) {
     cudaMemset(qkv, 0, nqkv * 4), cudaMemset(dout, 0, nout * 4);
     bool ok = true;
     const double fwd = time_on_stream(s, int(*reps), [&] {
-      ok &= cuda::attention_forward(out, lse, qkv, 1, T, H, KVH, D, s).ok();
+      ok &= cuda::attention_forward(out, lse, qkv, nullptr, 1, T, H, KVH, D, s).ok();
     });
     const double bwd = time_on_stream(s, int(*reps), [&] {
-      ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, 1, T, H, KVH, D, s).ok();
+      ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, nullptr, 1, T, H, KVH, D, s).ok();
     });
     const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
     emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)}, {"head_dim", int64_t(D)},

@@ -45,7 +45,7 @@ const char* command_usage(const std::string& cmd) {
   static const std::map<std::string, const char*> kUsage = {
       {"train", "train SPEC [--out DIR] [--steps N] [--backend B] [--executor E] [--precision fp32|bf16|auto] [--json]"},
       {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--server ADDR] [--json]"},
-      {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--json]"},
+      {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--eod-id N] [--json]"},
       {"inspect", "inspect PATH [--json]"},
       {"export", "export CHECKPOINT OUT_DIR [--dtype bf16|fp32] [--shard-size 5GB] [--overwrite] [--json]\n"
                  "       megatrain export --remote ID OUT_DIR [--step N] [--dtype bf16|fp32] [--overwrite] [--json]"},

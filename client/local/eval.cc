@@ -1,6 +1,9 @@
 // megatrain eval --model DIR --data FILE: mean loss per token of a model over a token or text
 // file (every window of seq_len + 1 tokens once, or --max-seqs of them), printed with 6 decimals.
+// --eod-id N packs documents as the spec's data.eod_id does (attention masked per document).
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "client/cli.h"
 #include "engine/io/model_files.h"
@@ -12,8 +15,9 @@ int cmd_eval(const Args& a) {
   const std::string model = a.get("model"), data = a.get("data");
   if (model.empty() || data.empty())
     return usage_error("eval");
-  auto T = a.number("seq-len", 256), max_seqs = a.number("max-seqs", 0);
+  auto T = a.number("seq-len", 256), max_seqs = a.number("max-seqs", 0), eod = a.number("eod-id", -1);
   if (!T.ok() || !max_seqs.ok() || *T < 1) return fail(kUsage, "--seq-len and --max-seqs must be positive numbers");
+  if (!eod.ok()) return fail(kUsage, "--eod-id must be a token id");
   auto files = find_model_files(model);
   if (!files.ok()) return fail(kJobFailed, files.status().message());
   auto cfg = load_model_config(files->dir);
@@ -21,6 +25,9 @@ int cmd_eval(const Args& a) {
   const std::string format = a.get("format", data.size() > 4 && data.substr(data.size() - 4) == ".bin" ? "uint16" : "text");
   auto src = format == "text" ? make_text_source(data, cfg->vocab_size)
                               : make_token_file_source(data, format, cfg->vocab_size);
+  if (*eod >= 0 && (*eod >= double(cfg->vocab_size) || *eod != std::floor(*eod)))
+    return fail(kUsage, "--eod-id must be a token id below the vocabulary size " + std::to_string(cfg->vocab_size));
+  if (src.ok() && *eod >= 0) src = with_documents(std::move(src).value(), int32_t(*eod), cfg->vocab_size);
   if (!src.ok()) return fail(kJobFailed, src.status().message());
   uint64_t n = (*src)->num_sequences(int(*T));
   if (*max_seqs > 0 && (n == 0 || uint64_t(*max_seqs) < n)) n = uint64_t(*max_seqs);

@@ -171,18 +171,21 @@ class StreamOps final : public Ops<T> {
                         int C) const override {
     post("rmsnorm_backward", &Base::rmsnorm_backward, dinp, dw, dout, inp, w, rstd, N, C);
   }
-  void rope_forward(T* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
-    post("rope_forward", &Base::rope_forward, qkv, f, B, T_, H, KVH, D);
+  void rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                    float scale) const override {
+    post("rope_forward", &Base::rope_forward, qkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void rope_backward(T* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
-    post("rope_backward", &Base::rope_backward, dqkv, f, B, T_, H, KVH, D);
+  void rope_backward(T* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                     float scale) const override {
+    post("rope_backward", &Base::rope_backward, dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(T* out, A* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const override {
-    post("attention_forward", &Base::attention_forward, out, lse, qkv, B, T_, H, KVH, D);
+  void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                         int D) const override {
+    post("attention_forward", &Base::attention_forward, out, lse, qkv, pos, B, T_, H, KVH, D);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, int B, int T_, int H,
-                          int KVH, int D) const override {
-    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, B, T_, H, KVH, D);
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, const int32_t* pos, int B,
+                          int T_, int H, int KVH, int D) const override {
+    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, pos, B, T_, H, KVH, D);
   }
   void swiglu_forward(T* out, const T* gu, int N, int F) const override {
     post("swiglu_forward", &Base::swiglu_forward, out, gu, N, F);

@@ -30,18 +30,21 @@ class CpuOps final : public Ops<T> {
                         int C) const override {
     cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
   }
-  void rope_forward(T* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
-    cpu::rope_forward(qkv, f, B, T_, H, KVH, D);
+  void rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                    float scale) const override {
+    cpu::rope_forward(qkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void rope_backward(T* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
-    cpu::rope_backward(dqkv, f, B, T_, H, KVH, D);
+  void rope_backward(T* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                     float scale) const override {
+    cpu::rope_backward(dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const override {
-    cpu::attention_forward(out, lse, qkv, B, T_, H, KVH, D);
+  void attention_forward(T* out, T* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                         int D) const override {
+    cpu::attention_forward(out, lse, qkv, pos, B, T_, H, KVH, D);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_, int H,
-                          int KVH, int D) const override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T_, H, KVH, D);
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const int32_t* pos, int B,
+                          int T_, int H, int KVH, int D) const override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, pos, B, T_, H, KVH, D);
   }
   void swiglu_forward(T* out, const T* gu, int N, int F) const override { cpu::swiglu_forward(out, gu, N, F); }
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override {

@@ -71,31 +71,33 @@ class CpuOpsBf16 final : public Ops<bf16> {
     cpu::rmsnorm_backward<float>(acc, dw, widen(1, dout, n), widen(2, inp, n), widen(3, w, size_t(C)), rstd, N, C);
     narrow(dinp, acc, n);
   }
-  void rope_forward(bf16* qkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+  void rope_forward(bf16* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                    float scale) const override {
     const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
     float* x = widen_mut(0, qkv, n);
-    cpu::rope_forward<float>(x, f, B, T_, H, KVH, D);
+    cpu::rope_forward<float>(x, f, pos, B, T_, H, KVH, D, scale);
     narrow(qkv, x, n);
   }
-  void rope_backward(bf16* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const override {
+  void rope_backward(bf16* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                     float scale) const override {
     const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
     float* x = widen_mut(0, dqkv, n);
-    cpu::rope_backward<float>(x, f, B, T_, H, KVH, D);
+    cpu::rope_backward<float>(x, f, pos, B, T_, H, KVH, D, scale);
     narrow(dqkv, x, n);
   }
-  void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int H, int KVH,
+  void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
                          int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* o = scratch(1, n_out);
-    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), B, T_, H, KVH, D);
+    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), pos, B, T_, H, KVH, D);
     narrow(out, o, n_out);
   }
-  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                          int T_, int H, int KVH, int D) const override {
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                          const int32_t* pos, int B, int T_, int H, int KVH, int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* d = scratch(0, n_qkv);
-    cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, B, T_,
-                                   H, KVH, D);
+    cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, pos,
+                                   B, T_, H, KVH, D);
     narrow(dqkv, d, n_qkv);
   }
   void swiglu_forward(bf16* out, const bf16* gu, int N, int F) const override {

@@ -45,11 +45,18 @@ class Ops {
   virtual void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const = 0;
   virtual void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
                                 int C) const = 0;
-  virtual void rope_forward(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const = 0;
-  virtual void rope_backward(T* dqkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const = 0;
-  virtual void attention_forward(T* out, A* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const = 0;
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, int B, int T_,
-                                  int H, int KVH, int D) const = 0;
+  // pos [B*T] (device): each token's position in its document, or nullptr for one document
+  // per row (kernels/attention.h). RoPE rotates by it; attention masks to the document it
+  // implies. scale multiplies cos and sin (YaRN's attention factor; 1 otherwise).
+  virtual void rope_forward(T* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                            float scale) const = 0;
+  virtual void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                             float scale) const = 0;
+  virtual void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                                 int D) const = 0;
+  // dqkv is overwritten.
+  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse,
+                                  const int32_t* pos, int B, int T_, int H, int KVH, int D) const = 0;
   virtual void swiglu_forward(T* out, const T* gu, int N, int F) const = 0;
   virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;

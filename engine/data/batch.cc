@@ -21,7 +21,7 @@ Status validate_batch(const Batch& b, int vocab) {
       return invalid_argument("target " + std::to_string(b.targets[i]) + " at index " + std::to_string(i) +
                               " is outside [-1, " + std::to_string(vocab) + ")");
   }
-  return Status::Ok();
+  return check_positions(b);
 }
 
 }  // namespace mt

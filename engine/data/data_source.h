@@ -17,11 +17,23 @@ struct Batch {
   int seq_len = 0;   // T
   std::vector<int32_t> inputs;   // [G, T]
   std::vector<int32_t> targets;  // [G, T]
+  // Packed documents: [G, T] position of each input in its document (0 where a document
+  // starts, +1 per token after it; every row starts a document). Empty: one document per
+  // row. RoPE rotates by these positions and attention is masked to each document.
+  std::vector<int32_t> positions;
   long counted_targets() const;
 };
 
-// Every input in [0, vocab) and every target in [-1, vocab); errors name the index.
+// Every input in [0, vocab) and every target in [-1, vocab); errors name the index. Positions,
+// when present, number every row's documents as above (so the kernels may trust them).
 Status validate_batch(const Batch& b, int vocab);
+
+// Sets b.positions from an end-of-document token (Megatron-LM's reset_position_ids rule): the
+// token after each eod_id input starts a new document; the eod_id token ends its own.
+void mark_documents(Batch& b, int32_t eod_id);
+// The positions part of validate_batch (documents.cc).
+Status check_positions(const Batch& b);
+
 
 class DataSource {
  public:
@@ -69,5 +81,9 @@ Result<std::unique_ptr<DataSource>> make_text_source(const std::string& path, in
 // files of up to 64 Mi tokens, otherwise by next_batch for the windows it reads.
 Result<std::unique_ptr<DataSource>> make_token_file_source(const std::string& path, const std::string& dtype,
                                                            int vocab);
+
+// A source whose batches carry the documents that eod_id delimits (mark_documents); cursor,
+// seek and the rest are the inner source's, so resume is unchanged. eod_id in [0, vocab).
+Result<std::unique_ptr<DataSource>> with_documents(std::unique_ptr<DataSource> inner, int32_t eod_id, int vocab);
 
 }  // namespace mt

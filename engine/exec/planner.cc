@@ -57,9 +57,9 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   const uint64_t e = compute_elem_bytes(o.precision), tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t layer_io = aligned(sat_mul(tokens, uint64_t(c.hidden_size), e));
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
-  // + inputs and targets, the LM head's loss totals (2 doubles per micro-batch), the RoPE
-  // frequencies.
-  const uint64_t workspace = sat_add(sat_add(aligned(p.workspace_bytes), aligned(sat_mul(tokens, 8))),
+  // + inputs, targets and document positions, the LM head's loss totals (2 doubles per
+  // micro-batch), the RoPE frequencies.
+  const uint64_t workspace = sat_add(sat_add(aligned(p.workspace_bytes), aligned(sat_mul(tokens, 12))),
                                      aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
   std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), aligned(sat_mul(p.slot_numel, e)))},
                                                          {"grad_slots", sat_mul(2, aligned(sat_mul(p.slot_numel, 4)))},

@@ -62,6 +62,7 @@ Result<double> ResidentExecutor::accumulate_grads(const Batch& batch, float grad
   for (int mb = 0; mb < opt_.global_batch / opt_.micro_batch; ++mb) {
     a.inputs = batch.inputs.data() + mb * mb_tokens;
     a.targets = batch.targets.data() + mb * mb_tokens;
+    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + mb * mb_tokens;
     MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, workspace_.data(), workspace_.bytes()));
     loss_sum += r.loss_sum;
   }
@@ -119,6 +120,7 @@ Result<double> ResidentExecutor::evaluate_in(const Batch& batch) {
   for (int g = 0; g < batch.num_seqs; ++g) {
     a.inputs = batch.inputs.data() + size_t(g) * batch.seq_len;
     a.targets = batch.targets.data() + size_t(g) * batch.seq_len;
+    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + size_t(g) * batch.seq_len;
     MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, ws.data(), ws.bytes()));
     loss_sum += r.loss_sum;
     counted += r.counted;

@@ -87,9 +87,10 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(dresid_, backend_->device_alloc(plan_.checkpoint_numel * e));
   MT_ASSIGN_OR_RETURN(work_, backend_->device_alloc(plan_.workspace_bytes));
   const size_t tokens = size_t(opt_.global_batch) * size_t(opt_.seq_len);
-  MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(2 * tokens * sizeof(int32_t)));
+  MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(3 * tokens * sizeof(int32_t)));
   inputs_ = static_cast<int32_t*>(tok);
   targets_ = inputs_ + tokens;
+  positions_ = targets_ + tokens;
   const size_t micro_batches = size_t(opt_.global_batch / opt_.micro_batch);
   MT_ASSIGN_OR_RETURN(void* totals, backend_->device_alloc(micro_batches * 2 * sizeof(double)));
   loss_totals_ = static_cast<double*>(totals);
@@ -158,7 +159,15 @@ void StreamingExecutor::upload_batch(const Batch& batch) {
   const size_t tokens = batch.inputs.size();
   backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
   backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
+  has_positions_ = !batch.positions.empty();
+  if (has_positions_) backend_->copy_h2d(positions_, batch.positions.data(), tokens * sizeof(int32_t));
   timeline_.wait(backend_->record(StreamKind::kH2D));
+}
+
+LayerShape StreamingExecutor::micro_batch_shape(int m) const {
+  LayerShape s = shape_;
+  s.pos = has_positions_ ? positions_ + size_t(m) * size_t(s.N()) : nullptr;
+  return s;
 }
 
 // Timings from the streams' own clocks (the step's compute has run), byte counts, the update.

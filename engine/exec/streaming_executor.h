@@ -64,6 +64,8 @@ class StreamingExecutor final : public Executor {
   double read_loss_sum();
   void drain();  // waits until every stream has run what was enqueued
   void upload_batch(const Batch& batch);
+  // shape_ with micro-batch m's document positions (nullptr when the batch has none).
+  LayerShape micro_batch_shape(int m) const;
   void fill_stats(StepStats& st);
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
   template <typename T>
@@ -120,7 +122,8 @@ class StreamingExecutor final : public Executor {
   EventPtr last_offload_;
   void *dresid_ = nullptr, *work_ = nullptr;  // compute dtype; the workspace mixes dtypes (layers.h)
   float* inv_freq_ = nullptr;
-  int32_t *inputs_ = nullptr, *targets_ = nullptr;
+  int32_t *inputs_ = nullptr, *targets_ = nullptr, *positions_ = nullptr;
+  bool has_positions_ = false;  // this step's batch carries document positions
   double* loss_totals_ = nullptr;  // the head writes {loss sum, counted} per micro-batch
   int next_grad_slot_ = 0;
 

@@ -62,7 +62,8 @@ void StreamingExecutor::forward_decoder(int use, int l) {
   const auto w = bind_decoder<const T>(cfg_, pipe_->slot_of<T>(use));
   const auto acts = bind_decoder_acts<T>(shape_, work_);
   for (int m = 0; m < mb.count; ++m)
-    decoder_forward(backend_->ops<T>(), shape_, w, in + size_t(m) * mb.act, out + size_t(m) * mb.act, acts);
+    decoder_forward(backend_->ops<T>(), micro_batch_shape(m), w, in + size_t(m) * mb.act, out + size_t(m) * mb.act,
+                    acts);
   offload_layer_input(l);
 }
 
@@ -108,8 +109,9 @@ void StreamingExecutor::backward_decoder(int use, int l) {
   T* dresid = static_cast<T*>(dresid_);
   for (int m = 0; m < mb.count; ++m) {
     const T* x = in + size_t(m) * mb.act;
-    decoder_forward<T>(backend_->ops<T>(), shape_, w, x, nullptr, acts);  // recompute
-    decoder_backward(backend_->ops<T>(), shape_, w, dw, x, acts, dresid + size_t(m) * mb.act, sc);
+    const LayerShape s = micro_batch_shape(m);
+    decoder_forward<T>(backend_->ops<T>(), s, w, x, nullptr, acts);  // recompute
+    decoder_backward(backend_->ops<T>(), s, w, dw, x, acts, dresid + size_t(m) * mb.act, sc);
   }
   send_grads(l + 1, g, n, GradShare::kUnit);
 }

@@ -74,12 +74,24 @@ Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_
   return lo;
 }
 
-Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
-  const DataSpec& d = spec.data;
+namespace {
+// data.eod_id: the source's batches carry the documents it delimits.
+Result<std::unique_ptr<DataSource>> documents_of(Result<std::unique_ptr<DataSource>> src, const DataSpec& d,
+                                                 int vocab) {
+  if (!src.ok() || d.eod_id < 0) return src;
+  return with_documents(std::move(src).value(), int32_t(d.eod_id), vocab);
+}
+
+Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
   if (d.source == "synthetic") return make_synthetic_source({d.seed, vocab, d.active_vocab, d.branching});
   if (d.source == "text") return make_text_source(d.path, vocab);
   if (d.source == "tokens") return make_token_file_source(d.path, d.dtype, vocab);
   return invalid_argument("data.source = '" + d.source + "' needs a provider (push data is served by the daemon)");
+}
+}  // namespace
+
+Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
+  return documents_of(open_source(spec.data, vocab), spec.data, vocab);
 }
 
 namespace {
@@ -166,7 +178,7 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
 static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const JobHooks& hooks, int vocab) {
   if (spec.data.source != "push") return make_data_source(spec, vocab);
   if (!hooks.make_push_source) return invalid_argument("data.source = push needs the daemon");
-  return hooks.make_push_source(spec, vocab);
+  return documents_of(hooks.make_push_source(spec, vocab), spec.data, vocab);
 }
 
 Result<JobResult> JobRunner::run() {

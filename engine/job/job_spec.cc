@@ -137,6 +137,7 @@ Status read_data(ObjectReader r, DataSpec& d) {
   MT_RETURN_IF_ERROR(r.integer("seed", d.seed));
   MT_RETURN_IF_ERROR(r.integer("active_vocab", d.active_vocab));
   MT_RETURN_IF_ERROR(r.integer("branching", d.branching));
+  MT_RETURN_IF_ERROR(r.integer("eod_id", d.eod_id));
   return r.finish();
 }
 
@@ -239,6 +240,8 @@ Status validate(const JobSpec& s) {
     return invalid_argument("data.path is required for data.source = " + s.data.source);
   MT_RETURN_IF_ERROR(one_of("data.dtype", s.data.dtype, {"uint16", "uint32", "llmc"}));
   if (s.data.source == "synthetic") MT_RETURN_IF_ERROR(check_synthetic_options(s.data.active_vocab, s.data.branching));
+  if (s.data.eod_id < -1 || s.data.eod_id >= ModelLimits::kVocabSize)
+    return invalid_argument("data.eod_id = " + std::to_string(s.data.eod_id) + " must be a token id (or -1: none)");
   MT_RETURN_IF_ERROR(one_of("precision", s.precision, {"auto", "bf16", "fp32"}));
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
@@ -264,15 +267,17 @@ Json job_spec_trajectory_json(const JobSpec& s) {
   if (!s.model.hf_model.empty()) model.set("hf_model", s.model.hf_model);
   Json init = Json::object({{"seed", unsigned_json(s.init.seed)}});
   if (!s.init.from.empty()) init.set("from", s.init.from);
+  Json data = Json::object({{"source", s.data.source}, {"path", s.data.path}, {"dtype", s.data.dtype},
+                            {"seed", unsigned_json(s.data.seed)}, {"active_vocab", s.data.active_vocab},
+                            {"branching", s.data.branching}});
+  if (s.data.eod_id >= 0) data.set("eod_id", s.data.eod_id);  // absent = none, as before the field existed
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
   Json j = Json::object({
       {"name", s.name},
       {"model", model},
       {"init", init},
-      {"data", Json::object({{"source", s.data.source}, {"path", s.data.path}, {"dtype", s.data.dtype},
-                             {"seed", unsigned_json(s.data.seed)}, {"active_vocab", s.data.active_vocab},
-                             {"branching", s.data.branching}})},
+      {"data", data},
       {"seq_len", s.train.seq_len},
       {"micro_batch", s.train.micro_batch},
       {"global_batch", s.train.global_batch},

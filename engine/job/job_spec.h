@@ -28,6 +28,9 @@ struct DataSpec {
   uint64_t seed = 1;                 // synthetic
   int active_vocab = 64;             // synthetic
   int branching = 4;                 // synthetic
+  // End-of-document token (any source): the token after it starts a new document, so
+  // attention is masked per document and positions restart. -1: rows are single documents.
+  int64_t eod_id = -1;
 };
 
 struct CheckpointPolicy {

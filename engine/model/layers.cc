@@ -155,8 +155,9 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<c
   // attention block: x2 = x + o_proj(attn(rope(qkv(norm(x)))))
   ops.rmsnorm_forward(a.xn1, a.rstd1, x, w.ln1, N, C, eps);
   ops.matmul_forward(a.qkv, a.xn1, w.wqkv, w.bqkv, N, C, c.qkv_dim());
-  ops.rope_forward(a.qkv, s.inv_freq, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
-  ops.attention_forward(a.att, a.lse, a.qkv, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.rope_forward(a.qkv, s.inv_freq, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
+                   float(c.rope_attention_factor));
+  ops.attention_forward(a.att, a.lse, a.qkv, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
   ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
   ops.add_inplace(a.x2, x, size_t(N) * C);
   // MLP block: out = x2 + down(silu(gate(norm(x2))) * up(norm(x2))), chunk by chunk. A recompute
@@ -182,8 +183,10 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<
   // attention block
   ops.zero(sc.datt, size_t(N) * Q);
   ops.matmul_backward(sc.datt, dw.wo, nullptr, sc.dx2, a.att, w.wo, N, Q, C);
-  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
-  ops.rope_backward(sc.dqkv, s.inv_freq, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads,
+                         c.head_dim);
+  ops.rope_backward(sc.dqkv, s.inv_freq, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
+                    float(c.rope_attention_factor));
   ops.zero(sc.dxn, NC);
   ops.matmul_backward(sc.dxn, dw.wqkv, dw.bqkv, sc.dqkv, a.xn1, w.wqkv, N, C, QKV);
   ops.copy(dresid, sc.dx2, NC);

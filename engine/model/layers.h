@@ -12,7 +12,9 @@
 namespace mt {
 
 // What a layer call needs besides weights: the model, the micro-batch shape (B sequences of
-// T tokens) and the rotary table (a device pointer, head_dim/2 floats).
+// T tokens), the rotary table (a device pointer, head_dim/2 floats) and, for packed documents,
+// each token's position in its document (a device pointer, B*T; nullptr = one document per
+// row). RoPE rotates by those positions and attention is masked to each document.
 struct LayerShape {
   const ModelConfig* cfg = nullptr;
   int B = 0;
@@ -23,6 +25,7 @@ struct LayerShape {
   // A chunked block keeps O(chunk x F) activations and recomputes them chunk by chunk in the
   // backward; weight gradients accumulate over the chunks.
   int token_chunk = 0;
+  const int32_t* pos = nullptr;  // document positions, [B*T] on the device (see above)
   int N() const { return B * T; }
   int mlp_chunk() const { return token_chunk > 0 && token_chunk < N() ? token_chunk : N(); }
   bool mlp_chunked() const { return mlp_chunk() < N(); }

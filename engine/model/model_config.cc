@@ -1,5 +1,6 @@
 #include "engine/model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numbers>
@@ -14,6 +15,39 @@ extern const std::pair<std::string_view, std::string_view> kPresetFiles[];
 extern const int kPresetCount;
 
 namespace {
+
+// YaRN as transformers computes it (modeling_rope_utils.py, _compute_yarn_parameters).
+double yarn_mscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+
+double yarn_attention_factor(const RopeScaling& s) {
+  if (s.attention_factor > 0) return s.attention_factor;
+  if (s.mscale > 0 && s.mscale_all_dim > 0)
+    return yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
+  return yarn_mscale(s.factor, 1.0);
+}
+
+// The dimension pair index where `rotations` full turns fit in the original context.
+double yarn_correction_dim(double rotations, int dim, double base, double max_pos) {
+  return dim * std::log(max_pos / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+}
+
+// Pairs below `low` extrapolate, above `high` interpolate, linear in between.
+struct YarnRamp {
+  double low = 0, high = 1;
+};
+YarnRamp yarn_ramp(const RopeScaling& s, int dim, double base) {
+  if (s.type != "yarn") return {};
+  const double orig = double(s.original_max_position_embeddings);
+  double low = yarn_correction_dim(s.beta_fast, dim, base, orig);
+  double high = yarn_correction_dim(s.beta_slow, dim, base, orig);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  YarnRamp r{std::max(low, 0.0), std::min(high, double(dim - 1))};
+  if (r.low == r.high) r.high += 0.001;  // as transformers: prevent a zero-width ramp
+  return r;
+}
 
 const char* const kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
 
@@ -81,8 +115,9 @@ Status read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
   if (!type || !type->is_string()) return r.fail("rope_scaling.rope_type", "is missing");
   RopeScaling& s = c.rope_scaling;
   s.type = type->as_string();
-  if (s.type != "default" && s.type != "linear" && s.type != "llama3")
-    return r.fail("rope_scaling.rope_type", "'" + s.type + "' is not supported (supported: default, linear, llama3)");
+  if (s.type != "default" && s.type != "linear" && s.type != "llama3" && s.type != "yarn")
+    return r.fail("rope_scaling.rope_type",
+                  "'" + s.type + "' is not supported (supported: default, linear, llama3, yarn)");
   auto num = [&](const char* k, double& out) -> Status {
     const Json* v = rs->find(k);
     if (!v) return Status::Ok();
@@ -94,11 +129,24 @@ Status read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
   MT_RETURN_IF_ERROR(num("factor", s.factor));
   MT_RETURN_IF_ERROR(num("low_freq_factor", s.low_freq_factor));
   MT_RETURN_IF_ERROR(num("high_freq_factor", s.high_freq_factor));
-  double orig = double(s.original_max_position_embeddings);
+  double orig = double(s.type == "yarn" && c.max_position_embeddings > 0 ? c.max_position_embeddings
+                                                                         : s.original_max_position_embeddings);
   MT_RETURN_IF_ERROR(num("original_max_position_embeddings", orig));
+  if (orig > double(ModelLimits::kMaxPositions))
+    return r.fail("rope_scaling.original_max_position_embeddings", "exceeds " + std::to_string(ModelLimits::kMaxPositions));
   s.original_max_position_embeddings = int64_t(orig);
   if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
     return r.fail("rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+  if (s.type != "yarn") return Status::Ok();
+  if (!rs->find("factor")) return r.fail("rope_scaling.factor", "is required for yarn");
+  for (auto [k, out] : {std::pair{"beta_fast", &s.beta_fast}, {"beta_slow", &s.beta_slow}, {"mscale", &s.mscale},
+                        {"mscale_all_dim", &s.mscale_all_dim}, {"attention_factor", &s.attention_factor}})
+    MT_RETURN_IF_ERROR(num(k, *out));
+  if (const Json* t = rs->find("truncate")) {
+    if (!t->is_bool()) return r.fail("rope_scaling.truncate", "must be true or false, got " + t->dump());
+    s.truncate = t->as_bool();
+  }
+  c.rope_attention_factor = yarn_attention_factor(s);
   return Status::Ok();
 }
 
@@ -221,9 +269,14 @@ std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
   const int half = cfg.head_dim / 2;
   const RopeScaling& s = cfg.rope_scaling;
   std::vector<float> out(static_cast<size_t>(half));
+  const YarnRamp ramp = yarn_ramp(s, cfg.head_dim, cfg.rope_theta);
   for (int i = 0; i < half; ++i) {
     double inv = 1.0 / std::pow(cfg.rope_theta, double(2 * i) / cfg.head_dim);
-    if (s.type == "linear") {
+    if (s.type == "yarn") {
+      // extrapolation (inv) for fast dimensions, interpolation (inv / factor) for slow ones
+      const double extrapolate = 1.0 - std::clamp((i - ramp.low) / (ramp.high - ramp.low), 0.0, 1.0);
+      inv = inv / s.factor * (1.0 - extrapolate) + inv * extrapolate;
+    } else if (s.type == "linear") {
       inv /= s.factor;
     } else if (s.type == "llama3") {
       double old_ctx = double(s.original_max_position_embeddings);

@@ -12,11 +12,19 @@
 namespace mt {
 
 struct RopeScaling {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | yarn
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
+  int64_t original_max_position_embeddings = 8192;  // yarn: max_position_embeddings when absent
+  // yarn (transformers' _compute_yarn_parameters): the ramp between beta_fast and beta_slow
+  // rotations, and the attention factor (given, or from mscale / mscale_all_dim, or 0.1 ln s + 1).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0.0;          // 0 = absent
+  double mscale_all_dim = 0.0;  // 0 = absent
+  double attention_factor = 0.0;  // 0 = absent (inferred)
+  bool truncate = true;
 };
 
 // The largest dimensions a config may have: generous bounds on real decoder models (Llama 3.1
@@ -47,6 +55,8 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Multiplies RoPE's cos and sin (so q.k by its square): YaRN's attention factor, else 1.
+  double rope_attention_factor = 1.0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projection biases (Qwen2)
   double initializer_range = 0.02;

@@ -3,6 +3,7 @@
 #include "kernels/rope.h"
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cpu/common.h"
@@ -25,8 +26,19 @@ void rotate_row(T* row, const T* cs, const T* sn, int heads, int D, T sign) {
   }
 }
 
+// cos and sin of position p times `scale`, in double, rounded to T once.
 template <typename T>
-void rope_apply(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, int D, T sign) {
+void angles(T* cs, T* sn, const float* inv_freq, long p, int half, double scale) {
+  for (int i = 0; i < half; ++i) {
+    const double angle = double(p) * double(inv_freq[i]);
+    cs[i] = T(std::cos(angle) * scale);
+    sn[i] = T(std::sin(angle) * scale);
+  }
+}
+
+template <typename T>
+void rope_apply(T* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                T sign, float scale) {
   const int half = D / 2;
   const long row_len = long(H + 2 * KVH) * D;
   MT_OMP(parallel if (detail::worth_parallel(long(B) * T_ * (H + KVH) * D)))
@@ -34,14 +46,14 @@ void rope_apply(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, in
     std::vector<T> cs(half), sn(half);
     MT_OMP(for schedule(static))
     for (int t = 0; t < T_; ++t) {
-      for (int i = 0; i < half; ++i) {
-        const double angle = double(t) * double(inv_freq[i]);
-        cs[i] = T(std::cos(angle));
-        sn[i] = T(std::sin(angle));
-      }
-      // Only q and k heads (H + KVH of them, contiguous) are rotated; v is untouched.
-      for (int b = 0; b < B; ++b)
+      long have = -1;  // the position cs/sn hold (positions are >= 0)
+      for (int b = 0; b < B; ++b) {
+        const long p = pos ? long(pos[long(b) * T_ + t]) : long(t);
+        if (p != have) angles(cs.data(), sn.data(), inv_freq, p, half, double(scale));
+        have = p;
+        // Only q and k heads (H + KVH of them, contiguous) are rotated; v is untouched.
         rotate_row(qkv + (long(b) * T_ + t) * row_len, cs.data(), sn.data(), H + KVH, D, sign);
+      }
     }
   }
 }
@@ -49,18 +61,20 @@ void rope_apply(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, in
 }  // namespace
 
 template <typename T>
-void rope_forward(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) {
-  rope_apply(qkv, inv_freq, B, T_, H, KVH, D, T(1));
+void rope_forward(T* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                  float scale) {
+  rope_apply(qkv, inv_freq, pos, B, T_, H, KVH, D, T(1), scale);
 }
 
 template <typename T>
-void rope_backward(T* dqkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) {
-  rope_apply(dqkv, inv_freq, B, T_, H, KVH, D, T(-1));
+void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                   float scale) {
+  rope_apply(dqkv, inv_freq, pos, B, T_, H, KVH, D, T(-1), scale);
 }
 
-#define MT_INSTANTIATE(T)                                                     \
-  template void rope_forward<T>(T*, const float*, int, int, int, int, int); \
-  template void rope_backward<T>(T*, const float*, int, int, int, int, int);
+#define MT_INSTANTIATE(T)                                                                           \
+  template void rope_forward<T>(T*, const float*, const int32_t*, int, int, int, int, int, float); \
+  template void rope_backward<T>(T*, const float*, const int32_t*, int, int, int, int, int, float);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(double)
 #undef MT_INSTANTIATE

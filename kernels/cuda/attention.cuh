@@ -10,17 +10,20 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/status.cuh"
 
 namespace mt::cuda {
 
+// pos [B*T]: positions within documents (kernels/attention.h), or nullptr for one per row.
 template <typename T>
-CudaStatus attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KVH, int D,
-                             cudaStream_t stream);
+CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                             int D, cudaStream_t stream);
 
 // dqkv (same layout as qkv) is overwritten.
 template <typename T>
-CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
-                              int H, int KVH, int D, cudaStream_t stream);
+CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const int32_t* pos,
+                              int B, int T_, int H, int KVH, int D, cudaStream_t stream);
 
 }  // namespace mt::cuda

@@ -36,10 +36,10 @@ __device__ void load_query(const T* qkv, const T* dout, const T* out, const floa
 
 // Lane j's probability and score gradient for key k0 + j against query row t.
 __device__ __forceinline__ void p_ds(const float* q_w, const float* do_w, const float* k_s, const float* v_s,
-                                     const Geo& g, int t, int k0, float di, float l, float& p, float& ds) {
+                                     const Geo& g, int b, int t, int k0, float di, float l, float& p, float& ds) {
   const int j = threadIdx.x & 31, key = k0 + j;
   p = ds = 0.f;
-  if (t >= g.T || key > t) return;
+  if (t >= g.T || key > t || key < g.start(b, t)) return;
   const float s = attn::dot_row(q_w, k_s + j * (g.D + 1), g.D) * g.scale;
   p = expf(s - l);
   const float dp = attn::dot_row(do_w, v_s + j * (g.D + 1), g.D);
@@ -68,13 +68,13 @@ __global__ void __launch_bounds__(32 * kRows)
   float dq[kDL];
 #pragma unroll
   for (int i = 0; i < kDL; ++i) dq[i] = 0.f;
-  for (int k0 = 0; k0 < min(g.T, q0 + kRows); k0 += kKeys) {
+  for (int k0 = g.min_start(b, q0, kRows) / kKeys * kKeys; k0 < min(g.T, q0 + kRows); k0 += kKeys) {
     __syncthreads();
     attn::load_tile(k_s, D + 1, base + g.k_off(kvh), g.row(), k0, g.T, D);
     attn::load_tile(v_s, D + 1, base + g.v_off(kvh), g.row(), k0, g.T, D);
     __syncthreads();
     float p, ds;
-    p_ds(q_w, do_w, k_s, v_s, g, t, k0, di, l, p, ds);
+    p_ds(q_w, do_w, k_s, v_s, g, b, t, k0, di, l, p, ds);
     for (int j = 0; j < kKeys; ++j) {
       const float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
@@ -118,9 +118,10 @@ __global__ void __launch_bounds__(32 * kRows)
   __syncthreads();
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     for (int t0 = k0; t0 < g.T; t0 += kRows) {
+      if (g.min_start(b, t0, kRows) >= k0 + kKeys) continue;  // block-uniform: no row sees these keys
       float di, l, p, ds;
       load_query(qkv, dout, out, lse, g, b, h, t0 + w, q_s + w * D, do_s + w * D, di, l);
-      p_ds(q_s + w * D, do_s + w * D, k_s, v_s, g, t0 + w, k0, di, l, p, ds);
+      p_ds(q_s + w * D, do_s + w * D, k_s, v_s, g, b, t0 + w, k0, di, l, p, ds);
       p_s[w * kKeys + (threadIdx.x & 31)] = p;
       ds_s[w * kKeys + (threadIdx.x & 31)] = ds;
       __syncthreads();
@@ -167,11 +168,11 @@ CudaStatus launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, c
 }  // namespace
 
 template <typename T>
-CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
-                              int H, int KVH, int D, cudaStream_t stream) {
+CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const int32_t* pos,
+                              int B, int T_, int H, int KVH, int D, cudaStream_t stream) {
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
-  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D)))};
+  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D))), pos};
   if (D <= 32) return launch_backward<T, 1>(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 64) return launch_backward<T, 2>(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 128) return launch_backward<T, 4>(dqkv, dout, qkv, out, lse, g, stream);
@@ -179,8 +180,8 @@ CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
 }
 
 #define MT_INSTANTIATE(T)                                                                                       \
-  template CudaStatus attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int, int, \
-                                            cudaStream_t);
+  template CudaStatus attention_backward<T>(T*, const T*, const T*, const T*, const float*, const int32_t*, int, int, \
+                                            int, int, int, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

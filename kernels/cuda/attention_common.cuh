@@ -1,5 +1,7 @@
 // Internal to the attention .cu files: geometry of fused qkv rows and shared-memory tiles.
 #pragma once
+#include <cstdint>
+
 #include "kernels/cuda/device_util.cuh"
 
 namespace mt::cuda::attn {
@@ -9,6 +11,17 @@ constexpr int kKeys = 32;  // keys per tile (one per lane)
 struct Geo {
   int B, T, H, KVH, D;
   float scale;
+  const int32_t* pos;  // [B*T] positions within documents, or nullptr (one document per row)
+  // First key query t of sequence b may see: the start of its document.
+  __device__ int start(int b, int t) const {
+    return pos ? min(max(t - pos[long(b) * T + t], 0), t) : 0;
+  }
+  // Smallest start among queries [t0, t0 + n) clamped to T: keys before it are seen by none.
+  __device__ int min_start(int b, int t0, int n) const {
+    int lo = t0;
+    for (int i = 0; i < n && t0 + i < T; ++i) lo = min(lo, start(b, t0 + i));
+    return lo;
+  }
   __host__ __device__ long row() const { return long(H + 2 * KVH) * D; }  // qkv row length
   __host__ __device__ long q_off(int h) const { return long(h) * D; }
   __host__ __device__ long k_off(int g) const { return long(H + g) * D; }

@@ -36,13 +36,14 @@ __global__ void __launch_bounds__(32 * kRows) attention_forward_kernel(T* out, f
 #pragma unroll
   for (int i = 0; i < kDL; ++i) o[i] = 0.f;
   const int k_end = min(g.T, q0 + kRows);
-  for (int k0 = 0; k0 < k_end; k0 += kKeys) {
+  const int k_begin = g.min_start(b, q0, kRows) / kKeys * kKeys, first = valid ? g.start(b, t) : 0;
+  for (int k0 = k_begin; k0 < k_end; k0 += kKeys) {
     __syncthreads();
     attn::load_tile(k_s, D + 1, base + g.k_off(kvh), g.row(), k0, g.T, D);
     attn::load_tile(v_s, Dv, base + g.v_off(kvh), g.row(), k0, g.T, D);
     __syncthreads();
-    if (!valid || k0 > t) continue;
-    const bool vis = k0 + lane <= t;
+    if (!valid || k0 > t || k0 + kKeys <= first) continue;  // causal / another document: warp-uniform
+    const bool vis = k0 + lane <= t && k0 + lane >= first;
     const float s = vis ? attn::dot_row(q_s + w * D, k_s + lane * (D + 1), D) * g.scale : -INFINITY;
     const float m_new = fmaxf(m, detail::warp_max(s));
     const float p = vis ? expf(s - m_new) : 0.f;
@@ -80,11 +81,11 @@ CudaStatus launch_forward(T* out, float* lse, const T* qkv, const Geo& g, cudaSt
 }  // namespace
 
 template <typename T>
-CudaStatus attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KVH, int D,
-                             cudaStream_t stream) {
+CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                             int D, cudaStream_t stream) {
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_forward: bad head geometry");
-  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D)))};
+  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D))), pos};
   if (D <= 32) return launch_forward<T, 1>(out, lse, qkv, g, stream);
   if (D <= 64) return launch_forward<T, 2>(out, lse, qkv, g, stream);
   if (D <= 128) return launch_forward<T, 4>(out, lse, qkv, g, stream);
@@ -92,7 +93,7 @@ CudaStatus attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
 }
 
 #define MT_INSTANTIATE(T) \
-  template CudaStatus attention_forward<T>(T*, float*, const T*, int, int, int, int, int, cudaStream_t);
+  template CudaStatus attention_forward<T>(T*, float*, const T*, const int32_t*, int, int, int, int, int, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

@@ -271,6 +271,22 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
   EXPECT_EQ(state->find("step")->as_int(), 1);
   RunResult eval_ckpt = megatrain({"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--seq-len", "16"});
   EXPECT_EQ(eval_ckpt.rc, 0) << describe(eval_ckpt);
+  // Varied tokens with a 0 every 5th: --eod-id 0 cuts documents of 5 tokens, which changes the loss.
+  std::string varied;
+  for (int i = 0; i < 256; ++i) {
+    const uint16_t t = i % 5 == 4 ? 0 : uint16_t(1 + (i * 37) % 200);
+    varied.append(reinterpret_cast<const char*>(&t), 2);
+  }
+  const std::string docs = file("docs.bin", varied);
+  RunResult eval_whole = megatrain({"eval", "--model", ckpt, "--data", docs, "--format", "uint16", "--seq-len", "16"});
+  RunResult eval_docs = megatrain({"eval", "--model", ckpt, "--data", docs, "--format", "uint16", "--seq-len", "16",
+                                   "--eod-id", "0"});
+  EXPECT_EQ(eval_whole.rc, 0) << describe(eval_whole);
+  EXPECT_EQ(eval_docs.rc, 0) << describe(eval_docs);
+  EXPECT_NE(eval_docs.out, eval_whole.out);
+  RunResult eval_bad = megatrain({"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--eod-id", "1e12"});
+  EXPECT_EQ(eval_bad.rc, 2) << describe(eval_bad);
+  EXPECT_NE(eval_bad.err.find("--eod-id"), std::string::npos) << describe(eval_bad);
   fs::remove_all(dir);
   fs::remove_all(daemon_state);
 }

@@ -31,12 +31,12 @@ void expect_attention_matches_cpu(const Shape s, double tol_out, double tol_dqkv
   auto qkv = random_floats(nqkv, seed, -2, 2), dout = random_floats(nout, seed + 1);
   auto qd = to_double(qkv), dod = to_double(dout);
   std::vector<double> out(nout), lse(nlse), dqkv(nqkv);
-  cpu::attention_forward(out.data(), lse.data(), qd.data(), s.B, s.T, s.H, s.KVH, s.D);
-  cpu::attention_backward(dqkv.data(), dod.data(), qd.data(), out.data(), lse.data(), s.B, s.T, s.H, s.KVH, s.D);
+  cpu::attention_forward(out.data(), lse.data(), qd.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
+  cpu::attention_backward(dqkv.data(), dod.data(), qd.data(), out.data(), lse.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
   DeviceBuf<float> gqkv(qkv), gdout(dout), gout(nout), glse(nlse), gdqkv(nqkv);
   const auto st = cudatest::test_stream();
-  MT_EXPECT_CUDA_OK(cuda::attention_forward(gout.get(), glse.get(), gqkv.get(), s.B, s.T, s.H, s.KVH, s.D, st));
-  MT_EXPECT_CUDA_OK(cuda::attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout.get(), glse.get(), s.B, s.T,
+  MT_EXPECT_CUDA_OK(cuda::attention_forward(gout.get(), glse.get(), gqkv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D, st));
+  MT_EXPECT_CUDA_OK(cuda::attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout.get(), glse.get(), nullptr, s.B, s.T,
                                              s.H, s.KVH, s.D, st));
   expect_close(gout.download(), out, tol_out, "out");
   expect_close(glse.download(), lse, 1e-5, "lse");
@@ -64,11 +64,11 @@ TEST(CudaAttention, BackwardIsBitReproducible) {
   DeviceBuf<float> gqkv(random_floats(nqkv, 3)), gdout(random_floats(nout, 4)), gout(nout),
       glse(size_t(s.B) * s.H * s.T);
   const auto st = cudatest::test_stream();
-  MT_EXPECT_CUDA_OK(cuda::attention_forward(gout.get(), glse.get(), gqkv.get(), s.B, s.T, s.H, s.KVH, s.D, st));
+  MT_EXPECT_CUDA_OK(cuda::attention_forward(gout.get(), glse.get(), gqkv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D, st));
   std::vector<float> first;
   for (int rep = 0; rep < 2; ++rep) {
     DeviceBuf<float> gdqkv(nqkv);
-    MT_EXPECT_CUDA_OK(cuda::attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout.get(), glse.get(), s.B, s.T,
+    MT_EXPECT_CUDA_OK(cuda::attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout.get(), glse.get(), nullptr, s.B, s.T,
                                                s.H, s.KVH, s.D, st));
     if (rep == 0) first = gdqkv.download();
     else cudatest::expect_bitwise(first, gdqkv.download(), "dqkv twice");
@@ -78,7 +78,7 @@ TEST(CudaAttention, BackwardIsBitReproducible) {
 TEST(CudaAttention, RefusesHeadDimAbove256) {
   MT_REQUIRE_CUDA();
   DeviceBuf<float> q(size_t(3) * 320), o(320), l(1);
-  const cuda::CudaStatus s = cuda::attention_forward(o.get(), l.get(), q.get(), 1, 1, 1, 1, 320, cudatest::test_stream());
+  const cuda::CudaStatus s = cuda::attention_forward(o.get(), l.get(), q.get(), nullptr, 1, 1, 1, 1, 320, cudatest::test_stream());
   EXPECT_FALSE(s.ok());
 }
 

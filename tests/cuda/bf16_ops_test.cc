@@ -187,10 +187,10 @@ TEST_F(CudaBf16Ops, RopeForwardBackward) {
       std::vector<bf16> ref = q;
       DeviceBuf<bf16> g(q);
       settle();
-      if (dir == 0) cpu().rope_forward(ref.data(), inv.data(), s.B, s.T, s.H, s.KVH, s.D);
-      else cpu().rope_backward(ref.data(), inv.data(), s.B, s.T, s.H, s.KVH, s.D);
-      if (dir == 0) gpu().rope_forward(g.get(), ginv.get(), s.B, s.T, s.H, s.KVH, s.D);
-      else gpu().rope_backward(g.get(), ginv.get(), s.B, s.T, s.H, s.KVH, s.D);
+      if (dir == 0) cpu().rope_forward(ref.data(), inv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f);
+      else cpu().rope_backward(ref.data(), inv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f);
+      if (dir == 0) gpu().rope_forward(g.get(), ginv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f);
+      else gpu().rope_backward(g.get(), ginv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f);
       expect_no_device_error();
       // x1*c - x2*s: two products (FMA-contracted on the GPU), one rounding.
       expect_bf16_near(g.download(), ref, 2, 1.0 / 4096, dir == 0 ? "rope forward" : "rope backward");
@@ -211,13 +211,13 @@ TEST_F(CudaBf16Ops, AttentionForwardBackward) {
     const auto qkv = rnd16(nqkv, 1, -2, 2), dout = rnd16(nout, 2);
     std::vector<bf16> out(nout), dqkv(nqkv);
     std::vector<float> lse(nlse);
-    cpu().attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KVH, s.D);
-    cpu().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H, s.KVH, s.D);
+    cpu().attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
+    cpu().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
     DeviceBuf<bf16> gqkv(qkv), gdout(dout), gout(nout), gout_ref(out), gdqkv(nqkv);
     DeviceBuf<float> glse(nlse), glse_ref(lse);
     settle();
-    gpu().attention_forward(gout.get(), glse.get(), gqkv.get(), s.B, s.T, s.H, s.KVH, s.D);
-    gpu().attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout_ref.get(), glse_ref.get(), s.B, s.T, s.H,
+    gpu().attention_forward(gout.get(), glse.get(), gqkv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
+    gpu().attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout_ref.get(), glse_ref.get(), nullptr, s.B, s.T, s.H,
                              s.KVH, s.D);
     expect_no_device_error();
     // Sums over up to T keys in fp32, in tiles of 32 (GPU) or the CPU's tiles.

@@ -94,13 +94,13 @@ TEST(CudaBf16, RopeForwardBackward) {
   auto q = rnd(n, 7);
   for (int dir = 0; dir < 2; ++dir) {
     std::vector<double> ref = q.d;
-    if (dir == 0) cpu::rope_forward(ref.data(), inv.data(), B, T, H, KVH, D);
-    else cpu::rope_backward(ref.data(), inv.data(), B, T, H, KVH, D);
+    if (dir == 0) cpu::rope_forward(ref.data(), inv.data(), nullptr, B, T, H, KVH, D, 1.f);
+    else cpu::rope_backward(ref.data(), inv.data(), nullptr, B, T, H, KVH, D, 1.f);
     DeviceBuf<bf16> g(q.h);
     DeviceBuf<float> ginv(inv);
     const auto st = cudatest::test_stream();
-    if (dir == 0) MT_EXPECT_CUDA_OK(cuda::rope_forward(nv(g), ginv.get(), B, T, H, KVH, D, st));
-    else MT_EXPECT_CUDA_OK(cuda::rope_backward(nv(g), ginv.get(), B, T, H, KVH, D, st));
+    if (dir == 0) MT_EXPECT_CUDA_OK(cuda::rope_forward(nv(g), ginv.get(), nullptr, B, T, H, KVH, D, 1.f, st));
+    else MT_EXPECT_CUDA_OK(cuda::rope_backward(nv(g), ginv.get(), nullptr, B, T, H, KVH, D, 1.f, st));
     expect_close(got(g), ref, kOne, dir == 0 ? "rope forward" : "rope backward");
   }
 }
@@ -152,14 +152,14 @@ TEST(CudaBf16, AttentionForwardBackwardBeyond300Tokens) {
     const size_t nlse = size_t(s.B) * s.H * s.T;
     auto qkv = rnd(nqkv, 1, -2, 2), dout = rnd(nout, 2);
     std::vector<double> out(nout), lse(nlse), dqkv(nqkv);
-    cpu::attention_forward(out.data(), lse.data(), qkv.d.data(), s.B, s.T, s.H, s.KVH, s.D);
-    cpu::attention_backward(dqkv.data(), dout.d.data(), qkv.d.data(), out.data(), lse.data(), s.B, s.T, s.H, s.KVH,
+    cpu::attention_forward(out.data(), lse.data(), qkv.d.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
+    cpu::attention_backward(dqkv.data(), dout.d.data(), qkv.d.data(), out.data(), lse.data(), nullptr, s.B, s.T, s.H, s.KVH,
                             s.D);
     DeviceBuf<bf16> gqkv(qkv.h), gdout(dout.h), gout(nout), gdqkv(nqkv);
     DeviceBuf<float> glse(nlse);
     const auto st = cudatest::test_stream();
-    MT_EXPECT_CUDA_OK(cuda::attention_forward(nv(gout), glse.get(), nv(gqkv), s.B, s.T, s.H, s.KVH, s.D, st));
-    MT_EXPECT_CUDA_OK(cuda::attention_backward(nv(gdqkv), nv(gdout), nv(gqkv), nv(gout), glse.get(), s.B, s.T, s.H,
+    MT_EXPECT_CUDA_OK(cuda::attention_forward(nv(gout), glse.get(), nv(gqkv), nullptr, s.B, s.T, s.H, s.KVH, s.D, st));
+    MT_EXPECT_CUDA_OK(cuda::attention_backward(nv(gdqkv), nv(gdout), nv(gqkv), nv(gout), glse.get(), nullptr, s.B, s.T, s.H,
                                                s.KVH, s.D, st));
     expect_close(got(gout), out, kOne, "out");
     expect_close(glse.download(), lse, 1e-5, "lse (fp32)");

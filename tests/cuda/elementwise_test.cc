@@ -86,12 +86,12 @@ TEST(CudaRope, ForwardBackwardMatchCpu) {
     auto q = random_floats(n, 7);
     for (int dir = 0; dir < 2; ++dir) {
       std::vector<double> ref = to_double(q);
-      if (dir == 0) cpu::rope_forward(ref.data(), inv.data(), s.B, s.T, s.H, s.KVH, s.D);
-      else cpu::rope_backward(ref.data(), inv.data(), s.B, s.T, s.H, s.KVH, s.D);
+      if (dir == 0) cpu::rope_forward(ref.data(), inv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f);
+      else cpu::rope_backward(ref.data(), inv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f);
       DeviceBuf<float> g(q), ginv(inv);
       const auto st = cudatest::test_stream();
-      if (dir == 0) MT_EXPECT_CUDA_OK(cuda::rope_forward(g.get(), ginv.get(), s.B, s.T, s.H, s.KVH, s.D, st));
-      else MT_EXPECT_CUDA_OK(cuda::rope_backward(g.get(), ginv.get(), s.B, s.T, s.H, s.KVH, s.D, st));
+      if (dir == 0) MT_EXPECT_CUDA_OK(cuda::rope_forward(g.get(), ginv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f, st));
+      else MT_EXPECT_CUDA_OK(cuda::rope_backward(g.get(), ginv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D, 1.f, st));
       expect_close(g.download(), ref, 1e-5, dir == 0 ? "rope forward" : "rope backward");
     }
   }

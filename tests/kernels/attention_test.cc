@@ -64,12 +64,12 @@ void grad_check(const Shape& s, size_t max_checks) {
   const std::vector<double> R = random_vec(s.out(), 200 + s.T);
   std::vector<double> out(s.out()), lse(s.lse());
   auto f = [&] {
-    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KVH, s.D);
+    attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
     return test::dot(out, R);
   };
   f();
   std::vector<double> dqkv(s.qkv(), 1e30);  // overwritten
-  attention_backward(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H,
+  attention_backward(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), nullptr, s.B, s.T, s.H,
                      s.KVH, s.D);
   test::expect_grad_matches(qkv, dqkv, f, "dqkv", max_checks);
 }
@@ -86,7 +86,7 @@ void check_against_reference(const Shape& s, double tol) {
   reference(s, qkv, ref_out, ref_lse);
   const std::vector<T> qkv_t(qkv.begin(), qkv.end());
   std::vector<T> out(s.out()), lse(s.lse());
-  attention_forward(out.data(), lse.data(), qkv_t.data(), s.B, s.T, s.H, s.KVH, s.D);
+  attention_forward(out.data(), lse.data(), qkv_t.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
   double max_err = 0, max_lse_err = 0;
   for (size_t i = 0; i < out.size(); ++i)
     max_err = std::max(max_err, std::abs(double(out[i]) - ref_out[i]));
@@ -121,8 +121,8 @@ void run_float(const Shape& s, int threads, std::vector<float>& out, std::vector
   out.assign(s.out(), 0.f);
   lse.assign(s.lse(), 0.f);
   dqkv.assign(s.qkv(), 0.f);
-  attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.H, s.KVH, s.D);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.H,
+  attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, s.B, s.T, s.H,
                      s.KVH, s.D);
 #ifdef _OPENMP
   omp_set_num_threads(saved);

@@ -88,15 +88,15 @@ TEST(GradCheckRope, GqaTwoSequences) {
   const Vec R = random_vec(n, 22);
   auto f = [&] {
     Vec y = qkv;
-    rope_forward(y.data(), inv_freq.data(), B, T, H, KVH, D);
+    rope_forward(y.data(), inv_freq.data(), nullptr, B, T, H, KVH, D, 1.f);
     return dot(y, R);
   };
   Vec grad = R;
-  rope_backward(grad.data(), inv_freq.data(), B, T, H, KVH, D);
+  rope_backward(grad.data(), inv_freq.data(), nullptr, B, T, H, KVH, D, 1.f);
   expect_grad_matches(qkv, grad, f, "dqkv");
   // Position 0 is not rotated and v is untouched.
   Vec y = qkv;
-  rope_forward(y.data(), inv_freq.data(), B, T, H, KVH, D);
+  rope_forward(y.data(), inv_freq.data(), nullptr, B, T, H, KVH, D, 1.f);
   for (int c = 0; c < (H + 2 * KVH) * D; ++c) EXPECT_EQ(y[c], qkv[c]);
   const size_t v0 = size_t(3) * (H + 2 * KVH) * D + size_t(H + KVH) * D;
   for (int c = 0; c < KVH * D; ++c) EXPECT_EQ(y[v0 + c], qkv[v0 + c]);

@@ -81,13 +81,13 @@ TEST(FloatVsDouble, AttentionBackward) {
   const size_t nq = size_t(B) * T * (H + 2 * KVH) * D, no = size_t(B) * T * H * D;
   const auto qkv = test::random_vec(nq, 5, -2.0, 2.0), dout = test::random_vec(no, 6);
   std::vector<double> out(no), lse(B * H * T), dqkv(nq);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, H, KVH, D);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, KVH,
+  attention_forward(out.data(), lse.data(), qkv.data(), nullptr, B, T, H, KVH, D);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, B, T, H, KVH,
                      D);
   const auto qkvf = cast<float>(qkv), doutf = cast<float>(dout);
   std::vector<float> outf(no), lsef(B * H * T), dqkvf(nq);
-  attention_forward(outf.data(), lsef.data(), qkvf.data(), B, T, H, KVH, D);
-  attention_backward(dqkvf.data(), doutf.data(), qkvf.data(), outf.data(), lsef.data(), B, T, H,
+  attention_forward(outf.data(), lsef.data(), qkvf.data(), nullptr, B, T, H, KVH, D);
+  attention_backward(dqkvf.data(), doutf.data(), qkvf.data(), outf.data(), lsef.data(), nullptr, B, T, H,
                      KVH, D);
   EXPECT_LT(rel_err(outf, out), 1e-5);
   EXPECT_LT(rel_err(dqkvf, dqkv), 1e-5);

@@ -156,6 +156,8 @@ TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, "slots = 1073741824 must be in 2..64"},
       {"2^30 synthetic states", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_data()->set_active_vocab(1 << 30); sp.mutable_data()->set_branching(1 << 30); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "data.active_vocab = 1073741824 exceeds the limit"},
+      {"negative eod_id", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_data()->set_eod_id(-5); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "data.eod_id = -5"},
       {"seq_len past the limit", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_seq_len(1 << 30); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "seq_len = 1073741824 exceeds the limit"},
   };

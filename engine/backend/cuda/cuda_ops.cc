@@ -78,25 +78,30 @@ void CudaOps<T>::rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, c
             "rmsnorm_backward");
 }
 template <typename T>
-void CudaOps<T>::rope_forward(T* qkv, const float* f, int B, int T_, int H, int KVH, int D) const {
+void CudaOps<T>::rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                              float scale) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::rope_forward(dev(qkv), f, B, T_, H, KVH, D, ctx_.stream()), "rope_forward");
+  ctx_.note(cuda::rope_forward(dev(qkv), f, pos, B, T_, H, KVH, D, scale, ctx_.stream()), "rope_forward");
 }
 template <typename T>
-void CudaOps<T>::rope_backward(T* dqkv, const float* f, int B, int T_, int H, int KVH, int D) const {
+void CudaOps<T>::rope_backward(T* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                               float scale) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::rope_backward(dev(dqkv), f, B, T_, H, KVH, D, ctx_.stream()), "rope_backward");
+  ctx_.note(cuda::rope_backward(dev(dqkv), f, pos, B, T_, H, KVH, D, scale, ctx_.stream()), "rope_backward");
 }
 template <typename T>
-void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const {
+void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                                   int D) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), B, T_, H, KVH, D, ctx_.stream()), "attention_forward");
+  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), pos, B, T_, H, KVH, D, ctx_.stream()),
+            "attention_forward");
 }
 template <typename T>
-void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, int B, int T_,
-                                    int H, int KVH, int D) const {
+void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse,
+                                    const int32_t* pos, int B, int T_, int H, int KVH, int D) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, B, T_, H, KVH, D, ctx_.stream()),
+  ctx_.note(cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, pos, B, T_, H, KVH, D,
+                                     ctx_.stream()),
             "attention_backward");
 }
 template <typename T>

@@ -61,11 +61,14 @@ class CudaOps final : public Ops<T> {
   void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const override;
   void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
                         int C) const override;
-  void rope_forward(T* qkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const override;
-  void rope_backward(T* dqkv, const float* inv_freq, int B, int T_, int H, int KVH, int D) const override;
-  void attention_forward(T* out, A* lse, const T* qkv, int B, int T_, int H, int KVH, int D) const override;
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, int B, int T_, int H,
-                          int KVH, int D) const override;
+  void rope_forward(T* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                    float scale) const override;
+  void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                     float scale) const override;
+  void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+                         int D) const override;
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, const int32_t* pos, int B,
+                          int T_, int H, int KVH, int D) const override;
   void swiglu_forward(T* out, const T* gu, int N, int F) const override;
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override;
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override;

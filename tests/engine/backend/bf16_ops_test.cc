@@ -122,12 +122,12 @@ TEST(Bf16Ops, RopeForwardAndBackwardWithFp32Angles) {
   auto qkv = random_bf16(size_t(kN) * kQKV, rng);
   std::vector<bf16> x = qkv.b;
   std::vector<float> x_ref = qkv.f;
-  B().rope_forward(x.data(), inv_freq.data(), kB, kT, kH, kKVH, kD);
-  F().rope_forward(x_ref.data(), inv_freq.data(), kB, kT, kH, kKVH, kD);
+  B().rope_forward(x.data(), inv_freq.data(), nullptr, kB, kT, kH, kKVH, kD, 1.f);
+  F().rope_forward(x_ref.data(), inv_freq.data(), nullptr, kB, kT, kH, kKVH, kD, 1.f);
   expect_close(x, x_ref, kHalfUlp, "rope_forward");
   x = qkv.b, x_ref = qkv.f;
-  B().rope_backward(x.data(), inv_freq.data(), kB, kT, kH, kKVH, kD);
-  F().rope_backward(x_ref.data(), inv_freq.data(), kB, kT, kH, kKVH, kD);
+  B().rope_backward(x.data(), inv_freq.data(), nullptr, kB, kT, kH, kKVH, kD, 1.f);
+  F().rope_backward(x_ref.data(), inv_freq.data(), nullptr, kB, kT, kH, kKVH, kD, 1.f);
   expect_close(x, x_ref, kHalfUlp, "rope_backward");
 }
 
@@ -136,8 +136,8 @@ TEST(Bf16Ops, AttentionForwardAndBackwardKeepFp32LogSumExp) {
   auto qkv = random_bf16(size_t(kN) * kQKV, rng, 2.0f), dout = random_bf16(size_t(kN) * kQ, rng);
   auto out = nan_bf16(size_t(kN) * kQ);
   auto lse = nan_f32(size_t(kN) * kH), out_ref = nan_f32(out.size()), lse_ref = nan_f32(lse.size());
-  B().attention_forward(out.data(), lse.data(), qkv.b.data(), kB, kT, kH, kKVH, kD);
-  F().attention_forward(out_ref.data(), lse_ref.data(), qkv.f.data(), kB, kT, kH, kKVH, kD);
+  B().attention_forward(out.data(), lse.data(), qkv.b.data(), nullptr, kB, kT, kH, kKVH, kD);
+  F().attention_forward(out_ref.data(), lse_ref.data(), qkv.f.data(), nullptr, kB, kT, kH, kKVH, kD);
   expect_close(out, out_ref, kHalfUlp, "out");
   expect_close(lse, lse_ref, 0, "lse (fp32)");
   // The backward reads the bf16 output the forward stored (the reference reads it widened).
@@ -145,8 +145,8 @@ TEST(Bf16Ops, AttentionForwardAndBackwardKeepFp32LogSumExp) {
   for (size_t i = 0; i < out.size(); ++i) out_w[i] = bf16_to_float(out[i]);
   auto dqkv = nan_bf16(size_t(kN) * kQKV);
   auto dqkv_ref = nan_f32(dqkv.size());
-  B().attention_backward(dqkv.data(), dout.b.data(), qkv.b.data(), out.data(), lse.data(), kB, kT, kH, kKVH, kD);
-  F().attention_backward(dqkv_ref.data(), dout.f.data(), qkv.f.data(), out_w.data(), lse.data(), kB, kT, kH, kKVH, kD);
+  B().attention_backward(dqkv.data(), dout.b.data(), qkv.b.data(), out.data(), lse.data(), nullptr, kB, kT, kH, kKVH, kD);
+  F().attention_backward(dqkv_ref.data(), dout.f.data(), qkv.f.data(), out_w.data(), lse.data(), nullptr, kB, kT, kH, kKVH, kD);
   expect_close(dqkv, dqkv_ref, kHalfUlp, "dqkv");
 }
 

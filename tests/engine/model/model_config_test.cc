@@ -108,9 +108,9 @@ TEST(ModelConfigRefusal, DimensionsBeyondTheLimitsAreRefusedNamingTheLimit) {
 }
 
 TEST(ModelConfigRefusal, UnsupportedRopeScalingType) {
-  auto m = refusal(llama(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"));
+  auto m = refusal(llama(R"(, "rope_scaling": {"rope_type": "longrope", "factor": 4.0})"));
   EXPECT_NE(m.find("'rope_scaling.rope_type'"), std::string::npos) << m;
-  EXPECT_NE(m.find("yarn"), std::string::npos) << m;
+  EXPECT_NE(m.find("longrope"), std::string::npos) << m;
 }
 
 TEST(ModelConfigRefusal, MistralSlidingWindow) {
