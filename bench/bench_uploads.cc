@@ -32,7 +32,7 @@ int run_uploads(const Flags& f) {
   const double t_plain = median_seconds(int(*reps), [&] { adamw_unit(pool, unit, plain, hp); });
   const double t_shadow = median_seconds(int(*reps), [&] { adamw_unit(pool, unit, with_shadow, hp); });
   const double t_convert = median_seconds(int(*reps), [&] {
-    for (size_t i = 0; i < n; ++i) shadow[i] = float_to_bf16(p[i]);
+    round_to_bf16(shadow.data(), p.data(), n);
   });
   const double link_s = 2.0 * double(n) / (*link * 1e9);  // one upload of the bf16 bytes
   const double N = double(n);

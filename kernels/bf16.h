@@ -1,5 +1,6 @@
 // bfloat16 storage type and conversions (round to nearest even), usable on host and device.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -22,6 +23,14 @@ inline bf16 float_to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return bf16{uint16_t(u >> 16)};
+}
+
+// Whole arrays, element by element as above.
+inline void round_to_bf16(bf16* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+inline void widen_bf16(float* dst, const bf16* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
 
 inline float to_float(float x) { return x; }

@@ -264,9 +264,7 @@ class CpuBackend final : public Backend {
     d2h_.enqueue_copy(bytes, unless_failed([=] { std::memcpy(dst, src, bytes); }));
   }
   void copy_d2h_bf16(bf16* dst, const float* src, size_t n) override {
-    d2h_.enqueue_copy(n * sizeof(bf16), unless_failed([=] {
-                        for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-                      }));
+    d2h_.enqueue_copy(n * sizeof(bf16), unless_failed([=] { round_to_bf16(dst, src, n); }));
   }
 
   EventPtr record(StreamKind s) override {

@@ -24,16 +24,11 @@ float* scratch(int slot, size_t n) {
   return b.data();
 }
 
-const float* widen(int slot, const bf16* x, size_t n) {
+// x widened into scratch slot `slot`.
+float* widen(int slot, const bf16* x, size_t n) {
   float* out = scratch(slot, n);
-  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]);
+  widen_bf16(out, x, n);
   return out;
-}
-
-float* widen_mut(int slot, const bf16* x, size_t n) { return const_cast<float*>(widen(slot, x, n)); }
-
-void narrow(bf16* dst, const float* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
 class CpuOpsBf16 final : public Ops<bf16> {
@@ -45,14 +40,14 @@ class CpuOpsBf16 final : public Ops<bf16> {
       for (int n = 0; n < N; ++n) std::memcpy(acc + size_t(n) * OC, bias, size_t(OC) * sizeof(float));
     }
     cpu::gemm_bf16(false, true, N, OC, C, 1.0f, inp, C, w, C, b != nullptr ? 1.0f : 0.0f, acc, OC);
-    narrow(out, acc, size_t(N) * OC);
+    round_to_bf16(out, acc, size_t(N) * OC);
   }
   void matmul_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, int N,
                        int C, int OC) const override {
     if (dinp != nullptr) {
-      float* acc = widen_mut(0, dinp, size_t(N) * C);
+      float* acc = widen(0, dinp, size_t(N) * C);
       cpu::gemm_bf16(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, acc, C);
-      narrow(dinp, acc, size_t(N) * C);
+      round_to_bf16(dinp, acc, size_t(N) * C);
     }
     if (dw != nullptr) cpu::gemm_bf16(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (db != nullptr)
@@ -62,35 +57,35 @@ class CpuOpsBf16 final : public Ops<bf16> {
     const size_t n = size_t(N) * C;
     float* o = scratch(2, n);
     cpu::rmsnorm_forward<float>(o, rstd, widen(0, inp, n), widen(1, w, size_t(C)), N, C, eps);
-    narrow(out, o, n);
+    round_to_bf16(out, o, n);
   }
   void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
                         int N, int C) const override {
     const size_t n = size_t(N) * C;
-    float* acc = widen_mut(0, dinp, n);
+    float* acc = widen(0, dinp, n);
     cpu::rmsnorm_backward<float>(acc, dw, widen(1, dout, n), widen(2, inp, n), widen(3, w, size_t(C)), rstd, N, C);
-    narrow(dinp, acc, n);
+    round_to_bf16(dinp, acc, n);
   }
   void rope_forward(bf16* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                     float scale) const override {
     const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
-    float* x = widen_mut(0, qkv, n);
+    float* x = widen(0, qkv, n);
     cpu::rope_forward<float>(x, f, pos, B, T_, H, KVH, D, scale);
-    narrow(qkv, x, n);
+    round_to_bf16(qkv, x, n);
   }
   void rope_backward(bf16* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                      float scale) const override {
     const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
-    float* x = widen_mut(0, dqkv, n);
+    float* x = widen(0, dqkv, n);
     cpu::rope_backward<float>(x, f, pos, B, T_, H, KVH, D, scale);
-    narrow(dqkv, x, n);
+    round_to_bf16(dqkv, x, n);
   }
   void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
                          int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* o = scratch(1, n_out);
     cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), pos, B, T_, H, KVH, D);
-    narrow(out, o, n_out);
+    round_to_bf16(out, o, n_out);
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                           const int32_t* pos, int B, int T_, int H, int KVH, int D) const override {
@@ -98,19 +93,19 @@ class CpuOpsBf16 final : public Ops<bf16> {
     float* d = scratch(0, n_qkv);
     cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, pos,
                                    B, T_, H, KVH, D);
-    narrow(dqkv, d, n_qkv);
+    round_to_bf16(dqkv, d, n_qkv);
   }
   void swiglu_forward(bf16* out, const bf16* gu, int N, int F) const override {
     const size_t n = size_t(N) * F;
     float* o = scratch(1, n);
     cpu::swiglu_forward<float>(o, widen(0, gu, 2 * n), N, F);
-    narrow(out, o, n);
+    round_to_bf16(out, o, n);
   }
   void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F) const override {
     const size_t n = size_t(N) * F;
     float* d = scratch(0, 2 * n);
     cpu::swiglu_backward<float>(d, widen(1, dout, n), widen(2, gu, 2 * n), N, F);
-    narrow(dgu, d, 2 * n);
+    round_to_bf16(dgu, d, 2 * n);
   }
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int N, int C) const override {
     for (int i = 0; i < N; ++i)

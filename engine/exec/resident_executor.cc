@@ -12,11 +12,9 @@ namespace mt {
 void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
   const auto units = build_param_schemas(cfg);
   for (size_t u = 0; u < units.size(); ++u) {
-    const HostUnit& hu = store.unit(u);
-    init_unit_weights(cfg, units[u], hu.master, seed);
-    if (hu.shadow)
-      for (size_t i = 0; i < hu.numel; ++i) hu.shadow[i] = float_to_bf16(hu.master[i]);
+    init_unit_weights(cfg, units[u], store.unit(u).master, seed);
   }
+  store.refresh_shadows();
   store.zero_optimizer_state();
   store.zero_grads();
 }

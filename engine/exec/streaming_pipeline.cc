@@ -136,7 +136,7 @@ const void* StreamingPipeline::convert_for_upload(int slot, size_t unit) {
   if (staged_[size_t(slot)]) backend_.host_wait(staged_[size_t(slot)]);
   bf16* dst = staging_.upload_staging + size_t(slot) * staging_.slot_numel;
   const HostUnit& hu = store_.unit(unit);
-  for (size_t i = 0; i < hu.numel; ++i) dst[i] = float_to_bf16(hu.master[i]);
+  round_to_bf16(dst, hu.master, hu.numel);
   return dst;
 }
 
@@ -228,8 +228,7 @@ void StreamingPipeline::upload_embedding_rows(void* slot, const std::vector<int3
   if (staging_.upload_staging) {  // convert uploads: no shadow; round the rows' masters
     const float* master = store_.unit(0).master;
     bf16* out = reinterpret_cast<bf16*>(staging);
-    for (size_t r = 0; r < rows.size(); ++r)
-      for (size_t c = 0; c < C; ++c) out[r * C + c] = float_to_bf16(master[size_t(rows[r]) * C + c]);
+    for (size_t r = 0; r < rows.size(); ++r) round_to_bf16(out + r * C, master + size_t(rows[r]) * C, C);
   } else {
     const char* table = static_cast<const char*>(weights_of(0));
     for (size_t r = 0; r < rows.size(); ++r) std::memcpy(staging + r * row_bytes, table + size_t(rows[r]) * row_bytes, row_bytes);

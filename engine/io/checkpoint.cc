@@ -281,7 +281,7 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
     }
   }
   store.zero_grads();
-  refresh_shadow(store);
+  store.refresh_shadows();
   return state;
 }
 

@@ -69,14 +69,6 @@ Status check_tensor_set(const SafetensorsSet& set, const std::vector<ExpectedTen
   return invalid_argument(msg);
 }
 
-void refresh_shadow(const HostStore& store) {
-  for (size_t i = 0; i < store.num_units(); ++i) {
-    const HostUnit& u = store.unit(i);
-    if (!u.shadow) continue;
-    for (size_t k = 0; k < u.numel; ++k) u.shadow[k] = float_to_bf16(u.master[k]);
-  }
-}
-
 Status check_store_matches(const ModelConfig& cfg, const std::vector<ParamSchema>& units, const HostStore& store) {
   bool ok = store.num_units() == units.size();
   for (size_t i = 0; ok && i < units.size(); ++i) ok = store.unit(i).numel == units[i].numel;
@@ -99,7 +91,7 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
       MT_RETURN_IF_ERROR(e->file->read_f32(*e->info, master + t.offset));
     }
   }
-  refresh_shadow(store);
+  store.refresh_shadows();
   return Status::Ok();
 }
 

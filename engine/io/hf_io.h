@@ -44,8 +44,6 @@ struct ExpectedTensor {
 Status check_tensor_set(const SafetensorsSet& set, const std::vector<ExpectedTensor>& expected,
                         const std::function<bool(const std::string&)>& ignore);
 
-// Copies master weights into the bf16 shadow of every unit that has one.
-void refresh_shadow(const HostStore& store);
 
 // Verifies that `store` was built from the schemas of `cfg`.
 Status check_store_matches(const ModelConfig& cfg, const std::vector<ParamSchema>& units, const HostStore& store);

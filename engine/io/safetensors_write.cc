@@ -121,11 +121,11 @@ Status write_tensor(OutFile& f, const WriteTensor& t, std::vector<char>& buf) {
     if (t.dtype == DType::kBF16) {  // F32 -> BF16
       const float* src = static_cast<const float*>(t.data) + i;
       bf16* dst = reinterpret_cast<bf16*>(buf.data());
-      for (size_t k = 0; k < c; ++k) dst[k] = float_to_bf16(src[k]);
+      round_to_bf16(dst, src, c);
     } else {  // BF16 -> F32
       const bf16* src = static_cast<const bf16*>(t.data) + i;
       float* dst = reinterpret_cast<float*>(buf.data());
-      for (size_t k = 0; k < c; ++k) dst[k] = bf16_to_float(src[k]);
+      widen_bf16(dst, src, c);
     }
     MT_RETURN_IF_ERROR(f.write(buf.data(), c * out_size));
   }

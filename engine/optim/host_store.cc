@@ -144,6 +144,11 @@ void HostStore::zero_optimizer_state() {
   }
 }
 
+void HostStore::refresh_shadows() const {
+  for (const HostUnit& u : units_)
+    if (u.shadow) round_to_bf16(u.shadow, u.master, u.numel);
+}
+
 void HostStore::zero_grads() {
   const size_t st = state_elem_bytes(layout_);
   for (auto& u : units_) std::memset(u.grad, 0, u.numel * st);

@@ -64,6 +64,9 @@ class HostStore {
   }
   void zero_optimizer_state();  // m = v = 0
   void zero_grads();
+  // Each unit's bf16 shadow (if it has one) = its masters rounded: after they are written other
+  // than by the optimizer (initialisation, a loaded checkpoint or model).
+  void refresh_shadows() const;
 
  private:
   HostStore(MemoryLayout layout, HostAllocator& alloc) : layout_(layout), alloc_(alloc) {}

@@ -97,7 +97,7 @@ LmHeadLossResult lm_head_loss(bf16* dx, float* dW, float* losses, const bf16* x,
     for (size_t i = 0; i < n; ++i) dlogits[i] = float_to_bf16(logits[i]);
     gemm_bf16(false, false, rows, C, V, 1.0f, dlogits, V, W, C, 0.0f, dx_chunk.data(), C);
     bf16* dxc = dx + long(n0) * C;
-    for (size_t i = 0; i < size_t(rows) * size_t(C); ++i) dxc[i] = float_to_bf16(dx_chunk[i]);
+    round_to_bf16(dxc, dx_chunk.data(), size_t(rows) * size_t(C));
     if (dW != nullptr) gemm_bf16(true, false, V, C, rows, 1.0f, dlogits, V, xc, C, 1.0f, dW, C);
   }
   return res;

@@ -16,7 +16,7 @@ std::vector<float> widen(const bf16* X, int rows, int cols, int ld) {
   std::vector<float> out(size_t(rows) * size_t(cols));
   MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(rows) * cols)))
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) out[size_t(r) * size_t(cols) + size_t(c)] = bf16_to_float(X[long(r) * ld + c]);
+    widen_bf16(out.data() + size_t(r) * size_t(cols), X + long(r) * ld, size_t(cols));
   return out;
 }
 
