@@ -31,6 +31,17 @@ float* widen(int slot, const bf16* x, size_t n) {
   return out;
 }
 
+using RopeFn = void (*)(float*, const float*, const int32_t*, int, int, int, int, int, float);
+
+// RoPE (either direction) on bf16 q/k/v in place: widened, rotated in fp32, rounded once.
+void rope_in_place(RopeFn rope, bf16* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
+                   float scale) {
+  const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
+  float* x = widen(0, qkv, n);
+  rope(x, f, pos, B, T_, H, KVH, D, scale);
+  round_to_bf16(qkv, x, n);
+}
+
 class CpuOpsBf16 final : public Ops<bf16> {
  public:
   void matmul_forward(bf16* out, const bf16* inp, const bf16* w, const bf16* b, int N, int C, int OC) const override {
@@ -68,17 +79,11 @@ class CpuOpsBf16 final : public Ops<bf16> {
   }
   void rope_forward(bf16* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                     float scale) const override {
-    const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
-    float* x = widen(0, qkv, n);
-    cpu::rope_forward<float>(x, f, pos, B, T_, H, KVH, D, scale);
-    round_to_bf16(qkv, x, n);
+    rope_in_place(cpu::rope_forward<float>, qkv, f, pos, B, T_, H, KVH, D, scale);
   }
   void rope_backward(bf16* dqkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                      float scale) const override {
-    const size_t n = size_t(B) * T_ * size_t(H + 2 * KVH) * D;
-    float* x = widen(0, dqkv, n);
-    cpu::rope_backward<float>(x, f, pos, B, T_, H, KVH, D, scale);
-    round_to_bf16(dqkv, x, n);
+    rope_in_place(cpu::rope_backward<float>, dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
   void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
                          int D) const override {

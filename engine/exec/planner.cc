@@ -74,8 +74,8 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
 // rows (up, then their gradient down), and the LM head's share of a tied embedding gradient.
 std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, const ModelConfig& c,
                                                          const TrainOptions& o, const PlanOptions& po) {
-  const bool half = o.precision == Precision::kBf16;
-  const HostStoreBytes sb = host_store_bytes(units, o.layout, half && po.bf16_uploads == Bf16Uploads::kShadow);
+  const bool shadow = keeps_bf16_shadow(o.precision, po.bf16_uploads);
+  const HostStoreBytes sb = host_store_bytes(units, o.layout, shadow);
   std::vector<std::pair<std::string, uint64_t>> kinds = {
       {"master", sb.master}, {"grad", sb.grad}, {"adam_m", sb.m}, {"adam_v", sb.v}};
   if (sb.shadow) kinds.push_back({"bf16_shadow", sb.shadow});  // what bf16 uploads copy
@@ -84,7 +84,7 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4)});
   kinds.push_back({"loss_totals", loss_totals_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
-  if (half && po.bf16_uploads == Bf16Uploads::kConvert) {
+  if (o.precision == Precision::kBf16 && !shadow) {  // convert uploads: pinned staging per slot
     size_t slot = 0;
     for (const auto& u : units) slot = std::max(slot, u.numel);
     kinds.push_back({"upload_staging", sat_mul(uint64_t(po.slots), slot, sizeof(bf16))});

@@ -25,6 +25,8 @@ enum class CheckpointPlacement { kAuto, kDevice, kHost };
 // critical path). docs/PERF.md measures both; the shadow is the default.
 enum class Bf16Uploads { kShadow, kConvert };
 Result<Bf16Uploads> parse_bf16_uploads(const std::string& name);
+// Whether a streaming run's HostStore keeps the bf16 shadow (bf16 compute, shadow uploads).
+inline bool keeps_bf16_shadow(Precision p, Bf16Uploads u) { return p == Precision::kBf16 && u == Bf16Uploads::kShadow; }
 Result<CheckpointPlacement> parse_checkpoint_placement(const std::string& name);
 
 struct PlanOptions {

@@ -54,10 +54,9 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 }
 
 Status StreamingExecutor::allocate() {
-  const bool bf16_compute = opt_.precision == Precision::kBf16;
-  const bool convert = bf16_compute && so_.bf16_uploads == Bf16Uploads::kConvert;
-  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, bf16_compute && !convert, backend_->host_allocator()));
-  if (convert) {
+  const bool shadow = keeps_bf16_shadow(opt_.precision, so_.bf16_uploads);
+  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator()));
+  if (opt_.precision == Precision::kBf16 && !shadow) {  // convert uploads
     MT_ASSIGN_OR_RETURN(host_upload_staging_, HostBuffer::allocate(backend_->host_allocator(),
                                                                    size_t(so_.slots) * plan_.slot_numel * sizeof(bf16)));
   }
