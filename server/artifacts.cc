@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "engine/base/disk_usage.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/hf_io.h"
 #include "engine/io/model_files.h"
@@ -20,14 +21,6 @@ constexpr size_t kShardBytes = size_t(5) << 30;  // as `megatrain export`'s defa
 bool is_link(const fs::path& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
-
-uint64_t dir_bytes(const std::string& dir) {
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& f : fs::directory_iterator(dir, ec))
-    if (const uint64_t n = f.is_regular_file(ec) ? f.file_size(ec) : 0; !ec) total += n;
-  return total;
 }
 
 Result<CheckpointInfo> pick_checkpoint(const std::string& job_dir, long step) {
@@ -112,7 +105,7 @@ Result<v1::ExportModelResponse> Exporter::run(const JobManager::JobFiles& job, c
   out.set_out_dir(out_dir);
   out.set_step(ckpt.step);
   out.set_dtype(dtype);
-  out.set_size_bytes(dir_bytes(out_dir));
+  out.set_size_bytes(tree_bytes(out_dir));
   out.set_checkpoint(ckpt.dir);
   return out;
 }

@@ -22,17 +22,6 @@ constexpr const char* kTokenPrefix = "mtp1.";
 constexpr int kDefaultPageSize = 100, kMaxPageSize = 1000;
 }  // namespace
 
-uint64_t tree_bytes(const fs::path& dir) {
-  std::error_code ec;
-  uint64_t total = 0;
-  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
-       !ec && it != end; it.increment(ec)) {
-    std::error_code fe;
-    if (it->is_regular_file(fe) && !it->is_symlink(fe)) total += it->file_size(fe);  // a file gone meanwhile adds 0
-  }
-  return total;
-}
-
 bool is_being_deleted(const fs::path& job_dir) { return job_dir.filename().string().rfind(kDeleting, 0) == 0; }
 
 Result<std::string> detach_job_dir(const std::string& dir) {

@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/base/disk_usage.h"
 #include "engine/base/status.h"
 
 namespace mt::server {
 
-uint64_t tree_bytes(const std::filesystem::path& dir);  // regular files under `dir`, links not followed
 
 bool is_being_deleted(const std::filesystem::path& job_dir);
 // Renames STATE_DIR/jobs/ID to STATE_DIR/jobs/.deleting-ID (synced); the new path.

@@ -2,6 +2,7 @@
 // written into ROOT/.tmp-step-XXXXXXXX, fsynced, renamed into place, then `latest` is replaced
 // (temp file + fsync + rename) and old steps are pruned. Any failure before the rename removes
 // the temp dir, so the previous checkpoint and `latest` stay as they were.
+#include "engine/base/disk_usage.h"
 #include "engine/io/checkpoint.h"
 
 #include <fcntl.h>
@@ -239,8 +240,7 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
     auto state = state_from_json(join(e.path().string(), "trainer_state.json"));
     if (!state.ok()) continue;
     CheckpointInfo c{step, state->last_loss, 0, 0, e.path().string(), latest.ok() && *latest == name};
-    for (const auto& f : fs::directory_iterator(e.path(), eec))
-      if (const uint64_t n = f.is_regular_file(eec) ? f.file_size(eec) : 0; !eec) c.size_bytes += n;
+    c.size_bytes = tree_bytes(e.path());
     const auto mtime = fs::last_write_time(e.path() / "trainer_state.json", eec);
     if (!eec)
       c.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
