@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/model/init.h"
+#include "engine/base/hash.h"
 
 namespace mt::server {
 
@@ -179,8 +180,7 @@ bool scan_record(int fd, uint64_t size, Scan& s) {
 uint64_t token_checksum(uint32_t token) { return mix64(token); }  // splitmix64, as the engine's
 
 uint64_t push_key(const std::string& push_id) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : push_id) h = (h ^ c) * 0x100000001b3ull;
+  const uint64_t h = fnv1a64(push_id);
   return h ? h : 1;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client/remote/commands.h"
+#include "engine/base/hash.h"
 
 namespace mt::cli {
 
@@ -70,10 +71,8 @@ std::string default_push_id(const std::string& job, const std::string& path, uin
   const std::string abs = std::filesystem::weakly_canonical(path, ec).string();
   const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
   const std::string what = job + '\0' + abs + '\0' + std::to_string(size) + '\0' + std::to_string(mtime);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : what) h = (h ^ c) * 0x100000001b3ull;
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(what));
   return std::string("file-") + hex;
 }
 

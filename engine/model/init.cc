@@ -4,6 +4,8 @@
 #include <numbers>
 #include <string_view>
 
+#include "engine/base/hash.h"
+
 namespace mt {
 
 uint64_t mix64(uint64_t x) {
@@ -21,11 +23,8 @@ double normal_from(uint64_t key, uint64_t index) {
 }
 
 namespace {
-uint64_t hash_name(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  return h;
-}
+// FNV-1a with this project's own basis since v0.1 (every initialisation depends on it).
+uint64_t hash_name(std::string_view s) { return fnv1a64(s, 1469598103934665603ull); }
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
