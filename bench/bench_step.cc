@@ -41,9 +41,8 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(double warmup, f.num("warmup", 2));
   const std::string recompute = f.str("recompute", "off");
   MT_ASSIGN_OR_RETURN(a.opt.layout, parse_memory_layout(f.str("layout", "exact")));
-  // auto: bf16 on CUDA, fp32 on the CPU (as a job's precision: auto).
   const std::string precision = f.str("precision", "auto");
-  MT_ASSIGN_OR_RETURN(a.opt.precision, parse_precision(precision == "auto" ? (a.backend == "cuda" ? "bf16" : "fp32") : precision));
+  MT_ASSIGN_OR_RETURN(a.opt.precision, resolve_precision(precision, a.backend == "cuda"));
   MT_ASSIGN_OR_RETURN(double layers, f.num("layers", 0));
   if (!(layers >= 0 && layers <= ModelLimits::kLayers) || layers != double(int(layers)))
     return invalid_argument("--layers must be a whole number from 1 to " + std::to_string(ModelLimits::kLayers) +

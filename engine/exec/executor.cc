@@ -35,6 +35,11 @@ Result<Precision> parse_precision(const std::string& name) {
   return invalid_argument("precision = '" + name + "' is not one of fp32, bf16");
 }
 
+Result<Precision> resolve_precision(const std::string& name, bool cuda) {
+  if (name == "auto") return cuda ? Precision::kBf16 : Precision::kFp32;
+  return parse_precision(name);
+}
+
 Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {
   if (batch.num_seqs != o.global_batch || batch.seq_len != o.seq_len)
     return invalid_argument("batch of " + std::to_string(batch.num_seqs) + "x" + std::to_string(batch.seq_len) +

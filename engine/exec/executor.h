@@ -43,6 +43,8 @@ struct TrainOptions {
   Precision precision = Precision::kFp32;
 };
 Result<Precision> parse_precision(const std::string& name);  // "fp32" | "bf16"
+// As parse_precision, and "auto": bf16 on CUDA, fp32 on the CPU (where bf16 is emulated).
+Result<Precision> resolve_precision(const std::string& name, bool cuda);
 
 // Checks the options against the model; errors name the field and value.
 Status validate(const TrainOptions& o, const ModelConfig& cfg);

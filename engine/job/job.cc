@@ -21,9 +21,8 @@ uint64_t default_device_budget() { return cuda_free_device_memory(); }
 bool uses_cuda(const JobSpec& spec) { return spec.backend == "cuda" || (spec.backend == "auto" && cuda_available()); }
 
 Precision job_precision(const JobSpec& spec) {
-  if (spec.precision == "bf16") return Precision::kBf16;
-  if (spec.precision == "fp32") return Precision::kFp32;
-  return uses_cuda(spec) ? Precision::kBf16 : Precision::kFp32;
+  auto p = resolve_precision(spec.precision, uses_cuda(spec));
+  return p.ok() ? *p : Precision::kFp32;  // validate(spec) refuses any other name first
 }
 
 TrainOptions job_train_options(const JobSpec& spec) {
