@@ -104,12 +104,30 @@ GENERATOR=()
 command -v ninja >/dev/null && GENERATOR=(-G Ninja)
 
 # --- 1. build: the tests first, so that points 2-7 run within the first minutes ----------
-step configure 120 - cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DMEGATRAIN_CUDA=ON -DMEGATRAIN_SERVER=OFF -DMEGATRAIN_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DMEGATRAIN_GTEST_SOURCE="$GTEST_SRC" || exit 1
-step build_tests 300 - cmake --build "$BUILD" -j "$JOBS" --target mt_cuda_tests || exit 1
-
-T="$BUILD/bin/mt_cuda_tests"
+# Binaries built elsewhere (scripts/gpu_bundle.sh, carried in .gpu_carry) are used when they
+# start here; otherwise everything is built from source.
+PREBUILT=0
+if [ -f "$ROOT/.gpu_carry/bundle.tar.xz" ] && [ "$DRY" != 1 ]; then
+  mkdir -p "$BUILD/prebuilt" && tar -C "$BUILD/prebuilt" -xJf "$ROOT/.gpu_carry/bundle.tar.xz"
+  export LD_LIBRARY_PATH="$BUILD/prebuilt/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if "$BUILD/prebuilt/bin/mt_cuda_tests" --gtest_list_tests >"$OUT/prebuilt_list.txt" 2>&1; then
+    PREBUILT=1
+    log "prebuilt binaries of commit $(cat "$BUILD/prebuilt/commit.txt") start here: no build"
+  else
+    log "prebuilt binaries do not start here (see prebuilt_list.txt): building"
+  fi
+fi
+if [ "$PREBUILT" = 1 ]; then
+  T="$BUILD/prebuilt/bin/mt_cuda_tests"
+  B="$BUILD/prebuilt/bin/megatrain-bench"
+else
+  step configure 120 - cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DMEGATRAIN_CUDA=ON -DMEGATRAIN_SERVER=OFF -DMEGATRAIN_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMEGATRAIN_GTEST_SOURCE="$GTEST_SRC" || exit 1
+  step build_tests 300 - cmake --build "$BUILD" -j "$JOBS" --target mt_cuda_tests || exit 1
+  T="$BUILD/bin/mt_cuda_tests"
+  B="$BUILD/bin/megatrain-bench"
+fi
 ISSUE18='CudaFault.*:CudaBackend.*:CudaPinned.*:*Async*:*DeviceBudget*:*Stall*:*Fault*'
 export OMP_WAIT_POLICY=passive
 
@@ -120,8 +138,7 @@ step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16" --gtest_output="json
 step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 
 # --- 3. benchmarks ------------------------------------------------------------------------
-step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
-B="$BUILD/bin/megatrain-bench"
+[ "$PREBUILT" = 1 ] || step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
 # The CUDA backend runs the streaming executor only (it recomputes from layer inputs). A real
 # layer shape: qwen2.5-7b (hidden 3584, 152064-token vocabulary, untied) with 4 of its 28
 # layers, ~2 G parameters (~36 GB of pinned host state in fp32 + shadow), 16 Ki tokens a step.
