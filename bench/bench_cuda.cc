@@ -1,7 +1,7 @@
 // GPU suites (built only with CUDA): link (pinned H2D / D2H / duplex through the CudaBackend,
 // against a plain cudaMemcpyAsync baseline), gemm (bf16 TFLOPS of our cuBLASLt path against
 // cublasGemmEx at transformer shapes) and attention (forward/backward TFLOPS, causal, fp32
-// kernels). Without a device each prints a clear error and exits 1.
+// kernels, fp32 and bf16 storage). Without a device each prints a clear error and exits 1.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -63,6 +63,34 @@ double time_wall(int reps, const std::function<void()>& fn) {
 }
 
 }  // namespace
+
+double measure_device_gemm_flops(bool bf16, int n, int reps) {
+  std::unique_ptr<cuda::GemmContext> ctx;
+  if (!cuda_available() || !cuda::GemmContext::create(ctx).ok()) return 0;
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  const size_t elems = size_t(n) * n, esize = bf16 ? 2 : 4;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  double flops = 0;
+  if (!cudaMalloc(&a, elems * esize) && !cudaMalloc(&b, elems * esize) && !cudaMalloc(&c, elems * esize)) {
+    cudaMemset(a, 0, elems * esize), cudaMemset(b, 0, elems * esize);
+    bool ok = true;
+    const double t = time_on_stream(s, reps, [&] {
+      if (bf16) {
+        auto* x = static_cast<__nv_bfloat16*>(a);
+        ok &= cuda::gemm<__nv_bfloat16>(false, true, n, n, n, 1.f, x, n, static_cast<__nv_bfloat16*>(b), n, 0.f,
+                                         static_cast<__nv_bfloat16*>(c), n, *ctx, s).ok();
+      } else {
+        ok &= cuda::gemm<float>(false, true, n, n, n, 1.f, static_cast<float*>(a), n, static_cast<float*>(b), n, 0.f,
+                                static_cast<float*>(c), n, *ctx, s).ok();
+      }
+    });
+    if (ok) flops = 2.0 * double(n) * n * n / t;
+  }
+  cudaFree(a), cudaFree(b), cudaFree(c);
+  cudaStreamDestroy(s);
+  return flops;
+}
 
 // How long pinning takes (issue 18 point 8): `gib` GiB in chunks of `chunk-mib` (the HostStore
 // pins ~1 GiB chunks), first from one thread, then from `threads` threads at once, each pass
@@ -217,9 +245,34 @@ int run_gemm(const Flags& f) {
   return rc;
 }
 
+namespace {
+
+// One causal attention forward and backward at T tokens in T_elem storage: TFLOP/s of each.
+template <typename E>
+bool time_attention(int T, int H, int KVH, int D, int reps, cudaStream_t s, double& fwd, double& bwd) {
+  const size_t rows = size_t(T), nqkv = rows * (H + 2 * KVH) * D, nout = rows * H * D;
+  E *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
+  float* lse = nullptr;
+  bool ok = !cudaMalloc(&qkv, nqkv * sizeof(E)) && !cudaMalloc(&out, nout * sizeof(E)) &&
+            !cudaMalloc(&lse, size_t(H) * T * 4) && !cudaMalloc(&dout, nout * sizeof(E)) &&
+            !cudaMalloc(&dqkv, nqkv * sizeof(E));
+  if (ok) {
+    cudaMemset(qkv, 0, nqkv * sizeof(E)), cudaMemset(dout, 0, nout * sizeof(E));
+    fwd = time_on_stream(s, reps, [&] { ok &= cuda::attention_forward(out, lse, qkv, nullptr, 1, T, H, KVH, D, s).ok(); });
+    bwd = time_on_stream(s, reps, [&] {
+      ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, nullptr, 1, T, H, KVH, D, s).ok();
+    });
+  }
+  cudaFree(qkv), cudaFree(out), cudaFree(lse), cudaFree(dout), cudaFree(dqkv);
+  return ok;
+}
+
+}  // namespace
+
 int run_attention(const Flags& f) {
   auto heads = f.num("heads", 32), kv = f.num("kv-heads", 8), dim = f.num("head-dim", 128), reps = f.num("reps", 3);
   auto max_seq = f.num("max-seq", 8192);
+  const std::string dtypes = f.str("dtype", "fp32,bf16");
   if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !f.check_all_used().ok())
     return std::fprintf(stderr, "attention: bad flags\n"), 2;
   if (!require_gpu("attention")) return 1;
@@ -227,27 +280,20 @@ int run_attention(const Flags& f) {
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   int rc = 0;
-  for (int T = 1024; T <= int(*max_seq); T *= 2) {
-    const size_t rows = size_t(T), nqkv = rows * (H + 2 * KVH) * D, nout = rows * H * D;
-    float *qkv, *out, *lse, *dout, *dqkv;
-    if (cudaMalloc(&qkv, nqkv * 4) || cudaMalloc(&out, nout * 4) || cudaMalloc(&lse, size_t(H) * T * 4) ||
-        cudaMalloc(&dout, nout * 4) || cudaMalloc(&dqkv, nqkv * 4))
-      return std::fprintf(stderr, "attention: out of device memory at seq %d\n", T), 1;
-    cudaMemset(qkv, 0, nqkv * 4), cudaMemset(dout, 0, nout * 4);
-    bool ok = true;
-    const double fwd = time_on_stream(s, int(*reps), [&] {
-      ok &= cuda::attention_forward(out, lse, qkv, nullptr, 1, T, H, KVH, D, s).ok();
-    });
-    const double bwd = time_on_stream(s, int(*reps), [&] {
-      ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, nullptr, 1, T, H, KVH, D, s).ok();
-    });
-    const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
-    emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)}, {"head_dim", int64_t(D)},
-                       {"dtype", "fp32"}, {"fwd_tflops", flops / fwd / 1e12}, {"bwd_tflops", 2.5 * flops / bwd / 1e12},
-                       {"ok", ok}}),
-         f.json());
-    rc |= ok ? 0 : 1;
-    cudaFree(qkv), cudaFree(out), cudaFree(lse), cudaFree(dout), cudaFree(dqkv);
+  for (const char* dtype : {"fp32", "bf16"}) {
+    if (dtypes.find(dtype) == std::string::npos) continue;
+    for (int T = 1024; T <= int(*max_seq); T *= 2) {
+      double fwd = 0, bwd = 0;
+      const bool ok = std::string(dtype) == "bf16"
+                          ? time_attention<__nv_bfloat16>(T, H, KVH, D, int(*reps), s, fwd, bwd)
+                          : time_attention<float>(T, H, KVH, D, int(*reps), s, fwd, bwd);
+      const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
+      emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)}, {"head_dim", int64_t(D)},
+                         {"dtype", dtype}, {"fwd_tflops", ok ? flops / fwd / 1e12 : 0.0},
+                         {"bwd_tflops", ok ? 2.5 * flops / bwd / 1e12 : 0.0}, {"ok", ok}}),
+           f.json());
+      rc |= ok ? 0 : 1;
+    }
   }
   cudaStreamDestroy(s);
   return rc;

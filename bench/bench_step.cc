@@ -124,7 +124,9 @@ void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step
   };
   const double compute = med([](const StepStats& s) { return s.compute_seconds; });
   const double transfer = med([](const StepStats& s) { return std::max(s.h2d_seconds, s.d2h_seconds); });
-  out.set("link_gbps", link_gbps);
+  out.set("link_gbps", link_gbps);  // the emulated link's cap (--link-gbps; 0: none)
+  out.set("h2d_gbps", med([](const StepStats& s) { return s.h2d_bandwidth(); }) / 1e9);  // measured
+  out.set("d2h_gbps", med([](const StepStats& s) { return s.d2h_bandwidth(); }) / 1e9);
   out.set("h2d_bytes", int64_t(med([](const StepStats& s) { return s.h2d_bytes; })));
   out.set("d2h_bytes", int64_t(med([](const StepStats& s) { return s.d2h_bytes; })));
   out.set("compute_seconds", compute);
@@ -181,7 +183,17 @@ int run_step(const Flags& f) {
   }
   const double step_s = median(times), tokens = double(opt.global_batch) * opt.seq_len;
   const double fpt = model_flops_per_token(*cfg, opt.seq_len), achieved = fpt * tokens / step_s;
-  const double peak = measure_sgemm_flops(2048, 3);
+  // The peak this step is measured against: the GEMM of the device it ran on, in its precision.
+  double peak = 0;
+  std::string peak_source = "cpu sgemm 2048";
+#ifdef MEGATRAIN_HAVE_CUDA
+  if (args->backend == "cuda") {
+    const bool bf16 = opt.precision == Precision::kBf16;
+    peak = measure_device_gemm_flops(bf16, 8192, 3);
+    peak_source = std::string("cuda gemm ") + (bf16 ? "bf16" : "fp32") + " 8192";
+  }
+#endif
+  if (peak <= 0) peak = measure_sgemm_flops(2048, 3);
   Json out = Json::object({{"suite", "step"},
                      {"preset", args->preset},
                      {"backend", args->backend},
@@ -200,6 +212,7 @@ int run_step(const Flags& f) {
                      {"model_flops_per_token", fpt},
                      {"achieved_flops", achieved},
                      {"peak_flops", peak},
+                     {"peak_source", peak_source},
                      {"flops_fraction", achieved / peak},
                      {"loss", loss}});
   if (args->executor == "streaming") {
