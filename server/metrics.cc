@@ -124,8 +124,8 @@ void Metrics::set_memory(const MemoryPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   host_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->host_bytes) : 0);
   device_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->device_bytes) : 0);
-  static const char* kHost[] = {"master", "grad", "adam_m", "adam_v", "shadow", "checkpoints"};
-  static const char* kDevice[] = {"weight_slots", "grad_slots", "checkpoints", "workspace"};
+  static const char* kHost[] = {"master", "grad", "adam_m", "adam_v", "bf16_shadow", "checkpoints"};
+  static const char* kDevice[] = {"weight_slots", "grad_slots", "checkpoints", "residual_grads", "attention_state", "chunk_workspace"};
   for (const char* k : kHost) host_mem_.Add({{"kind", k}}).Set(0);
   for (const char* k : kDevice) device_mem_.Add({{"kind", k}}).Set(0);
   if (!plan) return;

@@ -64,7 +64,7 @@ int cmd_plan_local(const Args& a) {
     return kOk;
   }
   if (max_seq_len) std::printf("max seq_len    %d (the longest that fits these budgets; its plan:)\n", max_seq_len);
-  std::printf("seq_len        %d x micro_batch %d x global_batch %d, MLP token chunk %s\n", spec->train.seq_len,
+  std::printf("seq_len        %d x micro_batch %d x global_batch %d, token chunk %s\n", spec->train.seq_len,
               spec->train.micro_batch, spec->train.global_batch,
               plan->token_chunk ? std::to_string(plan->token_chunk).c_str() : "none");
   std::printf("model          %s, %lld parameters\n", cfg->architecture.c_str(), (long long)plan->params);

@@ -57,15 +57,18 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   const uint64_t e = compute_elem_bytes(o.precision), tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t layer_io = aligned(sat_mul(tokens, uint64_t(c.hidden_size), e));
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
-  // + inputs, targets and document positions, the LM head's loss totals (2 doubles per
-  // micro-batch), the RoPE frequencies.
-  const uint64_t workspace = sat_add(sat_add(aligned(p.workspace_bytes), aligned(sat_mul(tokens, 12))),
-                                     aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
+  // The layer workspace by what it grows with (layers.h WorkspaceSplit): attention's state and
+  // the batch's inputs, targets and document positions grow with the tokens; the chunk's
+  // workspace with token_chunk (+ the LM head's loss totals, the RoPE frequencies).
+  const uint64_t attention_state = sat_add(p.workspace_split.sequence, aligned(sat_mul(tokens, 12)));
+  const uint64_t chunk_workspace = sat_add(aligned(p.workspace_bytes) - p.workspace_split.sequence,
+                                           aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
   std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), aligned(sat_mul(p.slot_numel, e)))},
                                                          {"grad_slots", sat_mul(2, aligned(sat_mul(p.slot_numel, 4)))},
                                                          {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
                                                          {"residual_grads", layer_io},
-                                                         {"workspace", workspace}};
+                                                         {"attention_state", attention_state},
+                                                         {"chunk_workspace", chunk_workspace}};
   if (po.backend_bytes) kinds.push_back({"backend", po.backend_bytes});  // outside the arena
   return kinds;
 }
@@ -104,6 +107,10 @@ size_t workspace_bytes(const ModelConfig& c, const TrainOptions& o, int token_ch
              ? decoder_acts_bytes<bf16>(s) + decoder_scratch_bytes<bf16>(s) + head_scratch_bytes<bf16>(s)
              : decoder_acts_bytes<float>(s) + decoder_scratch_bytes<float>(s) + head_scratch_bytes<float>(s);
 }
+WorkspaceSplit workspace_split(const ModelConfig& c, const TrainOptions& o, int token_chunk) {
+  LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk, token_chunk};
+  return o.precision == Precision::kBf16 ? layer_workspace_split<bf16>(s) : layer_workspace_split<float>(s);
+}
 
 }  // namespace
 
@@ -121,12 +128,13 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
   p.host_by_kind = host_kinds(units, c, o, po);
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory; then,
-  // when token_chunk is left to the planner, the MLP block is chunked (the largest power of two
+  // when token_chunk is left to the planner, the token-wise work is chunked (the largest power of two
   // that fits, down to kMinTokenChunk) until the plan fits.
   bool on_device = true;
   auto place = [&](int chunk) {
     p.token_chunk = chunk;
     p.workspace_bytes = workspace_bytes(c, o, chunk);
+    p.workspace_split = workspace_split(c, o, chunk);
     on_device = po.placement != CheckpointPlacement::kHost;
     p.device_by_kind = device_kinds(p, c, o, po, on_device);
     if (po.placement == CheckpointPlacement::kAuto && po.device_budget && sum(p.device_by_kind) > po.device_budget) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/exec/executor.h"
+#include "engine/model/layers.h"
 #include "engine/base/json.h"
 
 namespace mt {
@@ -48,7 +49,7 @@ struct MemoryPlan {
   std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, checkpoints
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
-  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, workspace[, backend]
+  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, attention_state, chunk_workspace[, backend]
   bool checkpoints_on_device = true;
   bool fits = true;
   std::string reason;  // why it does not fit, with the numbers
@@ -58,10 +59,11 @@ struct MemoryPlan {
   size_t slot_numel = 0;        // elements of the largest streamed unit
   size_t checkpoint_numel = 0;  // elements per layer input (whole global batch): G*T*C
   size_t workspace_bytes = 0;   // one micro-batch: acts + scratch + head scratch (layers.h)
-  int token_chunk = 0;          // tokens per MLP chunk the executor runs (LayerShape); 0 = unchunked
+  WorkspaceSplit workspace_split;  // the same bytes by what they grow with: tokens or the chunk
+  int token_chunk = 0;          // tokens per chunk the executor runs (LayerShape); 0 = unchunked
 };
 
-// The smallest MLP chunk the planner picks by itself (a spec may ask for less).
+// The smallest token chunk the planner picks by itself (a spec may ask for less).
 constexpr int kMinTokenChunk = 128;
 
 Result<MemoryPlan> plan_memory(const ModelConfig& cfg, const TrainOptions& opt, const PlanOptions& popt);

@@ -21,20 +21,31 @@ struct LayerShape {
   int T = 0;
   const float* inv_freq = nullptr;
   int head_chunk = 256;  // tokens per chunk of the fused LM head + loss
-  // Tokens per chunk of a decoder's MLP block (norm, gate/up, SwiGLU, down, residual); 0 = all.
-  // A chunked block keeps O(chunk x F) activations and recomputes them chunk by chunk in the
-  // backward; weight gradients accumulate over the chunks.
+  // Tokens per chunk of a decoder's token-wise work: norm1 and the QKV projection, and the MLP
+  // block (norm2, gate/up, SwiGLU, down, residual); 0 = all. Chunked, a layer keeps O(chunk x F)
+  // of these activations and recomputes them chunk by chunk in the backward; weight gradients
+  // accumulate over the chunks. Attention and the O projection span the micro-batch.
   int token_chunk = 0;
   const int32_t* pos = nullptr;  // document positions, [B*T] on the device (see above)
   int N() const { return B * T; }
-  int mlp_chunk() const { return token_chunk > 0 && token_chunk < N() ? token_chunk : N(); }
-  bool mlp_chunked() const { return mlp_chunk() < N(); }
+  int chunk() const { return token_chunk > 0 && token_chunk < N() ? token_chunk : N(); }
+  bool chunked() const { return chunk() < N(); }
 };
 
 // Workspaces are laid out in bytes: T regions (activations) and acc_t<T> regions (statistics,
 // the head's logits) alternate, each aligned to kWorkspaceAlign. The *_bytes functions and
 // the binds walk the same layout, so a size and its bind always agree.
 constexpr size_t kWorkspaceAlign = 256;
+
+// A layer workspace's bytes (acts + scratch + head scratch) by what they grow with: the
+// micro-batch's tokens (attention's q/k/v, output, statistics and gradients; the residual x2;
+// the head's norm) or one token chunk (the norms' outputs, the MLP, the head's logits chunk).
+struct WorkspaceSplit {
+  size_t sequence = 0;
+  size_t chunk = 0;
+};
+template <typename T>
+WorkspaceSplit layer_workspace_split(const LayerShape& s);
 
 // Saved activations of one decoder layer for one micro-batch.
 template <typename T>
@@ -55,7 +66,7 @@ DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base);
 // Backward scratch of one decoder layer for one micro-batch (reused across layers).
 template <typename T>
 struct DecoderScratch {
-  T *dh, *dgu, *dxn, *dx2, *datt, *dqkv;
+  T *dh, *dgu, *dxn, *datt, *dqkv;
 };
 template <typename T>
 size_t decoder_scratch_bytes(const LayerShape& s);

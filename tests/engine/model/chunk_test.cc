@@ -1,5 +1,6 @@
-// The MLP block in token chunks (LayerShape::token_chunk, issue 14): the same loss and gradients
-// as the whole micro-batch at once, and a planner that chunks to fit a device budget.
+// A decoder's token-wise work (norm1 + QKV projection, the MLP block) in token chunks
+// (LayerShape::token_chunk, issue 14): the same loss and gradients as the whole micro-batch at
+// once, and a planner that chunks to fit a device budget.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,7 +51,7 @@ Pass run(const ModelConfig& cfg, const std::vector<std::vector<T>>& w, int B, in
 
 // A chunk's GEMMs have fewer rows, and BLAS may then sum a row's K products in another order
 // (OpenBLAS picks kernels by shape), so forward values agree to fp32 summation order: the loss
-// within 1e-6 relative (observed: equal, or a last-bit difference). The MLP block's weight
+// within 1e-6 relative (observed: equal, or a last-bit difference). The QKV and MLP weight
 // gradients sum chunk by chunk instead of in one GEMM: relative L2 error below 1e-5 (observed
 // ~1e-7). In bf16 the same sums are fp32 and the activations are rounded alike: the same bounds.
 template <typename T>
@@ -81,13 +82,13 @@ void expect_chunked_equals_unchunked(bool recompute) {
   }
 }
 
-TEST(Chunk, MlpInChunksEqualsTheWholeMicroBatchFp32) { expect_chunked_equals_unchunked<float>(true); }
-TEST(Chunk, MlpInChunksEqualsTheWholeMicroBatchFp32WithoutRecompute) { expect_chunked_equals_unchunked<float>(false); }
-TEST(Chunk, MlpInChunksEqualsTheWholeMicroBatchBf16) { expect_chunked_equals_unchunked<bf16>(true); }
+TEST(Chunk, TokenWiseWorkInChunksEqualsTheWholeMicroBatchFp32) { expect_chunked_equals_unchunked<float>(true); }
+TEST(Chunk, TokenWiseWorkInChunksEqualsTheWholeMicroBatchFp32WithoutRecompute) { expect_chunked_equals_unchunked<float>(false); }
+TEST(Chunk, TokenWiseWorkInChunksEqualsTheWholeMicroBatchBf16) { expect_chunked_equals_unchunked<bf16>(true); }
 
 // A device budget between the chunked and the unchunked workspace: the planner picks a chunk,
 // the executor runs it, and the measured peak stays inside the plan.
-TEST(Chunk, PlannerChunksTheMlpToFitTheDeviceBudget) {
+TEST(Chunk, PlannerChunksToFitTheDeviceBudget) {
   const ModelConfig cfg = testing_util::test_model_config({"LlamaForCausalLM", 32, 2, 4, 2, 512, 64, false});
   TrainOptions opt;
   opt.seq_len = 256;
