@@ -72,6 +72,10 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   a.so.link_gbps = link;
   a.so.slots = int(slots);
   MT_ASSIGN_OR_RETURN(a.so.bf16_uploads, parse_bf16_uploads(f.str("bf16-uploads", "shadow")));
+  // A device budget in GiB (0: the device's own): the planner chunks and places to fit it.
+  MT_ASSIGN_OR_RETURN(double device_gib, f.num("device-gib", 0));
+  if (!(device_gib >= 0 && device_gib < 1e6)) return invalid_argument("--device-gib must be in [0, 1e6)");
+  a.so.device_budget = uint64_t(device_gib * double(uint64_t(1) << 30));
   MT_ASSIGN_OR_RETURN(double token_chunk, f.num("token-chunk", 0));
   if (token_chunk < 0) return invalid_argument("--token-chunk must be >= 0");
   a.opt.token_chunk = int(token_chunk);

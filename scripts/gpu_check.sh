@@ -25,6 +25,7 @@
 #
 #   scripts/gpu_check.sh /tmp/out                # the whole check (or OUT=/tmp/out scripts/gpu_check.sh)
 #   GPU_CHECK_DRY=1 scripts/gpu_check.sh         # print the steps without running them
+#   ONLY="tests_rest bench_attention" scripts/gpu_check.sh /tmp/out   # only the steps named
 set -uo pipefail
 
 ARG_OUT=${1:-}
@@ -52,6 +53,7 @@ step() {
   local name=$1 limit=$2 out=$3
   shift 3
   [ "$out" = "-" ] && out="$OUT/$name.log"
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi  # not asked for this run
   local left=$((HARD_S - $(elapsed)))
   if [ "$(elapsed)" -ge "$BUDGET_S" ] || [ "$left" -lt 10 ]; then
     log "SKIP $name (past the ${BUDGET_S}s budget)"
@@ -159,6 +161,16 @@ step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small -
   --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
 step bench_step_long 90 "$OUT/bench_step_long.json" "$B" step --preset small --backend cuda \
   --executor streaming --recompute on --seq-len 2048 --micro-batch 1 --global-batch 4 --steps 3 --warmup 1 --json
+# Long context on the device (issue 14): the measured peak against the plan as T grows, with the
+# token chunk and placement the planner picks for a 1 GiB budget, and the 7B layer shape at 32K.
+for T in 16384 65536; do
+  step bench_long_small_$T 120 "$OUT/bench_long_small_$T.json" "$B" step --preset small --backend cuda \
+    --precision bf16 --executor streaming --recompute on --seq-len $T --micro-batch 1 --global-batch 1 \
+    --device-gib 1 --steps 1 --warmup 1 --json
+done
+step bench_long_qwen7b_32k 150 "$OUT/bench_long_qwen7b_32k.json" "$B" step --preset qwen2.5-7b --layers 1 \
+  --backend cuda --precision bf16 --executor streaming --recompute on --seq-len 32768 --micro-batch 1 \
+  --global-batch 1 --steps 1 --warmup 1 --json
 
 log "finished in $(elapsed)s; failed=$FAILED"
 exit "$FAILED"
