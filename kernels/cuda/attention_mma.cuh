@@ -14,6 +14,7 @@
 #include <initializer_list>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/status.cuh"
 
 namespace mt::cuda::attn {
@@ -21,13 +22,11 @@ namespace mt::cuda::attn {
 using bf16 = __nv_bfloat16;
 namespace wmma = nvcuda::wmma;
 
-constexpr int kTile = 64;  // query rows per block == keys per tile (aligned: causal cuts only the last tile)
 constexpr int kWarps = kTile / 16;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kLdP = kTile + 8;  // leading dim of bf16 [64][64] tiles (P, dS): 16-byte pad against bank conflicts
 constexpr int kLdS = kTile + 4;  // leading dim of fp32 [64][64] score tiles
 constexpr int kLdC = 16 + 4;     // leading dim of a warp's fp32 16 x 16 scratch
-constexpr float kLog2e = 1.4426950408889634f;
 template <int D>
 constexpr int kLd = D + 8;  // leading dim of bf16 [64][D] tiles (q, k, v, dO)
 
@@ -84,19 +83,16 @@ __device__ void load_tile(bf16* dst, const bf16* src, long src_row, int r0, int 
   }
 }
 
-// Keys query row t0 + i sees: first[i] ..= last[i] (its document start .. t); none past T.
-__device__ inline void load_ranges(int* first, int* last, const Geo& g, int b, int t0) {
-  for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
-    const int t = t0 + i;
-    first[i] = t < g.T ? g.start(b, t) : INT_MAX;
-    last[i] = t < g.T ? t : -1;
-  }
+// ranges[i]: the keys query row t0 + i sees (row_range). Whole block.
+__device__ inline void load_ranges(Range* ranges, const Geo& g, int b, int t0) {
+  for (int i = threadIdx.x; i < kTile; i += blockDim.x)
+    ranges[i] = row_range(t0 + i, g.T, t0 + i < g.T ? g.start(b, t0 + i) : 0);
 }
 
-// Smallest first[] of the tile (after a __syncthreads): keys before it are seen by no row.
-__device__ inline int min_first(const int* first) {
+// Smallest first key of the tile's rows (after a __syncthreads): keys before it are seen by none.
+__device__ inline int min_first(const Range* ranges) {
   int lo = INT_MAX;
-  for (int i = 0; i < kTile; ++i) lo = min(lo, first[i]);
+  for (int i = 0; i < kTile; ++i) lo = min(lo, ranges[i].first);
   return lo;
 }
 

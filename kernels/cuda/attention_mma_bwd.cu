@@ -19,14 +19,13 @@ namespace {
 // Per query row of the current tile: lse (log2 units), D_t, and the keys it sees.
 struct RowState {
   float lse2[kTile], di[kTile];
-  int first[kTile], last[kTile];
+  Range ranges[kTile];
 };
 
 // P and dS of query row i of the tile against `key`, from its raw score s = q . k and dp = dO . v.
 __device__ __forceinline__ void p_ds(const RowState& rows, int i, int key, float s, float dp, float sl2, float scale,
                                      float& p, float& ds) {
-  const bool seen = key >= rows.first[i] && key <= rows.last[i];
-  p = seen ? exp2f(s * sl2 - rows.lse2[i]) : 0.f;
+  p = sees(rows.ranges[i], key) ? exp2f(s * sl2 - rows.lse2[i]) : 0.f;
   ds = p * (dp - rows.di[i]) * scale;
 }
 
@@ -67,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_backward_dq_kernel(bf1
   const float sl2 = g.scale * kLog2e;
   load_tile<D>(&sm.q[0][0], base + g.q_off(h), g.row(), q0, g.T);
   load_tile<D>(&sm.dout[0][0], dout + long(b) * g.T * g.orow() + long(h) * D, g.orow(), q0, g.T);
-  load_ranges(sm.rows.first, sm.rows.last, g, b, q0);
+  load_ranges(sm.rows.ranges, g, b, q0);
   load_row_stats<D>(sm.rows.lse2, sm.rows.di, out, dout, lse, g, b, h, q0);
   __syncthreads();
   float* s_c = &sm.scratch[w][0][0][0];
@@ -75,8 +74,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_backward_dq_kernel(bf1
   const int r = lane >> 1, c = (lane & 1) * 8, i = 16 * w + r;  // this lane's row and 8 columns of a chunk
   FragC dq[D / 16];
   zero(dq);
-  const int k_end = min(g.T, q0 + kTile);
-  for (int k0 = min_first(sm.rows.first) / kTile * kTile; k0 < k_end; k0 += kTile) {
+  const int k_end = key_tile_end(q0, g.T);
+  for (int k0 = key_tile_begin(min_first(sm.rows.ranges)); k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's K / V are no longer read
     load_tile<D>(&sm.k[0][0], base + g.k_off(kvh), g.row(), k0, g.T);
     load_tile<D>(&sm.v[0][0], base + g.v_off(kvh), g.row(), k0, g.T);
@@ -153,9 +152,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_backward_dkv_kernel(bf
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     for (int t0 = k0; t0 < g.T; t0 += kTile) {  // queries before k0 see none of these keys (causal)
       __syncthreads();  // the previous query tile's operands and row state are no longer read
-      load_ranges(sm.rows.first, sm.rows.last, g, b, t0);
+      load_ranges(sm.rows.ranges, g, b, t0);
       __syncthreads();
-      if (min_first(sm.rows.first) >= k0 + kTile) continue;  // block-uniform: every row starts after these keys
+      if (query_tile_skipped(min_first(sm.rows.ranges), k0)) continue;  // block-uniform
       load_row_stats<D>(sm.rows.lse2, sm.rows.di, out, dout, lse, g, b, h, t0);
       load_tile<D>(&sm.q[0][0], base + g.q_off(h), g.row(), t0, g.T);
       load_tile<D>(&sm.dout[0][0], dout_b + long(h) * D, g.orow(), t0, g.T);

@@ -22,7 +22,7 @@ struct FwdSmem {
   alignas(32) float s[kTile][kLdS];  // scores of the current key tile; each warp owns 16 rows
   alignas(32) bf16 p[kTile][kLdP];   // probabilities of the current key tile (bf16 operand of P V)
   float row_factor[kTile];           // per-row rescale (exp2(m_old - m_new)), then 1 / l
-  int first[kTile], last[kTile];     // keys each row sees
+  Range ranges[kTile];               // keys each row sees
 };
 
 // row_of[e]: the row (0..15) of accumulator element e, read from a probe fragment loaded from a
@@ -39,13 +39,12 @@ __device__ void accumulator_rows(int (&row_of)[FragC::num_elements], float* scra
 
 // Masks the warp's scores of key tile k0 (row i = 16 w + lane / 2, half the columns per lane),
 // updates m / l and writes P (bf16) and the row's rescale factor. Log2 units: scores * scale * log2 e.
-__device__ void online_softmax(float* srow, bf16* prow, int first, int last, int key0, float sl2,
-                               float& m, float& l, float& factor) {
+__device__ void online_softmax(float* srow, bf16* prow, Range range, int key0, float sl2, float& m, float& l,
+                               float& factor) {
   float mx = -INFINITY;
 #pragma unroll 8
   for (int j = 0; j < 32; ++j) {
-    const int key = key0 + j;
-    const float x = (key >= first && key <= last) ? srow[j] * sl2 : -INFINITY;
+    const float x = sees(range, key0 + j) ? srow[j] * sl2 : -INFINITY;
     srow[j] = x;
     mx = fmaxf(mx, x);
   }
@@ -77,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_forward_kernel(bf16* o
   int row_of[FragC::num_elements];
   accumulator_rows(row_of, strip, kLdS);
   load_tile<D>(&sm.q[0][0], base + g.q_off(h), g.row(), q0, g.T);
-  load_ranges(sm.first, sm.last, g, b, q0);
+  load_ranges(sm.ranges, g, b, q0);
   __syncthreads();
   FragA qf[D / 16];  // this warp's 16 query rows, kept in registers for every key tile
 #pragma unroll
@@ -85,10 +84,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_forward_kernel(bf16* o
   FragC o[D / 16];
   zero(o);
   const int i = 16 * w + (lane >> 1), c0 = (lane & 1) * 32;  // this lane's row and half of the key tile
-  const int first = sm.first[i], last = sm.last[i];
+  const Range range = sm.ranges[i];
   float m = -INFINITY, l = 0.f;
-  const int k_end = min(g.T, q0 + kTile);
-  for (int k0 = min_first(sm.first) / kTile * kTile; k0 < k_end; k0 += kTile) {
+  const int k_end = key_tile_end(q0, g.T);
+  for (int k0 = key_tile_begin(min_first(sm.ranges)); k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's K / V are no longer read
     load_tile<D>(&sm.k[0][0], base + g.k_off(kvh), g.row(), k0, g.T);
     load_tile<D>(&sm.v[0][0], base + g.v_off(kvh), g.row(), k0, g.T);
@@ -107,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_forward_kernel(bf16* o
     }
     __syncwarp();
     float factor;
-    online_softmax(&sm.s[i][c0], &sm.p[i][c0], first, last, k0 + c0, sl2, m, l, factor);
+    online_softmax(&sm.s[i][c0], &sm.p[i][c0], range, k0 + c0, sl2, m, l, factor);
     if ((lane & 1) == 0) sm.row_factor[i] = factor;
     __syncwarp();
 #pragma unroll
@@ -117,6 +116,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_forward_kernel(bf16* o
     mma_ab_row<D>(o, &sm.p[16 * w][0], kLdP, &sm.v[0][0], kLd<D>);
   }
   const int t = q0 + i;
+  __syncwarp();  // every lane has read the last tile's row_factor
   if ((lane & 1) == 0) {
     sm.row_factor[i] = l > 0.f ? 1.f / l : 0.f;
     if (t < g.T) lse[(long(b) * g.H + h) * g.T + t] = (m + log2f(l)) / kLog2e;
