@@ -57,10 +57,15 @@ inline int min_first(const std::vector<Range>& r) {
   return lo;
 }
 
+// fp32 dot product in 8 interleaved partial sums (vectorisable; the tensor cores' order is
+// another one again: summation order is not what the emulation pins down).
 inline float dot(const float* a, const float* b, int D) {
-  float acc = 0.f;
-  for (int d = 0; d < D; ++d) acc += a[d] * b[d];
-  return acc;
+  float acc[8] = {};
+  int d = 0;
+  for (; d + 8 <= D; d += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[d + k] * b[d + k];
+  for (; d < D; ++d) acc[0] += a[d] * b[d];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 // fn(0) .. fn(n - 1) on all hardware threads (each index writes its own outputs).
@@ -74,52 +79,62 @@ inline void parallel_for(int n, const std::function<void(int)>& fn) {
   for (auto& t : pool) t.join();
 }
 
+// fp32 view of one problem's tensors: row pointers into qkv [B*T, (H + 2 KVH) D] and [B*T, H D].
+struct Tensors {
+  const Problem& pr;
+  const std::vector<float>& qkv;
+  const float* q(int b, int t, int h) const { return &qkv[(size_t(b) * pr.T + t) * pr.row() + size_t(h) * pr.D]; }
+  const float* k(int b, int t, int g) const { return q(b, t, pr.H + g); }
+  const float* v(int b, int t, int g) const { return q(b, t, pr.H + pr.KVH + g); }
+  size_t at(int b, int t, int head) const { return (size_t(b) * pr.T + t) * pr.row() + size_t(head) * pr.D; }
+  size_t at_out(int b, int t, int h) const { return (size_t(b) * pr.T + t) * pr.orow() + size_t(h) * pr.D; }
+};
+
 struct Forward {
   std::vector<float> out, lse, bound;  // out before its bf16 rounding; lse natural log
 };
 
-// The forward kernel's blocks, one per (sequence, head) at a time.
-inline Forward forward(const Problem& pr, const std::vector<float>& qkv) {
-  const int D = pr.D, T = pr.T;
-  Forward f{std::vector<float>(size_t(pr.B) * T * pr.orow()), std::vector<float>(size_t(pr.B) * pr.H * T),
-            std::vector<float>(size_t(pr.B) * T * pr.orow())};
+// Row i of the forward block (b, h, q0): the online softmax over its key tiles.
+inline void forward_row(const Tensors& x, int b, int h, int q0, int i, const std::vector<Range>& r, Forward& f) {
+  const Problem& pr = x.pr;
+  const int D = pr.D, g = h / (pr.H / pr.KVH), t = q0 + i;
   const float sl2 = pr.scale() * kLog2e;
-  parallel_for(pr.B * pr.H, [&](int bh) {
-    const int b = bh / pr.H, h = bh % pr.H, g = h / (pr.H / pr.KVH);
-    auto at = [&](int t, int head) { return &qkv[(size_t(b) * T + t) * pr.row() + size_t(head) * D]; };
-    std::vector<float> s(kTile), o(static_cast<size_t>(D)), a(static_cast<size_t>(D));
-    for (int q0 = 0; q0 < T; q0 += kTile) {
-      const auto r = pr.ranges(b, q0);
-      const int k_begin = cuda::attn::key_tile_begin(min_first(r)), k_end = cuda::attn::key_tile_end(q0, T);
-      for (int i = 0; i < kTile && q0 + i < T; ++i) {
-        float m = -INFINITY, l = 0.f;
-        std::fill(o.begin(), o.end(), 0.f);
-        std::fill(a.begin(), a.end(), 0.f);
-        for (int k0 = k_begin; k0 < k_end; k0 += kTile) {
-          float mx = -INFINITY, sum = 0.f;
-          for (int j = 0; j < kTile; ++j) {
-            s[size_t(j)] = cuda::attn::sees(r[size_t(i)], k0 + j) ? dot(at(q0 + i, h), at(k0 + j, pr.H + g), D) * sl2
-                                                                  : -INFINITY;
-            mx = std::max(mx, s[size_t(j)]);
-          }
-          const float m_new = std::max(m, mx), m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float factor = std::exp2(m - m_use);
-          for (int d = 0; d < D; ++d) o[size_t(d)] *= factor, a[size_t(d)] *= factor;
-          for (int j = 0; j < kTile; ++j) {
-            const float p = std::exp2(s[size_t(j)] - m_use);
-            if (p == 0.f) continue;
-            sum += p;
-            const float pr16 = pr.round ? r16(p) : p, *v = at(k0 + j, pr.H + pr.KVH + g);
-            for (int d = 0; d < D; ++d) o[size_t(d)] += pr16 * v[d], a[size_t(d)] += p * std::fabs(v[d]);
-          }
-          l = l * factor + sum;
-          m = m_new;
-        }
-        const size_t dst = (size_t(b) * T + q0 + i) * pr.orow() + size_t(h) * D;
-        for (int d = 0; d < D; ++d) f.out[dst + d] = o[size_t(d)] / l, f.bound[dst + d] = a[size_t(d)] / l;
-        f.lse[(size_t(b) * pr.H + h) * T + q0 + i] = (m + std::log2(l)) / kLog2e;
-      }
+  std::vector<float> s(kTile), o(static_cast<size_t>(D)), a(static_cast<size_t>(D));
+  float m = -INFINITY, l = 0.f;
+  for (int k0 = cuda::attn::key_tile_begin(min_first(r)); k0 < cuda::attn::key_tile_end(q0, pr.T); k0 += kTile) {
+    float mx = -INFINITY, sum = 0.f;
+    for (int j = 0; j < kTile; ++j) {
+      s[size_t(j)] = cuda::attn::sees(r[size_t(i)], k0 + j) ? dot(x.q(b, t, h), x.k(b, k0 + j, g), D) * sl2 : -INFINITY;
+      mx = std::max(mx, s[size_t(j)]);
     }
+    const float m_new = std::max(m, mx), m_use = m_new == -INFINITY ? 0.f : m_new;
+    const float factor = std::exp2(m - m_use);
+    for (int d = 0; d < D; ++d) o[size_t(d)] *= factor, a[size_t(d)] *= factor;
+    for (int j = 0; j < kTile; ++j) {
+      const float p = std::exp2(s[size_t(j)] - m_use), p_op = pr.round ? r16(p) : p;
+      if (p == 0.f) continue;
+      sum += p;
+      const float* v = x.v(b, k0 + j, g);
+      for (int d = 0; d < D; ++d) o[size_t(d)] += p_op * v[d], a[size_t(d)] += p * std::fabs(v[d]);
+    }
+    l = l * factor + sum;
+    m = m_new;
+  }
+  const size_t dst = x.at_out(b, t, h);
+  for (int d = 0; d < D; ++d) f.out[dst + d] = o[size_t(d)] / l, f.bound[dst + d] = a[size_t(d)] / l;
+  f.lse[(size_t(b) * pr.H + h) * pr.T + t] = (m + std::log2(l)) / kLog2e;
+}
+
+// The forward kernel's blocks (sequence, head, query tile), in parallel.
+inline Forward forward(const Problem& pr, const std::vector<float>& qkv) {
+  const size_t nout = size_t(pr.B) * pr.T * pr.orow();
+  Forward f{std::vector<float>(nout), std::vector<float>(size_t(pr.B) * pr.H * pr.T), std::vector<float>(nout)};
+  const Tensors x{pr, qkv};
+  const int tiles = (pr.T + kTile - 1) / kTile;
+  parallel_for(pr.B * pr.H * tiles, [&](int job) {
+    const int b = job / (pr.H * tiles), h = job / tiles % pr.H, q0 = job % tiles * kTile;
+    const auto r = pr.ranges(b, q0);
+    for (int i = 0; i < kTile && q0 + i < pr.T; ++i) forward_row(x, b, h, q0, i, r, f);
   });
   return f;
 }
@@ -128,74 +143,72 @@ struct Backward {
   std::vector<float> dqkv, bound;  // dqkv before its bf16 rounding
 };
 
-// The backward kernels: dQ per (sequence, head), dK / dV per (sequence, kv head). `out` is the
-// output the forward stored (bf16 values), `lse` its lse.
+// P and dS (unrounded) of query t of head h, sequence b, against `key`, as the backward
+// kernels recompute them from lse; di = dO_t . O_t.
+struct Probabilities {
+  const Tensors& x;
+  const std::vector<float>&dout, &lse;
+  float di(const std::vector<float>& out, int b, int t, int h) const {
+    return dot(&dout[x.at_out(b, t, h)], &out[x.at_out(b, t, h)], x.pr.D);
+  }
+  void operator()(int b, int h, int t, int key, const Range& r, float di, float& p, float& ds) const {
+    const Problem& pr = x.pr;
+    const int g = h / (pr.H / pr.KVH);
+    p = ds = 0.f;
+    if (!cuda::attn::sees(r, key)) return;
+    const float scale = pr.scale();
+    p = std::exp2(dot(x.q(b, t, h), x.k(b, key, g), pr.D) * scale * kLog2e - lse[(size_t(b) * pr.H + h) * pr.T + t] * kLog2e);
+    ds = p * (dot(&dout[x.at_out(b, t, h)], x.v(b, key, g), pr.D) - di) * scale;
+  }
+};
+
+// acc[0:D] += op(w) * y, bound[0:D] += |w y|; op rounds w to bf16 when the problem says so.
+inline void accumulate(const Problem& pr, float* acc, float* bound, float w, const float* y) {
+  const float w_op = pr.round ? r16(w) : w;
+  for (int d = 0; d < pr.D; ++d) acc[d] += w_op * y[d], bound[d] += std::fabs(w * y[d]);
+}
+
+// The backward kernels: dQ blocks (sequence, head, query tile), then dK / dV blocks (sequence,
+// kv head, key tile), each in parallel. `out` is the output the forward stored (bf16 values),
+// `lse` its lse.
 inline Backward backward(const Problem& pr, const std::vector<float>& qkv, const std::vector<float>& dout,
                          const std::vector<float>& out, const std::vector<float>& lse) {
-  const int D = pr.D, T = pr.T, group = pr.H / pr.KVH;
+  const int T = pr.T, group = pr.H / pr.KVH, tiles = (T + kTile - 1) / kTile;
   Backward bw{std::vector<float>(size_t(pr.B) * T * pr.row()), std::vector<float>(size_t(pr.B) * T * pr.row())};
-  const float scale = pr.scale(), sl2 = scale * kLog2e;
-  struct Pair {
-    float p, ds;  // unrounded
-  };
-  // P and dS of query t of head h (sequence b) against `key`.
-  auto p_ds = [&](int b, int h, int t, int key, const Range& r, float di) {
-    if (!cuda::attn::sees(r, key)) return Pair{0.f, 0.f};
-    const size_t qrow = (size_t(b) * T + t) * pr.row(), krow = (size_t(b) * T + key) * pr.row();
-    const int g = h / group;
-    const float* dO = &dout[(size_t(b) * T + t) * pr.orow() + size_t(h) * D];
-    const float p = std::exp2(dot(&qkv[qrow + size_t(h) * D], &qkv[krow + size_t(pr.H + g) * D], D) * sl2 -
-                              lse[(size_t(b) * pr.H + h) * T + t] * kLog2e);
-    const float dp = dot(dO, &qkv[krow + size_t(pr.H + pr.KVH + g) * D], D);
-    return Pair{p, p * (dp - di) * scale};
-  };
-  auto di_of = [&](int b, int h, int t) {
-    const size_t o = (size_t(b) * T + t) * pr.orow() + size_t(h) * D;
-    return dot(&dout[o], &out[o], D);
-  };
-  auto rnd = [&](float x) { return pr.round ? r16(x) : x; };
-  parallel_for(pr.B * pr.H, [&](int bh) {  // dQ
-    const int b = bh / pr.H, h = bh % pr.H, g = h / group;
-    for (int q0 = 0; q0 < T; q0 += kTile) {
-      const auto r = pr.ranges(b, q0);
-      for (int i = 0; i < kTile && q0 + i < T; ++i) {
-        float* dq = &bw.dqkv[(size_t(b) * T + q0 + i) * pr.row() + size_t(h) * D];
-        float* bq = &bw.bound[(size_t(b) * T + q0 + i) * pr.row() + size_t(h) * D];
-        const float di = di_of(b, h, q0 + i);
-        for (int k0 = cuda::attn::key_tile_begin(min_first(r)); k0 < cuda::attn::key_tile_end(q0, T); k0 += kTile)
-          for (int j = 0; j < kTile; ++j) {
-            const Pair x = p_ds(b, h, q0 + i, k0 + j, r[size_t(i)], di);
-            if (x.p == 0.f) continue;
-            const float* k = &qkv[(size_t(b) * T + k0 + j) * pr.row() + size_t(pr.H + g) * D];
-            for (int d = 0; d < D; ++d) dq[d] += rnd(x.ds) * k[d], bq[d] += std::fabs(x.ds * k[d]);
-          }
-      }
+  const Tensors x{pr, qkv};
+  const Probabilities pds{x, dout, lse};
+  parallel_for(pr.B * pr.H * tiles, [&](int job) {  // dQ += dS K
+    const int b = job / (pr.H * tiles), h = job / tiles % pr.H, q0 = job % tiles * kTile;
+    const auto r = pr.ranges(b, q0);
+    for (int i = 0; i < kTile && q0 + i < T; ++i) {
+      const size_t dst = x.at(b, q0 + i, h);
+      const float di = pds.di(out, b, q0 + i, h);
+      for (int k0 = cuda::attn::key_tile_begin(min_first(r)); k0 < cuda::attn::key_tile_end(q0, T); k0 += kTile)
+        for (int j = 0; j < kTile; ++j) {
+          float p, ds;
+          pds(b, h, q0 + i, k0 + j, r[size_t(i)], di, p, ds);
+          if (p != 0.f) accumulate(pr, &bw.dqkv[dst], &bw.bound[dst], ds, x.k(b, k0 + j, h / group));
+        }
     }
   });
-  parallel_for(pr.B * pr.KVH, [&](int bg) {  // dK, dV
-    const int b = bg / pr.KVH, g = bg % pr.KVH;
-    for (int k0 = 0; k0 < T; k0 += kTile)
-      for (int h = g * group; h < (g + 1) * group; ++h)
-        for (int t0 = k0; t0 < T; t0 += kTile) {
-          const auto r = pr.ranges(b, t0);
-          if (cuda::attn::query_tile_skipped(min_first(r), k0)) continue;
-          for (int i = 0; i < kTile && t0 + i < T; ++i) {
-            const float di = di_of(b, h, t0 + i);
-            const float* q = &qkv[(size_t(b) * T + t0 + i) * pr.row() + size_t(h) * D];
-            const float* dO = &dout[(size_t(b) * T + t0 + i) * pr.orow() + size_t(h) * D];
-            for (int j = 0; j < kTile && k0 + j < T; ++j) {
-              const Pair x = p_ds(b, h, t0 + i, k0 + j, r[size_t(i)], di);
-              if (x.p == 0.f) continue;
-              const size_t row = (size_t(b) * T + k0 + j) * pr.row();
-              float *dk = &bw.dqkv[row + size_t(pr.H + g) * D], *dv = &bw.dqkv[row + size_t(pr.H + pr.KVH + g) * D];
-              float *bk = &bw.bound[row + size_t(pr.H + g) * D], *bv = &bw.bound[row + size_t(pr.H + pr.KVH + g) * D];
-              for (int d = 0; d < D; ++d) {
-                dk[d] += rnd(x.ds) * q[d], bk[d] += std::fabs(x.ds * q[d]);
-                dv[d] += rnd(x.p) * dO[d], bv[d] += x.p * std::fabs(dO[d]);
-              }
-            }
+  parallel_for(pr.B * pr.KVH * tiles, [&](int job) {  // dK += dS^T Q, dV += P^T dO
+    const int b = job / (pr.KVH * tiles), g = job / tiles % pr.KVH, k0 = job % tiles * kTile;
+    for (int h = g * group; h < (g + 1) * group; ++h)
+      for (int t0 = k0; t0 < T; t0 += kTile) {
+        const auto r = pr.ranges(b, t0);
+        if (cuda::attn::query_tile_skipped(min_first(r), k0)) continue;
+        for (int i = 0; i < kTile && t0 + i < T; ++i) {
+          const float di = pds.di(out, b, t0 + i, h);
+          for (int j = 0; j < kTile && k0 + j < T; ++j) {
+            float p, ds;
+            pds(b, h, t0 + i, k0 + j, r[size_t(i)], di, p, ds);
+            if (p == 0.f) continue;
+            const size_t dk = x.at(b, k0 + j, pr.H + g), dv = x.at(b, k0 + j, pr.H + pr.KVH + g);
+            accumulate(pr, &bw.dqkv[dk], &bw.bound[dk], ds, x.q(b, t0 + i, h));
+            accumulate(pr, &bw.dqkv[dv], &bw.bound[dv], p, &dout[x.at_out(b, t0 + i, h)]);
           }
         }
+      }
   });
   return bw;
 }
