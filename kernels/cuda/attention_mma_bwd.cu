@@ -53,6 +53,8 @@ struct DqSmem {
   alignas(32) float scratch[kWarps][2][16][kLdC];
   RowState rows;
 };
+// 90,112 bytes at D = 128 (57,344 at 64): two blocks per SM.
+static_assert(sizeof(DqSmem<128>) <= 113 * 1024, "dQ shared memory: two blocks per SM");
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) attention_mma_backward_dq_kernel(bf16* dqkv, const bf16* dout,
@@ -109,6 +111,8 @@ struct DkvSmem {
   alignas(32) float scratch[kWarps][2][16][kLdC];
   RowState rows;
 };
+// 99,328 bytes at D = 128 (66,560 at 64): two blocks per SM.
+static_assert(sizeof(DkvSmem<128>) <= 113 * 1024, "dK/dV shared memory: two blocks per SM");
 
 // dV += P^T dO and dK += dS^T Q of query tile t0 of head h, for the warp's 16 keys.
 template <int D>

@@ -24,6 +24,8 @@ struct FwdSmem {
   float row_factor[kTile];           // per-row rescale (exp2(m_old - m_new)), then 1 / l
   Range ranges[kTile];               // keys each row sees
 };
+// 79,616 bytes at D = 128 (55,040 at 64): two blocks per SM.
+static_assert(sizeof(FwdSmem<128>) <= 113 * 1024, "forward shared memory: two blocks per SM");
 
 // row_of[e]: the row (0..15) of accumulator element e, read from a probe fragment loaded from a
 // matrix whose entry (r, c) is r. `scratch` is the warp's 16 x ld floats.
