@@ -1,7 +1,8 @@
 // GPU suites (built only with CUDA): link (pinned H2D / D2H / duplex through the CudaBackend,
 // against a plain cudaMemcpyAsync baseline), gemm (bf16 TFLOPS of our cuBLASLt path against
 // cublasGemmEx at transformer shapes) and attention (forward/backward TFLOPS, causal, fp32
-// kernels, fp32 and bf16 storage). Without a device each prints a clear error and exits 1.
+// and bf16 storage; --kernel mma|simt|both picks bf16's tensor-core kernel, the portable simt
+// one, or both for comparison). Without a device each prints a clear error and exits 1.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <functional>
 #include <thread>
+#include <string>
 #include <vector>
 
 #include "bench/bench.h"
@@ -267,14 +269,23 @@ bool time_attention(int T, int H, int KVH, int D, int reps, cudaStream_t s, doub
   return ok;
 }
 
+// The kernels timed for one storage type: only bf16 at head_dim 64 / 128 has the tensor-core
+// kernel ("mma"); fp32 and other head dims always run the simt kernel.
+std::vector<const char*> attention_kernels(bool bf16, int D, const std::string& selected) {
+  if (!bf16 || (D != 64 && D != 128)) return {"simt"};
+  if (selected == "both") return {"mma", "simt"};
+  return {selected == "mma" ? "mma" : "simt"};
+}
+
 }  // namespace
 
 int run_attention(const Flags& f) {
   auto heads = f.num("heads", 32), kv = f.num("kv-heads", 8), dim = f.num("head-dim", 128), reps = f.num("reps", 3);
   auto max_seq = f.num("max-seq", 8192);
-  const std::string dtypes = f.str("dtype", "fp32,bf16");
-  if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !f.check_all_used().ok())
-    return std::fprintf(stderr, "attention: bad flags\n"), 2;
+  const std::string dtypes = f.str("dtype", "fp32,bf16"), kernel = f.str("kernel", "both");
+  if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !f.check_all_used().ok() ||
+      (kernel != "mma" && kernel != "simt" && kernel != "both"))
+    return std::fprintf(stderr, "attention: bad flags (--kernel mma|simt|both)\n"), 2;
   if (!require_gpu("attention")) return 1;
   const int H = int(*heads), KVH = int(*kv), D = int(*dim);
   cudaStream_t s;
@@ -282,19 +293,25 @@ int run_attention(const Flags& f) {
   int rc = 0;
   for (const char* dtype : {"fp32", "bf16"}) {
     if (dtypes.find(dtype) == std::string::npos) continue;
-    for (int T = 1024; T <= int(*max_seq); T *= 2) {
-      double fwd = 0, bwd = 0;
-      const bool ok = std::string(dtype) == "bf16"
-                          ? time_attention<__nv_bfloat16>(T, H, KVH, D, int(*reps), s, fwd, bwd)
-                          : time_attention<float>(T, H, KVH, D, int(*reps), s, fwd, bwd);
-      const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
-      emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)}, {"head_dim", int64_t(D)},
-                         {"dtype", dtype}, {"fwd_tflops", ok ? flops / fwd / 1e12 : 0.0},
-                         {"bwd_tflops", ok ? 2.5 * flops / bwd / 1e12 : 0.0}, {"ok", ok}}),
-           f.json());
-      rc |= ok ? 0 : 1;
+    const bool bf = std::string(dtype) == "bf16";
+    for (const char* k : attention_kernels(bf, D, kernel)) {
+      const bool mma = std::string(k) == "mma";
+      cuda::set_attention_kernel(mma ? cuda::AttentionKernel::kTensorCore : cuda::AttentionKernel::kSimt);
+      for (int T = 1024; T <= int(*max_seq); T *= 2) {
+        double fwd = 0, bwd = 0;
+        const bool ok = bf ? time_attention<__nv_bfloat16>(T, H, KVH, D, int(*reps), s, fwd, bwd)
+                           : time_attention<float>(T, H, KVH, D, int(*reps), s, fwd, bwd);
+        const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
+        emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)},
+                           {"head_dim", int64_t(D)}, {"dtype", dtype}, {"kernel", k},
+                           {"fwd_tflops", ok ? flops / fwd / 1e12 : 0.0}, {"bwd_tflops", ok ? 2.5 * flops / bwd / 1e12 : 0.0},
+                           {"ok", ok}}),
+             f.json());
+        rc |= ok ? 0 : 1;
+      }
     }
   }
+  cuda::set_attention_kernel(cuda::AttentionKernel::kTensorCore);
   cudaStreamDestroy(s);
   return rc;
 }

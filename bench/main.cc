@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"
       "                                                     fp32-C weight-gradient GEMM (bf16 A/B) (CUDA)\n"
       "  pin    [--gib 16 --chunk-mib 1024 --threads 8]    cudaHostAlloc GB/s, one thread vs parallel (CUDA)\n"
-      "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3]  fwd/bwd TFLOPS (CUDA)\n";
+      "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3 --kernel mma|simt|both]  fwd/bwd TFLOPS (CUDA)\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -135,7 +135,7 @@ export OMP_WAIT_POLICY=passive
 
 # --- 2. tests ---------------------------------------------------------------------------
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
-BF16='*Bf16*:*MixedPrecision*:CudaAttention.*'
+BF16='*Bf16*:*MixedPrecision*:CudaAttention.*:*AttentionMma*'
 step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16" --gtest_output="json:$OUT/tests_bf16_attention.json"
 step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 

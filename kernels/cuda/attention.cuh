@@ -5,8 +5,9 @@
 //  * backward (recomputes P from lse; deterministic, no atomics): dK/dV by the block that owns
 //    a (sequence, kv head, key tile) — summing over its query heads and rows in a fixed order —
 //    and dQ in a separate pass, one warp per query row.
-// This is the portable fp32-FMA version (correctness first); a tensor-core (wgmma) version for
-// sm_90a is future work.
+// This is the portable fp32-FMA ("simt") version, used for fp32 storage and any head_dim. For
+// bf16 storage with head_dim 64 or 128 a tensor-core flash attention (WMMA bf16, fp32 accumulate;
+// attention_mma_*.cu) is used instead, unless attention_kernel() says kSimt.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,5 +26,12 @@ CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* po
 template <typename T>
 CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const int32_t* pos,
                               int B, int T_, int H, int KVH, int D, cudaStream_t stream);
+
+// Which kernel bf16 attention with head_dim 64 / 128 uses. The default is read once, at the first
+// call, from the environment: MEGATRAIN_ATTENTION=simt selects kSimt, anything else kTensorCore.
+// set_attention_kernel overrides it for the process (benches and tests compare both).
+enum class AttentionKernel { kTensorCore, kSimt };
+AttentionKernel attention_kernel();
+void set_attention_kernel(AttentionKernel kernel);
 
 }  // namespace mt::cuda

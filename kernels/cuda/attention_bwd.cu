@@ -4,10 +4,12 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 
 namespace mt::cuda {
 
@@ -173,6 +175,8 @@ CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
   const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D))), pos};
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (attn::mma_supports(g, {dqkv, dout, qkv, out})) return attn::mma_backward(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 32) return launch_backward<T, 1>(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 64) return launch_backward<T, 2>(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 128) return launch_backward<T, 4>(dqkv, dout, qkv, out, lse, g, stream);

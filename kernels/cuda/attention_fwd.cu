@@ -1,10 +1,12 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 
 namespace mt::cuda {
 
@@ -86,6 +88,8 @@ CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* po
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_forward: bad head geometry");
   const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D))), pos};
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (attn::mma_supports(g, {out, qkv})) return attn::mma_forward(out, lse, qkv, g, stream);
   if (D <= 32) return launch_forward<T, 1>(out, lse, qkv, g, stream);
   if (D <= 64) return launch_forward<T, 2>(out, lse, qkv, g, stream);
   if (D <= 128) return launch_forward<T, 4>(out, lse, qkv, g, stream);

@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "kernels/bf16.h"
+#include "kernels/cuda/attention.cuh"
 
 #define MT_REQUIRE_CUDA()                                                           \
   do {                                                                              \
@@ -60,13 +63,37 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, double lo = -1.
   return v;
 }
 
+// bf16 storage of `n` random values, and the same values in double for the reference.
+struct Bf {
+  std::vector<bf16> h;
+  std::vector<double> d;
+};
+inline Bf rnd(size_t n, uint32_t seed, double lo = -1, double hi = 1) {
+  const auto f = random_floats(n, seed, lo, hi);
+  Bf b;
+  b.h.resize(n);
+  b.d.resize(n);
+  for (size_t i = 0; i < n; ++i) b.h[i] = float_to_bf16(f[i]), b.d[i] = bf16_to_float(b.h[i]);
+  return b;
+}
+inline __nv_bfloat16* nv(const DeviceBuf<bf16>& b) { return reinterpret_cast<__nv_bfloat16*>(b.get()); }
+inline std::vector<float> got(const DeviceBuf<bf16>& b) {
+  const auto h = b.download();
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = bf16_to_float(h[i]);
+  return f;
+}
+
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 // |got - ref| <= rtol * (|ref| + rms(ref)) + atol for every element, NaN/Inf failing: an
 // elementwise relative check that does not demand relative accuracy of values far below the
-// tensor's own scale (cancellation). Reports the first few failures and the worst error.
+// tensor's own scale (cancellation). Reports the first few failures (located by `where(i)`
+// when given, e.g. "b=1 h=3 t=516 d=7") and the worst error. `slack` (empty, or one per element)
+// widens each element's tolerance by a bound derived for it (attention_mma_test.cc).
 inline void expect_close(const std::vector<float>& got, const std::vector<double>& ref, double rtol, const std::string& what,
-                         double atol = 0) {
+                         double atol = 0, const std::function<std::string(size_t)>& where = nullptr,
+                         const std::vector<double>& slack = {}) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   double ss = 0;
   for (double r : ref) ss += r * r;
@@ -75,9 +102,11 @@ inline void expect_close(const std::vector<float>& got, const std::vector<double
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double err = std::fabs(double(got[i]) - ref[i]);
-    const double tol = rtol * (std::fabs(ref[i]) + rms) + atol;
+    const double tol = rtol * (std::fabs(ref[i]) + rms) + atol + (slack.empty() ? 0 : slack[i]);
     if (!(err <= tol)) {  // written so that NaN fails
-      if (++bad <= 5) ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i] << " (tol " << tol << ")";
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]" << (where ? " (" + where(i) + ")" : "") << ": got " << got[i]
+                      << ", want " << ref[i] << " (tol " << tol << ")";
     }
     if (std::isfinite(err)) worst = std::max(worst, rms > 0 ? err / rms : err);
   }
@@ -93,6 +122,20 @@ inline void expect_bitwise(const std::vector<float>& a, const std::vector<float>
       ADD_FAILURE() << what << "[" << i << "]: " << a[i] << " vs " << b[i];
   EXPECT_EQ(bad, 0) << what << ": not bit-identical";
 }
+
+// Selects the bf16 attention kernel for the scope, restoring the previous choice.
+class AttentionKernelScope {
+ public:
+  explicit AttentionKernelScope(cuda::AttentionKernel k) : saved_(cuda::attention_kernel()) {
+    cuda::set_attention_kernel(k);
+  }
+  ~AttentionKernelScope() { cuda::set_attention_kernel(saved_); }
+  AttentionKernelScope(const AttentionKernelScope&) = delete;
+  AttentionKernelScope& operator=(const AttentionKernelScope&) = delete;
+
+ private:
+  cuda::AttentionKernel saved_;
+};
 
 inline cudaStream_t test_stream() { return cudaStreamPerThread; }
 

@@ -1,0 +1,46 @@
+// Which attention kernel bf16 storage uses (attention.cuh: attention_kernel), and whether the
+// tensor-core one can take a call (attention_mma.cuh: mma_supports).
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_mma.cuh"
+
+namespace mt::cuda {
+namespace {
+
+AttentionKernel from_environment() {
+  const char* v = std::getenv("MEGATRAIN_ATTENTION");
+  return v && std::strcmp(v, "simt") == 0 ? AttentionKernel::kSimt : AttentionKernel::kTensorCore;
+}
+
+// -1 until the first call reads the environment or set_attention_kernel sets it.
+std::atomic<int> selected{-1};
+
+}  // namespace
+
+AttentionKernel attention_kernel() {
+  int k = selected.load();
+  if (k < 0) {
+    int expected = -1;
+    selected.compare_exchange_strong(expected, int(from_environment()));
+    k = selected.load();
+  }
+  return AttentionKernel(k);
+}
+
+void set_attention_kernel(AttentionKernel kernel) { selected.store(int(kernel)); }
+
+namespace attn {
+
+bool mma_supports(const Geo& g, std::initializer_list<const void*> tensors) {
+  if (attention_kernel() != AttentionKernel::kTensorCore || (g.D != 64 && g.D != 128)) return false;
+  for (const void* p : tensors)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+}  // namespace attn
+}  // namespace mt::cuda
