@@ -281,10 +281,10 @@ std::vector<const char*> attention_kernels(bool bf16, int D, const std::string& 
 
 int run_attention(const Flags& f) {
   auto heads = f.num("heads", 32), kv = f.num("kv-heads", 8), dim = f.num("head-dim", 128), reps = f.num("reps", 3);
-  auto max_seq = f.num("max-seq", 8192);
+  auto max_seq = f.num("max-seq", 8192), min_seq = f.num("min-seq", 1024);
   const std::string dtypes = f.str("dtype", "fp32,bf16"), kernel = f.str("kernel", "both");
-  if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !f.check_all_used().ok() ||
-      (kernel != "mma" && kernel != "simt" && kernel != "both"))
+  if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !min_seq.ok() || *min_seq < 1 ||
+      !f.check_all_used().ok() || (kernel != "mma" && kernel != "simt" && kernel != "both"))
     return std::fprintf(stderr, "attention: bad flags (--kernel mma|simt|both)\n"), 2;
   if (!require_gpu("attention")) return 1;
   const int H = int(*heads), KVH = int(*kv), D = int(*dim);
@@ -297,7 +297,7 @@ int run_attention(const Flags& f) {
     for (const char* k : attention_kernels(bf, D, kernel)) {
       const bool mma = std::string(k) == "mma";
       cuda::set_attention_kernel(mma ? cuda::AttentionKernel::kTensorCore : cuda::AttentionKernel::kSimt);
-      for (int T = 1024; T <= int(*max_seq); T *= 2) {
+      for (int T = int(*min_seq); T <= int(*max_seq); T *= 2) {
         double fwd = 0, bwd = 0;
         const bool ok = bf ? time_attention<__nv_bfloat16>(T, H, KVH, D, int(*reps), s, fwd, bwd)
                            : time_attention<float>(T, H, KVH, D, int(*reps), s, fwd, bwd);

@@ -141,6 +141,11 @@ step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:$BF16" --gtest_output="json
 
 # --- 3. benchmarks ------------------------------------------------------------------------
 [ "$PREBUILT" = 1 ] || step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
+# Attention first: its kernels (simt and, in bf16, the tensor-core one) up to 8K, then the
+# tensor-core kernel alone at long T.
+step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 8192 --reps 2 --json
+step bench_attention_long 90 "$OUT/bench_attention_long.json" "$B" attention --dtype bf16 --kernel mma \
+  --min-seq 16384 --max-seq 32768 --reps 2 --json
 # The CUDA backend runs the streaming executor only (it recomputes from layer inputs). A real
 # layer shape: qwen2.5-7b (hidden 3584, 152064-token vocabulary, untied) with 4 of its 28
 # layers, ~2 G parameters (~36 GB of pinned host state in fp32 + shadow), 16 Ki tokens a step.
@@ -150,7 +155,6 @@ step bench_step_qwen7b_bf16 180 "$OUT/bench_step_qwen7b_bf16.json" "$B" "${QWEN[
   --steps 3 --warmup 1
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
 step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
-step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 4096 --reps 2 --json
 # The same shape in fp32 (step time, h2d_bytes ratio), and bf16 converted by the uploader.
 step bench_step_qwen7b_fp32 150 "$OUT/bench_step_qwen7b_fp32.json" "$B" "${QWEN[@]}" --precision fp32 \
   --steps 2 --warmup 1
