@@ -28,8 +28,9 @@ CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
                               int B, int T_, int H, int KVH, int D, cudaStream_t stream);
 
 // Which kernel bf16 attention with head_dim 64 / 128 uses. The default is read once, at the first
-// call, from the environment: MEGATRAIN_ATTENTION=simt selects kSimt, anything else kTensorCore.
-// set_attention_kernel overrides it for the process (benches and tests compare both).
+// call, from the environment: MEGATRAIN_ATTENTION=mma selects kTensorCore, anything else kSimt
+// (the tensor-core kernel has not yet run on a GPU). set_attention_kernel overrides it for the
+// process (benches and tests compare both).
 enum class AttentionKernel { kTensorCore, kSimt };
 AttentionKernel attention_kernel();
 void set_attention_kernel(AttentionKernel kernel);
