@@ -26,6 +26,7 @@ struct StepArgs {
   StreamingOptions so;
   int steps = 5, warmup = 2;
   int active_vocab = 0;  // distinct tokens the synthetic data draws from
+  int doc_len = 0;       // > 0: each row packs documents of this many tokens (attention masked to each)
   int layers = 0;        // > 0: the preset's shape with this many decoder layers
 };
 
@@ -67,6 +68,9 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(double active_vocab, f.num("active-vocab", 8192));
   if (active_vocab < 1) return invalid_argument("--active-vocab must be >= 1");
   a.active_vocab = int(active_vocab);
+  MT_ASSIGN_OR_RETURN(double doc_len, f.num("doc-len", 0));
+  if (!(doc_len >= 0 && doc_len <= TrainLimits::kSeqLen)) return invalid_argument("--doc-len must be in [0, 2^20]");
+  a.doc_len = int(doc_len);
   a.opt.optimizer_threads = int(opt_threads);
   MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));
   a.so.link_gbps = link;
@@ -177,6 +181,11 @@ int run_step(const Flags& f) {
   double loss = 0;
   for (int s = 0; s < args->warmup + args->steps; ++s) {
     if (!(*src)->next_batch(opt.global_batch, opt.seq_len, batch).ok()) return 1;
+    if (args->doc_len > 0) {  // documents of doc_len tokens: attention's cost O(T x doc_len)
+      batch.positions.resize(batch.inputs.size());
+      for (size_t i = 0; i < batch.positions.size(); ++i)
+        batch.positions[i] = int32_t(i % size_t(opt.seq_len) % size_t(args->doc_len));
+    }
     auto st = (*ex)->step(batch);
     if (!st.ok()) {
       std::fprintf(stderr, "step: %s\n", st.status().message().c_str());
@@ -209,6 +218,7 @@ int run_step(const Flags& f) {
                      {"recompute", opt.recompute},
                      {"seq_len", opt.seq_len},
                      {"micro_batch", opt.micro_batch},
+                     {"doc_len", args->doc_len},
                      {"global_batch", opt.global_batch},
                      {"params", cfg->num_params()},
                      {"step_seconds", step_s},
