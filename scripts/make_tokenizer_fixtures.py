@@ -71,6 +71,8 @@ TEST_LINES = [
     "   ",
     "'s 't 're 've 'm 'll 'd",
     "trailing newline\n",
+    "Stripping: a <mask> b  <mask>c <sep>  d <sep>\n\te<mask><sep>",
+    "\u3000<mask>\u3000 <sep>\u00a0",
 ]
 
 
@@ -94,6 +96,9 @@ def byte_level(pattern, nfc=False, ignore_merges=False):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(training_text(), trainer)
     tok.add_tokens([AddedToken(NON_SPECIAL, normalized=True, special=False)])
+    if pattern is None:  # RoBERTa-style stripping tokens, on the GPT-2 fixture
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True),
+                                AddedToken("<sep>", rstrip=True, special=True)])
     return tok
 
 

@@ -67,11 +67,12 @@ TEST_P(TokenizerMatchesHf, SameIdsAndDecodeOnEveryCorpusLine) {
     round_trips += decoded == e.text;
   }
   // Where Hugging Face itself does not round-trip (and so neither do we, decoding as it does):
+  // gpt2's <mask> (lstrip) and <sep> (rstrip) swallow the whitespace beside them (2 lines);
   // qwen2's NFC composes the decomposed line and the Hangul jamo; llama2's Prepend normalizer puts
   // a "▁" before the text after each special token (the 2 lines with <s>, <unk>); mistral's
   // Metaspace decoder drops the leading "▁" of the first token (3 lines that start with spaces).
   const std::map<std::string, int> not_round_tripping = {
-      {"gpt2", 0}, {"llama3", 0}, {"qwen2", 2}, {"llama2", 2}, {"mistral", 3}};
+      {"gpt2", 2}, {"llama3", 0}, {"qwen2", 2}, {"llama2", 2}, {"mistral", 3}};
   EXPECT_EQ(int(lines.size()) - round_trips, not_round_tripping.at(name));
 }
 
@@ -129,10 +130,10 @@ TEST(TokenizerHf, RefusesInvalidUtf8AndOutOfRangeIds) {
   }
   EXPECT_TRUE(ids.empty());
   std::string text;
-  const int32_t out_of_range[] = {5, 3001};
+  const int32_t out_of_range[] = {5, 3003};
   const Status s = (*tok)->decode(out_of_range, 2, text);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("3001"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("3003"), std::string::npos) << s.message();
   const int32_t negative = -1;
   EXPECT_FALSE((*tok)->decode(&negative, 1, text).ok());
 }
