@@ -129,15 +129,21 @@ Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(const Json& root) {
 
 }  // namespace
 
+Result<std::unique_ptr<Tokenizer>> tokenizer_from_json(std::string_view json_text) {
+  if (json_text.size() > kMaxFileBytes)
+    return invalid_argument("tokenizer.json of " + std::to_string(json_text.size()) + " bytes exceeds " +
+                            std::to_string(kMaxFileBytes));
+  MT_ASSIGN_OR_RETURN(Json root, Json::parse(json_text));
+  return parse_tokenizer_json(root);
+}
+
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (std::filesystem::is_directory(path, ec)) file = (std::filesystem::path(path) / "tokenizer.json").string();
   auto text = read_file(file, kMaxFileBytes);
   if (!text.ok()) return text.status().with_context("loading tokenizer");
-  auto root = Json::parse(*text);
-  if (!root.ok()) return root.status().with_context(file);
-  auto tok = parse_tokenizer_json(*root);
+  auto tok = tokenizer_from_json(*text);
   if (!tok.ok()) return tok.status().with_context(file);
   return tok;
 }
