@@ -6,6 +6,7 @@
 
 #include "engine/base/json.h"
 #include "engine/text/hf_tokenizer.h"
+#include "engine/text/utf8.h"
 
 namespace mt {
 
@@ -100,6 +101,8 @@ Result<std::vector<AddedToken>> parse_added_tokens(const Json* list) {
     if (!content || !content->is_string() || content->as_string().empty() ||
         content->as_string().size() > kMaxAddedTokenBytes)
       return invalid_argument(where + " has no content of 1 to " + std::to_string(kMaxAddedTokenBytes) + " bytes");
+    if (utf8::valid_prefix(content->as_string()) != content->as_string().size())
+      return invalid_argument(where + " content is not valid UTF-8");
     if (flag(a, "single_word")) return unimplemented(where + " ('" + content->as_string() + "'): single_word is not supported");
     AddedToken t;
     t.id = int32_t(id->as_int());
