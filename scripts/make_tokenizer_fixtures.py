@@ -7,8 +7,9 @@ decoded text HF gives for every line of the committed test corpus. The C++ tests
   .venv/bin/python -m pip install tokenizers && .venv/bin/python scripts/make_tokenizer_fixtures.py
 
 Writes NAME/tokenizer.json and NAME/expected.jsonl ({"text", "ids", "decoded"} per line) for
-NAME in gpt2, llama3, qwen2, llama2 (Prepend+Replace normalizer, byte fallback) and mistral
-(Metaspace pre-tokenizer, prepend_scheme first, byte fallback), plus test_corpus.jsonl.
+NAME in gpt2, llama3, qwen2, llama2 (Prepend+Replace normalizer, byte fallback), mistral
+(Metaspace pre-tokenizer, prepend_scheme first, byte fallback) and metaspace_nfkc (NFKC,
+Metaspace with prepend_scheme always and split), plus test_corpus.jsonl.
 """
 import json
 import os
@@ -102,7 +103,7 @@ def byte_level(pattern, nfc=False, ignore_merges=False):
     return tok
 
 
-def sentencepiece_like(metaspace):
+def sentencepiece_like(metaspace, variant=False):
     """Llama 2 (normalizer Prepend+Replace) or Mistral/newer conversions (Metaspace pre-tokenizer),
     with <0xNN> byte-fallback tokens, trained with a limited alphabet so rare characters fall back."""
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
@@ -114,7 +115,13 @@ def sentencepiece_like(metaspace):
     # Byte tokens are vocabulary entries (as in Llama 2), not added tokens.
     spec = json.loads(tok.to_str())
     spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] in SP_SPECIALS]
-    if metaspace:
+    if variant:  # the options the real families leave at other values: NFKC, "always", split
+        spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+        spec["normalizer"] = {"type": "NFKC"}
+        spec["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]}
+    elif metaspace:
         spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
         spec["normalizer"] = None
         spec["decoder"] = {"type": "Sequence", "decoders": [
@@ -139,6 +146,7 @@ def main():
         "qwen2": lambda: byte_level(QWEN2_PATTERN, nfc=True),
         "llama2": lambda: sentencepiece_like(metaspace=False),
         "mistral": lambda: sentencepiece_like(metaspace=True),
+        "metaspace_nfkc": lambda: sentencepiece_like(metaspace=True, variant=True),
     }
     with open(os.path.join(ROOT, "test_corpus.jsonl"), "w", encoding="utf-8") as f:
         for line in TEST_LINES:
