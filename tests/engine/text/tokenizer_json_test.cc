@@ -91,6 +91,29 @@ TEST_F(TokenizerJson, RefusesUnsupportedComponentsByName) {
                  "single_word is not supported");
 }
 
+// tokenizer.json before tokenizers 0.20 (most published Llama 2 / Mistral files) spells merges
+// "a b"; the same merges in that form give the same ids.
+TEST_F(TokenizerJson, MergesAsSpaceSeparatedStringsGiveTheSameIds) {
+  const Status s = load_edited([](Json& j) {
+    Json model = object(j.find("model")->dump());
+    Json merges = Json::array();
+    for (const Json& m : model.find("merges")->items())
+      merges.items().push_back(Json(m.items()[0].as_string() + " " + m.items()[1].as_string()));
+    model.set("merges", merges);
+    j.set("model", model);
+  });
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  auto strings = load_tokenizer(dir_.path);
+  auto pairs = load_tokenizer(kFixture);
+  ASSERT_TRUE(strings.ok() && pairs.ok());
+  const std::string text = "It's what they're saying: 1234567 Zürich 日本語 <|im_end|> MegaTrain  \n\t end";
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE((*strings)->encode(text, a).ok());
+  ASSERT_TRUE((*pairs)->encode(text, b).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_GT(a.size(), 10u);
+}
+
 TEST_F(TokenizerJson, TruncatedFilesAreErrors) {
   ASSERT_TRUE(load_text(original_).ok());
   for (size_t k = 0; k < 64; ++k) {
