@@ -10,6 +10,8 @@ packages=(
   libopenblas-dev libopenblas0-openmp
   # oneDNN: the CPU GEMM provider when OpenBLAS runs a generic kernel, and the native bf16 GEMM
   libdnnl-dev
+  # tokenizer.json: Unicode regexes (PCRE2) and NFC/NFKC normalization (utf8proc)
+  libpcre2-dev libutf8proc-dev
   # daemon and CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libspdlog-dev libsystemd-dev libyaml-cpp-dev nlohmann-json3-dev

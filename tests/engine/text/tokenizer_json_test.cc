@@ -1,0 +1,164 @@
+// tokenizer.json that this does not implement is refused by name; malformed or hostile files
+// (truncated, huge declared sizes and ids, merges naming unknown tokens, bad or catastrophic
+// regexes) are errors, never a crash, a hang or an unbounded allocation. Also run under ASan.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/base/json.h"
+#include "engine/text/tokenizer.h"
+#include "tests/engine/temp_dir.h"
+
+namespace mt {
+namespace {
+
+const std::string kFixture = std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/gpt2/tokenizer.json";
+
+class TokenizerJson : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto text = read_file(kFixture);
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    original_ = *text;
+    ASSERT_TRUE(Json::parse(original_).ok());
+  }
+  Status load_text(const std::string& text) {
+    const std::string path = dir_ / "tokenizer.json";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+    return load_tokenizer(dir_.path).status();
+  }
+  // Loads the GPT-2 fixture after `edit` changed it.
+  Status load_edited(const std::function<void(Json&)>& edit) {
+    Json j = *Json::parse(original_);  // a fresh tree: copies of a Json share its arrays and objects
+    edit(j);
+    return load_text(j.dump());
+  }
+  static Json object(const std::string& text) { return *Json::parse(text); }
+  static Json model_with(const Json& base, const std::string& key, Json value) {
+    Json m = object(base.find("model")->dump());
+    m.set(key, std::move(value));
+    return m;
+  }
+
+  testing_util::TempDir dir_{"mt-tokjson"};
+  std::string original_;
+};
+
+void expect_refused(const Status& s, const std::string& needle) {
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("tokenizer.json: "), std::string::npos) << "names the file: " << s.to_string();
+}
+
+TEST_F(TokenizerJson, RefusesUnsupportedComponentsByName) {
+  for (const char* model : {"WordPiece", "Unigram", "WordLevel"}) {
+    const Status s = load_edited([&](Json& j) { j.set("model", model_with(j, "type", model)); });
+    expect_refused(s, std::string("model type '") + model + "' is not supported (supported: BPE)");
+  }
+  expect_refused(load_edited([](Json& j) { j.set("pre_tokenizer", object(R"({"type": "Whitespace"})")); }),
+                 "pre_tokenizer type 'Whitespace' is not supported (supported: Split, ByteLevel, Metaspace, Sequence)");
+  expect_refused(load_edited([](Json& j) { j.set("normalizer", object(R"({"type": "Lowercase"})")); }),
+                 "normalizer type 'Lowercase' is not supported");
+  expect_refused(load_edited([](Json& j) {
+                   j.set("normalizer", object(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "BertNormalizer"}]})"));
+                 }),
+                 "normalizer type 'BertNormalizer' is not supported");
+  expect_refused(load_edited([](Json& j) { j.set("decoder", object(R"({"type": "WordPiece"})")); }),
+                 "decoder type 'WordPiece' is not supported");
+  expect_refused(load_edited([](Json& j) {
+                   j.set("pre_tokenizer", object(R"({"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed", "invert": false})"));
+                 }),
+                 "Split with behavior 'Removed' is not supported");
+  expect_refused(load_edited([](Json& j) {
+                   j.set("pre_tokenizer", object(R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Digits"}]})"));
+                 }),
+                 "after ByteLevel is not supported");
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "continuing_subword_prefix", "##")); }),
+                 "continuing_subword_prefix is not supported");
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "end_of_word_suffix", "</w>")); }),
+                 "end_of_word_suffix is not supported");
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "dropout", 0.1)); }), "dropout");
+  expect_refused(load_edited([](Json& j) {
+                   j.set("added_tokens", object(R"([{"id": 5, "content": "<w>", "single_word": true}])"));
+                 }),
+                 "single_word is not supported");
+}
+
+TEST_F(TokenizerJson, TruncatedFilesAreErrors) {
+  ASSERT_TRUE(load_text(original_).ok());
+  for (size_t k = 0; k < 64; ++k) {
+    const size_t n = original_.size() * k / 64 + (k % 7);
+    EXPECT_FALSE(load_text(original_.substr(0, n)).ok()) << "truncated at " << n;
+  }
+}
+
+TEST_F(TokenizerJson, HostileSizesAndIdsAreErrors) {
+  auto with_vocab_entry = [&](const char* token, Json id) {
+    return load_edited([&](Json& j) {
+      Json m = object(j.find("model")->dump());
+      Json vocab = object(m.find("vocab")->dump());
+      vocab.set(token, std::move(id));
+      m.set("vocab", vocab);
+      j.set("model", m);
+    });
+  };
+  expect_refused(with_vocab_entry("huge", Json(int64_t(2147483647))), "is not an id in [0, 1048576)");
+  expect_refused(with_vocab_entry("huger", Json(int64_t(1) << 40)), "is not an id in");
+  expect_refused(with_vocab_entry("negative", Json(-1)), "is not an id in");
+  expect_refused(with_vocab_entry("text", Json("7")), "is not an id in");
+  expect_refused(with_vocab_entry("dup", Json(7)), "used twice");
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "merges", object(R"([["zzz-unknown", "a"]])"))); }),
+                 "merges[0] names a token that is not in the vocabulary: 'zzz-unknown'");
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "merges", object(R"([["<|im_end|>", "}"]])"))); }),
+                 "'<|im_end|>}'");
+  for (const char* bad : {R"(["a"])", R"([["a"]])", R"([[1, 2]])", R"(["a b c"])", R"({"a": 1})"})
+    EXPECT_FALSE(load_edited([&](Json& j) { j.set("model", model_with(j, "merges", object(bad))); }).ok()) << bad;
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "unk_token", "<nope>")); }),
+                 "unk_token '<nope>' is not in the vocabulary");
+  expect_refused(load_edited([](Json& j) { j.set("added_tokens", object(R"([{"id": 99999999, "content": "x"}])")); }),
+                 "has no id in");
+  expect_refused(load_edited([](Json& j) { j.set("added_tokens", object(R"([{"id": 3, "content": ""}])")); }),
+                 "has no content");
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "vocab", Json::array())); }),
+                 "model.vocab is not an object");
+  expect_refused(load_edited([](Json& j) { j.set("model", Json()); }), "no model");
+  for (const char* text : {"", "[]", "null", "{}", "{\"model\": 5}", "\xff\xfe{}"})
+    EXPECT_FALSE(load_text(text).ok()) << text;
+  EXPECT_FALSE(load_text(std::string(200000, '[') + std::string(200000, ']')).ok());
+}
+
+TEST_F(TokenizerJson, BadAndHostileRegexes) {
+  auto with_split = [&](const std::string& pattern) {
+    return load_edited([&](Json& j) {
+      Json split = Json::object({{"type", "Split"}, {"pattern", Json::object({{"Regex", pattern}})},
+                                 {"behavior", "Isolated"}, {"invert", false}});
+      j.set("pre_tokenizer", Json::object({{"type", "Sequence"},
+                                           {"pretokenizers", Json::array({split, object(R"({"type": "ByteLevel", "use_regex": false})")})}}));
+    });
+  };
+  expect_refused(with_split("(unclosed"), "does not compile");
+  expect_refused(with_split(std::string(5000, 'a')), "exceeds the limit");
+  // Catastrophic backtracking is stopped by PCRE2's match limit: an error, not a hang.
+  ASSERT_TRUE(with_split("(a+)+$").ok());
+  auto tok = load_tokenizer(dir_.path);
+  ASSERT_TRUE(tok.ok());
+  std::vector<int32_t> ids;
+  const Status s = (*tok)->encode(std::string(40, 'a') + "!", ids);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+}
+
+TEST_F(TokenizerJson, OversizedAndMissingFilesAreRefusedBeforeReading) {
+  const std::string path = dir_ / "tokenizer.json";
+  { std::ofstream(path) << ""; }
+  ASSERT_EQ(truncate(path.c_str(), off_t(65) << 20), 0);  // sparse: 65 MiB declared, nothing written
+  EXPECT_FALSE(load_tokenizer(path).ok());
+  EXPECT_FALSE(load_tokenizer(dir_ / "no-such-dir").ok());
+  EXPECT_FALSE(load_tokenizer("").ok());
+}
+
+}  // namespace
+}  // namespace mt
