@@ -4,7 +4,7 @@
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/data/example_set.h"
-#include "engine/data/tokenize_files.h"
+#include "engine/data/jsonl_examples.h"
 #include "engine/io/hf_io.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
@@ -83,10 +83,15 @@ Result<std::unique_ptr<DataSource>> documents_of(Result<std::unique_ptr<DataSour
   return with_documents(std::move(src).value(), int32_t(d.eod_id), vocab);
 }
 
-// data.source jsonl: the whole file tokenized at job start, before the step loop (PENDING_CHAT).
+// data.source jsonl: the whole file tokenized at job start, on all cores, before the step loop
+// runs: next_batch only copies tokens, so no step ever waits on a tokenizer.
 Result<std::unique_ptr<ExampleSet>> tokenize_jsonl_for_job(const DataSpec& d, int vocab) {
-  (void)vocab;
-  return unimplemented("data.source jsonl: " + d.path);
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(d.tokenizer));
+  if (tok->vocab_size() > vocab)
+    return invalid_argument("data.tokenizer (" + tok->describe() + ") has " + std::to_string(tok->vocab_size()) +
+                            " tokens, more than the model's vocabulary of " + std::to_string(vocab));
+  MT_ASSIGN_OR_RETURN(LineFormat f, make_line_format(tok, d.tokenizer, d.format, d.chat_template));
+  return tokenize_jsonl(d.path, f.format, 0);
 }
 
 // jsonl and shards: tokenized examples, shuffled, packed or padded (engine/data/packing.h).
