@@ -106,7 +106,9 @@ Result<Totals> run(const TokenizeOptions& o) {
     progress.update(t.bytes, t.tokens);
     return Status::Ok();
   };
-  for (const auto& in : o.inputs) MT_RETURN_IF_ERROR(tokenize_file(in, kind_of(in, o), fmt.format, pool, sink));
+  for (const auto& in : o.inputs)  // a line that does not format is bad data (exit 1), not a usage error
+    if (Status s = tokenize_file(in, kind_of(in, o), fmt.format, pool, sink); !s.ok())
+      return Status(s.code() == StatusCode::kInvalidArgument ? StatusCode::kDataLoss : s.code(), s.message());
   MT_RETURN_IF_ERROR(flush());
   progress.finish(t.bytes, t.tokens);
   return t;
