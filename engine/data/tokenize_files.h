@@ -36,7 +36,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
 // data.source jsonl: the whole file tokenized into memory before training starts (so the step
 // loop never waits on a tokenizer). Files over kMaxJsonlBytes are refused: tokenize those to
 // shards with `megatrain tokenize`.
-inline constexpr uint64_t kMaxJsonlBytes = uint64_t(1) << 30;
+inline constexpr uint64_t kMaxJsonlBytes = uint64_t(256) << 20;
 Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads);
 
 }  // namespace mt

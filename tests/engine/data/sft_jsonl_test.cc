@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -101,6 +102,16 @@ TEST(SftJsonl, BadLineIsNamedByFileAndLine) {
   auto src = make_data_source(sft_spec(path, true), 256);
   ASSERT_FALSE(src.ok());
   EXPECT_NE(src.status().message().find(path + ":3"), std::string::npos) << src.status().message();
+}
+
+TEST(SftJsonl, OversizedJsonlIsRefusedBeforeReading) {
+  testing_util::TempDir d("mt-sft");
+  const std::string path = d / "huge.jsonl";
+  std::ofstream(path) << "{}";
+  std::filesystem::resize_file(path, kMaxJsonlBytes + 1);  // sparse: nothing is written or read
+  auto src = make_data_source(sft_spec(path, true), 256);
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("megatrain tokenize"), std::string::npos) << src.status().message();
 }
 
 TEST(SftJsonl, SpecFieldsRoundTripAndChangeTheHash) {
