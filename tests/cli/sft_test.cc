@@ -116,6 +116,32 @@ TEST(SftCli, TinyModelLearnsReversalLossOnlyOnCompletions) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// The daemon runs a jsonl job from its data root; `megatrain status` shows the packing efficiency.
+TEST(SftCli, StatusShowsPackingEfficiencyOfADaemonJob) {
+  DaemonProcess daemon("sft_status");
+  ASSERT_TRUE(daemon.ok());
+  fs::create_directories(daemon.data_root());
+  reverse_task(daemon.data_root(), 200, 8, 6);  // data_root/sft.jsonl
+  const std::string dir = fresh_dir("sft_status_files");
+  const std::string spec = write_file(
+      dir + "/spec.yaml", sft_spec("{source: jsonl, path: sft.jsonl, tokenizer: byte, packing: true}", 4, 32, 4, 0));
+  RunResult sub = daemon.cli({"submit", spec});
+  ASSERT_EQ(sub.rc, 0) << describe(sub) << daemon.log();
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  RunResult watch = daemon.cli({"watch", id});  // until the job ends
+  ASSERT_EQ(watch.rc, 0) << describe(watch) << daemon.log();
+  RunResult human = daemon.cli({"status", id});
+  ASSERT_EQ(human.rc, 0) << describe(human);
+  EXPECT_NE(human.out.find("% of slots are real tokens"), std::string::npos) << human.out;
+  RunResult json = daemon.cli({"status", id, "--json"});
+  ASSERT_EQ(json.rc, 0) << describe(json);
+  const Json j = last_line(json);
+  ASSERT_TRUE(j.find("packing_efficiency")) << j.dump();
+  EXPECT_GT(j.find("packing_efficiency")->as_double(), 0.5);
+  EXPECT_LE(j.find("packing_efficiency")->as_double(), 1.0);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 // `megatrain train` killed with SIGKILL after a mid-epoch checkpoint, then run again, ends with
 // the same loss and the same weights and optimizer state, byte for byte, as an uninterrupted run.
 TEST(SftCli, ResumeMidEpochWithPackingIsBitExactAfterKill9) {
