@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
       "  uploads [--params 5e7 --threads T --link-gbps 50] bf16 uploads: AdamW shadow vs uploader conversion\n"
       "  packing [--mean 115 --sigma 0.8 --seq-len 2048 --examples 52002 --window 64]  packing efficiency of\n"
       "         log-normal example lengths, packed vs one example per row\n"
+      "  tokenize --tokenizer DIR --corpus FILE [--threads 1 --reps 3]  tokenizer.json encode tokens/s\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
   if (suite == "step") return run_step(*flags);
   if (suite == "plan") return run_plan(*flags);
   if (suite == "packing") return run_packing(*flags);
+  if (suite == "tokenize") return run_tokenize(*flags);
 #ifdef MEGATRAIN_HAVE_CUDA
   if (suite == "link") return run_link(*flags);
   if (suite == "gemm") return run_gemm(*flags);

@@ -47,3 +47,8 @@ if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pyt
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade "${python_packages[@]}"
 fi
+# scripts/make_chat_fixtures.py renders the official chat templates with jinja2 (regenerating the
+# fixtures only; the tests read them without Python).
+if ! "$venv/bin/python" -c "import jinja2" 2>/dev/null; then
+  "$venv/bin/python" -m pip install --quiet "jinja2>=3.1"
+fi

@@ -73,7 +73,7 @@ Result<Bpe> Bpe::create(std::vector<std::pair<std::string, int32_t>> vocab,
     if (ia < 0 || ib < 0 || inew < 0)
       return invalid_argument("model.merges[" + std::to_string(r) + "] names a token that is not in the vocabulary: '" +
                               (ia < 0 ? a : ib < 0 ? b : a + b) + "'");
-    m.merges_.emplace(pair_key(ia, ib), Merge{int32_t(r), inew});  // the first (lowest) rank wins
+    m.merges_.insert_or_assign(pair_key(ia, ib), Merge{int32_t(r), inew});  // a repeated pair: the last wins, as in HF
   }
   if (!m.opt_.unk_token.empty()) {
     m.unk_id_ = m.token_id(m.opt_.unk_token);

@@ -55,9 +55,15 @@ struct KnownTemplate {
   uint64_t fnv1a;
   size_t bytes;
   std::string_view name;
-  std::string_view source;
 };
-constexpr std::array<KnownTemplate, 0> kKnownTemplates = {};
+constexpr std::array<KnownTemplate, 6> kKnownTemplates = {{
+    {0x0e60067a5537498eull, 389, "llama3"},   // llama3-instruct.jinja (Meta-Llama-3-8B/70B-Instruct)
+    {0x32844fd43eab01d2ull, 393, "llama3"},   //   the same with \n escapes for its newlines
+    {0xc2b27ee60f1b8775ull, 2507, "qwen2"},   // qwen2.5-instruct.jinja (Qwen2.5-*-Instruct)
+    {0xa41d6bae9b9141bcull, 199, "chatml"},   // chatml.jinja
+    {0x88bf4138d5c826f0ull, 196, "chatml"},   //   the same with newline characters for its \n escapes
+    {0x763320906faf8dbfull, 3959, "mistral"}, // mistral-v3.jinja (mistralai v3: Mistral-Large-Instruct-2407)
+}};
 
 }  // namespace
 

@@ -77,10 +77,11 @@ Status ExampleFormatter::resolve_chat_template() {
   if (options_.markup_as_text) return Status::Ok();
   for (const std::string& token : chat_->special_tokens()) {
     if (tokenizer_.token_id(token) >= 0) continue;
-    const std::string name = chat_->name();
-    chat_.reset();
-    return failed_precondition("the tokenizer (" + tokenizer_.describe() + ") has no token '" + token + "' of the " +
-                               name + " chat template: it is not this family's tokenizer");
+    Status missing = failed_precondition("the tokenizer (" + tokenizer_.describe() + ") has no token '" + token +
+                                         "' of the " + chat_->name() + " chat template: it is not this family's "
+                                         "tokenizer (markup_as_text spells markup as ordinary tokens)");
+    chat_.reset();  // messages are refused with `missing`
+    return missing;
   }
   return Status::Ok();
 }

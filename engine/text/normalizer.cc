@@ -6,6 +6,8 @@
 #include <utf8proc.h>
 #endif
 
+#include "engine/text/utf8.h"
+
 namespace mt {
 
 namespace {
@@ -45,9 +47,10 @@ Status Normalizer::parse_into(const Json& spec, int depth, std::vector<Step>& st
   const Json* type = spec.find("type");
   if (!type || !type->is_string()) return invalid_argument("normalizer has no type");
   const std::string& t = type->as_string();
-  auto str = [&](const char* key) -> const std::string* {
+  auto str = [&](const char* key) -> const std::string* {  // text inserted must be valid UTF-8
     const Json* v = spec.find(key);
-    return v && v->is_string() ? &v->as_string() : nullptr;
+    return v && v->is_string() && utf8::valid_prefix(v->as_string()) == v->as_string().size() ? &v->as_string()
+                                                                                                : nullptr;
   };
   if (t == "Sequence") {
     const Json* list = spec.find("normalizers");
@@ -65,7 +68,7 @@ Status Normalizer::parse_into(const Json& spec, int depth, std::vector<Step>& st
   }
   if (t == "Prepend") {
     const std::string* p = str("prepend");
-    if (!p) return invalid_argument("normalizer Prepend has no prepend string");
+    if (!p) return invalid_argument("normalizer Prepend has no prepend string of valid UTF-8");
     steps.push_back({Kind::kPrepend, *p, {}});
     return Status::Ok();
   }
@@ -73,7 +76,8 @@ Status Normalizer::parse_into(const Json& spec, int depth, std::vector<Step>& st
     const Json* pattern = spec.find("pattern");
     const std::string* content = str("content");
     const Json* literal = pattern ? pattern->find("String") : nullptr;
-    if (!literal || !literal->is_string() || !content)
+    if (!content) return invalid_argument("normalizer Replace has no content string of valid UTF-8");
+    if (!literal || !literal->is_string())
       return unimplemented("normalizer Replace is supported with a {\"String\": ...} pattern only");
     if (literal->as_string().empty()) return invalid_argument("normalizer Replace has an empty pattern");
     steps.push_back({Kind::kReplace, literal->as_string(), *content});

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "engine/text/utf8.h"
+
 namespace mt {
 
 const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -50,7 +52,9 @@ Status PreTokenizer::parse_byte_level(const Json& spec, PreTokenizer& out) {
 Status PreTokenizer::parse_metaspace(const Json& spec, PreTokenizer& out) {
   Step s{Kind::kMetaspace, nullptr, {}, "\xE2\x96\x81", Prepend::kAlways, flag(spec, "split", true)};
   if (const Json* r = spec.find("replacement"); r && r->is_string()) s.replacement = r->as_string();
-  if (s.replacement.empty() || s.replacement.size() > 8)
+  int len = 0;
+  if (s.replacement.empty() || utf8::valid_prefix(s.replacement) != s.replacement.size() ||
+      (utf8::decode_at(s.replacement, 0, &len), size_t(len) != s.replacement.size()))
     return invalid_argument("pre_tokenizer Metaspace replacement must be one character");
   if (const Json* p = spec.find("prepend_scheme"); p && p->is_string()) {
     const std::string& v = p->as_string();

@@ -37,5 +37,7 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // A model directory (its tokenizer.json) or a tokenizer.json file. A model family or a
 // tokenizer.json component this does not implement is refused by name, never mis-tokenized.
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
+// The same from tokenizer.json's text already in memory (at most 64 MiB).
+Result<std::unique_ptr<Tokenizer>> tokenizer_from_json(std::string_view json_text);
 
 }  // namespace mt

@@ -6,6 +6,7 @@
 
 #include "engine/base/json.h"
 #include "engine/text/hf_tokenizer.h"
+#include "engine/text/utf8.h"
 
 namespace mt {
 
@@ -100,6 +101,8 @@ Result<std::vector<AddedToken>> parse_added_tokens(const Json* list) {
     if (!content || !content->is_string() || content->as_string().empty() ||
         content->as_string().size() > kMaxAddedTokenBytes)
       return invalid_argument(where + " has no content of 1 to " + std::to_string(kMaxAddedTokenBytes) + " bytes");
+    if (utf8::valid_prefix(content->as_string()) != content->as_string().size())
+      return invalid_argument(where + " content is not valid UTF-8");
     if (flag(a, "single_word")) return unimplemented(where + " ('" + content->as_string() + "'): single_word is not supported");
     AddedToken t;
     t.id = int32_t(id->as_int());
@@ -129,15 +132,21 @@ Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(const Json& root) {
 
 }  // namespace
 
+Result<std::unique_ptr<Tokenizer>> tokenizer_from_json(std::string_view json_text) {
+  if (json_text.size() > kMaxFileBytes)
+    return invalid_argument("tokenizer.json of " + std::to_string(json_text.size()) + " bytes exceeds " +
+                            std::to_string(kMaxFileBytes));
+  MT_ASSIGN_OR_RETURN(Json root, Json::parse(json_text));
+  return parse_tokenizer_json(root);
+}
+
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
   std::error_code ec;
   std::string file = path;
   if (std::filesystem::is_directory(path, ec)) file = (std::filesystem::path(path) / "tokenizer.json").string();
   auto text = read_file(file, kMaxFileBytes);
   if (!text.ok()) return text.status().with_context("loading tokenizer");
-  auto root = Json::parse(*text);
-  if (!root.ok()) return root.status().with_context(file);
-  auto tok = parse_tokenizer_json(*root);
+  auto tok = tokenizer_from_json(*text);
   if (!tok.ok()) return tok.status().with_context(file);
   return tok;
 }

@@ -2,9 +2,12 @@
 // that straddles prompt and completion, and every way a line or the options can be wrong.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
+#include "engine/text/chat_template.h"
 #include "engine/text/example.h"
+#include "tests/engine/temp_dir.h"
 #include "tests/engine/text/test_tokenizer.h"
 
 namespace mt {
@@ -201,6 +204,80 @@ TEST(SftExample, CreateRefusesOptionsItCannotHonour) {
   auto unknown = ExampleFormatter::create(o, kTok);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("llama3, chatml, qwen2, mistral"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+
+TEST(SftExample, EosComesFromTokenizerConfigInModelDir) {
+  const TestTokenizer tok({"<|im_end|>", "</s>"});
+  for (const char* config : {R"({"eos_token": "<|im_end|>"})", R"({"eos_token": {"content": "<|im_end|>", "lstrip": false}})"}) {
+    testing_util::TempDir d("mt-eos");
+    std::ofstream(d / "tokenizer_config.json") << config;
+    ExampleFormatOptions o;
+    o.format = "text";
+    o.model_dir = d.path;
+    auto f = ExampleFormatter::create(o, tok);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    auto ex = (*f)->format(R"({"text": "a"})");
+    ASSERT_TRUE(ex.ok());
+    EXPECT_EQ(ex->ids.back(), tok.token_id("<|im_end|>")) << config;
+    // eos_token, when given, wins over the file.
+    o.eos_token = "</s>";
+    auto g = ExampleFormatter::create(o, tok);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ((*(*g)->format(R"({"text": "a"})")).ids.back(), tok.token_id("</s>"));
+  }
+  testing_util::TempDir d("mt-eos");
+  std::ofstream(d / "tokenizer_config.json") << R"({"bos_token": "<s>"})";
+  ExampleFormatOptions o;
+  o.format = "prompt_completion";
+  o.model_dir = d.path;
+  auto f = ExampleFormatter::create(o, tok);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("no eos_token"), std::string::npos) << f.status().to_string();
+}
+
+// Lines mutated at random (bytes flipped, cut, repeated) are refused or formatted, never a crash;
+// what is formatted is well formed. Run under ASan by the asan preset.
+TEST(SftExample, MutatedLinesNeverCrash) {
+  const std::string seeds[] = {
+      R"({"text": "héllo wörld 🙂"})",
+      R"({"prompt": "Q: x?\nA:", "completion": " y"})",
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u\u00e9"}, {"role": "assistant", "content": " a "}]})",
+  };
+  for (const char* name : {"llama3", "qwen2", "chatml", "mistral"}) {
+    const TestTokenizer tok((*ChatTemplate::by_name(name))->special_tokens(), {"he", "\n\n", " a"});
+    ExampleFormatOptions o;
+    o.chat_template = name;
+    o.eos_token = (*ChatTemplate::by_name(name))->end_of_turn();
+    auto f = ExampleFormatter::create(o, tok);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    const auto next = [&state] { return state = state * 6364136223846793005ull + 1442695040888963407ull, state >> 33; };
+    size_t ok = 0;
+    for (int i = 0; i < 3000; ++i) {
+      std::string line = seeds[next() % 3];
+      for (int m = 0, n = int(next() % 4) + 1; m < n && !line.empty(); ++m) {
+        const size_t at = next() % line.size();
+        switch (next() % 4) {
+          case 0: line[at] = char(next()); break;
+          case 1: line.resize(at); break;
+          case 2: line.insert(at, line.substr(at, next() % 16)); break;
+          default: line.insert(at, 1, "{}[]\",:\\u0"[next() % 11]); break;
+        }
+      }
+      auto ex = (*f)->format(line);
+      if (!ex.ok()) continue;
+      ++ok;
+      ASSERT_EQ(ex->ids.size(), ex->loss.size()) << line;
+      for (int32_t id : ex->ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size()) << line;
+    }
+    EXPECT_GT(ok, 0u) << name;  // some mutations keep the line valid: the formatter still runs on them
+  }
 }
 
 }  // namespace
