@@ -4,6 +4,7 @@
 #include <random>
 
 #include "engine/data/example_set.h"
+#include "engine/text/tokenizer.h"
 #include "engine/job/job.h"
 #include "tests/cli/cli_fixture.h"
 
@@ -89,6 +90,40 @@ TEST(SftCli, TokenizeJsonlWritesReadableShards) {
   RunResult bad = megatrain({"tokenize", dir + "/bad.jsonl", "--tokenizer", "byte", "--out", dir + "/bad"});
   EXPECT_EQ(bad.rc, 1) << describe(bad);
   EXPECT_NE(bad.err.find("bad.jsonl:2"), std::string::npos) << describe(bad);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+// With a real tokenizer (the committed Qwen2 fixture, byte-level BPE) and the chatml template,
+// `megatrain tokenize` trains on exactly each assistant turn's content and its <|im_end|>.
+TEST(SftCli, TokenizeChatsWithAHuggingFaceTokenizer) {
+  const std::string dir = fresh_dir("sft_chat");
+  const std::string tok = std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen2/tokenizer.json";
+  std::string lines;
+  for (int i = 0; i < 50; ++i)
+    lines += Json::object({{"messages", Json::array({Json::object({{"role", "user"}, {"content", "question " + std::to_string(i)}}),
+                                                     Json::object({{"role", "assistant"}, {"content", "answer number " + std::to_string(i)}})})}})
+                 .dump() + "\n";
+  write_file(dir + "/chat.jsonl", lines);
+  RunResult r = megatrain({"tokenize", dir + "/chat.jsonl", "--tokenizer", tok, "--chat-template", "chatml", "--out",
+                           dir + "/shards", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  EXPECT_EQ(last_line(r).find("documents")->as_int(), 50);
+  auto tokenizer = load_tokenizer(tok);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  auto set = open_shard_example_set(dir + "/shards", (*tokenizer)->vocab_size());
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  ASSERT_EQ((*set)->size(), 50u);
+  for (uint64_t i = 0; i < 50; ++i) {
+    const uint64_t n = (*set)->length(i);
+    std::vector<int32_t> ids(n), trained;
+    std::vector<uint8_t> loss(n);
+    ASSERT_TRUE((*set)->read(i, 0, n, ids.data(), loss.data()).ok());
+    for (uint64_t k = 0; k < n; ++k)
+      if (loss[k]) trained.push_back(ids[k]);
+    std::string text;
+    ASSERT_TRUE((*tokenizer)->decode(trained.data(), trained.size(), text).ok());
+    EXPECT_EQ(text, "answer number " + std::to_string(i) + "<|im_end|>") << "example " << i;
+  }
   if (!HasFailure()) fs::remove_all(dir);
 }
 
