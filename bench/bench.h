@@ -57,6 +57,7 @@ int run_cpu_gemm(const Flags& f);  // bench_cpu_gemm.cc
 int run_step(const Flags& f);
 int run_plan(const Flags& f);
 int run_uploads(const Flags& f);  // bench_uploads.cc
+int run_packing(const Flags& f);  // bench_packing.cc
 int run_tokenize(const Flags& f);  // bench_tokenizer.cc
 #ifdef MEGATRAIN_HAVE_CUDA
 int run_link(const Flags& f);       // bench_cuda.cc

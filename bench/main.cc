@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
       "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16]\n"
       "         [--bf16-uploads shadow|convert] [--layers L] [--token-chunk N]\n"
       "  uploads [--params 5e7 --threads T --link-gbps 50] bf16 uploads: AdamW shadow vs uploader conversion\n"
+      "  packing [--mean 115 --sigma 0.8 --seq-len 2048 --examples 52002 --window 64]  packing efficiency of\n"
+      "         log-normal example lengths, packed vs one example per row\n"
       "  tokenize --tokenizer DIR --corpus FILE [--threads 1 --reps 3]  tokenizer.json encode tokens/s\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
   if (suite == "cpu-gemm") return run_cpu_gemm(*flags);
   if (suite == "step") return run_step(*flags);
   if (suite == "plan") return run_plan(*flags);
+  if (suite == "packing") return run_packing(*flags);
   if (suite == "tokenize") return run_tokenize(*flags);
 #ifdef MEGATRAIN_HAVE_CUDA
   if (suite == "link") return run_link(*flags);

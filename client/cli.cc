@@ -47,6 +47,8 @@ const char* command_usage(const std::string& cmd) {
       {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--server ADDR] [--json]"},
       {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--eod-id N] [--json]"},
       {"inspect", "inspect PATH [--json]"},
+      {"tokenize", "tokenize INPUT... --tokenizer DIR|byte --out DIR [--format auto|text|prompt_completion|messages]\n"
+                   "       [--chat-template NAME] [--text-split file|blank-lines] [--threads N] [--shard-tokens N] [--json]"},
       {"export", "export CHECKPOINT OUT_DIR [--dtype bf16|fp32] [--shard-size 5GB] [--overwrite] [--json]\n"
                  "       megatrain export --remote ID OUT_DIR [--step N] [--dtype bf16|fp32] [--overwrite] [--json]"},
       {"logs", "logs ID|daemon [-f|--follow] [--tail N] [--since 2026-11-30T16:05:01Z|10m|2h|UNIX_MS] [--json]"},

@@ -45,5 +45,6 @@ int cmd_plan_local(const Args& a);
 int cmd_eval(const Args& a);
 int cmd_inspect(const Args& a);
 int cmd_export(const Args& a);
+int cmd_tokenize(const Args& a);
 
 }  // namespace mt::cli

@@ -22,6 +22,7 @@ const char* kUsageText =
     "  eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len T]\n"
     "                                       mean loss per token of a model over a file\n"
     "  inspect PATH                         tensors of a safetensors file, HF model or checkpoint\n"
+    "  tokenize INPUT... --tokenizer DIR|byte --out DIR [--format F] [--threads N]   jsonl/text -> token shards\n"
     "  export CHECKPOINT OUT_DIR [--dtype bf16|fp32] [--overwrite]   a Hugging Face model directory\n"
 #ifdef MEGATRAIN_HAVE_REMOTE
     "\n"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   if (cmd == "plan" && !remote_plan) return cmd_plan_local(*args);
   if (cmd == "eval") return cmd_eval(*args);
   if (cmd == "inspect") return cmd_inspect(*args);
+  if (cmd == "tokenize") return cmd_tokenize(*args);
   if (cmd == "export" && !args->has("remote")) return cmd_export(*args);
 #ifdef MEGATRAIN_HAVE_REMOTE
   if (int rc = run_remote_command(cmd, *args); rc >= 0) return rc;

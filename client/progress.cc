@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace mt::cli {
@@ -51,6 +52,33 @@ void Progress::summary(const Json& fields) {
   }
   live_ = false;
   std::fflush(stdout);
+}
+
+ByteProgress::ByteProgress(std::string what, uint64_t total_bytes)
+    : what_(std::move(what)), total_(total_bytes), tty_(isatty(STDERR_FILENO)),
+      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+
+void ByteProgress::update(uint64_t bytes, uint64_t tokens) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_draw_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(5000))) return;
+  last_draw_ = now;
+  draw(bytes, tokens, false);
+}
+
+void ByteProgress::finish(uint64_t bytes, uint64_t tokens) { draw(bytes, tokens, true); }
+
+void ByteProgress::draw(uint64_t bytes, uint64_t tokens, bool last) {
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double frac = total_ ? std::min(1.0, double(bytes) / double(total_)) : 1.0;
+  const double tps = secs > 0 ? double(tokens) / secs : 0;
+  const double eta = frac > 0 ? secs * (1 - frac) / frac : 0;
+  constexpr int kWidth = 24;
+  const int filled = int(frac * kWidth);
+  std::string bar = std::string(size_t(filled), '#') + std::string(size_t(kWidth - filled), '.');
+  std::fprintf(stderr, "%s%s [%s] %3.0f%%  %.1f/%.1f MB  %llu tokens  %.0f tok/s  ETA %.0fs%s", tty_ ? "\r\033[K" : "",
+               what_.c_str(), bar.c_str(), 100 * frac, double(bytes) / 1e6, double(total_) / 1e6,
+               (unsigned long long)tokens, tps, eta, tty_ && !last ? "" : "\n");
+  std::fflush(stderr);
 }
 
 }  // namespace mt::cli

@@ -1,6 +1,8 @@
 // The progress display shared by `train` and `watch`: a live line on a terminal, plain lines
 // otherwise, or one JSON object per step with --json.
 #pragma once
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "engine/base/json.h"
@@ -23,6 +25,24 @@ class Progress {
  private:
   bool json_, tty_;
   bool live_ = false;
+};
+
+// A progress bar on stderr for work measured in input bytes (`tokenize`): percent, bytes,
+// tokens, tokens/s and ETA. Redrawn in place at most 10 times a second on a terminal; elsewhere
+// (a log, a pipe) one plain line every 5 s.
+class ByteProgress {
+ public:
+  ByteProgress(std::string what, uint64_t total_bytes);
+  void update(uint64_t bytes, uint64_t tokens);
+  void finish(uint64_t bytes, uint64_t tokens);  // the final line, always drawn
+
+ private:
+  void draw(uint64_t bytes, uint64_t tokens, bool last);
+
+  std::string what_;
+  uint64_t total_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
 }  // namespace mt::cli

@@ -58,6 +58,7 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_priority(job.priority);
   out.set_queue_position(queue_position(job));
   out.set_preemptions(r.preemptions);
+  if (job.last.packing_efficiency >= 0) out.set_packing_efficiency(job.last.packing_efficiency);
   return out;
 }
 

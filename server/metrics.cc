@@ -60,6 +60,10 @@ Metrics::Metrics()
                       .Name("megatrain_device_memory_bytes")
                       .Help("Planned device memory of the running job by kind")
                       .Register(*registry_)),
+      packing_(BuildGauge()
+                   .Name("megatrain_packing_efficiency")
+                   .Help("Real tokens / slots of the batches a jsonl or shards job has trained on this run (0..1)")
+                   .Register(*registry_)),
       jobs_(BuildGauge().Name("megatrain_jobs").Help("Jobs by state").Register(*registry_)),
       data_queue_(BuildGauge()
                       .Name("megatrain_data_queue_tokens")
@@ -110,6 +114,7 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.h2d_bw->Set(st.h2d_bandwidth());
   s.d2h_bw->Set(st.d2h_bandwidth());
   s.mfu->Set(peak_flops > 0 ? tps * flops_per_token / peak_flops : 0);
+  if (st.packing_efficiency >= 0) packing_.Add({{kJobLabel, job}}).Set(st.packing_efficiency);
 }
 
 void Metrics::set_jobs(const std::map<std::string, int>& count_by_state) {

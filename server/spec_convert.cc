@@ -78,14 +78,19 @@ Status require_file(const char* field, const std::string& path, bool regular) {
 
 Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots) {
   MT_RETURN_IF_ERROR(resolve_path("data.path", spec.data.path, roots));
+  if (spec.data.source == "jsonl" && spec.data.tokenizer != "byte")
+    MT_RETURN_IF_ERROR(resolve_path("data.tokenizer", spec.data.tokenizer, roots));
   MT_RETURN_IF_ERROR(resolve_path("model.hf_config", spec.model.hf_config, roots));
   MT_RETURN_IF_ERROR(resolve_path("model.hf_model", spec.model.hf_model, roots));
   return resolve_path("init.from", spec.init.from, roots);
 }
 
 Status check_spec_inputs(const JobSpec& spec) {
-  if (spec.data.source == "text" || spec.data.source == "tokens")
+  if (spec.data.source == "text" || spec.data.source == "tokens" || spec.data.source == "jsonl")
     MT_RETURN_IF_ERROR(require_file("data.path", spec.data.path, true));
+  if (spec.data.source == "shards") MT_RETURN_IF_ERROR(require_file("data.path", spec.data.path, false));
+  if (spec.data.source == "jsonl" && spec.data.tokenizer != "byte")
+    MT_RETURN_IF_ERROR(require_file("data.tokenizer", spec.data.tokenizer, false));
   if (!spec.init.from.empty()) MT_RETURN_IF_ERROR(require_file("init.from", spec.init.from, false));
   return Status::Ok();
 }

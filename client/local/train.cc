@@ -38,6 +38,8 @@ Json summary_of(const JobResult& r) {
   if (r.steps_run > 0) j.set("tokens_per_second", r.tokens_per_second);
   else j.set("note", "nothing to train: the job had already reached step " + std::to_string(r.steps_done) +
                          "; final_loss is the loss saved in its checkpoint");
+  if (r.packing_efficiency >= 0) j.set("packing_efficiency", r.packing_efficiency);
+  if (r.data_exhausted) j.set("data_exhausted", true);
   j.set("checkpoint", r.checkpoint);
   j.set("cancelled", r.cancelled);
   return j;

@@ -91,6 +91,7 @@ Json job_to_json(const v1::Job& job, bool with_spec) {
                          {"priority", job.priority()},
                          {"queue_position", job.queue_position()},
                          {"preemptions", job.preemptions()}});
+  if (job.has_packing_efficiency()) j.set("packing_efficiency", job.packing_efficiency());
   if (with_spec) j.set("spec", spec_json(job.spec()));
   return j;
 }
@@ -126,6 +127,7 @@ void print_job_human(const v1::Job& job) {
     std::printf("loss         %.6f (first %.6f)\n", job.loss(), job.first_loss());
     std::printf("tokens/s     %.0f\n", job.tokens_per_second());
   }
+  if (job.has_packing_efficiency()) std::printf("packing      %.1f%% of slots are real tokens\n", 100 * job.packing_efficiency());
   if (!job.last_checkpoint().empty()) std::printf("checkpoint   %s\n", job.last_checkpoint().c_str());
   if (job.spec().data().source() == "push")
     std::printf("data         %llu tokens spooled, %llu consumed%s\n", (unsigned long long)job.data_spooled_tokens(),

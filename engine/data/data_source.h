@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/base/status.h"
+#include "engine/data/packing.h"
 
 namespace mt {
 
@@ -50,6 +51,9 @@ class DataSource {
   virtual double entropy_floor() const { return -1; }
   // Distinct sequences of seq_len a finite source holds before it wraps (0: unbounded).
   virtual uint64_t num_sequences(int seq_len) const { return 0; }
+  // Real tokens / slots over the batches served since the source was opened (sources of
+  // tokenized examples, which pack or pad them); < 0 where every slot is a real token.
+  virtual double packing_efficiency() const { return -1; }
 };
 
 struct SyntheticOptions {
@@ -85,5 +89,14 @@ Result<std::unique_ptr<DataSource>> make_token_file_source(const std::string& pa
 // A source whose batches carry the documents that eod_id delimits (mark_documents); cursor,
 // seek and the rest are the inner source's, so resume is unchanged. eod_id in [0, vocab).
 Result<std::unique_ptr<DataSource>> with_documents(std::unique_ptr<DataSource> inner, int32_t eod_id, int vocab);
+
+// Tokenized examples (packing.h): rows of each epoch's packing; cursor = rows served. With
+// epochs > 0, the batch after the last row of the last epoch is OUT_OF_RANGE (the runner ends
+// the job there); a batch that runs past it is completed with empty rows (targets -1).
+struct ExampleSourceOptions {
+  PackingOptions packing;
+  uint64_t epochs = 0;  // 0: unbounded
+};
+std::unique_ptr<DataSource> make_example_source(std::shared_ptr<const ExampleSet> set, const ExampleSourceOptions& o);
 
 }  // namespace mt

@@ -34,6 +34,9 @@ struct StepStats {
   double optimizer_wait_seconds = 0;
   double optimizer_seconds = 0;  // CPU time spent in norm + AdamW for this step's updates
   uint64_t device_peak_bytes = 0;
+  // Set by the job runner for sources that pack or pad examples: real tokens / slots over the
+  // batches this run has trained on (< 0: every slot is a real token).
+  double packing_efficiency = -1;
   double stall_seconds() const { return copy_wait_seconds + optimizer_wait_seconds; }
   // Link bandwidth while each copy engine was busy, bytes/s (0 when it did not copy).
   double h2d_bandwidth() const { return h2d_seconds > 0 ? double(h2d_bytes) / h2d_seconds : 0; }

@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/data/example_set.h"
+#include "engine/data/jsonl_examples.h"
 #include "engine/io/hf_io.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
@@ -81,7 +83,35 @@ Result<std::unique_ptr<DataSource>> documents_of(Result<std::unique_ptr<DataSour
   return with_documents(std::move(src).value(), int32_t(d.eod_id), vocab);
 }
 
+// data.source jsonl: the whole file tokenized at job start, on all cores, before the step loop
+// runs: next_batch only copies tokens, so no step ever waits on a tokenizer.
+Result<std::unique_ptr<ExampleSet>> tokenize_jsonl_for_job(const DataSpec& d, int vocab) {
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(d.tokenizer));
+  if (tok->vocab_size() > vocab)
+    return invalid_argument("data.tokenizer (" + tok->describe() + ") has " + std::to_string(tok->vocab_size()) +
+                            " tokens, more than the model's vocabulary of " + std::to_string(vocab));
+  MT_ASSIGN_OR_RETURN(LineFormat f, make_line_format(tok, d.tokenizer, d.format, d.chat_template));
+  return tokenize_jsonl(d.path, f.format, 0);
+}
+
+// jsonl and shards: tokenized examples, shuffled, packed or padded (engine/data/packing.h).
+Result<std::unique_ptr<DataSource>> open_examples(const DataSpec& d, int vocab) {
+  ExampleSourceOptions o;
+  o.packing.packing = d.packing;
+  o.packing.truncate = d.long_examples == "truncate";
+  o.packing.seed = d.seed;
+  o.epochs = d.epochs;
+  std::unique_ptr<ExampleSet> set;
+  if (d.source == "shards") {
+    MT_ASSIGN_OR_RETURN(set, open_shard_example_set(d.path, vocab));
+  } else {
+    MT_ASSIGN_OR_RETURN(set, tokenize_jsonl_for_job(d, vocab));
+  }
+  return make_example_source(std::move(set), o);
+}
+
 Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
+  if (d.source == "jsonl" || d.source == "shards") return open_examples(d, vocab);
   if (d.source == "synthetic") return make_synthetic_source({d.seed, vocab, d.active_vocab, d.branching});
   if (d.source == "text") return make_text_source(d.path, vocab);
   if (d.source == "tokens") return make_token_file_source(d.path, d.dtype, vocab);
@@ -234,8 +264,14 @@ Result<JobResult> JobRunner::run() {
       if (result.starved) break;
       continue;
     }
+    if (got.code() == StatusCode::kOutOfRange && spec_.data.epochs > 0) {  // data.epochs trained
+      result.data_exhausted = true;
+      log(LogLevel::kInfo, got.message() + "; the job ends at step " + std::to_string(state.step));
+      break;
+    }
     MT_RETURN_IF_ERROR(got);
     MT_ASSIGN_OR_RETURN(StepStats st, ex->step(batch));
+    st.packing_efficiency = data->packing_efficiency();
     state.step = st.step;
     state.data_cursor = data->cursor();
     state.last_loss = st.loss;
@@ -249,6 +285,10 @@ Result<JobResult> JobRunner::run() {
   }
   MT_RETURN_IF_ERROR(checkpoint());  // final (or on cancel, or starved); none when nothing new
   result.steps_done = state.step;
+  result.packing_efficiency = data->packing_efficiency();
+  if (result.packing_efficiency >= 0)
+    log(LogLevel::kInfo, "packing efficiency " + std::to_string(result.packing_efficiency) +
+                             " (real tokens / slots over the " + std::to_string(result.steps_run) + " steps run)");
   result.tokens_per_second = seconds > 0 ? double(tokens) / seconds : 0;
   return result;
 }

@@ -42,6 +42,8 @@ struct JobResult {
   std::string checkpoint;        // last checkpoint ("" if none)
   bool cancelled = false;
   bool starved = false;          // stopped for want of data (hooks.yield_when_starved)
+  bool data_exhausted = false;   // stopped at the end of data.epochs, before `steps`
+  double packing_efficiency = -1;  // real tokens / slots this run trained on (< 0: not a packing source)
 };
 
 // Resolves the spec's model to a config (preset, config.json or HF model dir).

@@ -138,6 +138,12 @@ Status read_data(ObjectReader r, DataSpec& d) {
   MT_RETURN_IF_ERROR(r.integer("active_vocab", d.active_vocab));
   MT_RETURN_IF_ERROR(r.integer("branching", d.branching));
   MT_RETURN_IF_ERROR(r.integer("eod_id", d.eod_id));
+  MT_RETURN_IF_ERROR(r.str("tokenizer", d.tokenizer));
+  MT_RETURN_IF_ERROR(r.str("format", d.format));
+  MT_RETURN_IF_ERROR(r.str("chat_template", d.chat_template));
+  MT_RETURN_IF_ERROR(r.boolean("packing", d.packing));
+  MT_RETURN_IF_ERROR(r.str("long_examples", d.long_examples));
+  MT_RETURN_IF_ERROR(r.integer("epochs", d.epochs));
   return r.finish();
 }
 
@@ -235,13 +241,19 @@ Status validate(const JobSpec& s) {
   if (s.slots < 2 || s.slots > kMaxSlots)
     return invalid_argument("slots = " + std::to_string(s.slots) + " must be in 2.." + std::to_string(kMaxSlots));
   if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
-  MT_RETURN_IF_ERROR(one_of("data.source", s.data.source, {"synthetic", "text", "tokens", "push"}));
-  if ((s.data.source == "text" || s.data.source == "tokens") && s.data.path.empty())
+  MT_RETURN_IF_ERROR(one_of("data.source", s.data.source, {"synthetic", "text", "tokens", "push", "jsonl", "shards"}));
+  if (s.data.source != "synthetic" && s.data.source != "push" && s.data.path.empty())
     return invalid_argument("data.path is required for data.source = " + s.data.source);
   MT_RETURN_IF_ERROR(one_of("data.dtype", s.data.dtype, {"uint16", "uint32", "llmc"}));
   if (s.data.source == "synthetic") MT_RETURN_IF_ERROR(check_synthetic_options(s.data.active_vocab, s.data.branching));
   if (s.data.eod_id < -1 || s.data.eod_id >= ModelLimits::kVocabSize)
     return invalid_argument("data.eod_id = " + std::to_string(s.data.eod_id) + " must be a token id (or -1: none)");
+  if (s.data.eod_id >= 0 && (s.data.source == "jsonl" || s.data.source == "shards"))
+    return invalid_argument("data.eod_id does not apply to data.source = " + s.data.source +
+                            ": its examples are the documents");
+  MT_RETURN_IF_ERROR(one_of("data.format", s.data.format, {"auto", "text", "prompt_completion", "messages"}));
+  MT_RETURN_IF_ERROR(one_of("data.long_examples", s.data.long_examples, {"split", "truncate"}));
+  if (s.data.tokenizer.empty()) return invalid_argument("data.tokenizer must name a model directory, a tokenizer.json or byte");
   MT_RETURN_IF_ERROR(one_of("precision", s.precision, {"auto", "bf16", "fp32"}));
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
@@ -271,6 +283,16 @@ Json job_spec_trajectory_json(const JobSpec& s) {
                             {"seed", unsigned_json(s.data.seed)}, {"active_vocab", s.data.active_vocab},
                             {"branching", s.data.branching}});
   if (s.data.eod_id >= 0) data.set("eod_id", s.data.eod_id);  // absent = none, as before the field existed
+  if (s.data.source == "jsonl") {  // absent for the older sources: their hashes stay
+    data.set("tokenizer", s.data.tokenizer);
+    data.set("format", s.data.format);
+    data.set("chat_template", s.data.chat_template);
+  }
+  if (s.data.source == "jsonl" || s.data.source == "shards") {
+    data.set("packing", s.data.packing);
+    data.set("long_examples", s.data.long_examples);
+    data.set("epochs", unsigned_json(s.data.epochs));
+  }
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
   Json j = Json::object({

@@ -22,15 +22,23 @@ struct InitSpec {
 };
 
 struct DataSpec {
-  std::string source = "synthetic";  // synthetic | text | tokens | push
-  std::string path;                  // text and tokens
+  std::string source = "synthetic";  // synthetic | text | tokens | push | jsonl | shards
+  std::string path;                  // text, tokens, jsonl (a file), shards (a directory or file)
   std::string dtype = "uint16";      // tokens: uint16 | uint32
-  uint64_t seed = 1;                 // synthetic
+  uint64_t seed = 1;                 // synthetic; jsonl and shards: the shuffle of each epoch
   int active_vocab = 64;             // synthetic
   int branching = 4;                 // synthetic
   // End-of-document token (any source): the token after it starts a new document, so
   // attention is masked per document and positions restart. -1: rows are single documents.
   int64_t eod_id = -1;
+  // jsonl and shards (docs/DATA.md): examples tokenized ahead of training, shuffled per epoch,
+  // packed into seq_len rows (or padded), the loss only where the example's mask is 1.
+  std::string tokenizer = "byte";     // jsonl: a model directory, a tokenizer.json, or byte
+  std::string format = "auto";        // jsonl: auto | text | prompt_completion | messages
+  std::string chat_template = "auto"; // jsonl: a built-in template name, or auto
+  bool packing = true;                // false: one example per row, padded
+  std::string long_examples = "split";  // split | truncate: an example longer than seq_len
+  uint64_t epochs = 0;                // 0: unbounded; N: the job ends when N epochs are trained
 };
 
 struct CheckpointPolicy {

@@ -1,4 +1,6 @@
 // /metrics scraped over HTTP after a job and parsed: every DESIGN §6 metric with sane values.
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -75,6 +77,37 @@ TEST(ServerMetrics, DataQueueTokensIsExportedBeforeAnyPushJob) {
   const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
   const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
   EXPECT_EQ(get(m, "megatrain_data_queue_tokens"), 0);
+}
+
+// A jsonl job reports its packing efficiency in GetJob and as megatrain_packing_efficiency; a job
+// whose every slot is a real token (synthetic) has neither.
+TEST(ServerMetrics, PackingEfficiencyOfAJsonlJobInStatusAndMetrics) {
+  const std::string dir = fresh_dir("metrics_packing");
+  Server s(test_config(dir));
+  ASSERT_TRUE(s.stub);
+  std::filesystem::create_directories(dir + "/data");
+  std::string lines;
+  for (int i = 0; i < 200; ++i)
+    lines += "{\"prompt\": \"say " + std::to_string(i) + ": \", \"completion\": \"" + std::string(size_t(1 + i % 13), 'x') + "\"}\n";
+  std::ofstream(dir + "/data/sft.jsonl") << lines;
+  v1::JobSpec spec = tiny_spec(5, "jsonl");
+  spec.mutable_data()->set_path("sft.jsonl");  // under --data_root
+  spec.mutable_data()->set_tokenizer("byte");
+  const std::string id = submit(*s.stub, spec);
+  const std::string plain = submit(*s.stub, tiny_spec(2));
+  const v1::Job job = wait_terminal(*s.stub, id);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason();
+  ASSERT_EQ(wait_terminal(*s.stub, plain).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(job.has_packing_efficiency());
+  EXPECT_GT(job.packing_efficiency(), 0.5);
+  EXPECT_LE(job.packing_efficiency(), 1.0);
+  EXPECT_EQ(job.spec().data().source(), "jsonl");
+  EXPECT_TRUE(job.spec().data().packing()) << "the default, as the engine read it";
+
+  const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
+  const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
+  EXPECT_NEAR(get(m, "megatrain_packing_efficiency{job_id=\"" + id + "\"}"), job.packing_efficiency(), 1e-9);
+  EXPECT_EQ(m.count("megatrain_packing_efficiency{job_id=\"" + plain + "\"}"), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,24 @@
+// From a data spec's names to what tokenizes a jsonl line: the tokenizer ("byte", a model
+// directory or a tokenizer.json) and the ExampleFormatter of the chosen format and chat template.
+// Shared by `data.source: jsonl` and `megatrain tokenize`.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/data/tokenize_files.h"
+#include "engine/text/tokenizer.h"
+
+namespace mt {
+
+Result<std::shared_ptr<const Tokenizer>> open_tokenizer(const std::string& name);
+
+struct LineFormat {
+  LineFormatter format;
+  std::string description;  // the formatter's describe()
+};
+// `format`: auto | text | prompt_completion | messages; `chat_template`: a name or auto. With the
+// byte tokenizer no EOS is appended (it has none) and a chat template's markup is spelt in bytes.
+Result<LineFormat> make_line_format(std::shared_ptr<const Tokenizer> tok, const std::string& tokenizer_name,
+                                    const std::string& format, const std::string& chat_template);
+
+}  // namespace mt

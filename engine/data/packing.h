@@ -1,0 +1,56 @@
+// Packing: which examples (or pieces of them) fill which rows of seq_len tokens in one epoch, a
+// deterministic function of (lengths, seed, epoch, seq_len), so a cursor (a row index) names a
+// position in the data and resume is bit-exact.
+//
+// Each epoch shuffles the examples (seed, epoch); an example longer than seq_len is split into
+// pieces of seq_len (or truncated to its first seq_len tokens). With packing, pieces go first-fit
+// into the open rows (a window of the most recent `window` rows); without, each piece gets its
+// own row, padded. A piece of n tokens takes n slots: its tokens as inputs, each input's target
+// the example's next token (-1 where the loss mask is 0 or the example ends). Pads are input 0,
+// target -1; in a packed row every piece, and the padding, is its own document (positions
+// restart at 0), so attention never crosses examples.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/data/example_set.h"
+
+namespace mt {
+
+struct PackingOptions {
+  bool packing = true;
+  bool truncate = false;  // an example longer than seq_len: false splits it, true keeps its first seq_len tokens
+  uint64_t seed = 1;
+  int window = 64;        // open rows a piece may go into (first fit)
+};
+
+struct Piece {
+  uint64_t example = 0;
+  uint64_t begin = 0;  // first token of the example in this piece
+  uint32_t length = 0;
+};
+
+struct EpochLayout {
+  int seq_len = 0;
+  std::vector<Piece> pieces;      // row by row
+  std::vector<uint64_t> row_end;  // row r holds pieces [r ? row_end[r-1] : 0, row_end[r])
+  uint64_t tokens = 0;            // real tokens placed (pads excluded)
+  uint64_t rows() const { return row_end.size(); }
+  double efficiency() const { return rows() ? double(tokens) / (double(rows()) * seq_len) : 0; }
+};
+
+// The rows of epoch `epoch` for examples of these lengths (length 0: skipped).
+EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int seq_len, const PackingOptions& o, uint64_t epoch);
+
+// The example order of an epoch: a Fisher-Yates shuffle driven by splitmix64(seed, epoch),
+// identical on every platform.
+std::vector<uint64_t> epoch_order(uint64_t n, uint64_t seed, uint64_t epoch);
+
+// Writes row `row` of `layout` into in/tg/pos (seq_len each; pos may be null when packing is
+// off). Returns the real tokens written.
+Result<uint64_t> fill_row(const EpochLayout& layout, uint64_t row, const ExampleSet& set, int32_t* in, int32_t* tg,
+                          int32_t* pos);
+
+}  // namespace mt

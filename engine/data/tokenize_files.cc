@@ -1,0 +1,111 @@
+// Chunked, parallel tokenization of jsonl and text files.
+#include "engine/data/tokenize_files.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/base/json.h"
+
+namespace mt {
+
+namespace {
+
+struct Unit {
+  std::string line;  // a jsonl line
+  uint64_t line_no = 0;
+};
+
+// Formats units on the pool in blocks; the first failure (in file order) is returned.
+Status format_units(const std::string& path, std::vector<Unit>& units, const LineFormatter& format,
+                    ThreadPool& pool, TokenizedChunk& chunk) {
+  constexpr size_t kBlock = 64;
+  std::vector<Result<TokenizedExample>> out(units.size(), Status(StatusCode::kInternal, "not formatted"));
+  const int blocks = int((units.size() + kBlock - 1) / kBlock);
+  pool.parallel_for(blocks, [&](int b) {
+    for (size_t i = size_t(b) * kBlock; i < std::min(units.size(), size_t(b + 1) * kBlock); ++i)
+      out[i] = format(units[i].line);
+  });
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (!out[i].ok()) return out[i].status().with_context(path + ":" + std::to_string(units[i].line_no));
+    if (out[i]->ids.empty()) ++chunk.skipped;
+    else chunk.examples.push_back(std::move(out[i]).value());
+  }
+  return Status::Ok();
+}
+
+std::string text_json(std::string_view text) { return Json::object({{"text", std::string(text)}}).dump(); }
+
+Status emit(const std::string& path, std::vector<Unit>& units, uint64_t bytes, const LineFormatter& format,
+            ThreadPool& pool, const std::function<Status(TokenizedChunk&)>& sink) {
+  TokenizedChunk chunk;
+  chunk.bytes = bytes;
+  MT_RETURN_IF_ERROR(format_units(path, units, format, pool, chunk));
+  units.clear();
+  return sink(chunk);
+}
+
+}  // namespace
+
+Status tokenize_file(const std::string& path, InputKind kind, const LineFormatter& format, ThreadPool& pool,
+                     const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot open '" + path + "'");
+  std::vector<Unit> units;
+  if (kind == InputKind::kTextFile) {
+    std::ostringstream all;
+    all << in.rdbuf();
+    const std::string text = all.str();
+    if (in.bad()) return data_loss("reading '" + path + "' failed");
+    if (!text.empty()) units.push_back({text_json(text), 1});
+    return emit(path, units, text.size(), format, pool, sink);
+  }
+  uint64_t line_no = 0, bytes = 0, para_line = 0;
+  std::string line, para;
+  auto flush_para = [&] {
+    if (!para.empty()) units.push_back({text_json(para), para_line});
+    para.clear();
+  };
+  while (std::getline(in, line)) {
+    ++line_no;
+    bytes += line.size() + 1;
+    if (kind == InputKind::kJsonl) {
+      if (line.find_first_not_of(" \t\r") != std::string::npos) units.push_back({line, line_no});
+    } else if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      flush_para();
+    } else {
+      if (para.empty()) para_line = line_no;
+      para += para.empty() ? line : "\n" + line;
+    }
+    if (bytes >= chunk_bytes) {
+      if (kind != InputKind::kJsonl && !para.empty()) continue;  // finish the paragraph first
+      MT_RETURN_IF_ERROR(emit(path, units, bytes, format, pool, sink));
+      bytes = 0;
+    }
+  }
+  if (in.bad()) return data_loss("reading '" + path + "' failed");
+  flush_para();
+  return emit(path, units, bytes, format, pool, sink);
+}
+
+Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads) {
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return not_found("data.path '" + path + "': " + ec.message());
+  if (size > kMaxJsonlBytes)
+    return invalid_argument("data.path '" + path + "' has " + std::to_string(size) + " bytes, more than the " +
+                            std::to_string(kMaxJsonlBytes) +
+                            " a job tokenizes into memory; tokenize it to shards (megatrain tokenize) and use "
+                            "data.source: shards");
+  ThreadPool pool(threads);
+  std::vector<TokenizedExample> all;
+  MT_RETURN_IF_ERROR(tokenize_file(path, InputKind::kJsonl, format, pool, [&](TokenizedChunk& c) {
+    for (auto& e : c.examples) all.push_back(std::move(e));
+    return Status::Ok();
+  }));
+  const size_t n = all.size();
+  return make_memory_example_set(std::move(all), "jsonl '" + path + "' (" + std::to_string(n) + " examples)");
+}
+
+}  // namespace mt

@@ -1,0 +1,42 @@
+// Tokenizing files of examples: jsonl (one example per line) and plain text (one document per
+// file, or one per blank-line-separated paragraph), read in bounded chunks and formatted on a
+// thread pool, delivered in file order. `megatrain tokenize` writes what this yields to shards;
+// `data.source: jsonl` keeps it in memory for a job.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/base/status.h"
+#include "engine/base/thread_pool.h"
+#include "engine/data/example_set.h"
+#include "engine/text/example.h"
+
+namespace mt {
+
+enum class InputKind { kJsonl, kTextFile, kTextParagraphs };
+
+// One example from one jsonl line (a plain-text document arrives as {"text": ...}); thread-safe.
+using LineFormatter = std::function<Result<TokenizedExample>(std::string_view json_line)>;
+
+struct TokenizedChunk {
+  std::vector<TokenizedExample> examples;  // in file order, empty examples dropped
+  uint64_t bytes = 0;                      // input bytes this chunk consumed
+  uint64_t skipped = 0;                    // examples that tokenized to nothing
+};
+
+// Reads `path` in chunks of about `chunk_bytes`, formats each chunk's examples on `pool` and
+// passes each chunk to `sink` in order. A line that fails to format is an error naming
+// path:line. A text file read as one document is read whole.
+Status tokenize_file(const std::string& path, InputKind kind, const LineFormatter& format, ThreadPool& pool,
+                     const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes = size_t(16) << 20);
+
+// data.source jsonl: the whole file tokenized into memory before training starts (so the step
+// loop never waits on a tokenizer). Files over kMaxJsonlBytes are refused: tokenize those to
+// shards with `megatrain tokenize`.
+inline constexpr uint64_t kMaxJsonlBytes = uint64_t(256) << 20;
+Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads);
+
+}  // namespace mt
