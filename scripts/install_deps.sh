@@ -10,6 +10,8 @@ packages=(
   libopenblas-dev libopenblas0-openmp
   # oneDNN: the CPU GEMM provider when OpenBLAS runs a generic kernel, and the native bf16 GEMM
   libdnnl-dev
+  # several processes (engine/dist/): Open MPI's library and mpirun (optional at build time)
+  libopenmpi-dev openmpi-bin
   # daemon and CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libspdlog-dev libsystemd-dev libyaml-cpp-dev nlohmann-json3-dev
