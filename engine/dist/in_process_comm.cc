@@ -116,6 +116,9 @@ class InProcessComm final : public Communicator {
 
  private:
   Status run(Op op, const void* send, void* recv, size_t n, CommType t, int root, const CommOrder& at) {
+    if (at.backend && at.backend->name() != "cpu")  // the host reads every rank's buffers
+      return unimplemented("the in-process communicator reads device memory from the host: " + at.backend->name() +
+                           " devices need NCCL");
     if (Status s = wait_for_stream(at, rank_); !s.ok()) {
       g_->abort(rank_, s);
       return g_->failed();

@@ -56,9 +56,10 @@ uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
 
 StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                                      std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                                     const HostStaging& staging)
+                                     const HostStaging& staging, StreamingPipeline* leader)
     : backend_(backend),
       store_(store),
+      leader_(leader),
       units_(units),
       slots_(std::move(slots)),
       uses_(std::move(uses)),
@@ -76,6 +77,7 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
 }
 
 StreamingPipeline::~StreamingPipeline() {
+  stopping_ = true;
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
@@ -109,7 +111,13 @@ void StreamingPipeline::uploader_loop() {
         cv_.notify_all();
         continue;
       }
-      cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+      if (leader_) {
+        l.unlock();
+        leader_->wait_updated(size_t(u.unit), s - 1, stopping_);
+        l.lock();
+      } else {
+        cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+      }
       opt_ready_time_[i] = now_seconds();
       cv_.wait(l, [&] { return stop_ || u.prev_of_slot < 0 || released_[size_t(u.prev_of_slot)]; });
       if (stop_) return;
@@ -328,8 +336,14 @@ void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
   cv_.notify_all();
 }
 
+void StreamingPipeline::wait_updated(size_t unit, long step, const std::atomic<bool>& stop) {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop && !stop_ && updated_[unit] < step) cv_.wait_for(l, std::chrono::milliseconds(20));
+}
+
 Status StreamingPipeline::sync() {
   std::unique_lock<std::mutex> l(mu_);
+  if (leader_) return error_;  // a follower applies no updates
   cv_.wait(l, [&] {
     for (long s : updated_)
       if (s < step_) return false;
