@@ -7,32 +7,35 @@
 
 namespace mt {
 
-Status check_devices(int devices, const TrainOptions& opt) {
+Status check_devices(int devices, const TrainOptions& opt, int processes) {
   if (devices < 1 || devices > 64) return invalid_argument("devices = " + std::to_string(devices) + ": must be in [1, 64]");
-  if (opt.micro_batch <= 0 || opt.global_batch % (devices * opt.micro_batch) != 0)
+  const long parts = long(devices) * processes;
+  if (opt.micro_batch <= 0 || opt.global_batch % (parts * opt.micro_batch) != 0)
     return invalid_argument("global_batch = " + std::to_string(opt.global_batch) + " does not split into devices = " +
-                            std::to_string(devices) + " shards of whole micro-batches (micro_batch = " +
-                            std::to_string(opt.micro_batch) + "): make it a multiple of " +
-                            std::to_string(devices * std::max(opt.micro_batch, 1)));
+                            std::to_string(devices) + (processes > 1 ? " x processes = " + std::to_string(processes) : "") +
+                            " shards of whole micro-batches (micro_batch = " + std::to_string(opt.micro_batch) +
+                            "): make it a multiple of " + std::to_string(parts * std::max(opt.micro_batch, 1)));
   return Status::Ok();
 }
 
 Result<std::unique_ptr<DataParallelExecutor>> DataParallelExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
                                                                            const StreamingOptions& so,
                                                                            std::vector<std::unique_ptr<Backend>> backends,
-                                                                           const CommOptions& copt) {
+                                                                           const CommOptions& copt, NodeComms nodes) {
   const int n = int(backends.size());
   MT_RETURN_IF_ERROR(validate(opt, cfg));
-  MT_RETURN_IF_ERROR(check_devices(n, opt));
+  MT_RETURN_IF_ERROR(check_devices(n, opt, nodes.size()));
   std::unique_ptr<DataParallelExecutor> e(new DataParallelExecutor(cfg, opt));
+  e->nodes_ = nodes;
   e->comms_ = make_in_process_comms(n, copt);
   TrainOptions shard = opt;
-  shard.global_batch = opt.global_batch / n;
+  shard.global_batch = opt.global_batch / (n * nodes.size());
   for (int d = 0; d < n; ++d) {
     ReplicaOptions ro;
     ro.comm = e->comms_[size_t(d)].get();
     ro.leader = d > 0 ? e->replicas_[0].get() : nullptr;
-    ro.rows_tokens = long(opt.global_batch) * opt.seq_len;
+    ro.rows_tokens = long(opt.global_batch / nodes.size()) * opt.seq_len;
+    ro.nodes = d == 0 ? nodes.grads : nullptr;
     auto r = StreamingExecutor::create(cfg, shard, so, std::move(backends[size_t(d)]), ro);
     if (!r.ok()) return r.status().with_context("device " + std::to_string(d));
     e->replicas_.push_back(std::move(r).value());
@@ -55,9 +58,9 @@ uint64_t DataParallelExecutor::host_bytes() const {
   return b;
 }
 
-Batch DataParallelExecutor::shard(const Batch& batch, int d) const {
-  const int per = batch.num_seqs / devices();
-  const size_t from = size_t(d) * size_t(per) * size_t(batch.seq_len), len = size_t(per) * size_t(batch.seq_len);
+Batch DataParallelExecutor::shard(const Batch& batch, int part, int parts) const {
+  const int per = batch.num_seqs / parts;
+  const size_t from = size_t(part) * size_t(per) * size_t(batch.seq_len), len = size_t(per) * size_t(batch.seq_len);
   Batch s;
   s.num_seqs = per;
   s.seq_len = batch.seq_len;
@@ -68,24 +71,38 @@ Batch DataParallelExecutor::shard(const Batch& batch, int d) const {
   return s;
 }
 
+Result<double> DataParallelExecutor::loss_sum() {
+  std::vector<double> mine;
+  for (auto& r : replicas_)
+    for (double s : r->micro_batch_loss_sums()) mine.push_back(s);
+  std::vector<double> all = mine;
+  if (nodes_.size() > 1) {
+    all.resize(mine.size() * size_t(nodes_.size()));
+    MT_RETURN_IF_ERROR(nodes_.losses->all_gather(mine.data(), all.data(), mine.size()));
+  }
+  double sum = 0;
+  for (double s : all) sum += s;
+  return sum;
+}
+
 Result<StepStats> DataParallelExecutor::step(const Batch& batch) {
   MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));
-  const EmbeddingRows rows = replicas_[0]->embedding_rows(batch.inputs);
-  const long counted = batch.counted_targets();
-  const int n = devices();
+  const long counted = batch.counted_targets();  // every node reads the whole global batch
+  const int n = devices(), R = nodes_.size();
+  const Batch node = R > 1 ? shard(batch, nodes_.rank(), R) : Batch{};
+  const Batch& mine = R > 1 ? node : batch;
+  const EmbeddingRows rows = replicas_[0]->embedding_rows(mine.inputs);
   std::vector<Result<StepStats>> got(size_t(n), Result<StepStats>(internal_error("not run")));
   std::vector<std::thread> threads;
   for (int d = 0; d < n; ++d)
-    threads.emplace_back([&, d] { got[size_t(d)] = replicas_[size_t(d)]->step_shard(shard(batch, d), rows, counted); });
+    threads.emplace_back([&, d] { got[size_t(d)] = replicas_[size_t(d)]->step_shard(shard(mine, d, n), rows, counted); });
   for (auto& t : threads) t.join();
   for (int d = 0; d < n; ++d)  // the first failure; the device that failed first names itself in it
     if (!got[size_t(d)].ok()) return got[size_t(d)].status().with_context("device " + std::to_string(d));
   // The loss: micro-batch sums in global order, as one device sums them.
-  double loss_sum = 0;
-  for (int d = 0; d < n; ++d)
-    for (double s : replicas_[size_t(d)]->micro_batch_loss_sums()) loss_sum += s;
+  MT_ASSIGN_OR_RETURN(const double sum, loss_sum());
   StepStats st = got[0].value();
-  st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
+  st.loss = counted > 0 ? sum / double(counted) : 0.0;
   MT_RETURN_IF_ERROR(check_step_loss(st.step, st.loss));
   for (int d = 1; d < n; ++d) {  // the step ends with its slowest device; traffic adds up
     const StepStats& o = got[size_t(d)].value();
@@ -100,6 +117,7 @@ Result<StepStats> DataParallelExecutor::step(const Batch& batch) {
     st.optimizer_wait_seconds = std::max(st.optimizer_wait_seconds, o.optimizer_wait_seconds);
     st.device_peak_bytes = std::max(st.device_peak_bytes, o.device_peak_bytes);
   }
+  st.tokens *= R;  // the global batch's
   return st;
 }
 

@@ -22,13 +22,25 @@
 
 namespace mt {
 
+// Several processes (nodes, `mpirun -np R`): two communicators over the same R processes — one
+// for the leader's optimizer thread (each unit's gradient, summed over nodes on the host), one for
+// the step loop (the loss). Every process reads the same global batch and takes its part
+// (sequences [r*G/R, (r+1)*G/R)), which its devices then share; every node applies the same update
+// to its own HostStore, so any node's store is the model (rank 0 writes the checkpoints).
+struct NodeComms {
+  Communicator* grads = nullptr;
+  Communicator* losses = nullptr;
+  int rank() const { return losses ? losses->rank() : 0; }
+  int size() const { return losses ? losses->size() : 1; }
+};
+
 class DataParallelExecutor final : public Executor {
  public:
-  // One backend per device; opt.global_batch is the global batch (a multiple of N micro-batches).
+  // One backend per device; opt.global_batch is the global batch (a multiple of N * R micro-batches).
   static Result<std::unique_ptr<DataParallelExecutor>> create(const ModelConfig& cfg, const TrainOptions& opt,
                                                               const StreamingOptions& so,
                                                               std::vector<std::unique_ptr<Backend>> backends,
-                                                              const CommOptions& copt = {});
+                                                              const CommOptions& copt = {}, NodeComms nodes = {});
   ~DataParallelExecutor() override;
 
   Result<StepStats> step(const Batch& batch) override;
@@ -44,15 +56,18 @@ class DataParallelExecutor final : public Executor {
 
  private:
   DataParallelExecutor(const ModelConfig& cfg, const TrainOptions& opt) : cfg_(cfg), opt_(opt) {}
-  Batch shard(const Batch& batch, int d) const;
+  Batch shard(const Batch& batch, int part, int parts) const;
+  // The step's loss sum: every micro-batch's, over every device and node, in global order.
+  Result<double> loss_sum();
 
   ModelConfig cfg_;
   TrainOptions opt_;  // global
+  NodeComms nodes_;
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::unique_ptr<StreamingExecutor>> replicas_;  // [0]: the leader
 };
 
-// Checks that `global_batch` splits into `devices` equal shards of whole micro-batches.
-Status check_devices(int devices, const TrainOptions& opt);
+// Checks that `global_batch` splits into devices x processes equal shards of whole micro-batches.
+Status check_devices(int devices, const TrainOptions& opt, int processes = 1);
 
 }  // namespace mt

@@ -49,6 +49,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
   if (ro.comm && ro.comm->rank() > 0 && !ro.leader) return invalid_argument("a replica of rank > 0 needs its leader");
+  if (ro.nodes && opt.layout != MemoryLayout::kExact)
+    return invalid_argument("several processes need memory.layout = exact (gradients are summed over them in fp32)");
   if (ro.comm && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
     return invalid_argument("several devices need bf16_uploads = shadow: convert staging would be per device");
   std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend), ro));
@@ -118,7 +120,7 @@ Status StreamingExecutor::allocate() {
   const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), rows_tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision};
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes};
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
                             plan_.slot_numel};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,

@@ -43,6 +43,9 @@ struct ReplicaOptions {
   Communicator* comm = nullptr;         // null: a lone executor
   StreamingExecutor* leader = nullptr;  // ranks > 0: whose store and updates they use
   long rows_tokens = 0;  // the embedding rows of a step come from this many tokens (the global batch)
+  // The leader only: the processes (nodes) its landed gradients are all-reduced over on the host
+  // (PipelineConfig::nodes). Exact layout only.
+  Communicator* nodes = nullptr;
 };
 
 class StreamingExecutor final : public Executor {

@@ -213,6 +213,7 @@ void StreamingPipeline::land(const Landing& g) {
   if (!failed) {
     if (u == 0) scatter_embedding_grad(g.rows);
     const HostUnit& hu = store_.unit(u);
+    if (cfg_.nodes) (void)refuse_if(cfg_.nodes->all_reduce(static_cast<float*>(hu.grad), hu.numel));
     sumsq_[u] = store_.layout() == MemoryLayout::kExact
                     ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
                     : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
@@ -291,7 +292,8 @@ void StreamingPipeline::scatter_embedding_grad(const EmbeddingRows& rows) {
   else
     embedding_grad(static_cast<bf16*>(hu.grad), hu.numel, staging_.tied_grad, staging_.embedding_rows, *rows,
                    cfg_.embedding_width, written);
-  scattered_ = rows;
+  // Summed over nodes, the gradient has the other nodes' rows too: clear it all next time.
+  scattered_ = cfg_.nodes ? nullptr : rows;
 }
 
 void StreamingPipeline::update_phase(long step, float lr) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/dist/communicator.h"
 #include "engine/exec/compute_timeline.h"
 #include "engine/optim/host_store.h"
 #include "engine/optim/optimizer.h"
@@ -49,6 +50,9 @@ struct PipelineConfig {
   size_t embedding_width = 0;  // C: elements per embedding row
   // What the slots hold: the fp32 masters, or (bf16) the shadows the optimizer writes with them.
   Precision precision = Precision::kFp32;
+  // Several processes (nodes): each landed gradient is all-reduced over them on the host, by the
+  // optimizer thread, before its norm is taken, so every node applies the same update. Null: one.
+  Communicator* nodes = nullptr;
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
