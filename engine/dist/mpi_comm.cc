@@ -126,6 +126,10 @@ class MpiComm final : public Communicator {
     std::string late;
     for (int p = 0; p < size_; ++p)
       if (p != rank_ && got[size_t(p)] != seq_) late += (late.empty() ? "" : ", ") + std::to_string(p);
+    if (late.empty())  // every peer's number came, but ours did not leave: a peer stopped receiving
+      return fail("MPI " + std::string(what) + " of " + std::to_string(n) + " elements (collective #" +
+                  std::to_string(seq_) + ", rank " + std::to_string(rank_) + "): the other ranks did not take its " +
+                  "arrival within " + std::to_string(opt_.timeout_seconds) + " s: one died or hangs");
     return fail("MPI " + std::string(what) + " of " + std::to_string(n) + " elements (collective #" +
                 std::to_string(seq_) + ", waited by rank " + std::to_string(rank_) + "): rank " + late +
                 " did not arrive within " + std::to_string(opt_.timeout_seconds) + " s: it died or hangs");
