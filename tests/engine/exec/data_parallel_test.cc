@@ -13,6 +13,7 @@
 
 #include "engine/data/data_source.h"
 #include "engine/exec/data_parallel_executor.h"
+#include "engine/job/job_spec.h"
 #include "tests/engine/test_model.h"
 
 namespace mt {
@@ -195,6 +196,68 @@ TEST(DataParallelRefusals, AGlobalBatchThatDoesNotSplitIsRefused) {
   auto dp = DataParallelExecutor::create(config(false), o, {}, cpu_backends(2));
   ASSERT_FALSE(dp.ok());
   EXPECT_NE(dp.status().message().find("multiple of 4"), std::string::npos) << dp.status().to_string();
+}
+
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+
+// The plan of devices: N: the host store's bytes are those of one device whatever N; each
+// device's own bytes shrink with its share of the batch (its layer inputs).
+TEST(DataParallelPlan, HostStoreOnceDeviceBytesPerDevice) {
+  const ModelConfig cfg = config(true);
+  const TrainOptions opt = options(Precision::kFp32);
+  std::vector<MemoryPlan> plans;
+  for (int n : {1, 2, 4}) {
+    PlanOptions po;
+    po.devices = n;
+    po.placement = CheckpointPlacement::kDevice;
+    auto p = plan_memory(cfg, opt, po);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(p->devices, n);
+    plans.push_back(*p);
+  }
+  auto kind = [](const MemoryPlan& p, const std::string& k) {
+    for (const auto& [name, b] : p.host_by_kind)
+      if (name == k) return b;
+    return uint64_t(0);
+  };
+  for (const char* k : {"master", "grad", "adam_m", "adam_v", "tied_head_grad", "loss_totals"}) {
+    EXPECT_GT(kind(plans[0], k), 0u) << k;
+    EXPECT_EQ(kind(plans[1], k), kind(plans[0], k)) << k;
+    EXPECT_EQ(kind(plans[2], k), kind(plans[0], k)) << k;
+  }
+  EXPECT_EQ(kind(plans[2], "embedding_rows"), 4 * kind(plans[0], "embedding_rows"));  // staged per device
+  EXPECT_LT(plans[1].device_bytes, plans[0].device_bytes);
+  EXPECT_LT(plans[2].device_bytes, plans[1].device_bytes);
+  PlanOptions bad;
+  bad.devices = 3;  // 4 micro-batches do not split 3 ways
+  EXPECT_FALSE(plan_memory(cfg, opt, bad).ok());
+}
+
+// The spec's devices: parsed, refused when the batch does not split, and not in the trajectory
+// hash (a checkpoint resumes on another device count).
+TEST(DataParallelSpec, DevicesParsedCheckedAndNotHashed) {
+  auto parse = [](const std::string& extra) {
+    return job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "micro_batch": 2, "global_batch": 8)" + extra + "}"));
+  };
+  auto one = parse("");
+  auto two = parse(R"(, "devices": 2, "comm_timeout_seconds": 9)");
+  ASSERT_TRUE(one.ok() && two.ok()) << two.status().to_string();
+  EXPECT_EQ(two->devices, 2);
+  EXPECT_EQ(two->comm_timeout_seconds, 9);
+  EXPECT_EQ(job_spec_hash(*one), job_spec_hash(*two));
+  auto back = job_spec_from_json(job_spec_to_json(*two));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->devices, 2);
+  auto bad = parse(R"(, "devices": 3)");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("devices = 3"), std::string::npos) << bad.status().to_string();
+  EXPECT_FALSE(parse(R"(, "devices": 0)").ok());
+  EXPECT_FALSE(parse(R"(, "comm_timeout_seconds": 0)").ok());
+  EXPECT_FALSE(parse(R"(, "devices": 2, "executor": "resident")").ok());
 }
 
 }  // namespace
