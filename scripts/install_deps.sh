@@ -42,7 +42,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
-if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools" 2>/dev/null; then
+# NCCL (engine/dist/nccl_comm.cc) from PyPI: headers and library under the venv's
+# site-packages/nvidia/nccl, found by engine/CMakeLists.txt. Only where CUDA builds.
+if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  python_packages+=(nvidia-nccl-cu13)
+fi
+nccl_missing() { [[ " ${python_packages[*]} " == *" nvidia-nccl-cu13 "* ]] && ! compgen -G "$venv/lib/python3*/site-packages/nvidia/nccl/include/nccl.h" > /dev/null; }
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools" 2>/dev/null || nccl_missing; then
   echo "install_deps: Python packages for the client into $venv" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade "${python_packages[@]}"
