@@ -216,9 +216,13 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
 }
 
 Result<StepStats> StreamingExecutor::step_shard(const Batch& batch, EmbeddingRows rows, long counted) {
+  // Sticky: the device or the group failed in an earlier step. A replica that will not join this
+  // step's collectives says so, so that the others fail now instead of at their timeout.
+  Status ready = backend_->error();
+  if (ready.ok()) ready = comm_error_;
+  if (!ready.ok() && ro_.comm) ro_.comm->abort(ready);
+  MT_RETURN_IF_ERROR(ready);
   MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
-  MT_RETURN_IF_ERROR(backend_->error());  // sticky: the device failed in an earlier step
-  MT_RETURN_IF_ERROR(comm_error_);        // sticky: the group failed in an earlier step
   timeline_.begin_step();
   grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
   map_to_rows(batch.inputs, *rows);

@@ -186,6 +186,10 @@ TEST(DataParallelFailure, AFailedDeviceEndsTheStepNamingIt) {
   EXPECT_NE(r.status().message().find("rank 1 failed"), std::string::npos) << r.status().to_string();
   EXPECT_LT(took, 30.0);
   EXPECT_FALSE((*dp)->sync().ok());
+  // A later step fails at once (the failed device aborts the group), not at the 300 s timeout.
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_FALSE((*dp)->step(b).ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 30.0);
   EXPECT_EQ(0, std::memcmp(before.data(), (*dp)->store().unit(1).master, before.size() * sizeof(float)))
       << "an update was applied from the failed step";
 }
