@@ -6,7 +6,7 @@
 #   scripts/check_layering.sh --self-test   prove the check fails on planted violations
 set -uo pipefail
 
-levels=(base text backend model optim io data exec job)  # bottom up
+levels=(base text backend dist model optim io data exec job)  # bottom up
 
 level_of() {
   local i

@@ -12,6 +12,8 @@ packages=(
   libdnnl-dev
   # tokenizer.json: Unicode regexes (PCRE2) and NFC/NFKC normalization (utf8proc)
   libpcre2-dev libutf8proc-dev
+  # several processes (engine/dist/): Open MPI's library and mpirun (optional at build time)
+  libopenmpi-dev openmpi-bin
   # daemon and CLI
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libspdlog-dev libsystemd-dev libyaml-cpp-dev nlohmann-json3-dev
@@ -42,7 +44,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
-if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools" 2>/dev/null; then
+# NCCL (engine/dist/nccl_comm.cc) from PyPI: headers and library under the venv's
+# site-packages/nvidia/nccl, found by engine/CMakeLists.txt. Only where CUDA builds.
+if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  python_packages+=(nvidia-nccl-cu13)
+fi
+nccl_missing() { [[ " ${python_packages[*]} " == *" nvidia-nccl-cu13 "* ]] && ! compgen -G "$venv/lib/python3*/site-packages/nvidia/nccl/include/nccl.h" > /dev/null; }
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools" 2>/dev/null || nccl_missing; then
   echo "install_deps: Python packages for the client into $venv" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade "${python_packages[@]}"

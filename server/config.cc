@@ -31,6 +31,9 @@ ABSL_FLAG(int32_t, max_message_bytes, 4 << 20, "Largest gRPC message accepted");
 ABSL_FLAG(double, shutdown_timeout, 30, "Seconds SIGTERM waits for the running job's checkpoint");
 ABSL_FLAG(double, peak_flops, 0, "Peak FLOP/s of the compute device for MFU (0: estimate)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(int32_t, devices, 1,
+          "Devices this daemon owns: a job may ask for up to this many (spec devices: N, data parallel over one "
+          "host copy); CUDA devices 0..N-1, or N CPU devices");
 ABSL_FLAG(int32_t, retain_jobs, 0,
           "Keep the newest N finished jobs and delete older ones with their files, at startup and as jobs finish "
           "(0: keep all)");
@@ -89,6 +92,7 @@ Status finalize_config(DaemonConfig& c) {
   if (c.data_root.empty()) c.data_root = c.state_dir + "/data";
   if (c.host_memory == 0) c.host_memory = physical_memory_bytes() / 10 * 8;
   if (c.max_message_bytes < 1024) return invalid_argument("--max_message_bytes must be >= 1024");
+  if (c.devices < 1 || c.devices > 64) return invalid_argument("--devices = " + std::to_string(c.devices) + " must be in 1..64");
   if (c.retain_jobs < 0) return invalid_argument("--retain_jobs = " + std::to_string(c.retain_jobs) + " must be >= 0");
   if (!(c.retain_days >= 0) || c.retain_days > 1e6)
     return invalid_argument("--retain_days = " + std::to_string(c.retain_days) + " must be in 0..1e6");
@@ -168,6 +172,7 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   c.peak_flops = absl::GetFlag(FLAGS_peak_flops);
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.retain_jobs = absl::GetFlag(FLAGS_retain_jobs);
+  c.devices = absl::GetFlag(FLAGS_devices);
   c.retain_days = absl::GetFlag(FLAGS_retain_days);
   const std::string log_bytes = absl::GetFlag(FLAGS_log_file_bytes);
   auto lb = parse_bytes(log_bytes);

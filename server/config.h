@@ -15,6 +15,7 @@ struct DaemonConfig {
   std::string data_root;                          // every path in a spec resolves under it
   uint64_t host_memory = 0;                       // admission budget; 0: 80% of physical memory
   uint64_t device_memory = 0;                     // admission budget; 0: unlimited
+  int devices = 1;                                // devices a job may use at once (spec.devices)
   std::string tls_cert, tls_key;
   std::string auth_token_file;
   bool insecure = false;

@@ -104,6 +104,9 @@ megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec) {
 }
 
 Result<MemoryPlan> plan_job(const JobSpec& spec, const ModelConfig& cfg, const Budgets& budgets) {
+  if (spec.devices > budgets.devices)
+    return failed_precondition("devices = " + std::to_string(spec.devices) + ": this server owns " +
+                               std::to_string(budgets.devices) + " (megatraind --devices)");
   return plan_for_job(spec, cfg, budgets.host, budgets.device);  // the engine's one planner
 }
 

@@ -22,6 +22,7 @@ megatrain::v1::JobSpec spec_to_proto(const JobSpec& spec);
 
 struct Budgets {
   uint64_t host = 0, device = 0;  // 0: unlimited
+  int devices = 1;                // devices the daemon owns (--devices): a job may ask for up to this many
 };
 Result<MemoryPlan> plan_job(const JobSpec& spec, const ModelConfig& cfg, const Budgets& budgets);
 void plan_to_proto(const MemoryPlan& plan, const Budgets& budgets, megatrain::v1::MemoryPlan* out);

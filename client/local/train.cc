@@ -1,12 +1,14 @@
 // megatrain train SPEC: runs a job in the foreground with the engine linked in (no daemon).
 // Ctrl-C (SIGINT) or SIGTERM (a service manager, `kill`) stops at the next step boundary, writes
-// a checkpoint and exits cleanly.
+// a checkpoint and exits cleanly. Under mpirun or srun each process is one rank of a
+// data-parallel job (engine/exec/data_parallel_executor.h); rank 0 writes the checkpoints.
 #include <cmath>
 #include <csignal>
 
 #include "client/cli.h"
 #include "client/progress.h"
 #include "client/spec_file.h"
+#include "engine/dist/mpi_comm.h"
 #include "engine/job/job.h"
 
 namespace mt::cli {
@@ -28,6 +30,12 @@ Status apply_overrides(const Args& a, JobSpec& spec) {
   if (a.has("backend")) spec.backend = a.get("backend");
   if (a.has("executor")) spec.executor = a.get("executor");
   if (a.has("precision")) spec.precision = a.get("precision");
+  if (a.has("devices")) {
+    MT_ASSIGN_OR_RETURN(double devices, a.number("devices", 1));
+    if (!(devices >= 1 && devices <= 64) || devices != std::floor(devices))
+      return invalid_argument("--devices = '" + a.get("devices") + "' must be a whole number in [1, 64]");
+    spec.devices = int(devices);
+  }
   return validate(spec);
 }
 
@@ -73,6 +81,7 @@ int cmd_train(const Args& a) {
   for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
   progress.summary(summary_of(*r));
+  mpi_finalize();  // under mpirun, once every rank has succeeded (a failure exits without it)
   return kOk;
 }
 

@@ -103,6 +103,10 @@ class Backend {
     else return ops_fp32();
   }
   virtual CopyStats take_copy_stats() = 0;  // since the last call
+  // For a communicator that enqueues on this backend's streams (NCCL): the device index and the
+  // native stream behind `s` (a cudaStream_t on CUDA); -1 and null where there is none (CPU).
+  virtual int device_index() const { return -1; }
+  virtual void* native_stream(StreamKind s) { return nullptr; }
   // The first failure of a void call above (a device backend cannot return it there); sticky:
   // once set, the device's later work is suspect. Events still complete (nothing waits
   // forever), so whoever consumes a device result after an event checks this first.

@@ -5,6 +5,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/base/checked_math.h"
+#include "engine/exec/data_parallel_executor.h"
 #include "engine/optim/host_store.h"
 #include "engine/model/layers.h"
 #include "engine/model/param_schema.h"
@@ -84,7 +85,8 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   if (sb.shadow) kinds.push_back({"bf16_shadow", sb.shadow});  // what bf16 uploads copy
   const uint64_t tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), tokens);
-  kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4)});
+  // Rows of the global batch, staged by every device (the leader's also receives their gradient).
+  kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4, uint64_t(std::max(po.devices, 1)))});
   kinds.push_back({"loss_totals", loss_totals_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
   if (o.precision == Precision::kBf16 && !shadow) {  // convert uploads: pinned staging per slot
@@ -114,10 +116,14 @@ WorkspaceSplit workspace_split(const ModelConfig& c, const TrainOptions& o, int 
 
 }  // namespace
 
-Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, const PlanOptions& po) {
-  MT_RETURN_IF_ERROR(validate(o, c));
+Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global, const PlanOptions& po) {
+  MT_RETURN_IF_ERROR(validate(global, c));
   if (po.slots < 2) return invalid_argument("slots = " + std::to_string(po.slots) + " must be >= 2");
+  if (po.devices != 1) MT_RETURN_IF_ERROR(check_devices(po.devices, global));
+  TrainOptions o = global;  // one device's share of the step
+  o.global_batch /= po.devices;
   MemoryPlan p;
+  p.devices = po.devices;
   p.precision = o.precision;
   const auto units = build_param_schemas(c);
   for (const auto& u : units) {
@@ -125,7 +131,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
     p.slot_numel = std::max(p.slot_numel, u.numel);
   }
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
-  p.host_by_kind = host_kinds(units, c, o, po);
+  p.host_by_kind = host_kinds(units, c, global, po);
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory; then,
   // when token_chunk is left to the planner, the token-wise work is chunked (the largest power of two
@@ -154,7 +160,8 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& o, cons
   p.checkpoints_on_device = on_device;
   if (!on_device)
     p.host_by_kind.push_back(
-        {"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, compute_elem_bytes(o.precision))});
+        {"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, compute_elem_bytes(o.precision),
+                                uint64_t(po.devices))});
   p.host_bytes = sum(p.host_by_kind);
   p.device_bytes = sum(p.device_by_kind);
   p.arena_bytes = p.device_bytes - po.backend_bytes;
@@ -181,6 +188,7 @@ Json memory_plan_to_json(const MemoryPlan& p) {
   for (const auto& [k, b] : p.device_by_kind) dev.set(k, int64_t(b));
   Json j = Json::object({{"params", p.params},
                          {"host_bytes", int64_t(p.host_bytes)},
+                         {"devices", p.devices},
                          {"host_bytes_per_param", p.host_bytes_per_param},
                          {"device_bytes", int64_t(p.device_bytes)},
                          {"fits", p.fits},

@@ -40,12 +40,17 @@ struct PlanOptions {
   uint64_t backend_bytes = 0;
   // bf16 only: where the bf16 weights that cross the link come from (Bf16Uploads).
   Bf16Uploads bf16_uploads = Bf16Uploads::kShadow;
+  // devices: N in one process (DataParallelExecutor): device bytes are per device, for its share
+  // (global_batch / N) of the step; host bytes are for the node — the HostStore once, whatever
+  // N, plus each device's staging of the step's embedding rows.
+  int devices = 1;
 };
 
 struct MemoryPlan {
   int64_t params = 0;
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
+  int devices = 1;  // device_bytes and device_by_kind are per device; host bytes for all of them
   std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, checkpoints
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`

@@ -5,8 +5,8 @@
 namespace mt {
 
 StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
-                                     std::unique_ptr<Backend> backend)
-    : cfg_(cfg), opt_(opt), so_(so), units_(build_param_schemas(cfg)), backend_(std::move(backend)) {}
+                                     std::unique_ptr<Backend> backend, const ReplicaOptions& ro)
+    : cfg_(cfg), opt_(opt), so_(so), units_(build_param_schemas(cfg)), ro_(ro), backend_(std::move(backend)) {}
 
 StreamingExecutor::~StreamingExecutor() {
   // The optimizer thread may still be applying the last step's updates, which read the host
@@ -31,7 +31,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create_cpu(const M
 
 Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
                                                                      const StreamingOptions& so,
-                                                                     std::unique_ptr<Backend> backend) {
+                                                                     std::unique_ptr<Backend> backend,
+                                                                     const ReplicaOptions& ro) {
   MT_RETURN_IF_ERROR(validate(opt, cfg));
   if (so.update_during_backward && opt.optimizer.grad_clip > 0)
     return invalid_argument("update_during_backward needs optimizer.grad_clip = 0 (clipping needs every gradient "
@@ -47,7 +48,12 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
-  std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend)));
+  if (ro.comm && ro.comm->rank() > 0 && !ro.leader) return invalid_argument("a replica of rank > 0 needs its leader");
+  if (ro.nodes && opt.layout != MemoryLayout::kExact)
+    return invalid_argument("several processes need memory.layout = exact (gradients are summed over them in fp32)");
+  if (ro.comm && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
+    return invalid_argument("several devices need bf16_uploads = shadow: convert staging would be per device");
+  std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend), ro));
   e->plan_ = plan;
   MT_RETURN_IF_ERROR(e->allocate());
   return e;
@@ -55,7 +61,12 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 
 Status StreamingExecutor::allocate() {
   const bool shadow = keeps_bf16_shadow(opt_.precision, so_.bf16_uploads);
-  MT_ASSIGN_OR_RETURN(store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator()));
+  if (ro_.leader) {
+    store_ = ro_.leader->store_;
+  } else {
+    MT_ASSIGN_OR_RETURN(own_store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator()));
+    store_ = own_store_.get();
+  }
   if (opt_.precision == Precision::kBf16 && !shadow) {  // convert uploads
     MT_ASSIGN_OR_RETURN(host_upload_staging_, HostBuffer::allocate(backend_->host_allocator(),
                                                                    size_t(so_.slots) * plan_.slot_numel * sizeof(bf16)));
@@ -86,6 +97,7 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(dresid_, backend_->device_alloc(plan_.checkpoint_numel * e));
   MT_ASSIGN_OR_RETURN(work_, backend_->device_alloc(plan_.workspace_bytes));
   const size_t tokens = size_t(opt_.global_batch) * size_t(opt_.seq_len);
+  const size_t rows_tokens = std::max(tokens, size_t(ro_.rows_tokens));
   MT_ASSIGN_OR_RETURN(void* tok, backend_->device_alloc(3 * tokens * sizeof(int32_t)));
   inputs_ = static_cast<int32_t*>(tok);
   targets_ = inputs_ + tokens;
@@ -102,18 +114,18 @@ Status StreamingExecutor::allocate() {
   shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk, plan_.token_chunk};
 
   const size_t grad_elem = state_elem_bytes(opt_.layout);
-  if (cfg_.tie_word_embeddings) {
+  if (cfg_.tie_word_embeddings && !ro_.leader) {  // only the leader receives gradients
     MT_ASSIGN_OR_RETURN(host_tied_grad_, HostBuffer::allocate(backend_->host_allocator(), units_[0].numel * grad_elem));
   }
-  const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), tokens);
+  const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), rows_tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision};
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes};
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
                             plan_.slot_numel};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
                                               build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
-                                              pc, staging);
+                                              pc, staging, ro_.leader ? ro_.leader->pipe_.get() : nullptr);
   return Status::Ok();
 }
 
@@ -132,13 +144,24 @@ EmbeddingRows StreamingExecutor::embedding_rows(const std::vector<int32_t>& inpu
   for (int32_t t : inputs) row_of_token_[size_t(t)] = 0;  // mark
   for (int32_t t = 0; t < cfg_.vocab_size; ++t)
     if (row_of_token_[size_t(t)] == 0) {
-      row_of_token_[size_t(t)] = int32_t(rows->size()) + 1;  // 1-based while marking
+      row_of_token_[size_t(t)] = -1;  // reset for the next call
       rows->push_back(t);
     }
-  row_ids_.resize(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) row_ids_[i] = row_of_token_[size_t(inputs[i])] - 1;
-  for (int32_t t : *rows) row_of_token_[size_t(t)] = -1;  // reset for the next step
   return rows;
+}
+
+void StreamingExecutor::map_to_rows(const std::vector<int32_t>& inputs, const std::vector<int32_t>& rows) {
+  for (size_t r = 0; r < rows.size(); ++r) row_of_token_[size_t(rows[r])] = int32_t(r);
+  row_ids_.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) row_ids_[i] = row_of_token_[size_t(inputs[i])];
+  for (int32_t t : rows) row_of_token_[size_t(t)] = -1;
+}
+
+std::vector<double> StreamingExecutor::micro_batch_loss_sums() const {
+  const double* totals = host_loss_.as<double>();
+  std::vector<double> sums;
+  for (int m = 0; m < opt_.global_batch / opt_.micro_batch; ++m) sums.push_back(totals[2 * m]);
+  return sums;
 }
 
 double StreamingExecutor::read_loss_sum() {
@@ -188,12 +211,21 @@ void StreamingExecutor::fill_stats(StepStats& st) {
 }
 
 Result<StepStats> StreamingExecutor::step(const Batch& batch) {
+  MT_RETURN_IF_ERROR(check_step_batch(batch, opt_, cfg_.vocab_size));  // before its tokens index anything
+  return step_shard(batch, embedding_rows(batch.inputs), batch.counted_targets());
+}
+
+Result<StepStats> StreamingExecutor::step_shard(const Batch& batch, EmbeddingRows rows, long counted) {
+  // Sticky: the device or the group failed in an earlier step. A replica that will not join this
+  // step's collectives says so, so that the others fail now instead of at their timeout.
+  Status ready = backend_->error();
+  if (ready.ok()) ready = comm_error_;
+  if (!ready.ok() && ro_.comm) ro_.comm->abort(ready);
+  MT_RETURN_IF_ERROR(ready);
   MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
-  MT_RETURN_IF_ERROR(backend_->error());  // sticky: the device failed in an earlier step
   timeline_.begin_step();
-  const long counted = batch.counted_targets();
   grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
-  EmbeddingRows rows = embedding_rows(batch.inputs);
+  map_to_rows(batch.inputs, *rows);
   st.embedding_rows = long(rows->size());
   pipe_->begin_step(st.step, st.lr, std::move(rows));
   upload_batch(batch);
@@ -218,6 +250,7 @@ Result<StepStats> StreamingExecutor::step(const Batch& batch) {
   backend_->host_wait(done);
   ++steps_;  // begun in the pipeline: a failed step is not run again under the same number
   MT_RETURN_IF_ERROR(backend_->error());
+  MT_RETURN_IF_ERROR(comm_error_);
   // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer
   // finished that step's update phase before this step's weights were uploaded.
   MT_RETURN_IF_ERROR(pipe_->error());

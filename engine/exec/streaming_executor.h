@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/dist/communicator.h"
 #include "engine/exec/compute_timeline.h"
 #include "engine/exec/executor.h"
 #include "engine/model/layers.h"
@@ -30,31 +31,58 @@ struct StreamingOptions {
   Bf16Uploads bf16_uploads = Bf16Uploads::kShadow;  // precision bf16 only (planner.h)
 };
 
+class StreamingExecutor;
+
+// Data parallelism (data_parallel_executor.h): this executor is replica `comm->rank()` of a group
+// of devices that share the leader's (rank 0's) HostStore. Each replica runs its share of the
+// global batch's micro-batches through the same units in the same order; a unit's gradient is
+// reduced onto the leader's device (comm->reduce, root 0) and only the leader sends it to the
+// host, where its optimizer, the only one, updates the shared store. The others upload from that
+// store once the leader has updated each unit.
+struct ReplicaOptions {
+  Communicator* comm = nullptr;         // null: a lone executor
+  StreamingExecutor* leader = nullptr;  // ranks > 0: whose store and updates they use
+  long rows_tokens = 0;  // the embedding rows of a step come from this many tokens (the global batch)
+  // The leader only: the processes (nodes) its landed gradients are all-reduced over on the host
+  // (PipelineConfig::nodes). Exact layout only.
+  Communicator* nodes = nullptr;
+};
+
 class StreamingExecutor final : public Executor {
  public:
   static Result<std::unique_ptr<StreamingExecutor>> create(const ModelConfig& cfg, const TrainOptions& opt,
-                                                           const StreamingOptions& so, std::unique_ptr<Backend> backend);
+                                                           const StreamingOptions& so, std::unique_ptr<Backend> backend,
+                                                           const ReplicaOptions& ro = {});
   static Result<std::unique_ptr<StreamingExecutor>> create_cpu(const ModelConfig& cfg, const TrainOptions& opt,
                                                                const StreamingOptions& so);
   ~StreamingExecutor() override;
 
   Result<StepStats> step(const Batch& batch) override;
+  // A replica's step: `shard` is its part of the global batch, `rows` the global batch's
+  // embedding rows (embedding_rows of all its inputs) and `counted` its counted targets, so
+  // every replica's gradient is its share of the one global mean.
+  Result<StepStats> step_shard(const Batch& shard, EmbeddingRows rows, long counted);
+  // The distinct tokens (ascending) of `inputs`: the embedding rows a step reads.
+  EmbeddingRows embedding_rows(const std::vector<int32_t>& inputs);
+  // After a step: its micro-batches' loss sums, in order.
+  std::vector<double> micro_batch_loss_sums() const;
   Status sync() override;
   HostStore& store() override { return *store_; }
+  Backend& backend() { return *backend_; }
   long steps_done() const override { return steps_; }
   void set_steps_done(long steps) override;
 
   const MemoryPlan& plan() const { return plan_; }
   // Host bytes it allocated: the HostStore and its host staging buffers (= plan().host_bytes).
   uint64_t host_bytes() const {
-    return store_->total_bytes() + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes() +
+    return (own_store_ ? own_store_->total_bytes() : 0) + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes() +
            host_loss_.bytes() + host_upload_staging_.bytes();
   }
   size_t device_peak() const { return backend_->device_peak(); }
 
  private:
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
-                    std::unique_ptr<Backend> backend);
+                    std::unique_ptr<Backend> backend, const ReplicaOptions& ro);
   Status allocate();
   // The step's uses and its last phase, in the compute dtype T (float or bf16).
   template <typename T>
@@ -91,16 +119,22 @@ class StreamingExecutor final : public Executor {
   int acquire_grad_slot(size_t numel);  // a zeroed gradient slot
   enum class GradShare { kUnit, kTiedHead, kEmbeddingRows };  // where a gradient slot goes on the host
   void send_grads(int unit, int grad_slot, size_t numel, GradShare share);
-  // The batch's distinct tokens (ascending) and each input's index among them, in row_ids_.
-  EmbeddingRows embedding_rows(const std::vector<int32_t>& inputs);
+  // Each input's index among `rows`, in row_ids_.
+  void map_to_rows(const std::vector<int32_t>& inputs, const std::vector<int32_t>& rows);
+  // Replicas: the gradient slot reduced onto the leader's device; false when this replica sends
+  // nothing to the host (not the leader, or the group failed: then comm_error_ is set).
+  bool reduce_grads(int grad_slot, size_t numel);
 
   ModelConfig cfg_;
   TrainOptions opt_;
   StreamingOptions so_;
   std::vector<ParamSchema> units_;
   MemoryPlan plan_;
+  ReplicaOptions ro_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<HostStore> store_;
+  std::unique_ptr<HostStore> own_store_;  // null on a replica other than the leader
+  HostStore* store_ = nullptr;            // own_store_, or the leader's
+  Status comm_error_;                     // the first failed collective of the step
   std::unique_ptr<StreamingPipeline> pipe_;
   // Host memory from the backend's allocator (pinned on CUDA, so copies overlap compute).
   HostBuffer host_tied_grad_;    // tied embeddings: the LM head's share of d(embedding)

@@ -168,7 +168,24 @@ int StreamingExecutor::acquire_grad_slot(size_t numel) {
   return k;
 }
 
+bool StreamingExecutor::reduce_grads(int k, size_t numel) {
+  if (!ro_.comm) return true;
+  Status s = comm_error_.ok() ? ro_.comm->reduce(grad_slots_[size_t(k)], numel, 0, {backend_.get(), StreamKind::kCompute})
+                              : comm_error_;
+  if (!s.ok() && comm_error_.ok()) {
+    comm_error_ = s;
+    ro_.comm->abort(s);                 // the others fail now, not at their timeout
+    if (!ro_.leader) pipe_->refuse_update(s);  // the leader applies no update from this step
+  }
+  // The leader sends even after a failure (its update is refused), so the pipeline's bookkeeping
+  // completes and nothing waits for a gradient that never comes.
+  if (ro_.comm->rank() == 0) return true;
+  grad_slot_free_[size_t(k)] = backend_->record(StreamKind::kCompute);
+  return false;
+}
+
 void StreamingExecutor::send_grads(int unit, int k, size_t numel, GradShare share) {
+  if (!reduce_grads(k, numel)) return;
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
   const float* src = grad_slots_[size_t(k)];
   void* dst = share == GradShare::kTiedHead        ? host_tied_grad_.as<void>()

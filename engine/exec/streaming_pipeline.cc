@@ -56,9 +56,10 @@ uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
 
 StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                                      std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                                     const HostStaging& staging)
+                                     const HostStaging& staging, StreamingPipeline* leader)
     : backend_(backend),
       store_(store),
+      leader_(leader),
       units_(units),
       slots_(std::move(slots)),
       uses_(std::move(uses)),
@@ -76,6 +77,7 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
 }
 
 StreamingPipeline::~StreamingPipeline() {
+  stopping_ = true;
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
@@ -109,7 +111,13 @@ void StreamingPipeline::uploader_loop() {
         cv_.notify_all();
         continue;
       }
-      cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+      if (leader_) {
+        l.unlock();
+        leader_->wait_updated(size_t(u.unit), s - 1, stopping_);
+        l.lock();
+      } else {
+        cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+      }
       opt_ready_time_[i] = now_seconds();
       cv_.wait(l, [&] { return stop_ || u.prev_of_slot < 0 || released_[size_t(u.prev_of_slot)]; });
       if (stop_) return;
@@ -205,6 +213,7 @@ void StreamingPipeline::land(const Landing& g) {
   if (!failed) {
     if (u == 0) scatter_embedding_grad(g.rows);
     const HostUnit& hu = store_.unit(u);
+    if (cfg_.nodes) (void)refuse_if(cfg_.nodes->all_reduce(static_cast<float*>(hu.grad), hu.numel));
     sumsq_[u] = store_.layout() == MemoryLayout::kExact
                     ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
                     : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
@@ -283,7 +292,8 @@ void StreamingPipeline::scatter_embedding_grad(const EmbeddingRows& rows) {
   else
     embedding_grad(static_cast<bf16*>(hu.grad), hu.numel, staging_.tied_grad, staging_.embedding_rows, *rows,
                    cfg_.embedding_width, written);
-  scattered_ = rows;
+  // Summed over nodes, the gradient has the other nodes' rows too: clear it all next time.
+  scattered_ = cfg_.nodes ? nullptr : rows;
 }
 
 void StreamingPipeline::update_phase(long step, float lr) {
@@ -328,8 +338,14 @@ void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
   cv_.notify_all();
 }
 
+void StreamingPipeline::wait_updated(size_t unit, long step, const std::atomic<bool>& stop) {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop && !stop_ && updated_[unit] < step) cv_.wait_for(l, std::chrono::milliseconds(20));
+}
+
 Status StreamingPipeline::sync() {
   std::unique_lock<std::mutex> l(mu_);
+  if (leader_) return error_;  // a follower applies no updates
   cv_.wait(l, [&] {
     for (long s : updated_)
       if (s < step_) return false;

@@ -12,7 +12,10 @@
 //    whose loss or gradient norm is not finite is not applied, nor is any later step: the
 //    refusal is kept and returned by the executor's next step or sync. (With
 //    update_during_backward, units that landed before the non-finite one are already updated.)
+//  * A follower (data parallelism: a replica other than the leader) has no gradients to land:
+//    its uploader waits for the leader's updates of the shared store instead of its own.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/dist/communicator.h"
 #include "engine/exec/compute_timeline.h"
 #include "engine/optim/host_store.h"
 #include "engine/optim/optimizer.h"
@@ -46,6 +50,9 @@ struct PipelineConfig {
   size_t embedding_width = 0;  // C: elements per embedding row
   // What the slots hold: the fp32 masters, or (bf16) the shadows the optimizer writes with them.
   Precision precision = Precision::kFp32;
+  // Several processes (nodes): each landed gradient is all-reduced over them on the host, by the
+  // optimizer thread, before its norm is taken, so every node applies the same update. Null: one.
+  Communicator* nodes = nullptr;
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
@@ -70,8 +77,11 @@ class StreamingPipeline {
  public:
   StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                     std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                    const HostStaging& staging);
+                    const HostStaging& staging, StreamingPipeline* leader = nullptr);
   ~StreamingPipeline();
+  // Blocks until `unit`'s update of `step` is applied (or `stop` is set): a follower's uploader
+  // waits on its leader's updates (data parallelism: one optimizer, one store).
+  void wait_updated(size_t unit, long step, const std::atomic<bool>& stop);
 
   const std::vector<UnitUse>& uses() const { return uses_; }
   // Bytes the uses [first, last] fetch from the host.
@@ -121,6 +131,8 @@ class StreamingPipeline {
 
   Backend& backend_;
   HostStore& store_;
+  StreamingPipeline* leader_;  // data parallelism: whose updates the uploads wait for (null: its own)
+  std::atomic<bool> stopping_{false};
   const std::vector<ParamSchema>& units_;
   std::vector<void*> slots_;
   std::vector<UnitUse> uses_;

@@ -6,6 +6,9 @@
 #include "engine/data/example_set.h"
 #include "engine/data/jsonl_examples.h"
 #include "engine/io/hf_io.h"
+#include "engine/dist/launch_env.h"
+#include "engine/dist/mpi_comm.h"
+#include "engine/exec/data_parallel_executor.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
 #include "kernels/gemm_provider.h"
@@ -40,6 +43,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   if (auto placement = parse_checkpoint_placement(spec.checkpoint_placement); placement.ok()) p.placement = *placement;
   p.host_budget = host_budget;
   p.device_budget = device_budget;
+  p.devices = spec.devices;
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
     p.backend_bytes = cuda_fixed_device_bytes(CudaBackendOptions{}, tokens, uint64_t(cfg.hidden_size));
@@ -132,8 +136,31 @@ Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
   return make_cpu_backend(o);
 }
 
+// Several processes: this one's place among them, from its launcher (mpirun, srun), and the two
+// MPI communicators its executor uses (NodeComms). One process: none.
+struct Nodes {
+  std::unique_ptr<Communicator> grads, losses;
+  NodeComms comms() const { return {grads.get(), losses.get()}; }
+};
+
+Result<Nodes> join_nodes(const JobSpec& spec) {
+  MT_ASSIGN_OR_RETURN(LaunchEnv env, launch_env());
+  Nodes n;
+  if (env.size == 1) return n;
+  if (!env.mpi())
+    return failed_precondition("RANK/WORLD_SIZE say this is rank " + std::to_string(env.rank) + " of " +
+                               std::to_string(env.size) + " (torchrun), but MegaTrain's processes talk over MPI: "
+                               "launch them with mpirun or srun");
+  if (spec.data.source == "push") return invalid_argument("data.source = push runs in one process (the daemon's)");
+  CommOptions co;
+  co.timeout_seconds = spec.comm_timeout_seconds;
+  MT_ASSIGN_OR_RETURN(n.grads, make_mpi_world_comm(co));
+  MT_ASSIGN_OR_RETURN(n.losses, make_mpi_world_comm(co));
+  return n;
+}
+
 Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget,
-                                                const JobHooks& hooks) {
+                                                const JobHooks& hooks, NodeComms nodes) {
   if (spec.executor == "resident") {
     if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
     MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, job_train_options(spec)));
@@ -147,8 +174,24 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.device_budget = po.device_budget;
   so.backend_bytes = po.backend_bytes;
   so.link_gbps = spec.link_gbps;
-  MT_ASSIGN_OR_RETURN(auto backend, hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec));
-  MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, job_train_options(spec), so, std::move(backend)));
+  auto backend_for = [&]() { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec); };
+  if (spec.devices == 1 && nodes.size() == 1) {
+    MT_ASSIGN_OR_RETURN(auto backend, backend_for());
+    MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, job_train_options(spec), so, std::move(backend)));
+    return std::unique_ptr<Executor>(std::move(ex));
+  }
+  if (uses_cuda(spec) && spec.devices > 1)  // the in-process communicator reads device memory from the host
+    return unimplemented("devices = " + std::to_string(spec.devices) +
+                         " on CUDA needs the NCCL communicator, which this build does not drive yet; use the CPU "
+                         "backend or one process per GPU under mpirun");
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int d = 0; d < spec.devices; ++d) {
+    MT_ASSIGN_OR_RETURN(auto b, backend_for());
+    backends.push_back(std::move(b));
+  }
+  CommOptions co;
+  co.timeout_seconds = spec.comm_timeout_seconds;
+  MT_ASSIGN_OR_RETURN(auto ex, DataParallelExecutor::create(cfg, job_train_options(spec), so, std::move(backends), co, nodes));
   return std::unique_ptr<Executor>(std::move(ex));
 }
 
@@ -213,7 +256,9 @@ static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const 
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
-  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_));
+  MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
+  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_, nodes.comms()));
+  const bool writes_checkpoints = nodes.comms().rank() == 0;  // every node holds the same model
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   std::string resumed;  // the checkpoint this run resumes from, if any
@@ -221,6 +266,12 @@ Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
+  if (spec_.devices > 1 || nodes.comms().size() > 1)
+    log(LogLevel::kInfo, "data parallel: process " + std::to_string(nodes.comms().rank()) + " of " +
+                             std::to_string(nodes.comms().size()) + ", " + std::to_string(spec_.devices) +
+                             " device(s) each, " +
+                             std::to_string(spec_.train.global_batch / (spec_.devices * nodes.comms().size())) +
+                             " sequences per device per step");
   // What computes, and a generic CPU GEMM kernel on a capable CPU loud enough to notice.
   log(LogLevel::kInfo, std::string("compute ") + precision_name(job_precision(spec_)) + " on " +
                            (uses_cuda(spec_) && spec_.executor != "resident" ? "cuda" : "cpu") + "; " +
@@ -236,6 +287,10 @@ Result<JobResult> JobRunner::run() {
   result.checkpoint = resumed;
   long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
   auto checkpoint = [&]() -> Status {
+    if (state.step != saved_step && !writes_checkpoints) {
+      MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
+      saved_step = state.step;
+    }
     if (state.step != saved_step) {
       MT_RETURN_IF_ERROR(ex->sync());
       MT_ASSIGN_OR_RETURN(result.checkpoint, save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));

@@ -85,6 +85,9 @@ class JobRunner {
 
   Result<JobResult> run();       // blocking
   void request_cancel() { cancel_ = true; }        // stops at the next step boundary, checkpoints
+  // Before run(): the daemon's run hook (tests) may replace a hook, e.g. make_backend with a
+  // faulty device.
+  JobHooks& hooks() { return hooks_; }
   // Writes one at the next step boundary, or while the data source reports it has no data.
   void request_checkpoint() { checkpoint_now_ = true; }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "engine/data/data_source.h"
+#include "engine/exec/data_parallel_executor.h"
 #include "engine/model/init.h"
 
 namespace mt {
@@ -199,6 +200,8 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(r.integer("slots", s.slots));
   MT_RETURN_IF_ERROR(r.number("link_gbps", s.link_gbps));
   MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
+  MT_RETURN_IF_ERROR(r.integer("devices", s.devices));
+  MT_RETURN_IF_ERROR(r.number("comm_timeout_seconds", s.comm_timeout_seconds));
   MT_RETURN_IF_ERROR(r.boolean("recompute", s.train.recompute));
   MT_RETURN_IF_ERROR(r.integer("token_chunk", s.train.token_chunk));
   MT_RETURN_IF_ERROR(r.integer("priority", s.priority));
@@ -258,6 +261,11 @@ Status validate(const JobSpec& s) {
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
   MT_RETURN_IF_ERROR(one_of("checkpoint_placement", s.checkpoint_placement, {"auto", "device", "host"}));
+  if (!(s.comm_timeout_seconds > 0 && s.comm_timeout_seconds <= 86400))
+    return invalid_argument("comm_timeout_seconds = " + std::to_string(s.comm_timeout_seconds) + " must be in (0, 86400]");
+  MT_RETURN_IF_ERROR(check_devices(s.devices, s.train));
+  if (s.devices > 1 && s.executor != "streaming")
+    return invalid_argument("devices = " + std::to_string(s.devices) + " needs executor = streaming");
   ModelConfig dummy;
   return validate(s.train, dummy);
 }
@@ -320,6 +328,8 @@ Json job_spec_trajectory_json(const JobSpec& s) {
       {"memory", Json::object({{"layout", memory_layout_name(s.train.layout)}})},
   });
   if (s.train.token_chunk != 0) j.set("token_chunk", s.train.token_chunk);
+  if (s.devices != 1) j.set("devices", s.devices);  // absent when 1, as before the field existed
+  if (s.comm_timeout_seconds != 300) j.set("comm_timeout_seconds", s.comm_timeout_seconds);
   return j;
 }
 }  // namespace
@@ -331,9 +341,11 @@ Json job_spec_to_json(const JobSpec& s) {
 }
 
 std::string job_spec_hash(const JobSpec& s) {
-  // Fields that change the trajectory; name, steps, checkpoint policy and executor do not.
+  // Fields that change the trajectory; name, steps, checkpoint policy and executor do not, nor
+  // (beyond fp32 rounding) the device count, so a checkpoint resumes on another one.
   Json j = job_spec_trajectory_json(s);
-  for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend"})
+  for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend",
+                        "devices", "comm_timeout_seconds"})
     j.set(k, Json());
   const std::string text = j.dump();
   uint64_t h = 0;

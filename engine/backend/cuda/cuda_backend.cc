@@ -78,6 +78,8 @@ class CudaBackend final : public Backend {
   const Ops<bf16>& ops_bf16() override { return *ops_bf16_; }
   CopyStats take_copy_stats() override;
   Status error() const override { return errors_.get(); }
+  int device_index() const override { return opt_.device; }
+  void* native_stream(StreamKind s) override { return stream(s); }
 
  private:
   explicit CudaBackend(const CudaBackendOptions& o) : opt_(o), pinned_(o.device) {}
