@@ -1,5 +1,7 @@
 // Issue 17: DeleteJob, retention, ListJobs paging and filters, megatrain_state_dir_bytes.
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "tests/server/schedule_util.h"
 
@@ -207,8 +209,15 @@ TEST(ServerRetention, KeepsTheNewestFinishedJobsAndNoneOlderThanTheDays) {
       ids.push_back(submit(*s.stub, named_spec(i)));
       wait_job(*s.stub, ids.back(), [](const v1::Job& j) { return terminal(j.state()); });
     }
+    // The sweep runs after a job's end is recorded, on the daemon's own thread: the last job can
+    // be seen terminal a moment before the sweep has retired the oldest (seen under load).
     v1::ListJobsResponse resp;
-    ASSERT_TRUE(list(*s.stub, v1::ListJobsRequest(), &resp).ok());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    do {
+      ASSERT_TRUE(list(*s.stub, v1::ListJobsRequest(), &resp).ok());
+      if (resp.jobs_size() == 2) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < deadline);
     ASSERT_EQ(resp.jobs_size(), 2);
     EXPECT_EQ(resp.jobs(0).id(), ids[3]);
     EXPECT_EQ(resp.jobs(1).id(), ids[4]);
