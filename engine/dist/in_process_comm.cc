@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <mutex>
 
 namespace mt {
@@ -154,11 +153,12 @@ class InProcessComm final : public Communicator {
       case Op::kAllGather:
         for (int r = 0; r < N; ++r) {
           T* dst = static_cast<T*>(p[size_t(rank_)].recv) + size_t(r) * n;
-          if (dst != p[size_t(r)].send) std::memcpy(dst, p[size_t(r)].send, n * sizeof(T));
+          if (dst != p[size_t(r)].send) std::copy_n(static_cast<const T*>(p[size_t(r)].send), n, dst);
         }
         break;
       case Op::kBroadcast:
-        if (rank_ != root) std::memcpy(p[size_t(rank_)].recv, p[size_t(root)].send, n * sizeof(T));
+        if (rank_ != root)  // copy_n: zero-length buffers may be null, which memcpy may not see
+          std::copy_n(static_cast<const T*>(p[size_t(root)].send), n, static_cast<T*>(p[size_t(rank_)].recv));
         break;
     }
   }
