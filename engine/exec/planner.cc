@@ -62,7 +62,7 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   // the batch's inputs, targets and document positions grow with the tokens; the chunk's
   // workspace with token_chunk (+ the LM head's loss totals, the RoPE frequencies).
   const uint64_t attention_state = sat_add(p.workspace_split.sequence, aligned(sat_mul(tokens, 12)));
-  const uint64_t chunk_workspace = sat_add(aligned(p.workspace_bytes) - p.workspace_split.sequence,
+  const uint64_t chunk_workspace = sat_add(aligned(p.workspace_split.chunk),
                                            aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
   std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), aligned(sat_mul(p.slot_numel, e)))},
                                                          {"grad_slots", sat_mul(2, aligned(sat_mul(p.slot_numel, 4)))},
@@ -102,13 +102,8 @@ std::string budget_reason(const char* what, uint64_t need, uint64_t budget) {
          format_bytes(budget) + " (" + std::to_string(budget) + " bytes)";
 }
 
-// One micro-batch's workspace: a decoder's activations and backward scratch, the head's scratch.
-size_t workspace_bytes(const ModelConfig& c, const TrainOptions& o, int token_chunk) {
-  LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk, token_chunk};
-  return o.precision == Precision::kBf16
-             ? decoder_acts_bytes<bf16>(s) + decoder_scratch_bytes<bf16>(s) + head_scratch_bytes<bf16>(s)
-             : decoder_acts_bytes<float>(s) + decoder_scratch_bytes<float>(s) + head_scratch_bytes<float>(s);
-}
+// One micro-batch's workspace (a decoder's activations and backward scratch, the head's scratch)
+// by what it grows with; its total is what the executor binds (layers.h).
 WorkspaceSplit workspace_split(const ModelConfig& c, const TrainOptions& o, int token_chunk) {
   LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk, token_chunk};
   return o.precision == Precision::kBf16 ? layer_workspace_split<bf16>(s) : layer_workspace_split<float>(s);
@@ -139,8 +134,8 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
   bool on_device = true;
   auto place = [&](int chunk) {
     p.token_chunk = chunk;
-    p.workspace_bytes = workspace_bytes(c, o, chunk);
     p.workspace_split = workspace_split(c, o, chunk);
+    p.workspace_bytes = p.workspace_split.sequence + p.workspace_split.chunk;
     on_device = po.placement != CheckpointPlacement::kHost;
     p.device_by_kind = device_kinds(p, c, o, po, on_device);
     if (po.placement == CheckpointPlacement::kAuto && po.device_budget && sum(p.device_by_kind) > po.device_budget) {
