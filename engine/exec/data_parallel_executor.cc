@@ -27,12 +27,14 @@ Result<std::unique_ptr<DataParallelExecutor>> DataParallelExecutor::create(const
   MT_RETURN_IF_ERROR(check_devices(n, opt, nodes.size()));
   std::unique_ptr<DataParallelExecutor> e(new DataParallelExecutor(cfg, opt));
   e->nodes_ = nodes;
-  e->comms_ = make_in_process_comms(n, copt);
+  // One device (a process of several under mpirun): no in-process group, whose reduce would make
+  // the host thread wait for the compute stream at every unit for nothing.
+  if (n > 1) e->comms_ = make_in_process_comms(n, copt);
   TrainOptions shard = opt;
   shard.global_batch = opt.global_batch / (n * nodes.size());
   for (int d = 0; d < n; ++d) {
     ReplicaOptions ro;
-    ro.comm = e->comms_[size_t(d)].get();
+    ro.comm = n > 1 ? e->comms_[size_t(d)].get() : nullptr;
     ro.leader = d > 0 ? e->replicas_[0].get() : nullptr;
     ro.rows_tokens = long(opt.global_batch / nodes.size()) * opt.seq_len;
     ro.nodes = d == 0 ? nodes.grads : nullptr;
