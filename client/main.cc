@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     std::printf("usage: megatrain %s\n", usage);
     return kOk;
   }
-  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow", "max-seq-len"});
+  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow", "max-seq-len", "shard-optimizer"});
   if (!args.ok()) return fail(kUsage, args.status().message());
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));
   if (cmd == "train") return cmd_train(*args);

@@ -1,4 +1,5 @@
 // megatrain plan SPEC: the offline memory plan of a job (any preset, up to dense-120b).
+#include <cmath>
 #include <cstdio>
 
 #include "client/cli.h"
@@ -48,13 +49,17 @@ int cmd_plan_local(const Args& a) {
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
+  auto processes = a.number("processes", 1);  // mpirun -np: host bytes are then per process
+  if (!processes.ok() || !(*processes >= 1 && *processes <= 4096) || *processes != std::floor(*processes))
+    return fail(kUsage, "--processes = '" + a.get("processes") + "' must be a whole number in [1, 4096]");
+  if (a.has("shard-optimizer")) spec->shard_optimizer = true;
   int max_seq_len = 0;
   if (a.has("max-seq-len")) {  // the longest that fits, then its plan
     auto m = longest_seq_len(*spec, *cfg, *host, *dev);
     if (!m.ok()) return fail(kUsage, m.status().message());  // as the daemon's refusal maps
     spec->train.seq_len = max_seq_len = *m;
   }
-  auto plan = plan_for_job(*spec, *cfg, *host, *dev);  // the daemon's PlanJob answers with the same planner
+  auto plan = plan_for_job(*spec, *cfg, *host, *dev, int(*processes));  // the daemon's PlanJob: the same planner
   if (!plan.ok()) return fail(kUsage, plan.status().message());
   if (a.json()) {
     Json j = memory_plan_to_json(*plan);
@@ -68,8 +73,11 @@ int cmd_plan_local(const Args& a) {
               spec->train.micro_batch, spec->train.global_batch,
               plan->token_chunk ? std::to_string(plan->token_chunk).c_str() : "none");
   std::printf("model          %s, %lld parameters\n", cfg->architecture.c_str(), (long long)plan->params);
-  std::printf("host memory    %s (%.2f bytes/param, %s layout)\n", format_bytes(plan->host_bytes).c_str(),
-              plan->host_bytes_per_param, memory_layout_name(spec->train.layout));
+  const std::string per_process =
+      plan->processes == 1 ? "" : ", per process of " + std::to_string(plan->processes) +
+                                      (plan->shard_optimizer ? ", optimizer sharded" : ", optimizer replicated");
+  std::printf("host memory    %s (%.2f bytes/param, %s layout%s)\n", format_bytes(plan->host_bytes).c_str(),
+              plan->host_bytes_per_param, memory_layout_name(spec->train.layout), per_process.c_str());
   for (const auto& [k, b] : plan->host_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
   std::printf("device memory  %s (%s, layer inputs on %s)\n", format_bytes(plan->device_bytes).c_str(),
               precision_name(plan->precision), plan->checkpoints_on_device ? "device" : "host");

@@ -36,6 +36,7 @@ Status apply_overrides(const Args& a, JobSpec& spec) {
       return invalid_argument("--devices = '" + a.get("devices") + "' must be a whole number in [1, 64]");
     spec.devices = int(devices);
   }
+  if (a.has("shard-optimizer")) spec.shard_optimizer = true;
   return validate(spec);
 }
 

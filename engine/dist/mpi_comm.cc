@@ -128,8 +128,8 @@ class MpiComm final : public Communicator {
       if (p != rank_ && got[size_t(p)] != seq_) late += (late.empty() ? "" : ", ") + std::to_string(p);
     if (late.empty())  // every peer's number came, but ours did not leave: a peer stopped receiving
       return fail("MPI " + std::string(what) + " of " + std::to_string(n) + " elements (collective #" +
-                  std::to_string(seq_) + ", rank " + std::to_string(rank_) + "): the other ranks did not take its " +
-                  "arrival within " + std::to_string(opt_.timeout_seconds) + " s: one died or hangs");
+                  std::to_string(seq_) + ", rank " + std::to_string(rank_) + "): " + others() +
+                  " did not take its arrival within " + std::to_string(opt_.timeout_seconds) + " s: it died or hangs");
     return fail("MPI " + std::string(what) + " of " + std::to_string(n) + " elements (collective #" +
                 std::to_string(seq_) + ", waited by rank " + std::to_string(rank_) + "): rank " + late +
                 " did not arrive within " + std::to_string(opt_.timeout_seconds) + " s: it died or hangs");
@@ -137,8 +137,16 @@ class MpiComm final : public Communicator {
   Status finish(MPI_Request* r, const char* what, size_t n) {
     if (poll(r, 1)) return Status::Ok();
     return fail("MPI " + std::string(what) + " of " + std::to_string(n) + " elements (collective #" +
-                std::to_string(seq_) + ") on rank " + std::to_string(rank_) + " did not complete within " +
-                std::to_string(opt_.timeout_seconds) + " s after every rank arrived: a rank died or hangs inside it");
+                std::to_string(seq_) + ", rank " + std::to_string(rank_) + "): " + others() +
+                " did not complete it within " + std::to_string(opt_.timeout_seconds) +
+                " s after every rank arrived: it died or hangs inside it");
+  }
+  // Who can be the culprit once every rank arrived: "rank 1", or "one of ranks 0, 2, 3".
+  std::string others() const {
+    std::string list;
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) list += (list.empty() ? "" : ", ") + std::to_string(p);
+    return size_ == 2 ? "rank " + list : "one of ranks " + list;
   }
   // True when every request completed before the deadline.
   bool poll(MPI_Request* reqs, int count) {
@@ -148,7 +156,7 @@ class MpiComm final : public Communicator {
       if (MPI_Testall(count, reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return false;
       if (flag) return true;
       if (std::chrono::steady_clock::now() > deadline) return false;
-      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (spins > 1000) std::this_thread::yield();
     }
   }
   Status fail(std::string why) {

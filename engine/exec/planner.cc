@@ -7,6 +7,7 @@
 #include "engine/base/checked_math.h"
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/optim/host_store.h"
+#include "engine/optim/optimizer_shards.h"
 #include "engine/model/layers.h"
 #include "engine/model/param_schema.h"
 
@@ -74,12 +75,21 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   return kinds;
 }
 
+// Sharded over processes: the units whose Adam state the most loaded process holds. Else all.
+MomentUnits largest_moment_share(const std::vector<ParamSchema>& units, const PlanOptions& po) {
+  if (!po.shard_optimizer || po.processes <= 1) return {};
+  const std::vector<int> owners = optimizer_shard_owners(units, po.processes);
+  std::vector<uint64_t> load(size_t(po.processes), 0);
+  for (size_t u = 0; u < units.size(); ++u) load[size_t(owners[u])] += units[u].numel;
+  return moments_of_rank(owners, int(std::max_element(load.begin(), load.end()) - load.begin()));
+}
+
 // Host: per-parameter state as the HostStore lays it out, the staging of the step's embedding
 // rows (up, then their gradient down), and the LM head's share of a tied embedding gradient.
 std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, const ModelConfig& c,
                                                          const TrainOptions& o, const PlanOptions& po) {
   const bool shadow = keeps_bf16_shadow(o.precision, po.bf16_uploads);
-  const HostStoreBytes sb = host_store_bytes(units, o.layout, shadow);
+  const HostStoreBytes sb = host_store_bytes(units, o.layout, shadow, largest_moment_share(units, po));
   std::vector<std::pair<std::string, uint64_t>> kinds = {
       {"master", sb.master}, {"grad", sb.grad}, {"adam_m", sb.m}, {"adam_v", sb.v}};
   if (sb.shadow) kinds.push_back({"bf16_shadow", sb.shadow});  // what bf16 uploads copy
@@ -89,6 +99,11 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4, uint64_t(std::max(po.devices, 1)))});
   kinds.push_back({"loss_totals", loss_totals_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
+  if (po.processes > 1 && o.layout == MemoryLayout::kCompact) {  // each unit's bf16 gradient summed in fp32
+    size_t largest = 0;
+    for (const auto& u : units) largest = std::max(largest, u.numel);
+    kinds.push_back({"node_grad_staging", sat_mul(uint64_t(largest), 4)});
+  }
   if (o.precision == Precision::kBf16 && !shadow) {  // convert uploads: pinned staging per slot
     size_t slot = 0;
     for (const auto& u : units) slot = std::max(slot, u.numel);
@@ -114,11 +129,14 @@ WorkspaceSplit workspace_split(const ModelConfig& c, const TrainOptions& o, int 
 Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global, const PlanOptions& po) {
   MT_RETURN_IF_ERROR(validate(global, c));
   if (po.slots < 2) return invalid_argument("slots = " + std::to_string(po.slots) + " must be >= 2");
-  if (po.devices != 1) MT_RETURN_IF_ERROR(check_devices(po.devices, global));
+  if (po.processes < 1) return invalid_argument("processes = " + std::to_string(po.processes) + " must be >= 1");
+  if (po.devices != 1 || po.processes != 1) MT_RETURN_IF_ERROR(check_devices(po.devices, global, po.processes));
   TrainOptions o = global;  // one device's share of the step
-  o.global_batch /= po.devices;
+  o.global_batch /= po.devices * po.processes;
   MemoryPlan p;
   p.devices = po.devices;
+  p.processes = po.processes;
+  p.shard_optimizer = po.shard_optimizer && po.processes > 1;
   p.precision = o.precision;
   const auto units = build_param_schemas(c);
   for (const auto& u : units) {
@@ -184,6 +202,8 @@ Json memory_plan_to_json(const MemoryPlan& p) {
   Json j = Json::object({{"params", p.params},
                          {"host_bytes", int64_t(p.host_bytes)},
                          {"devices", p.devices},
+                         {"processes", p.processes},
+                         {"shard_optimizer", p.shard_optimizer},
                          {"host_bytes_per_param", p.host_bytes_per_param},
                          {"device_bytes", int64_t(p.device_bytes)},
                          {"fits", p.fits},

@@ -44,6 +44,10 @@ struct PlanOptions {
   // (global_batch / N) of the step; host bytes are for the node — the HostStore once, whatever
   // N, plus each device's staging of the step's embedding rows.
   int devices = 1;
+  // Processes (nodes) under mpirun, each with its own HostStore. Sharded, each holds the Adam
+  // state of its own units only (optimizer_shards.h): host bytes are the largest node's.
+  int processes = 1;
+  bool shard_optimizer = false;
 };
 
 struct MemoryPlan {
@@ -51,7 +55,9 @@ struct MemoryPlan {
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
   int devices = 1;  // device_bytes and device_by_kind are per device; host bytes for all of them
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, checkpoints
+  int processes = 1;             // host bytes are per process (node)
+  bool shard_optimizer = false;  // and, sharded, the largest process's
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, node_grad_staging, checkpoints
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
   std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, attention_state, chunk_workspace[, backend]

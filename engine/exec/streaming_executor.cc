@@ -1,5 +1,7 @@
 #include "engine/exec/streaming_executor.h"
 
+#include "engine/optim/optimizer_shards.h"
+
 #include "engine/exec/streaming_pipeline.h"
 
 namespace mt {
@@ -49,8 +51,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
   if (ro.comm && ro.comm->rank() > 0 && !ro.leader) return invalid_argument("a replica of rank > 0 needs its leader");
-  if (ro.nodes && opt.layout != MemoryLayout::kExact)
-    return invalid_argument("several processes need memory.layout = exact (gradients are summed over them in fp32)");
+  if (ro.shard_optimizer && so.update_during_backward)
+    return invalid_argument("a sharded optimizer updates after the whole step's norm: update_during_backward is off");
   if (ro.comm && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
     return invalid_argument("several devices need bf16_uploads = shadow: convert staging would be per device");
   std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend), ro));
@@ -61,10 +63,13 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 
 Status StreamingExecutor::allocate() {
   const bool shadow = keeps_bf16_shadow(opt_.precision, so_.bf16_uploads);
+  const std::vector<int> owners =
+      ro_.nodes && ro_.shard_optimizer ? optimizer_shard_owners(units_, ro_.nodes->size()) : std::vector<int>{};
   if (ro_.leader) {
     store_ = ro_.leader->store_;
   } else {
-    MT_ASSIGN_OR_RETURN(own_store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator()));
+    MT_ASSIGN_OR_RETURN(own_store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator(),
+                                                      owners.empty() ? MomentUnits{} : moments_of_rank(owners, ro_.nodes->rank())));
     store_ = own_store_.get();
   }
   if (opt_.precision == Precision::kBf16 && !shadow) {  // convert uploads
@@ -120,7 +125,7 @@ Status StreamingExecutor::allocate() {
   const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), rows_tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes};
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes, owners};
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
                             plan_.slot_numel};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,

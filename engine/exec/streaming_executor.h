@@ -44,8 +44,11 @@ struct ReplicaOptions {
   StreamingExecutor* leader = nullptr;  // ranks > 0: whose store and updates they use
   long rows_tokens = 0;  // the embedding rows of a step come from this many tokens (the global batch)
   // The leader only: the processes (nodes) its landed gradients are all-reduced over on the host
-  // (PipelineConfig::nodes). Exact layout only.
+  // (PipelineConfig::nodes), in fp32 whatever the layout.
   Communicator* nodes = nullptr;
+  // With `nodes`: the Adam state sharded over them (optimizer_shards.h); this store holds m and v
+  // of its own units only, and receives the others' masters from their owners.
+  bool shard_optimizer = false;
 };
 
 class StreamingExecutor final : public Executor {

@@ -1,5 +1,6 @@
 #include "engine/exec/streaming_pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -72,6 +73,11 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
       opt_ready_time_(uses_.size()),
       updated_(units.size(), 0),
       sumsq_(units.size()) {
+  if (cfg_.nodes && store_.layout() != MemoryLayout::kExact) {
+    size_t largest = 0;
+    for (const auto& u : units_) largest = std::max(largest, u.numel);
+    node_grad_.resize(largest);
+  }
   uploader_ = std::thread([this] { uploader_loop(); });
   optimizer_ = std::thread([this] { optimizer_loop(); });
 }
@@ -213,10 +219,11 @@ void StreamingPipeline::land(const Landing& g) {
   if (!failed) {
     if (u == 0) scatter_embedding_grad(g.rows);
     const HostUnit& hu = store_.unit(u);
-    if (cfg_.nodes) (void)refuse_if(cfg_.nodes->all_reduce(static_cast<float*>(hu.grad), hu.numel));
-    sumsq_[u] = store_.layout() == MemoryLayout::kExact
-                    ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
-                    : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
+    if (cfg_.nodes) (void)refuse_if(sum_over_nodes(u));
+    // Sharded, only the owner holds the sum; the others count 0, and the norm sums over nodes.
+    sumsq_[u] = !owns(u)                                  ? 0.0
+                : store_.layout() == MemoryLayout::kExact ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
+                                                          : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
   }
   if (cfg_.update_during_backward) {
     if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
@@ -226,6 +233,17 @@ void StreamingPipeline::land(const Landing& g) {
     landed_ = 0;
     if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
   }
+}
+
+Status StreamingPipeline::sum_over_nodes(size_t u) {
+  const HostUnit& hu = store_.unit(u);
+  const bool exact = store_.layout() == MemoryLayout::kExact;
+  float* grad = exact ? static_cast<float*>(hu.grad) : node_grad_.data();
+  if (!exact) widen_bf16(grad, static_cast<const bf16*>(hu.grad), hu.numel);
+  MT_RETURN_IF_ERROR(cfg_.owners.empty() ? cfg_.nodes->all_reduce(grad, hu.numel)
+                                         : cfg_.nodes->reduce(grad, hu.numel, cfg_.owners[u]));
+  if (!exact && owns(u)) round_to_bf16(static_cast<bf16*>(hu.grad), grad, hu.numel);
+  return Status::Ok();
 }
 
 // Gathers the rows into staging and copies them, packed, to the slot. The previous copy out of
@@ -297,6 +315,9 @@ void StreamingPipeline::scatter_embedding_grad(const EmbeddingRows& rows) {
 }
 
 void StreamingPipeline::update_phase(long step, float lr) {
+  // Sharded: each unit's sum of squares is on its owner alone (0 elsewhere), so the sum over
+  // nodes is the exact value, and every node then finds the same norm.
+  if (!cfg_.owners.empty() && refuse_if(cfg_.nodes->all_reduce(sumsq_.data(), sumsq_.size()))) return skip_updates(step);
   double total = 0;
   for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
   const double norm = std::sqrt(total);
@@ -306,7 +327,22 @@ void StreamingPipeline::update_phase(long step, float lr) {
     last_grad_norm_ = norm;
   }
   const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
+  if (!cfg_.owners.empty()) return update_shards(step, lr, clip);
   for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
+}
+
+// Every node first updates its own units (in parallel with the others: 1/N of the optimizer's
+// work each), then the units' masters go out in unit order, the order the next step reads them.
+void StreamingPipeline::update_shards(long step, float lr, float clip) {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (owns(u)) update_unit(u, step, lr, clip);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const HostUnit& hu = store_.unit(u);
+    if (refuse_if(cfg_.nodes->broadcast(hu.master, hu.numel, cfg_.owners[u]))) return skip_updates(step);
+    if (owns(u)) continue;
+    if (hu.shadow) round_to_bf16(hu.shadow, hu.master, hu.numel);  // as the owner's optimizer wrote its own
+    mark_updated(u, step);
+  }
 }
 
 bool StreamingPipeline::refuse_if(const Status& why) {
@@ -333,6 +369,10 @@ void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
   cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, o.weight_decay, clip, step};
   if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
   else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
+  mark_updated(u, step);
+}
+
+void StreamingPipeline::mark_updated(size_t u, long step) {
   std::lock_guard<std::mutex> l(mu_);
   updated_[u] = step;
   cv_.notify_all();

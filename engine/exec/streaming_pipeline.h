@@ -52,7 +52,13 @@ struct PipelineConfig {
   Precision precision = Precision::kFp32;
   // Several processes (nodes): each landed gradient is all-reduced over them on the host, by the
   // optimizer thread, before its norm is taken, so every node applies the same update. Null: one.
+  // Summed in fp32 always: a compact (bf16) gradient is widened into a staging buffer of the
+  // largest unit's size, summed, and rounded back once.
   Communicator* nodes = nullptr;
+  // The optimizer sharded over the nodes (optimizer_shards.h): unit u's gradient is reduced onto
+  // its owner, owners[u], which alone updates it; its masters are then broadcast to the others.
+  // Empty: every node updates every unit.
+  std::vector<int> owners;
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
@@ -118,6 +124,11 @@ class StreamingPipeline {
   void uploader_loop();
   void optimizer_loop();
   void update_phase(long step, float lr);
+  // Sharded: updates this node's units, then receives (or sends) every unit's masters in order.
+  void update_shards(long step, float lr, float clip);
+  void mark_updated(size_t u, long step);
+  Status sum_over_nodes(size_t u);  // the unit's gradient summed over the nodes (onto its owner)
+  bool owns(size_t u) const { return cfg_.owners.empty() || cfg_.owners[u] == cfg_.nodes->rank(); }
   void update_unit(size_t u, long step, float lr, float clip);
   void skip_updates(long step);              // marks every unit done at `step` without updating
   bool refuse_if(const Status& why);         // records `why` (if not ok): true when updates are refused
@@ -165,6 +176,7 @@ class StreamingPipeline {
   void land(const Landing& g);  // the optimizer's work on one landed gradient
   std::deque<Landing> landings_;
   std::vector<double> sumsq_;
+  std::vector<float> node_grad_;  // compact layout with nodes: the fp32 staging of one unit's sum
   int landed_ = 0;
   double optimizer_seconds_ = 0;
   double last_grad_norm_ = 0;

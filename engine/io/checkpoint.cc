@@ -49,6 +49,15 @@ long parse_step_dir(const std::string& name) {
 
 std::string join(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
 
+std::string temp_dir(const std::string& root, long step) { return join(root, ".tmp-" + step_dir_name(step)); }
+
+// Rank r's optimizer shard of `ranks` (1-based, as Hugging Face numbers its shards).
+std::string optimizer_shard_name(int rank, int ranks) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", rank + 1, ranks);
+  return buf;
+}
+
 // ---- trainer_state.json ------------------------------------------------------------------------
 
 std::string state_to_json(const TrainerState& s, const HostStore& store) {
@@ -102,12 +111,14 @@ std::vector<WriteTensor> weight_tensors(const std::vector<ParamSchema>& units, c
   return out;
 }
 
+// The Adam state of the units the store holds it for.
 std::vector<WriteTensor> moment_tensors(const std::vector<ParamSchema>& units, const HostStore& store) {
   const bool exact = store.layout() == MemoryLayout::kExact;
   const DType dt = exact ? DType::kF32 : DType::kBF16;
   const size_t es = exact ? 4 : 2;
   std::vector<WriteTensor> out;
   for (size_t i = 0; i < units.size(); ++i) {
+    if (!store.has_moments(i)) continue;
     const HostUnit& u = store.unit(i);
     for (const auto& t : units[i].tensors) {
       out.push_back({t.name + ".exp_avg", t.shape, dt, static_cast<const char*>(u.m) + t.offset * es, dt});
@@ -117,13 +128,48 @@ std::vector<WriteTensor> moment_tensors(const std::vector<ParamSchema>& units, c
   return out;
 }
 
+Metadata optimizer_metadata(long step, const HostStore& store) {
+  return {{"format", "pt"}, {"step", std::to_string(step)}, {"memory_layout", memory_layout_name(store.layout())}};
+}
+
+// optimizer.safetensors.index.json: each moment tensor in the shard of its unit's owner.
+Status write_optimizer_index(const std::string& dir, const std::vector<ParamSchema>& units, const HostStore& store,
+                             const std::vector<int>& owners) {
+  if (owners.size() != units.size()) return invalid_argument("optimizer shard owners do not match the units");
+  const int ranks = 1 + *std::max_element(owners.begin(), owners.end());
+  for (int r = 0; r < ranks; ++r)  // published only with every shard in place
+    if (std::error_code ec; !fs::is_regular_file(join(dir, optimizer_shard_name(r, ranks)), ec))
+      return data_loss("optimizer shard " + optimizer_shard_name(r, ranks) + " is missing: its process did not write it");
+  Json map = Json::object();
+  int64_t total = 0;
+  for (size_t i = 0; i < units.size(); ++i)
+    for (const auto& t : units[i].tensors) {
+      const Json file(optimizer_shard_name(owners[i], ranks));
+      map.set(t.name + ".exp_avg", file);
+      map.set(t.name + ".exp_avg_sq", file);
+      total += 2 * int64_t(t.numel * state_elem_bytes(store.layout()));
+    }
+  Json index = Json::object();
+  index.set("metadata", Json::object({{"total_size", Json(total)}}));
+  index.set("weight_map", map);
+  return write_file_durable(join(dir, "optimizer.safetensors.index.json"), index.dump(2) + "\n");
+}
+
+// Everything but the optimizer shards: the optimizer state itself (owners null: this store holds
+// all of it) or the index of the shards the processes wrote.
 Status write_files(const std::string& dir, const ModelConfig& cfg, const std::vector<ParamSchema>& units,
-                   const HostStore& store, const TrainerState& state) {
+                   const HostStore& store, const TrainerState& state, const std::vector<int>* owners) {
   const Metadata meta = {{"format", "pt"}, {"step", std::to_string(state.step)}};
   MT_RETURN_IF_ERROR(write_safetensors(join(dir, "model.safetensors"), weight_tensors(units, store), meta));
-  Metadata ometa = meta;
-  ometa["memory_layout"] = memory_layout_name(store.layout());
-  MT_RETURN_IF_ERROR(write_safetensors(join(dir, "optimizer.safetensors"), moment_tensors(units, store), ometa));
+  if (owners) {
+    MT_RETURN_IF_ERROR(write_optimizer_index(dir, units, store, *owners));
+  } else {
+    for (size_t i = 0; i < units.size(); ++i)
+      if (!store.has_moments(i))
+        return failed_precondition("this store holds a shard of the optimizer state: write it with write_optimizer_shard");
+    MT_RETURN_IF_ERROR(write_safetensors(join(dir, "optimizer.safetensors"), moment_tensors(units, store),
+                                         optimizer_metadata(state.step, store)));
+  }
   MT_RETURN_IF_ERROR(write_file_durable(join(dir, "trainer_state.json"), state_to_json(state, store)));
   MT_RETURN_IF_ERROR(write_file_durable(join(dir, "config.json"), model_config_to_json(cfg).dump(2) + "\n"));
   return fsync_dir(dir);
@@ -182,20 +228,44 @@ Result<std::string> read_latest(const std::string& root) {
 
 }  // namespace
 
-Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                    const TrainerState& state, int keep) {
-  const auto units = build_param_schemas(cfg);
-  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
-  if (state.step < 0) return invalid_argument("checkpoint step " + std::to_string(state.step) + " is negative");
+Status begin_checkpoint(const std::string& root, long step) {
+  if (step < 0) return invalid_argument("checkpoint step " + std::to_string(step) + " is negative");
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return data_loss("cannot create checkpoint root '" + root + "': " + ec.message());
-  const std::string name = step_dir_name(state.step);
-  const std::string tmp = join(root, ".tmp-" + name), final_dir = join(root, name);
+  const std::string tmp = temp_dir(root, step);
   fs::remove_all(tmp, ec);  // left over from a crash
   if (!fs::create_directory(tmp, ec))
     return data_loss("cannot create '" + tmp + "': " + (ec ? ec.message() : "exists"));
-  Status s = write_files(tmp, cfg, units, store, state);
+  return Status::Ok();
+}
+
+std::string checkpoint_step_dir(const std::string& root, long step) { return join(root, step_dir_name(step)); }
+
+void discard_checkpoint(const std::string& root, long step) {
+  std::error_code ec;
+  fs::remove_all(temp_dir(root, step), ec);
+}
+
+Status write_optimizer_shard(const std::string& root, long step, const ModelConfig& cfg, const HostStore& store,
+                             int rank, int ranks) {
+  const auto units = build_param_schemas(cfg);
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  const std::string path = join(temp_dir(root, step), optimizer_shard_name(rank, ranks));
+  return write_safetensors(path, moment_tensors(units, store), optimizer_metadata(step, store))
+      .with_context("saving optimizer shard " + std::to_string(rank + 1) + " of " + std::to_string(ranks));
+}
+
+namespace {
+// Writes the rest of the checkpoint begun in its temp directory and publishes it.
+Result<std::string> finish_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
+                                      const TrainerState& state, int keep, const std::vector<int>* owners) {
+  const auto units = build_param_schemas(cfg);
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
+  std::error_code ec;
+  const std::string name = step_dir_name(state.step);
+  const std::string tmp = temp_dir(root, state.step), final_dir = join(root, name);
+  Status s = write_files(tmp, cfg, units, store, state, owners);
   if (s.ok()) s = publish(tmp, final_dir);
   if (!s.ok()) {
     fs::remove_all(tmp, ec);
@@ -205,6 +275,19 @@ Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& 
   MT_RETURN_IF_ERROR(write_latest(root, name).with_context("saving checkpoint " + name));
   prune(root, keep, name);
   return final_dir;
+}
+}  // namespace
+
+Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
+                                    const TrainerState& state, int keep) {
+  MT_RETURN_IF_ERROR(check_store_matches(cfg, build_param_schemas(cfg), store));
+  MT_RETURN_IF_ERROR(begin_checkpoint(root, state.step));
+  return finish_checkpoint(root, cfg, store, state, keep, nullptr);
+}
+
+Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
+                                              const TrainerState& state, int keep, const std::vector<int>& owners) {
+  return finish_checkpoint(root, cfg, store, state, keep, &owners);
 }
 
 bool is_training_checkpoint(const std::string& path) {
@@ -256,7 +339,7 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
   MT_ASSIGN_OR_RETURN(TrainerState state, state_from_json(join(dir, "trainer_state.json")));
   MT_ASSIGN_OR_RETURN(auto model, SafetensorsSet::open(join(dir, "model.safetensors")));
-  MT_ASSIGN_OR_RETURN(auto opt, SafetensorsSet::open(join(dir, "optimizer.safetensors")));
+  MT_ASSIGN_OR_RETURN(auto opt, SafetensorsSet::open(dir, "optimizer"));  // one file, or shards and their index
   std::vector<ExpectedTensor> weights, moments;
   for (const auto& u : units)
     for (const auto& t : u.tensors) {
@@ -273,6 +356,7 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
     for (const auto& t : units[i].tensors) {
       const auto* w = model->find(t.name);
       MT_RETURN_IF_ERROR(w->file->read_f32(*w->info, u.master + t.offset));
+      if (!store.has_moments(i)) continue;  // another process's shard
       for (auto [suffix, dst] : {std::pair{".exp_avg", u.m}, std::pair{".exp_avg_sq", u.v}}) {
         const auto* e = opt->find(t.name + suffix);
         if (exact) MT_RETURN_IF_ERROR(e->file->read_f32(*e->info, static_cast<float*>(dst) + t.offset));

@@ -27,6 +27,22 @@ struct TrainerState {
 Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
                                     const TrainerState& state, int keep);
 
+// The optimizer sharded over processes (optimizer_shards.h): no process holds all the Adam state,
+// so each writes its own units' as optimizer-RRRRR-of-NNNNN.safetensors (1-based, as Hugging Face
+// names shards), and optimizer.safetensors.index.json names the file of every tensor. The steps,
+// in this order, with every process done with one before any starts the next (the caller's
+// barrier): rank 0 begins (a fresh temp directory); every rank writes its shard into it; rank 0
+// finishes (weights, trainer state, index; the same atomic publish as save_checkpoint), or
+// discards it if any rank failed. load_checkpoint reads either form, for any process count.
+Status begin_checkpoint(const std::string& root, long step);
+Status write_optimizer_shard(const std::string& root, long step, const ModelConfig& cfg, const HostStore& store,
+                             int rank, int ranks);
+Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
+                                              const TrainerState& state, int keep, const std::vector<int>& owners);
+void discard_checkpoint(const std::string& root, long step);
+// ROOT/step-XXXXXXXX: where the checkpoint of `step` is published.
+std::string checkpoint_step_dir(const std::string& root, long step);
+
 // True when `path` is a training checkpoint: a step directory (trainer_state.json) or a
 // checkpoints root (`latest`). Anything else is taken for an HF model directory.
 bool is_training_checkpoint(const std::string& path);
@@ -48,7 +64,8 @@ struct CheckpointInfo {
 // not listed.
 Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root);
 
-// Loads weights and optimizer state into `store` (shapes checked against cfg).
+// Loads weights and optimizer state into `store` (shapes checked against cfg); the Adam state of
+// the units the store holds it for (all, unless sharded).
 Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store);
 
 }  // namespace mt

@@ -11,6 +11,7 @@
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
+#include "engine/optim/optimizer_shards.h"
 #include "kernels/gemm_provider.h"
 
 namespace mt {
@@ -37,13 +38,15 @@ TrainOptions job_train_options(const JobSpec& spec) {
 }
 
 PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
-                             uint64_t device_budget) {
+                             uint64_t device_budget, int processes) {
   PlanOptions p;
   p.slots = spec.slots;
   if (auto placement = parse_checkpoint_placement(spec.checkpoint_placement); placement.ok()) p.placement = *placement;
   p.host_budget = host_budget;
   p.device_budget = device_budget;
   p.devices = spec.devices;
+  p.processes = processes;
+  p.shard_optimizer = spec.shard_optimizer;
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
     p.backend_bytes = cuda_fixed_device_bytes(CudaBackendOptions{}, tokens, uint64_t(cfg.hidden_size));
@@ -52,10 +55,10 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
 }
 
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
-                                uint64_t device_budget) {
+                                uint64_t device_budget, int processes) {
   MT_RETURN_IF_ERROR(validate(spec));
   if (uses_cuda(spec)) MT_RETURN_IF_ERROR(cuda_supports_head_dim(cfg.head_dim));
-  return plan_memory(cfg, job_train_options(spec), job_plan_options(spec, cfg, host_budget, device_budget));
+  return plan_memory(cfg, job_train_options(spec), job_plan_options(spec, cfg, host_budget, device_budget, processes));
 }
 
 Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget) {
@@ -140,7 +143,8 @@ Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
 // MPI communicators its executor uses (NodeComms). One process: none.
 struct Nodes {
   std::unique_ptr<Communicator> grads, losses;
-  NodeComms comms() const { return {grads.get(), losses.get()}; }
+  bool shard_optimizer = false;
+  NodeComms comms() const { return {grads.get(), losses.get(), shard_optimizer}; }
 };
 
 Result<Nodes> join_nodes(const JobSpec& spec) {
@@ -156,6 +160,7 @@ Result<Nodes> join_nodes(const JobSpec& spec) {
   co.timeout_seconds = spec.comm_timeout_seconds;
   MT_ASSIGN_OR_RETURN(n.grads, make_mpi_world_comm(co));
   MT_ASSIGN_OR_RETURN(n.losses, make_mpi_world_comm(co));
+  n.shard_optimizer = spec.shard_optimizer;
   return n;
 }
 
@@ -217,6 +222,40 @@ static Status check_schedule_span(const JobSpec& spec, const TrainerState& st, c
                              ", or start a new run with init.from pointing at the checkpoint");
 }
 
+static size_t units_with_moments(const HostStore& store) {
+  size_t n = 0;
+  for (size_t i = 0; i < store.num_units(); ++i) n += store.has_moments(i);
+  return n;
+}
+
+// Every process learns the outcome of one step of a shared checkpoint: its own error, or that
+// another process failed (whose log says why).
+static Status agree(Communicator& comm, const Status& mine, const std::string& what) {
+  double failed = mine.ok() ? 0 : 1;
+  MT_RETURN_IF_ERROR(comm.all_reduce(&failed, 1));
+  if (!mine.ok()) return mine;
+  if (failed > 0) return data_loss(what + ": another process failed (its log says why)");
+  return Status::Ok();
+}
+
+// The sharded optimizer's checkpoint (checkpoint.h): rank 0 begins it, every process writes its
+// optimizer shard, and rank 0 publishes it once all have; any failure discards it everywhere.
+static Result<std::string> save_sharded_checkpoint(Communicator& comm, const std::string& root, const ModelConfig& cfg,
+                                                   const HostStore& store, const TrainerState& state, int keep) {
+  const bool lead = comm.rank() == 0;
+  MT_RETURN_IF_ERROR(agree(comm, lead ? begin_checkpoint(root, state.step) : Status::Ok(), "beginning a checkpoint"));
+  Status s = agree(comm, write_optimizer_shard(root, state.step, cfg, store, comm.rank(), comm.size()),
+                   "writing the optimizer shards");
+  Result<std::string> dir = checkpoint_step_dir(root, state.step);
+  if (s.ok() && lead)
+    dir = finish_sharded_checkpoint(root, cfg, store, state, keep,
+                                    optimizer_shard_owners(build_param_schemas(cfg), comm.size()));
+  if (s.ok()) s = agree(comm, dir.status(), "publishing a checkpoint");
+  if (!s.ok() && lead) discard_checkpoint(root, state.step);
+  MT_RETURN_IF_ERROR(s);
+  return dir;
+}
+
 // Initial state: the job's own latest checkpoint (a resumed job: `resumed` names it), else
 // spec.init.
 static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
@@ -258,7 +297,9 @@ Result<JobResult> JobRunner::run() {
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
   MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
   MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_, nodes.comms()));
-  const bool writes_checkpoints = nodes.comms().rank() == 0;  // every node holds the same model
+  // Every node holds the same model; sharded, each holds its part of the optimizer state.
+  const bool sharded = nodes.comms().size() > 1 && spec_.shard_optimizer;
+  const bool writes_checkpoints = nodes.comms().rank() == 0 || sharded;
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   std::string resumed;  // the checkpoint this run resumes from, if any
@@ -271,7 +312,10 @@ Result<JobResult> JobRunner::run() {
                              std::to_string(nodes.comms().size()) + ", " + std::to_string(spec_.devices) +
                              " device(s) each, " +
                              std::to_string(spec_.train.global_batch / (spec_.devices * nodes.comms().size())) +
-                             " sequences per device per step");
+                             " sequences per device per step; host store " + format_bytes(ex->store().total_bytes()) +
+                             (sharded ? " (optimizer sharded: Adam state of " + std::to_string(units_with_moments(ex->store())) +
+                                            " of " + std::to_string(ex->store().num_units()) + " units)"
+                                      : ""));
   // What computes, and a generic CPU GEMM kernel on a capable CPU loud enough to notice.
   log(LogLevel::kInfo, std::string("compute ") + precision_name(job_precision(spec_)) + " on " +
                            (uses_cuda(spec_) && spec_.executor != "resident" ? "cuda" : "cpu") + "; " +
@@ -293,7 +337,9 @@ Result<JobResult> JobRunner::run() {
     }
     if (state.step != saved_step) {
       MT_RETURN_IF_ERROR(ex->sync());
-      MT_ASSIGN_OR_RETURN(result.checkpoint, save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+      MT_ASSIGN_OR_RETURN(result.checkpoint,
+                          sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep)
+                                  : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
       saved_step = state.step;
       log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
     }

@@ -64,10 +64,11 @@ bool uses_cuda(const JobSpec& spec);
 Precision job_precision(const JobSpec& spec);
 // spec.train with the resolved precision: what the executors and the planner are given.
 TrainOptions job_train_options(const JobSpec& spec);
+// `processes`: how many the job runs as (mpirun -np); host bytes are then per process.
 PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget = 0,
-                             uint64_t device_budget = 0);
+                             uint64_t device_budget = 0, int processes = 1);
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
-                                uint64_t device_budget);
+                                uint64_t device_budget, int processes = 1);
 // The longest seq_len (other fields as in `spec`) whose plan fits the budgets: a binary search
 // over plan_for_job, nothing allocated. FailedPrecondition when not even seq_len 1 fits.
 Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget);

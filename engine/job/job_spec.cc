@@ -202,6 +202,7 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
   MT_RETURN_IF_ERROR(r.integer("devices", s.devices));
   MT_RETURN_IF_ERROR(r.number("comm_timeout_seconds", s.comm_timeout_seconds));
+  MT_RETURN_IF_ERROR(r.boolean("shard_optimizer", s.shard_optimizer));
   MT_RETURN_IF_ERROR(r.boolean("recompute", s.train.recompute));
   MT_RETURN_IF_ERROR(r.integer("token_chunk", s.train.token_chunk));
   MT_RETURN_IF_ERROR(r.integer("priority", s.priority));
@@ -264,6 +265,7 @@ Status validate(const JobSpec& s) {
   if (!(s.comm_timeout_seconds > 0 && s.comm_timeout_seconds <= 86400))
     return invalid_argument("comm_timeout_seconds = " + std::to_string(s.comm_timeout_seconds) + " must be in (0, 86400]");
   MT_RETURN_IF_ERROR(check_devices(s.devices, s.train));
+  if (s.shard_optimizer && s.executor != "streaming") return invalid_argument("shard_optimizer needs executor = streaming");
   if (s.devices > 1 && s.executor != "streaming")
     return invalid_argument("devices = " + std::to_string(s.devices) + " needs executor = streaming");
   ModelConfig dummy;
@@ -328,21 +330,25 @@ Json job_spec_trajectory_json(const JobSpec& s) {
       {"memory", Json::object({{"layout", memory_layout_name(s.train.layout)}})},
   });
   if (s.train.token_chunk != 0) j.set("token_chunk", s.train.token_chunk);
-  if (s.devices != 1) j.set("devices", s.devices);  // absent when 1, as before the field existed
-  if (s.comm_timeout_seconds != 300) j.set("comm_timeout_seconds", s.comm_timeout_seconds);
   return j;
 }
 }  // namespace
 
 Json job_spec_to_json(const JobSpec& s) {
   Json j = job_spec_trajectory_json(s);
+  // How the run is spread: absent at their defaults, as before the fields existed.
+  if (s.devices != 1) j.set("devices", s.devices);
+  if (s.comm_timeout_seconds != 300) j.set("comm_timeout_seconds", s.comm_timeout_seconds);
+  if (s.shard_optimizer) j.set("shard_optimizer", true);
   if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
   return j;
 }
 
 std::string job_spec_hash(const JobSpec& s) {
   // Fields that change the trajectory; name, steps, checkpoint policy and executor do not, nor
-  // (beyond fp32 rounding) the device count, so a checkpoint resumes on another one.
+  // (beyond fp32 rounding) how the run is spread over devices and processes, so a checkpoint
+  // resumes on another count. Those are not in the trajectory JSON at all; "devices" and
+  // "comm_timeout_seconds" are nulled here only so that hashes stay what they were.
   Json j = job_spec_trajectory_json(s);
   for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend",
                         "devices", "comm_timeout_seconds"})

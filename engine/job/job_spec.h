@@ -71,6 +71,11 @@ struct JobSpec {
   // The longest a device or rank waits for the others in one collective before the job fails,
   // naming the ones that did not arrive (engine/dist/communicator.h).
   double comm_timeout_seconds = 300;
+  // Several processes (mpirun): each holds the Adam state of its share of the units and updates
+  // only those, then sends their weights to the others (engine/optim/optimizer_shards.h) — host
+  // bytes per node 8 + 8/R per parameter instead of 16. Checkpoints are then written by every
+  // process, with an index. Not part of job_spec_hash: a checkpoint resumes either way.
+  bool shard_optimizer = false;
   // The daemon's scheduling priority (higher runs first); not part of the trajectory, so not
   // of job_spec_hash: the local `train` reads and ignores it.
   int priority = 0;

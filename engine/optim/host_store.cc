@@ -33,29 +33,36 @@ size_t host_bytes_per_param(MemoryLayout layout, bool shadow) {
 }
 
 namespace {
-HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow) {
-  const size_t st = state_elem_bytes(layout), state = round_up(numel * st, kAlign);
-  return {round_up(numel * 4, kAlign), state, state, state, shadow ? round_up(numel * 2, kAlign) : 0};
+HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow, bool moments) {
+  const size_t st = state_elem_bytes(layout), state = round_up(numel * st, kAlign), mv = moments ? state : 0;
+  return {round_up(numel * 4, kAlign), state, mv, mv, shadow ? round_up(numel * 2, kAlign) : 0};
 }
+
+bool holds_moments(const MomentUnits& moments, size_t unit) { return moments.empty() || moments[unit]; }
 }  // namespace
 
-HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow) {
+HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow,
+                                const MomentUnits& moments) {
   HostStoreBytes b;
-  for (const auto& u : units) {
-    const HostStoreBytes ub = unit_store_bytes(u.numel, layout, shadow);
+  for (size_t i = 0; i < units.size(); ++i) {
+    const HostStoreBytes ub = unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i));
     b.master += ub.master, b.grad += ub.grad, b.m += ub.m, b.v += ub.v, b.shadow += ub.shadow;
   }
   return b;
 }
 
 Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSchema>& units, MemoryLayout layout,
-                                                     bool shadow, HostAllocator& alloc) {
+                                                     bool shadow, HostAllocator& alloc, const MomentUnits& moments) {
+  if (!moments.empty() && moments.size() != units.size())
+    return invalid_argument("HostStore: a moments mask of " + std::to_string(moments.size()) + " units for " +
+                            std::to_string(units.size()));
   std::unique_ptr<HostStore> s(new HostStore(layout, alloc));
   const size_t st = state_elem_bytes(layout);
   // Per unit: master, grad, m, v, shadow regions, each 4 KiB aligned. Units fill a chunk until
   // it would exceed kChunkBytes; a unit larger than that gets a chunk of its own.
   std::vector<size_t> unit_bytes;
-  for (const auto& u : units) unit_bytes.push_back(unit_store_bytes(u.numel, layout, shadow).total());
+  for (size_t i = 0; i < units.size(); ++i)
+    unit_bytes.push_back(unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i)).total());
   struct Plan {
     size_t first, end, bytes;
   };
@@ -117,8 +124,10 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       hu.numel = n;
       hu.master = reinterpret_cast<float*>(p), p += round_up(n * 4, kAlign);
       hu.grad = p, p += round_up(n * st, kAlign);
-      hu.m = p, p += round_up(n * st, kAlign);
-      hu.v = p, p += round_up(n * st, kAlign);
+      if (holds_moments(moments, i)) {
+        hu.m = p, p += round_up(n * st, kAlign);
+        hu.v = p, p += round_up(n * st, kAlign);
+      }
       if (shadow) hu.shadow = reinterpret_cast<bf16*>(p), p += round_up(n * 2, kAlign);
       s->units_.push_back(hu);
     }
@@ -139,6 +148,7 @@ size_t HostStore::total_params() const {
 void HostStore::zero_optimizer_state() {
   const size_t st = state_elem_bytes(layout_);
   for (auto& u : units_) {
+    if (!u.m) continue;
     std::memset(u.m, 0, u.numel * st);
     std::memset(u.v, 0, u.numel * st);
   }

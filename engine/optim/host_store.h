@@ -26,6 +26,11 @@ size_t host_bytes_per_param(MemoryLayout layout, bool shadow);
 // Bytes of one gradient, Adam m or Adam v element: fp32 (exact) or bf16 (compact).
 size_t state_elem_bytes(MemoryLayout layout);
 
+// Which units hold Adam state (m, v) in this store: all of them (empty), or — the optimizer state
+// sharded over several processes (optimizer_shards.h) — only those this process updates. The
+// others' m and v are null; their masters arrive from the unit's owner after each update.
+using MomentUnits = std::vector<bool>;
+
 // Bytes HostStore::create allocates, by region: each unit's master, grad, m, v (and shadow)
 // regions are 4 KiB aligned. The planner counts host memory with this, so plan and store agree
 // to the byte.
@@ -33,7 +38,8 @@ struct HostStoreBytes {
   uint64_t master = 0, grad = 0, m = 0, v = 0, shadow = 0;
   uint64_t total() const { return master + grad + m + v + shadow; }
 };
-HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow);
+HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow,
+                                const MomentUnits& moments = {});
 
 struct HostUnit {
   float* master = nullptr;
@@ -47,7 +53,7 @@ struct HostUnit {
 class HostStore {
  public:
   static Result<std::unique_ptr<HostStore>> create(const std::vector<ParamSchema>& units, MemoryLayout layout,
-                                                   bool shadow, HostAllocator& alloc);
+                                                   bool shadow, HostAllocator& alloc, const MomentUnits& moments = {});
   ~HostStore();
   HostStore(const HostStore&) = delete;
   HostStore& operator=(const HostStore&) = delete;
@@ -55,6 +61,7 @@ class HostStore {
   MemoryLayout layout() const { return layout_; }
   size_t num_units() const { return units_.size(); }
   const HostUnit& unit(size_t i) const { return units_[i]; }
+  bool has_moments(size_t i) const { return units_[i].m != nullptr; }
   size_t total_bytes() const { return total_bytes_; }
   size_t total_params() const;
   template <typename S>
@@ -62,7 +69,7 @@ class HostStore {
     const HostUnit& u = units_[i];
     return {u.master, static_cast<S*>(u.grad), static_cast<S*>(u.m), static_cast<S*>(u.v), u.shadow};
   }
-  void zero_optimizer_state();  // m = v = 0
+  void zero_optimizer_state();  // m = v = 0 (of the units that hold them)
   void zero_grads();
   // Each unit's bf16 shadow (if it has one) = its masters rounded: after they are written other
   // than by the optimizer (initialisation, a loaded checkpoint or model).

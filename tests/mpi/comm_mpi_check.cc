@@ -5,11 +5,14 @@
 // reduction order is its own, so within 1e-6 relative.
 //   comm_mpi_check                 every op at sizes 0, 1, 7, 1000, 4099; exit 0 when all agree
 //   comm_mpi_check --hang R T      rank R never arrives; the others must fail within T s naming it
+//   comm_mpi_check --time N        seconds per all_reduce, reduce and broadcast of N floats (rank 0
+//                                  prints; the bandwidth the data-parallel model in PERF.md uses)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -85,6 +88,23 @@ int check_ops(Communicator& c) {
   return bad;
 }
 
+int time_ops(Communicator& c, size_t n) {
+  std::vector<float> b(n, 1.0f);
+  using Op = std::function<Status()>;
+  const std::pair<const char*, Op> ops[] = {{"all_reduce", [&] { return c.all_reduce(b.data(), n); }},
+                                            {"reduce", [&] { return c.reduce(b.data(), n, 0); }},
+                                            {"broadcast", [&] { return c.broadcast(b.data(), n, 0); }}};
+  for (const auto& [name, op] : ops) {
+    const int reps = 5;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i)
+      if (Status s = op(); !s.ok()) return std::fprintf(stderr, "%s: %s\n", name, s.to_string().c_str()), 1;
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    if (c.rank() == 0) std::printf("%s of %zu floats over %d ranks: %.4f s (%.2f GB/s of buffer)\n", name, n, c.size(), sec, 4e-9 * double(n) / sec);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +117,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   Communicator& c = **comm;
+  if (argc == 3 && std::strcmp(argv[1], "--time") == 0) {
+    const int bad = time_ops(c, size_t(std::atoll(argv[2])));
+    comm->reset();
+    mpi_finalize();
+    return bad;
+  }
   if (!hang) {
     const int bad = check_ops(c);
     std::printf("rank %d of %d: %s\n", c.rank(), c.size(), bad ? "MISMATCH" : "mpi == in-process on every op");

@@ -5,7 +5,10 @@
 #                                        rank 0)
 #   kill_rank_check.sh CLI MPIRUN hang   SIGSTOP to rank 1: rank 0's collective times out after
 #                                        comm_timeout_seconds = 4 and the job exits non-zero within
-#                                        30 s, naming rank 1 ("rank 1 did not arrive")
+#                                        30 s, naming rank 1 ("rank 1 did not arrive", or "did not
+#                                        complete it" when it stopped inside a collective)
+#   kill_rank_check.sh CLI MPIRUN hang-sharded   the same with shard_optimizer: true (the ranks then
+#                                        also wait on each other's updates: broadcasts of weights)
 set -uo pipefail
 cli=$1 mpirun=$2 mode=$3
 t=$(mktemp -d)
@@ -23,6 +26,7 @@ checkpoint: {every: 0}
 backend: cpu
 comm_timeout_seconds: 4
 SPEC
+case $mode in *-sharded) echo "shard_optimizer: true" >> "$t/spec.yaml"; mode=${mode%-sharded} ;; esac
 cat > "$t/rank.sh" <<EOF2
 #!/bin/sh
 [ "\$OMPI_COMM_WORLD_RANK" = 1 ] && echo \$\$ > "$t/pid1"
@@ -38,7 +42,7 @@ done
 [ -f "$t/pid1" ] && [ "$(grep -c '"step":3,' "$t/log")" -ge 2 ] || { echo "FAIL: the job never reached step 3"; cat "$t/log"; kill -KILL $job; exit 1; }
 case $mode in
   kill) kill -KILL "$(cat "$t/pid1")"; bound=20; pattern="rank 1" ;;
-  hang) kill -STOP "$(cat "$t/pid1")"; bound=30; pattern="rank 1 did not arrive within 4" ;;
+  hang) kill -STOP "$(cat "$t/pid1")"; bound=30; pattern="rank 1 did not \(arrive\|complete it\) within 4" ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
 start=$(date +%s%N)
