@@ -38,7 +38,7 @@ Result<std::unique_ptr<DataParallelExecutor>> DataParallelExecutor::create(const
     ro.leader = d > 0 ? e->replicas_[0].get() : nullptr;
     ro.rows_tokens = long(opt.global_batch / nodes.size()) * opt.seq_len;
     ro.nodes = d == 0 ? nodes.grads : nullptr;
-    ro.shard_optimizer = d == 0 && nodes.grads && nodes.shard_optimizer;
+    ro.weights = d == 0 && nodes.grads ? nodes.weights : nullptr;
     auto r = StreamingExecutor::create(cfg, shard, so, std::move(backends[size_t(d)]), ro);
     if (!r.ok()) return r.status().with_context("device " + std::to_string(d));
     e->replicas_.push_back(std::move(r).value());

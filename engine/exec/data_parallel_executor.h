@@ -28,11 +28,12 @@ namespace mt {
 // (sequences [r*G/R, (r+1)*G/R)), which its devices then share; every node applies the same update
 // to its own HostStore, so any node's store is the model (rank 0 writes the checkpoints).
 // Sharded (shard_optimizer), each node updates only its own units (optimizer_shards.h) and the
-// others receive their weights; every node's masters are still the whole model.
+// others receive their weights over a third communicator, `weights` (its own thread, so its own
+// sequence of collectives); every node's masters are still the whole model.
 struct NodeComms {
   Communicator* grads = nullptr;
   Communicator* losses = nullptr;
-  bool shard_optimizer = false;
+  Communicator* weights = nullptr;  // non-null: the optimizer is sharded
   int rank() const { return losses ? losses->rank() : 0; }
   int size() const { return losses ? losses->size() : 1; }
 };

@@ -51,7 +51,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
   if (ro.comm && ro.comm->rank() > 0 && !ro.leader) return invalid_argument("a replica of rank > 0 needs its leader");
-  if (ro.shard_optimizer && so.update_during_backward)
+  if (ro.weights && !ro.nodes) return invalid_argument("a sharded optimizer needs the nodes' gradient communicator");
+  if (ro.weights && so.update_during_backward)
     return invalid_argument("a sharded optimizer updates after the whole step's norm: update_during_backward is off");
   if (ro.comm && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
     return invalid_argument("several devices need bf16_uploads = shadow: convert staging would be per device");
@@ -64,7 +65,7 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
 Status StreamingExecutor::allocate() {
   const bool shadow = keeps_bf16_shadow(opt_.precision, so_.bf16_uploads);
   const std::vector<int> owners =
-      ro_.nodes && ro_.shard_optimizer ? optimizer_shard_owners(units_, ro_.nodes->size()) : std::vector<int>{};
+      ro_.weights ? optimizer_shard_owners(units_, ro_.nodes->size()) : std::vector<int>{};
   if (ro_.leader) {
     store_ = ro_.leader->store_;
   } else {
@@ -125,7 +126,8 @@ Status StreamingExecutor::allocate() {
   const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), rows_tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes, owners};
+  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes, owners,
+                    ro_.weights};
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
                             plan_.slot_numel};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,

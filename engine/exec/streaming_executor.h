@@ -47,8 +47,8 @@ struct ReplicaOptions {
   // (PipelineConfig::nodes), in fp32 whatever the layout.
   Communicator* nodes = nullptr;
   // With `nodes`: the Adam state sharded over them (optimizer_shards.h); this store holds m and v
-  // of its own units only, and receives the others' masters from their owners.
-  bool shard_optimizer = false;
+  // of its own units only, and receives the others' masters from their owners over `weights`.
+  Communicator* weights = nullptr;
 };
 
 class StreamingExecutor final : public Executor {

@@ -80,6 +80,7 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
   }
   uploader_ = std::thread([this] { uploader_loop(); });
   optimizer_ = std::thread([this] { optimizer_loop(); });
+  if (!cfg_.owners.empty()) broadcaster_ = std::thread([this] { broadcaster_loop(); });
 }
 
 StreamingPipeline::~StreamingPipeline() {
@@ -91,6 +92,7 @@ StreamingPipeline::~StreamingPipeline() {
   cv_.notify_all();
   uploader_.join();
   optimizer_.join();
+  if (broadcaster_.joinable()) broadcaster_.join();
 }
 
 void StreamingPipeline::begin_step(long step, float lr, EmbeddingRows rows) {
@@ -331,14 +333,43 @@ void StreamingPipeline::update_phase(long step, float lr) {
   for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
 }
 
-// Every node first updates its own units (in parallel with the others: 1/N of the optimizer's
-// work each), then the units' masters go out in unit order, the order the next step reads them.
+// Every node updates its own units (1/R of the optimizer's work, in parallel with the others)
+// while its broadcaster moves every unit's masters in unit order — the order the next step
+// uploads them — each as soon as its owner has updated it.
 void StreamingPipeline::update_shards(long step, float lr, float clip) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    broadcast_step_ = step;
+    cv_.notify_all();
+  }
   for (size_t u = 0; u < units_.size(); ++u)
     if (owns(u)) update_unit(u, step, lr, clip);
+}
+
+void StreamingPipeline::broadcaster_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (long done = 0;;) {
+    cv_.wait(l, [&] { return stop_ || broadcast_step_ > done; });
+    if (stop_) return;
+    done = broadcast_step_;
+    l.unlock();
+    broadcast_updates(done);
+    l.lock();
+  }
+}
+
+// The owner of a unit goes on with its next step once it has updated the unit, so these
+// broadcasts may still be going out while the optimizer thread reduces the next step's first
+// gradients: hence their own communicator (cfg_.weights), with its own order of collectives.
+void StreamingPipeline::broadcast_updates(long step) {
   for (size_t u = 0; u < units_.size(); ++u) {
+    if (owns(u)) {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || updated_[u] >= step; });
+      if (stop_) return;
+    }
     const HostUnit& hu = store_.unit(u);
-    if (refuse_if(cfg_.nodes->broadcast(hu.master, hu.numel, cfg_.owners[u]))) return skip_updates(step);
+    if (refuse_if(cfg_.weights->broadcast(hu.master, hu.numel, cfg_.owners[u]))) return skip_updates(step);
     if (owns(u)) continue;
     if (hu.shadow) round_to_bf16(hu.shadow, hu.master, hu.numel);  // as the owner's optimizer wrote its own
     mark_updated(u, step);

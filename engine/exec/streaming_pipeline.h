@@ -59,6 +59,9 @@ struct PipelineConfig {
   // its owner, owners[u], which alone updates it; its masters are then broadcast to the others.
   // Empty: every node updates every unit.
   std::vector<int> owners;
+  // Sharded: the broadcasts of updated masters, on their own thread. Their own communicator, as
+  // an owner's next step may land (and reduce) gradients while its broadcasts are still going out.
+  Communicator* weights = nullptr;
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
@@ -124,8 +127,11 @@ class StreamingPipeline {
   void uploader_loop();
   void optimizer_loop();
   void update_phase(long step, float lr);
-  // Sharded: updates this node's units, then receives (or sends) every unit's masters in order.
+  // Sharded: updates this node's units while the broadcaster thread sends (or receives) every
+  // unit's masters in unit order, each as soon as its owner has updated it.
   void update_shards(long step, float lr, float clip);
+  void broadcaster_loop();
+  void broadcast_updates(long step);
   void mark_updated(size_t u, long step);
   Status sum_over_nodes(size_t u);  // the unit's gradient summed over the nodes (onto its owner)
   bool owns(size_t u) const { return cfg_.owners.empty() || cfg_.owners[u] == cfg_.nodes->rank(); }
@@ -181,7 +187,8 @@ class StreamingPipeline {
   double optimizer_seconds_ = 0;
   double last_grad_norm_ = 0;
   Status error_;  // guarded by mu_
-  std::thread uploader_, optimizer_;
+  long broadcast_step_ = 0;  // sharded: the latest step whose updated weights go out
+  std::thread uploader_, optimizer_, broadcaster_;
 };
 
 }  // namespace mt

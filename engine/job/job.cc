@@ -142,9 +142,8 @@ Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
 // Several processes: this one's place among them, from its launcher (mpirun, srun), and the two
 // MPI communicators its executor uses (NodeComms). One process: none.
 struct Nodes {
-  std::unique_ptr<Communicator> grads, losses;
-  bool shard_optimizer = false;
-  NodeComms comms() const { return {grads.get(), losses.get(), shard_optimizer}; }
+  std::unique_ptr<Communicator> grads, losses, weights;  // weights: sharded optimizer only
+  NodeComms comms() const { return {grads.get(), losses.get(), weights.get()}; }
 };
 
 Result<Nodes> join_nodes(const JobSpec& spec) {
@@ -160,7 +159,9 @@ Result<Nodes> join_nodes(const JobSpec& spec) {
   co.timeout_seconds = spec.comm_timeout_seconds;
   MT_ASSIGN_OR_RETURN(n.grads, make_mpi_world_comm(co));
   MT_ASSIGN_OR_RETURN(n.losses, make_mpi_world_comm(co));
-  n.shard_optimizer = spec.shard_optimizer;
+  if (spec.shard_optimizer) {
+    MT_ASSIGN_OR_RETURN(n.weights, make_mpi_world_comm(co));
+  }
   return n;
 }
 
