@@ -264,8 +264,6 @@ Status validate(const JobSpec& s) {
   if (!(s.comm_timeout_seconds > 0 && s.comm_timeout_seconds <= 86400))
     return invalid_argument("comm_timeout_seconds = " + std::to_string(s.comm_timeout_seconds) + " must be in (0, 86400]");
   MT_RETURN_IF_ERROR(check_devices(s.devices, s.train));
-  if (s.devices > 1 && s.executor != "streaming")
-    return invalid_argument("devices = " + std::to_string(s.devices) + " needs executor = streaming");
   ModelConfig dummy;
   return validate(s.train, dummy);
 }
