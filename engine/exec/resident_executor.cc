@@ -103,8 +103,10 @@ Status ResidentExecutor::run_devices(const Batch& batch, float grad_scale) {
   for (int d = 1; d < devices(); ++d) threads.emplace_back([&, d] { got[size_t(d)] = run(d); });
   got[0] = run(0);
   for (auto& t : threads) t.join();
-  for (int d = 0; d < devices(); ++d)
-    if (!got[size_t(d)].ok()) return devices() > 1 ? got[size_t(d)].with_context("device " + std::to_string(d)) : got[size_t(d)];
+  for (int d = 0; d < devices(); ++d) {
+    const Status& s = got[size_t(d)];
+    if (!s.ok()) return devices() > 1 ? s.with_context("device " + std::to_string(d)) : s;
+  }
   return Status::Ok();
 }
 

@@ -28,8 +28,11 @@ std::vector<std::string> losses(const RunResult& r, std::string& final_loss) {
 TEST(DataParallelCli, ResidentDevicesTwoEqualsStreamingDevicesTwo) {
   const std::string dir = fresh_dir("train_devices");
   const std::string spec = write_file(dir + "/spec.yaml", spec_yaml());
-  RunResult res = megatrain({"train", spec, "--json", "--executor", "resident", "--devices", "2", "--out", dir + "/r"});
-  RunResult str = megatrain({"train", spec, "--json", "--executor", "streaming", "--devices", "2", "--out", dir + "/s"});
+  auto train = [&](const std::string& executor, const std::string& devices, const std::string& out) {
+    return megatrain({"train", spec, "--json", "--executor", executor, "--devices", devices, "--out", dir + out});
+  };
+  RunResult res = train("resident", "2", "/r");
+  RunResult str = train("streaming", "2", "/s");
   ASSERT_EQ(res.rc, 0) << describe(res);
   ASSERT_EQ(str.rc, 0) << describe(str);
   EXPECT_NE(res.err.find("2 device(s) each, 4 sequences per device per step"), std::string::npos) << res.err;
@@ -40,7 +43,7 @@ TEST(DataParallelCli, ResidentDevicesTwoEqualsStreamingDevicesTwo) {
   EXPECT_FALSE(res_final.empty());
   EXPECT_EQ(res_final, str_final);
 
-  RunResult bad = megatrain({"train", spec, "--json", "--executor", "resident", "--devices", "3", "--out", dir + "/b"});
+  RunResult bad = train("resident", "3", "/b");
   EXPECT_NE(bad.rc, 0) << describe(bad);
   EXPECT_NE(bad.err.find("devices = 3"), std::string::npos) << describe(bad);
   if (!HasFailure()) fs::remove_all(dir);
