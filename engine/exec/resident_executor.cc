@@ -1,11 +1,13 @@
 #include "engine/exec/resident_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 #include <type_traits>
 
+#include "engine/exec/data_parallel_executor.h"  // check_devices
 #include "engine/model/init.h"
-#include "engine/exec/model_pass.h"
 
 namespace mt {
 
@@ -22,18 +24,38 @@ void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
 ResidentExecutor::ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt)
     : cfg_(cfg), opt_(opt), units_(build_param_schemas(cfg)), pool_(opt.optimizer_threads), inv_freq_(rope_inv_freq(cfg)) {}
 
-Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelConfig& cfg, const TrainOptions& opt) {
+Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
+                                                                   int devices) {
   MT_RETURN_IF_ERROR(validate(opt, cfg));
+  MT_RETURN_IF_ERROR(check_devices(devices, opt));
   if (opt.layout != MemoryLayout::kExact)
     return invalid_argument("memory.layout = compact is not supported by the resident executor (use streaming)");
   std::unique_ptr<ResidentExecutor> e(new ResidentExecutor(cfg, opt));
   const bool bf16_compute = opt.precision == Precision::kBf16;
   MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, bf16_compute, default_host_allocator()));
   LayerShape s{&e->cfg_, opt.micro_batch, opt.seq_len, e->inv_freq_.data(), opt.head_chunk, opt.token_chunk};
-  e->workspace_.resize(bf16_compute ? model_pass_workspace_bytes<bf16>(s, opt.recompute)
-                                    : model_pass_workspace_bytes<float>(s, opt.recompute));
-  if (cfg.tie_word_embeddings) e->tied_head_grad_.resize(e->units_[0].numel);
+  const size_t ws = bf16_compute ? model_pass_workspace_bytes<bf16>(s, opt.recompute)
+                                 : model_pass_workspace_bytes<float>(s, opt.recompute);
+  e->devices_.resize(size_t(devices));
+  for (size_t d = 0; d < e->devices_.size(); ++d) {
+    Device& dev = e->devices_[d];
+    for (size_t u = 0; u < e->units_.size(); ++u) {
+      if (d > 0) dev.own_grads.emplace_back(e->units_[u].numel);
+      dev.grads.push_back(d > 0 ? dev.own_grads[u].data() : static_cast<float*>(e->store_->unit(u).grad));
+    }
+    if (cfg.tie_word_embeddings) dev.tied_head_grad.resize(e->units_[0].numel);
+    dev.workspace.resize(ws);
+  }
   return e;
+}
+
+uint64_t ResidentExecutor::host_bytes() const {
+  uint64_t b = store_->total_bytes();
+  for (const Device& d : devices_) {
+    for (const auto& g : d.own_grads) b += g.size() * sizeof(float);
+    b += d.tied_head_grad.size() * sizeof(float) + d.workspace.bytes();
+  }
+  return b;
 }
 
 template <typename T>
@@ -47,24 +69,62 @@ std::vector<const T*> ResidentExecutor::weights() const {
 }
 
 template <typename T>
-Result<double> ResidentExecutor::accumulate_grads(const Batch& batch, float grad_scale) {
+Status ResidentExecutor::accumulate_shard(int d, const Batch& batch, float grad_scale) {
+  Device& dev = devices_[size_t(d)];
+  for (size_t u = 0; u < units_.size(); ++u) std::fill_n(dev.grads[u], units_[u].numel, 0.0f);
+  std::fill(dev.tied_head_grad.begin(), dev.tied_head_grad.end(), 0.0f);
   LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk, opt_.token_chunk};
   ModelPassArgs<T> a;
   a.weights = weights<T>();
-  for (size_t u = 0; u < units_.size(); ++u) a.grads.push_back(static_cast<float*>(store_->unit(u).grad));
-  a.tied_head_grad = tied_head_grad_.empty() ? nullptr : tied_head_grad_.data();
+  a.grads = dev.grads;
+  a.tied_head_grad = dev.tied_head_grad.empty() ? nullptr : dev.tied_head_grad.data();
   a.grad_scale = grad_scale;
   a.recompute = opt_.recompute;
-  double loss_sum = 0;
   const size_t mb_tokens = size_t(opt_.micro_batch) * opt_.seq_len;
-  for (int mb = 0; mb < opt_.global_batch / opt_.micro_batch; ++mb) {
-    a.inputs = batch.inputs.data() + mb * mb_tokens;
-    a.targets = batch.targets.data() + mb * mb_tokens;
-    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + mb * mb_tokens;
-    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, workspace_.data(), workspace_.bytes()));
-    loss_sum += r.loss_sum;
+  const int per = opt_.global_batch / opt_.micro_batch / devices();  // micro-batches per device
+  dev.loss_sums.clear();
+  for (int mb = d * per; mb < (d + 1) * per; ++mb) {
+    a.inputs = batch.inputs.data() + size_t(mb) * mb_tokens;
+    a.targets = batch.targets.data() + size_t(mb) * mb_tokens;
+    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + size_t(mb) * mb_tokens;
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, dev.workspace.data(), dev.workspace.bytes()));
+    dev.loss_sums.push_back(r.loss_sum);
   }
-  return loss_sum;
+  return Status::Ok();
+}
+
+Status ResidentExecutor::run_devices(const Batch& batch, float grad_scale) {
+  const bool bf16_compute = opt_.precision == Precision::kBf16;
+  auto run = [&](int d) {
+    return bf16_compute ? accumulate_shard<bf16>(d, batch, grad_scale) : accumulate_shard<float>(d, batch, grad_scale);
+  };
+  std::vector<Status> got(devices_.size());
+  std::vector<std::thread> threads;
+  for (int d = 1; d < devices(); ++d) threads.emplace_back([&, d] { got[size_t(d)] = run(d); });
+  got[0] = run(0);
+  for (auto& t : threads) t.join();
+  for (int d = 0; d < devices(); ++d) {
+    const Status& s = got[size_t(d)];
+    if (!s.ok()) return devices() > 1 ? s.with_context("device " + std::to_string(d)) : s;
+  }
+  return Status::Ok();
+}
+
+void ResidentExecutor::reduce_devices() {
+  Device& first = devices_[0];
+  pool_.parallel_for(int(units_.size()), [&](int u) {
+    float* g = first.grads[size_t(u)];
+    for (size_t d = 1; d < devices_.size(); ++d) {
+      const float* o = devices_[d].grads[size_t(u)];
+      for (size_t i = 0; i < units_[size_t(u)].numel; ++i) g[i] += o[i];
+    }
+  });
+  std::vector<float>& tied = first.tied_head_grad;
+  for (size_t d = 1; d < devices_.size(); ++d)
+    for (size_t i = 0; i < tied.size(); ++i) tied[i] += devices_[d].tied_head_grad[i];
+  // Tied embeddings: d(embedding) = the LM head's share + the lookup's share.
+  float* gemb = first.grads[0];
+  for (size_t i = 0; i < tied.size(); ++i) gemb[i] = tied[i] + gemb[i];
 }
 
 Result<StepStats> ResidentExecutor::step(const Batch& batch) {
@@ -73,13 +133,11 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
   const long counted = batch.counted_targets();
   const float scale = counted > 0 ? 1.0f / float(counted) : 0.0f;
 
-  store_->zero_grads();
-  std::fill(tied_head_grad_.begin(), tied_head_grad_.end(), 0.0f);
-  MT_ASSIGN_OR_RETURN(const double loss_sum, opt_.precision == Precision::kBf16 ? accumulate_grads<bf16>(batch, scale)
-                                                                                 : accumulate_grads<float>(batch, scale));
-  // Tied embeddings: d(embedding) = the LM head's share + the lookup's share.
-  float* gemb = static_cast<float*>(store_->unit(0).grad);
-  for (size_t i = 0; i < tied_head_grad_.size(); ++i) gemb[i] = tied_head_grad_[i] + gemb[i];
+  MT_RETURN_IF_ERROR(run_devices(batch, scale));
+  reduce_devices();
+  double loss_sum = 0;  // per micro-batch in global order, as one device sums them
+  for (const Device& d : devices_)
+    for (double s : d.loss_sums) loss_sum += s;
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
   MT_RETURN_IF_ERROR(check_step_loss(st.step, st.loss));
   const auto t1 = std::chrono::steady_clock::now();

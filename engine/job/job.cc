@@ -169,7 +169,10 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
                                                 const JobHooks& hooks, NodeComms nodes) {
   if (spec.executor == "resident") {
     if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
-    MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, job_train_options(spec)));
+    if (nodes.size() > 1)  // its devices share one process's store; nodes would need a host all-reduce
+      return unimplemented("executor = resident runs in one process (devices: N are its threads); under mpirun or "
+                           "srun use executor = streaming");
+    MT_ASSIGN_OR_RETURN(auto ex, ResidentExecutor::create(cfg, job_train_options(spec), spec.devices));
     return std::unique_ptr<Executor>(std::move(ex));
   }
   if (device_budget == 0 && uses_cuda(spec)) device_budget = default_device_budget();  // as the daemon plans it

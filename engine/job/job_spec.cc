@@ -266,8 +266,6 @@ Status validate(const JobSpec& s) {
     return invalid_argument("comm_timeout_seconds = " + std::to_string(s.comm_timeout_seconds) + " must be in (0, 86400]");
   MT_RETURN_IF_ERROR(check_devices(s.devices, s.train));
   if (s.shard_optimizer && s.executor != "streaming") return invalid_argument("shard_optimizer needs executor = streaming");
-  if (s.devices > 1 && s.executor != "streaming")
-    return invalid_argument("devices = " + std::to_string(s.devices) + " needs executor = streaming");
   ModelConfig dummy;
   return validate(s.train, dummy);
 }

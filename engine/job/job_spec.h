@@ -64,9 +64,9 @@ struct JobSpec {
   int slots = 2;                   // streaming weight slots (K >= 2)
   double link_gbps = 0;            // CPU backend: emulated link bandwidth per direction, 0 = off
   std::string checkpoint_placement = "auto";  // auto | device | host (layer-input checkpoints)
-  // Data parallelism (engine/exec/data_parallel_executor.h): devices of this process, each taking
-  // global_batch / devices of every step over one HostStore. Not part of job_spec_hash: a
-  // checkpoint resumes on another device (or rank) count.
+  // Data parallelism (engine/exec/data_parallel_executor.h; resident_executor.h for executor =
+  // resident): devices of this process, each taking global_batch / devices of every step over
+  // one HostStore. Not part of job_spec_hash: a checkpoint resumes on another device (or rank) count.
   int devices = 1;
   // The longest a device or rank waits for the others in one collective before the job fails,
   // naming the ones that did not arrive (engine/dist/communicator.h).

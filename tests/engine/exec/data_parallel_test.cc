@@ -261,7 +261,6 @@ TEST(DataParallelSpec, DevicesParsedCheckedAndNotHashed) {
   EXPECT_NE(bad.status().message().find("devices = 3"), std::string::npos) << bad.status().to_string();
   EXPECT_FALSE(parse(R"(, "devices": 0)").ok());
   EXPECT_FALSE(parse(R"(, "comm_timeout_seconds": 0)").ok());
-  EXPECT_FALSE(parse(R"(, "devices": 2, "executor": "resident")").ok());
 }
 
 }  // namespace
