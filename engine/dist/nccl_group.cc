@@ -115,13 +115,24 @@ Status NcclGroup::issue(int rank, const NcclOp& op, const std::function<ncclResu
     destroy_events(*start, nullptr);
     return failed();
   }
+  // From here the collective may be on the stream: if this call fails, what it writes is suspect.
+  const auto fail_launched = [&](const Status& why, cudaEvent_t a, cudaEvent_t b) {
+    const Status s = fail_here(why, a, b);
+    if (op.backend) op.backend->set_error(s);
+    return s;
+  };
   Status launched = r == ncclInProgress ? finish_launch(rank, seq, op, since) : nccl_status(r, "launch");
-  if (!launched.ok()) return fail_here(launched, *start, nullptr);
+  if (!launched.ok()) return fail_launched(launched, *start, nullptr);
   auto end = record_event(op.stream);
-  if (!end.ok()) return fail_here(end.status(), *start, nullptr);
-  std::lock_guard<std::mutex> l(mu_);
-  k.in_flight.push_back({seq, op, *start, *end, std::nullopt});
-  return Status::Ok();
+  if (!end.ok()) return fail_launched(end.status(), *start, nullptr);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failed_.ok()) {  // else the group failed (and aborted it) before the watchdog could see it
+      k.in_flight.push_back({seq, op, *start, *end, std::nullopt});
+      return Status::Ok();
+    }
+  }
+  return fail_launched(failed(), *start, *end);
 }
 
 // A non-blocking communicator finishes the launch in the background (the first collective also
