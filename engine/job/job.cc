@@ -166,6 +166,15 @@ Result<Nodes> join_nodes(const JobSpec& spec) {
   return n;
 }
 
+// devices: N > 1 on CUDA: the NCCL group over CUDA devices 0..N-1 (the in-process group reads
+// device memory from the host). Otherwise none: the executor makes its in-process group.
+Result<std::vector<std::unique_ptr<Communicator>>> device_comms(const JobSpec& spec, const CommOptions& co) {
+  if (!uses_cuda(spec) || spec.devices == 1) return std::vector<std::unique_ptr<Communicator>>{};
+  std::vector<int> cuda_devices(size_t(spec.devices));
+  std::iota(cuda_devices.begin(), cuda_devices.end(), 0);
+  return make_nccl_comms(cuda_devices, co);
+}
+
 Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget,
                                                 const JobHooks& hooks, NodeComms nodes) {
   if (spec.executor == "resident") {
@@ -200,12 +209,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   }
   CommOptions co;
   co.timeout_seconds = spec.comm_timeout_seconds;
-  std::vector<std::unique_ptr<Communicator>> comms;  // empty: the executor's in-process group
-  if (over_nccl) {
-    std::vector<int> cuda_devices(size_t(spec.devices));
-    std::iota(cuda_devices.begin(), cuda_devices.end(), 0);
-    MT_ASSIGN_OR_RETURN(comms, make_nccl_comms(cuda_devices, co));
-  }
+  MT_ASSIGN_OR_RETURN(auto comms, device_comms(spec, co));
   MT_ASSIGN_OR_RETURN(auto ex, DataParallelExecutor::create(cfg, job_train_options(spec), so, std::move(backends), co,
                                                             nodes, std::move(comms)));
   return std::unique_ptr<Executor>(std::move(ex));
