@@ -149,9 +149,10 @@ TEST_P(CommNcclOps, MatchesInProcessOnEveryDevice) {
     std::vector<std::vector<float>> got(ranks);
     k.each([&](int r) {
       const size_t rn = out_of_place(op) ? recv_elems(op, n, N) : n;
+      const std::vector<float> poison(rn, nan);  // what NCCL leaves unwritten stays NaN; lives past the copy
       if (out_of_place(op)) {
         k.upload(r, k.send[size_t(r)], in[size_t(r)]);
-        k.upload(r, k.recv[size_t(r)], std::vector<float>(rn, nan));  // what NCCL leaves unwritten stays NaN
+        k.upload(r, k.recv[size_t(r)], poison);
       } else {
         k.upload(r, k.recv[size_t(r)], in[size_t(r)]);
       }
