@@ -111,6 +111,11 @@ class Backend {
   // once set, the device's later work is suspect. Events still complete (nothing waits
   // forever), so whoever consumes a device result after an event checks this first.
   virtual Status error() const { return Status::Ok(); }
+  // Makes `why` the sticky error above, unless one is set: work another component enqueued on
+  // this backend's streams has failed — a collective its communicator aborted (NCCL's watchdog) —
+  // so what that work wrote is suspect, as after a device fault. Whoever checks error() before
+  // using a result (the optimizer, the step) then refuses it.
+  virtual void set_error(const Status& why) = 0;
 };
 
 struct CpuBackendOptions {

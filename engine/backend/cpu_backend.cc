@@ -64,6 +64,10 @@ class Fault {
     std::lock_guard<std::mutex> l(mu_);
     return error_;
   }
+  void set(const Status& why) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_.ok()) error_ = why;
+  }
   // Called in stream order before each compute op: whether it may run.
   bool admit_op(const char* name) {
     std::lock_guard<std::mutex> l(mu_);
@@ -299,6 +303,7 @@ class CpuBackend final : public Backend {
     return {hb, db, hs, ds};
   }
   Status error() const override { return fault_.error(); }
+  void set_error(const Status& why) override { fault_.set(why); }
 
  private:
   Stream& stream(StreamKind s) {

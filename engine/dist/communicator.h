@@ -6,8 +6,10 @@
 //    (rank 0 + rank 1 + ...), so a sum is bit-identical to the serial sum in rank order;
 //  * MpiComm (mpi_comm.h): one rank per process (Open MPI), host buffers; builds only with MPI;
 //  * NcclComm (nccl_comm.h): CUDA devices, enqueued on the backend's stream; builds only with NCCL.
-// Every blocking wait is bounded (CommOptions::timeout_seconds): a rank that died or hangs makes
-// the others' collectives fail with an error that names it, never hang.
+// Every collective is bounded (CommOptions::timeout_seconds): a rank that died or hangs makes the
+// others' collectives fail with an error that names it, never hang — a host-side wait by its
+// deadline, a NCCL collective in flight by a watchdog that aborts it and sets the reason as the
+// backend's sticky error (Backend::set_error).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -21,20 +21,27 @@ Status check_devices(int devices, const TrainOptions& opt, int processes) {
 Result<std::unique_ptr<DataParallelExecutor>> DataParallelExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
                                                                            const StreamingOptions& so,
                                                                            std::vector<std::unique_ptr<Backend>> backends,
-                                                                           const CommOptions& copt, NodeComms nodes) {
+                                                                           const CommOptions& copt, NodeComms nodes,
+                                                                           std::vector<std::unique_ptr<Communicator>> comms) {
   const int n = int(backends.size());
   MT_RETURN_IF_ERROR(validate(opt, cfg));
   MT_RETURN_IF_ERROR(check_devices(n, opt, nodes.size()));
+  bool group_ok = comms.empty() || comms.size() == size_t(n);
+  for (size_t d = 0; group_ok && d < comms.size(); ++d) group_ok = comms[d]->size() == n && comms[d]->rank() == int(d);
+  if (!group_ok)
+    return invalid_argument("the devices' communicators must be ranks 0.." + std::to_string(n - 1) + " of one group of " +
+                            std::to_string(n) + ", in order");
   std::unique_ptr<DataParallelExecutor> e(new DataParallelExecutor(cfg, opt));
   e->nodes_ = nodes;
   // One device (a process of several under mpirun): no in-process group, whose reduce would make
   // the host thread wait for the compute stream at every unit for nothing.
-  if (n > 1) e->comms_ = make_in_process_comms(n, copt);
+  e->comms_ = std::move(comms);
+  if (n > 1 && e->comms_.empty()) e->comms_ = make_in_process_comms(n, copt);
   TrainOptions shard = opt;
   shard.global_batch = opt.global_batch / (n * nodes.size());
   for (int d = 0; d < n; ++d) {
     ReplicaOptions ro;
-    ro.comm = n > 1 ? e->comms_[size_t(d)].get() : nullptr;
+    ro.comm = e->comms_.empty() ? nullptr : e->comms_[size_t(d)].get();
     ro.leader = d > 0 ? e->replicas_[0].get() : nullptr;
     ro.rows_tokens = long(opt.global_batch / nodes.size()) * opt.seq_len;
     ro.nodes = d == 0 ? nodes.grads : nullptr;

@@ -13,6 +13,9 @@
 // loss is summed per micro-batch in global order (step 1 equals devices: 1 exactly); but a
 // device's own gradient sums its micro-batches from zero, so devices: N differs from devices: 1
 // in the association of the micro-batch sum — fp32 rounding, a relative 1e-6 per step (tested).
+// CUDA devices reduce over NCCL (its own summation order, fixed for a given size and topology),
+// enqueued on each device's compute stream: no host waits; a slot is reused after the reduce
+// that read it because both are on that stream (the leader's copy to the host waits for it).
 #pragma once
 #include <memory>
 #include <vector>
@@ -41,10 +44,13 @@ struct NodeComms {
 class DataParallelExecutor final : public Executor {
  public:
   // One backend per device; opt.global_batch is the global batch (a multiple of N * R micro-batches).
+  // `comms`: the devices' group, rank d for backends[d] — NCCL for CUDA devices (make_nccl_comms);
+  // empty: an in-process group (CPU devices, whose memory the host reads) with `copt`.
   static Result<std::unique_ptr<DataParallelExecutor>> create(const ModelConfig& cfg, const TrainOptions& opt,
                                                               const StreamingOptions& so,
                                                               std::vector<std::unique_ptr<Backend>> backends,
-                                                              const CommOptions& copt = {}, NodeComms nodes = {});
+                                                              const CommOptions& copt = {}, NodeComms nodes = {},
+                                                              std::vector<std::unique_ptr<Communicator>> comms = {});
   ~DataParallelExecutor() override;
 
   Result<StepStats> step(const Batch& batch) override;

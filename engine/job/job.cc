@@ -1,6 +1,7 @@
 #include "engine/job/job.h"
 
 #include <chrono>
+#include <numeric>
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/data/example_set.h"
@@ -8,6 +9,7 @@
 #include "engine/io/hf_io.h"
 #include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
+#include "engine/dist/nccl_comm.h"
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
@@ -132,8 +134,13 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 
 namespace {
 
-Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec) {
-  if (uses_cuda(spec)) return make_cuda_backend({});
+// `device`: the job's d-th device; on CUDA, CUDA device d (megatraind --devices N owns 0..N-1).
+Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec, int device) {
+  if (uses_cuda(spec)) {
+    CudaBackendOptions o;
+    o.device = device;
+    return make_cuda_backend(o);
+  }
   CpuBackendOptions o;
   o.link_gbps = spec.link_gbps;
   return make_cpu_backend(o);
@@ -165,6 +172,15 @@ Result<Nodes> join_nodes(const JobSpec& spec) {
   return n;
 }
 
+// devices: N > 1 on CUDA: the NCCL group over CUDA devices 0..N-1 (the in-process group reads
+// device memory from the host). Otherwise none: the executor makes its in-process group.
+Result<std::vector<std::unique_ptr<Communicator>>> device_comms(const JobSpec& spec, const CommOptions& co) {
+  if (!uses_cuda(spec) || spec.devices == 1) return std::vector<std::unique_ptr<Communicator>>{};
+  std::vector<int> cuda_devices(size_t(spec.devices));
+  std::iota(cuda_devices.begin(), cuda_devices.end(), 0);
+  return make_nccl_comms(cuda_devices, co);
+}
+
 Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget,
                                                 const JobHooks& hooks, NodeComms nodes) {
   if (spec.executor == "resident") {
@@ -183,24 +199,28 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.device_budget = po.device_budget;
   so.backend_bytes = po.backend_bytes;
   so.link_gbps = spec.link_gbps;
-  auto backend_for = [&]() { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec); };
+  auto backend_for = [&](int d) { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec, d); };
   if (spec.devices == 1 && nodes.size() == 1) {
-    MT_ASSIGN_OR_RETURN(auto backend, backend_for());
+    MT_ASSIGN_OR_RETURN(auto backend, backend_for(0));
     MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, job_train_options(spec), so, std::move(backend)));
     return std::unique_ptr<Executor>(std::move(ex));
   }
-  if (uses_cuda(spec) && spec.devices > 1)  // the in-process communicator reads device memory from the host
-    return unimplemented("devices = " + std::to_string(spec.devices) +
-                         " on CUDA needs the NCCL communicator, which this build does not drive yet; use the CPU "
-                         "backend or one process per GPU under mpirun");
+  const bool over_nccl = uses_cuda(spec) && spec.devices > 1;  // the in-process group reads device memory
+  if (over_nccl && !nccl_built())
+    return unimplemented("devices = " + std::to_string(spec.devices) + " on CUDA needs NCCL, and this build has none "
+                         "(its headers were not found at build time: scripts/install_deps.sh installs them); use "
+                         "one process per GPU under mpirun, or the CPU backend");
   std::vector<std::unique_ptr<Backend>> backends;
   for (int d = 0; d < spec.devices; ++d) {
-    MT_ASSIGN_OR_RETURN(auto b, backend_for());
-    backends.push_back(std::move(b));
+    auto b = backend_for(d);
+    if (!b.ok()) return b.status().with_context("device " + std::to_string(d) + " of devices = " + std::to_string(spec.devices));
+    backends.push_back(std::move(b).value());
   }
   CommOptions co;
   co.timeout_seconds = spec.comm_timeout_seconds;
-  MT_ASSIGN_OR_RETURN(auto ex, DataParallelExecutor::create(cfg, job_train_options(spec), so, std::move(backends), co, nodes));
+  MT_ASSIGN_OR_RETURN(auto comms, device_comms(spec, co));
+  MT_ASSIGN_OR_RETURN(auto ex, DataParallelExecutor::create(cfg, job_train_options(spec), so, std::move(backends), co,
+                                                            nodes, std::move(comms)));
   return std::unique_ptr<Executor>(std::move(ex));
 }
 

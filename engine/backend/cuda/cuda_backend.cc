@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   const Ops<bf16>& ops_bf16() override { return *ops_bf16_; }
   CopyStats take_copy_stats() override;
   Status error() const override { return errors_.get(); }
+  void set_error(const Status& why) override { errors_.note(why); }
   int device_index() const override { return opt_.device; }
   void* native_stream(StreamKind s) override { return stream(s); }
 

@@ -32,6 +32,12 @@ class CudaErrors {
     return false;
   }
   bool note(cudaError_t e, const char* call) { return note(cuda::check_cuda(e, call), call); }
+  // A failure of work another component enqueued (Backend::set_error); it never loses the
+  // device context, so the code stays `why`'s.
+  void note(const Status& why) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (first_.ok()) first_ = why;
+  }
   Status get() const {
     std::lock_guard<std::mutex> l(mu_);
     return first_;

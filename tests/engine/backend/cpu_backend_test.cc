@@ -151,3 +151,34 @@ TEST(CpuBackendAsync, TwoThreadsCopyingAtOnceGiveExactByteAndSecondTotals) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+// set_error (what a communicator reports when it aborts a collective enqueued here): the first
+// reason is kept, an ok status changes nothing, and from then on no copy runs, as after a fault.
+TEST(CpuBackendSetError, KeepsTheFirstReasonAndStopsTheDevice) {
+  auto b = make_cpu_backend({});
+  ASSERT_TRUE(b->reserve_device(4096).ok());
+  float* dev = static_cast<float*>(*b->device_alloc(16 * sizeof(float)));
+  b->set_error(Status::Ok());
+  EXPECT_TRUE(b->error().ok());
+  const float one[4] = {1, 2, 3, 4};
+  b->copy_h2d(dev, one, sizeof one);
+  b->stream_wait(StreamKind::kD2H, b->record(StreamKind::kH2D));
+  float before[4] = {0, 0, 0, 0};
+  b->copy_d2h(before, dev, sizeof before);
+  b->host_wait(b->record(StreamKind::kD2H));
+  ASSERT_EQ(before[3], 4.0f);  // the device works until the error is set
+  b->set_error(Status(StatusCode::kUnavailable, "NCCL reduce #3 aborted"));
+  b->set_error(internal_error("a later failure"));
+  EXPECT_EQ(b->error().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(b->error().message(), "NCCL reduce #3 aborted");
+  float back[4] = {0, 0, 0, 0};
+  b->copy_d2h(back, dev, sizeof back);
+  b->host_wait(b->record(StreamKind::kD2H));  // completes: nothing waits forever on a failed device
+  EXPECT_EQ(back[0], 0.0f) << "a copy ran after the device failed";
+}
+
+}  // namespace
+}  // namespace mt
