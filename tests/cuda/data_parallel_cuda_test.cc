@@ -21,7 +21,7 @@
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/job/job.h"
 #include "tests/engine/temp_dir.h"
-#include "tests/engine/test_model.h"
+#include "tests/engine/data_parallel_fixture.h"
 
 namespace mt {
 namespace {
@@ -49,29 +49,14 @@ std::unique_ptr<Backend> cuda_backend(int device) {
   return b.ok() ? std::move(b).value() : nullptr;
 }
 
-double max_rel_diff(const HostStore& a, const HostStore& b) {
-  double worst = 0;
-  for (size_t u = 0; u < a.num_units(); ++u)
-    for (size_t i = 0; i < a.unit(u).numel; ++i)
-      worst = std::max(worst, std::fabs(double(a.unit(u).master[i]) - double(b.unit(u).master[i])) /
-                                  (std::fabs(double(b.unit(u).master[i])) + 1e-3));
-  return worst;
-}
 
 class DataParallelCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DataParallelCuda, TwoDevicesEqualOneAtTheSameGlobalBatch) {
   MT_REQUIRE_TWO_NCCL_DEVICES();
   const Case& c = GetParam();
-  const ModelConfig cfg = testing_util::test_model_config({"LlamaForCausalLM", 32, 3, 4, 2, 48, 64, c.tied});
-  TrainOptions opt;
-  opt.seq_len = 16;
-  opt.micro_batch = 2;
-  opt.global_batch = 8;  // 2 micro-batches per device
-  opt.optimizer.lr = 3e-3f;
-  opt.optimizer.grad_clip = 0.5f;
-  opt.schedule = {1, LrDecay::kCosine, 0.1f, 5};
-  opt.precision = Precision::kFp32;
+  const ModelConfig cfg = testing_util::data_parallel_config(c.tied);
+  const TrainOptions opt = testing_util::data_parallel_options(Precision::kFp32);  // 2 micro-batches per device
   StreamingOptions so;
   so.placement = c.placement;
   auto one = StreamingExecutor::create(cfg, opt, so, cuda_backend(0));
@@ -101,7 +86,7 @@ TEST_P(DataParallelCuda, TwoDevicesEqualOneAtTheSameGlobalBatch) {
   ASSERT_TRUE((*one)->sync().ok());
   ASSERT_TRUE((*dp)->sync().ok());
   for (Backend* be : raw) EXPECT_TRUE(be->error().ok()) << be->error().to_string();
-  const double rel = max_rel_diff((*dp)->store(), (*one)->store());
+  const double rel = testing_util::max_master_rel_diff((*dp)->store(), (*one)->store());
   EXPECT_LT(rel, 1e-4);
   std::printf("CUDA devices 2 over NCCL: largest relative master difference to devices 1 after 5 steps: %.3g\n", rel);
   for (int d = 0; d < 2; ++d) EXPECT_EQ(&(*dp)->replica(d).store(), &(*dp)->store());

@@ -14,7 +14,7 @@
 #include "engine/data/data_source.h"
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/job/job_spec.h"
-#include "tests/engine/test_model.h"
+#include "tests/engine/data_parallel_fixture.h"
 
 namespace mt {
 namespace {
@@ -28,19 +28,9 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-ModelConfig config(bool tied) { return testing_util::test_model_config({"LlamaForCausalLM", 32, 3, 4, 2, 48, 64, tied}); }
+ModelConfig config(bool tied) { return testing_util::data_parallel_config(tied); }
 
-TrainOptions options(Precision p) {
-  TrainOptions o;
-  o.seq_len = 16;
-  o.micro_batch = 2;
-  o.global_batch = 8;  // 4 micro-batches: 2 per device at N = 2, 1 at N = 4
-  o.optimizer.lr = 3e-3f;
-  o.optimizer.grad_clip = 0.5f;
-  o.schedule = {1, LrDecay::kCosine, 0.1f, 5};
-  o.precision = p;
-  return o;
-}
+TrainOptions options(Precision p) { return testing_util::data_parallel_options(p); }
 
 std::vector<std::unique_ptr<Backend>> cpu_backends(int n, std::function<bool(const char*)> fault_on_1 = {}) {
   std::vector<std::unique_ptr<Backend>> b;
@@ -58,15 +48,6 @@ StreamingOptions streaming(CheckpointPlacement p) {
   return so;
 }
 
-// The largest |a - b| / (|b| + 1e-3) over every master weight.
-double max_rel_diff(const HostStore& a, const HostStore& b) {
-  double worst = 0;
-  for (size_t u = 0; u < a.num_units(); ++u)
-    for (size_t i = 0; i < a.unit(u).numel; ++i)
-      worst = std::max(worst, std::fabs(double(a.unit(u).master[i]) - double(b.unit(u).master[i])) /
-                                  (std::fabs(double(b.unit(u).master[i])) + 1e-3));
-  return worst;
-}
 
 bool same_masters(const HostStore& a, const HostStore& b) {
   for (size_t u = 0; u < a.num_units(); ++u)
@@ -112,7 +93,7 @@ TEST_P(DataParallel, EqualsOneDeviceAtTheSameGlobalBatch) {
   }
   ASSERT_TRUE((*one)->sync().ok());
   ASSERT_TRUE((*dp)->sync().ok());
-  const double rel = max_rel_diff((*dp)->store(), (*one)->store());
+  const double rel = testing_util::max_master_rel_diff((*dp)->store(), (*one)->store());
   EXPECT_LT(rel, bf16 ? 2e-2 : 1e-4);
   std::printf("devices %d: largest relative master difference to devices 1 after 5 steps: %.3g\n", c.devices, rel);
   // One store, whatever N: every replica trains the leader's; its bytes are those of one device's.

@@ -12,7 +12,7 @@
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/job/job_spec.h"
-#include "tests/engine/test_model.h"
+#include "tests/engine/data_parallel_fixture.h"
 
 namespace mt {
 namespace {
@@ -26,20 +26,9 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-ModelConfig config(bool tied) { return testing_util::test_model_config({"LlamaForCausalLM", 32, 3, 4, 2, 48, 64, tied}); }
+ModelConfig config(bool tied) { return testing_util::data_parallel_config(tied); }
 
-// As data_parallel_test.cc: 4 micro-batches, 2 per device at N = 2, 1 at N = 4; clipping active.
-TrainOptions options(Precision p) {
-  TrainOptions o;
-  o.seq_len = 16;
-  o.micro_batch = 2;
-  o.global_batch = 8;
-  o.optimizer.lr = 3e-3f;
-  o.optimizer.grad_clip = 0.5f;
-  o.schedule = {1, LrDecay::kCosine, 0.1f, 5};
-  o.precision = p;
-  return o;
-}
+TrainOptions options(Precision p) { return testing_util::data_parallel_options(p); }
 
 std::vector<std::unique_ptr<Backend>> cpu_backends(int n) {
   std::vector<std::unique_ptr<Backend>> b;
@@ -73,15 +62,6 @@ void expect_same_state(const HostStore& a, const HostStore& b) {
   }
 }
 
-// The largest |a - b| / (|b| + 1e-3) over every master weight.
-double max_rel_diff(const HostStore& a, const HostStore& b) {
-  double worst = 0;
-  for (size_t u = 0; u < a.num_units(); ++u)
-    for (size_t i = 0; i < a.unit(u).numel; ++i)
-      worst = std::max(worst, std::fabs(double(a.unit(u).master[i]) - double(b.unit(u).master[i])) /
-                                  (std::fabs(double(b.unit(u).master[i])) + 1e-3));
-  return worst;
-}
 
 class ResidentDataParallel : public ::testing::TestWithParam<Case> {};
 
@@ -147,7 +127,7 @@ TEST_P(ResidentDataParallel, EqualsOneDeviceAtTheSameGlobalBatch) {
     }
     EXPECT_NEAR(r1->loss, rn->loss, (bf16 ? 1e-4 : 1e-5) * r1->loss) << "step " << s;
   }
-  const double rel = max_rel_diff((*dp)->store(), (*one)->store());
+  const double rel = testing_util::max_master_rel_diff((*dp)->store(), (*one)->store());
   // Several micro-batches a device: the sum is associated differently, so some bits must differ.
   // (One a device associates it as one device does; measured: bf16 then matches devices: 1 bit for
   // bit, fp32 does not, its GEMM adding into the gradient block by block along k.)
