@@ -77,7 +77,4 @@ class DataParallelExecutor final : public Executor {
   std::vector<std::unique_ptr<StreamingExecutor>> replicas_;  // [0]: the leader
 };
 
-// Checks that `global_batch` splits into devices x processes equal shards of whole micro-batches.
-Status check_devices(int devices, const TrainOptions& opt, int processes = 1);
-
 }  // namespace mt

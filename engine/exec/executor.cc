@@ -1,5 +1,6 @@
 #include "engine/exec/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -38,6 +39,17 @@ Result<Precision> parse_precision(const std::string& name) {
 Result<Precision> resolve_precision(const std::string& name, bool cuda) {
   if (name == "auto") return cuda ? Precision::kBf16 : Precision::kFp32;
   return parse_precision(name);
+}
+
+Status check_devices(int devices, const TrainOptions& opt, int processes) {
+  if (devices < 1 || devices > 64) return invalid_argument("devices = " + std::to_string(devices) + ": must be in [1, 64]");
+  const long parts = long(devices) * processes;
+  if (opt.micro_batch <= 0 || opt.global_batch % (parts * opt.micro_batch) != 0)
+    return invalid_argument("global_batch = " + std::to_string(opt.global_batch) + " does not split into devices = " +
+                            std::to_string(devices) + (processes > 1 ? " x processes = " + std::to_string(processes) : "") +
+                            " shards of whole micro-batches (micro_batch = " + std::to_string(opt.micro_batch) +
+                            "): make it a multiple of " + std::to_string(parts * std::max(opt.micro_batch, 1)));
+  return Status::Ok();
 }
 
 Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {

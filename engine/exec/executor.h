@@ -48,6 +48,9 @@ Result<Precision> resolve_precision(const std::string& name, bool cuda);
 
 // Checks the options against the model; errors name the field and value.
 Status validate(const TrainOptions& o, const ModelConfig& cfg);
+// Data parallelism: `global_batch` splits into devices x processes equal shards of whole
+// micro-batches (and devices is in [1, 64]).
+Status check_devices(int devices, const TrainOptions& opt, int processes = 1);
 // A step's batch: global_batch x seq_len tokens, every one inside the vocabulary.
 Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab);
 // Both executors' step opening: the batch checked, then StepStats with the step's 1-based

@@ -5,7 +5,6 @@
 
 #include "engine/backend/backend.h"
 #include "engine/base/checked_math.h"
-#include "engine/exec/data_parallel_executor.h"
 #include "engine/optim/host_store.h"
 #include "engine/optim/optimizer_shards.h"
 #include "engine/model/layers.h"
@@ -86,8 +85,10 @@ MomentUnits largest_moment_share(const std::vector<ParamSchema>& units, const Pl
 
 // Host: per-parameter state as the HostStore lays it out, the staging of the step's embedding
 // rows (up, then their gradient down), and the LM head's share of a tied embedding gradient.
-std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, const ModelConfig& c,
-                                                         const TrainOptions& o, const PlanOptions& po) {
+// `largest`: the elements of the largest unit (MemoryPlan::slot_numel).
+std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<ParamSchema>& units, size_t largest,
+                                                         const ModelConfig& c, const TrainOptions& o,
+                                                         const PlanOptions& po) {
   const bool shadow = keeps_bf16_shadow(o.precision, po.bf16_uploads);
   const HostStoreBytes sb = host_store_bytes(units, o.layout, shadow, largest_moment_share(units, po));
   std::vector<std::pair<std::string, uint64_t>> kinds = {
@@ -99,16 +100,10 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4, uint64_t(std::max(po.devices, 1)))});
   kinds.push_back({"loss_totals", loss_totals_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
-  if (po.processes > 1 && o.layout == MemoryLayout::kCompact) {  // each unit's bf16 gradient summed in fp32
-    size_t largest = 0;
-    for (const auto& u : units) largest = std::max(largest, u.numel);
+  if (po.processes > 1 && o.layout == MemoryLayout::kCompact)  // each unit's bf16 gradient summed in fp32
     kinds.push_back({"node_grad_staging", sat_mul(uint64_t(largest), 4)});
-  }
-  if (o.precision == Precision::kBf16 && !shadow) {  // convert uploads: pinned staging per slot
-    size_t slot = 0;
-    for (const auto& u : units) slot = std::max(slot, u.numel);
-    kinds.push_back({"upload_staging", sat_mul(uint64_t(po.slots), slot, sizeof(bf16))});
-  }
+  if (o.precision == Precision::kBf16 && !shadow)  // convert uploads: pinned staging per slot
+    kinds.push_back({"upload_staging", sat_mul(uint64_t(po.slots), largest, sizeof(bf16))});
   return kinds;
 }
 
@@ -144,7 +139,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
     p.slot_numel = std::max(p.slot_numel, u.numel);
   }
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
-  p.host_by_kind = host_kinds(units, c, global, po);
+  p.host_by_kind = host_kinds(units, p.slot_numel, c, global, po);
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory; then,
   // when token_chunk is left to the planner, the token-wise work is chunked (the largest power of two

@@ -6,7 +6,6 @@
 #include <thread>
 #include <type_traits>
 
-#include "engine/exec/data_parallel_executor.h"  // check_devices
 #include "engine/model/init.h"
 
 namespace mt {

@@ -1,8 +1,7 @@
 #include "engine/exec/streaming_executor.h"
 
-#include "engine/optim/optimizer_shards.h"
-
 #include "engine/exec/streaming_pipeline.h"
+#include "engine/optim/optimizer_shards.h"
 
 namespace mt {
 

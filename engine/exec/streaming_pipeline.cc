@@ -1,6 +1,5 @@
 #include "engine/exec/streaming_pipeline.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -73,11 +72,7 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
       opt_ready_time_(uses_.size()),
       updated_(units.size(), 0),
       sumsq_(units.size()) {
-  if (cfg_.nodes && store_.layout() != MemoryLayout::kExact) {
-    size_t largest = 0;
-    for (const auto& u : units_) largest = std::max(largest, u.numel);
-    node_grad_.resize(largest);
-  }
+  if (cfg_.nodes && store_.layout() != MemoryLayout::kExact) node_grad_.resize(staging_.slot_numel);
   uploader_ = std::thread([this] { uploader_loop(); });
   optimizer_ = std::thread([this] { optimizer_loop(); });
   if (!cfg_.owners.empty()) broadcaster_ = std::thread([this] { broadcaster_loop(); });

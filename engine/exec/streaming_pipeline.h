@@ -75,7 +75,7 @@ struct HostStaging {
   // bf16 convert uploads (Bf16Uploads::kConvert): slot k's weights are converted into
   // upload_staging + k * slot_numel, then copied. Null: uploads copy the store directly.
   bf16* upload_staging = nullptr;
-  size_t slot_numel = 0;
+  size_t slot_numel = 0;  // elements of the largest unit
 };
 
 // The distinct tokens of a step's inputs, ascending: the embedding rows the step reads and

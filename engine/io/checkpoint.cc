@@ -20,6 +20,7 @@
 #include "engine/io/hf_io.h"
 #include "engine/base/json.h"
 #include "engine/io/safetensors.h"
+#include "engine/optim/optimizer_shards.h"
 
 namespace mt {
 
@@ -132,11 +133,11 @@ Metadata optimizer_metadata(long step, const HostStore& store) {
   return {{"format", "pt"}, {"step", std::to_string(step)}, {"memory_layout", memory_layout_name(store.layout())}};
 }
 
-// optimizer.safetensors.index.json: each moment tensor in the shard of its unit's owner.
+// optimizer.safetensors.index.json: each moment tensor in the shard of its unit's owner among
+// `ranks` processes (optimizer_shard_owners).
 Status write_optimizer_index(const std::string& dir, const std::vector<ParamSchema>& units, const HostStore& store,
-                             const std::vector<int>& owners) {
-  if (owners.size() != units.size()) return invalid_argument("optimizer shard owners do not match the units");
-  const int ranks = 1 + *std::max_element(owners.begin(), owners.end());
+                             int ranks) {
+  const std::vector<int> owners = optimizer_shard_owners(units, ranks);
   for (int r = 0; r < ranks; ++r)  // published only with every shard in place
     if (std::error_code ec; !fs::is_regular_file(join(dir, optimizer_shard_name(r, ranks)), ec))
       return data_loss("optimizer shard " + optimizer_shard_name(r, ranks) + " is missing: its process did not write it");
@@ -155,14 +156,14 @@ Status write_optimizer_index(const std::string& dir, const std::vector<ParamSche
   return write_file_durable(join(dir, "optimizer.safetensors.index.json"), index.dump(2) + "\n");
 }
 
-// Everything but the optimizer shards: the optimizer state itself (owners null: this store holds
-// all of it) or the index of the shards the processes wrote.
+// Everything but the optimizer shards: the optimizer state itself (ranks 0: this store holds all
+// of it) or the index of the shards `ranks` processes wrote.
 Status write_files(const std::string& dir, const ModelConfig& cfg, const std::vector<ParamSchema>& units,
-                   const HostStore& store, const TrainerState& state, const std::vector<int>* owners) {
+                   const HostStore& store, const TrainerState& state, int ranks) {
   const Metadata meta = {{"format", "pt"}, {"step", std::to_string(state.step)}};
   MT_RETURN_IF_ERROR(write_safetensors(join(dir, "model.safetensors"), weight_tensors(units, store), meta));
-  if (owners) {
-    MT_RETURN_IF_ERROR(write_optimizer_index(dir, units, store, *owners));
+  if (ranks > 0) {
+    MT_RETURN_IF_ERROR(write_optimizer_index(dir, units, store, ranks));
   } else {
     for (size_t i = 0; i < units.size(); ++i)
       if (!store.has_moments(i))
@@ -259,13 +260,13 @@ Status write_optimizer_shard(const std::string& root, long step, const ModelConf
 namespace {
 // Writes the rest of the checkpoint begun in its temp directory and publishes it.
 Result<std::string> finish_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                      const TrainerState& state, int keep, const std::vector<int>* owners) {
+                                      const TrainerState& state, int keep, int ranks) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
   std::error_code ec;
   const std::string name = step_dir_name(state.step);
   const std::string tmp = temp_dir(root, state.step), final_dir = join(root, name);
-  Status s = write_files(tmp, cfg, units, store, state, owners);
+  Status s = write_files(tmp, cfg, units, store, state, ranks);
   if (s.ok()) s = publish(tmp, final_dir);
   if (!s.ok()) {
     fs::remove_all(tmp, ec);
@@ -282,12 +283,13 @@ Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& 
                                     const TrainerState& state, int keep) {
   MT_RETURN_IF_ERROR(check_store_matches(cfg, build_param_schemas(cfg), store));
   MT_RETURN_IF_ERROR(begin_checkpoint(root, state.step));
-  return finish_checkpoint(root, cfg, store, state, keep, nullptr);
+  return finish_checkpoint(root, cfg, store, state, keep, 0);
 }
 
 Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                              const TrainerState& state, int keep, const std::vector<int>& owners) {
-  return finish_checkpoint(root, cfg, store, state, keep, &owners);
+                                              const TrainerState& state, int keep, int ranks) {
+  if (ranks < 1) return invalid_argument("a sharded checkpoint of " + std::to_string(ranks) + " processes");
+  return finish_checkpoint(root, cfg, store, state, keep, ranks);
 }
 
 bool is_training_checkpoint(const std::string& path) {

@@ -38,7 +38,7 @@ Status begin_checkpoint(const std::string& root, long step);
 Status write_optimizer_shard(const std::string& root, long step, const ModelConfig& cfg, const HostStore& store,
                              int rank, int ranks);
 Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                              const TrainerState& state, int keep, const std::vector<int>& owners);
+                                              const TrainerState& state, int keep, int ranks);
 void discard_checkpoint(const std::string& root, long step);
 // ROOT/step-XXXXXXXX: where the checkpoint of `step` is published.
 std::string checkpoint_step_dir(const std::string& root, long step);

@@ -13,7 +13,6 @@
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
-#include "engine/optim/optimizer_shards.h"
 #include "kernels/gemm_provider.h"
 
 namespace mt {
@@ -272,8 +271,7 @@ static Result<std::string> save_sharded_checkpoint(Communicator& comm, const std
                    "writing the optimizer shards");
   Result<std::string> dir = checkpoint_step_dir(root, state.step);
   if (s.ok() && lead)
-    dir = finish_sharded_checkpoint(root, cfg, store, state, keep,
-                                    optimizer_shard_owners(build_param_schemas(cfg), comm.size()));
+    dir = finish_sharded_checkpoint(root, cfg, store, state, keep, comm.size());
   if (s.ok()) s = agree(comm, dir.status(), "publishing a checkpoint");
   if (!s.ok() && lead) discard_checkpoint(root, state.step);
   MT_RETURN_IF_ERROR(s);
@@ -322,7 +320,7 @@ Result<JobResult> JobRunner::run() {
   MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
   MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_, nodes.comms()));
   // Every node holds the same model; sharded, each holds its part of the optimizer state.
-  const bool sharded = nodes.comms().size() > 1 && spec_.shard_optimizer;
+  const bool sharded = nodes.weights != nullptr;
   const bool writes_checkpoints = nodes.comms().rank() == 0 || sharded;
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";

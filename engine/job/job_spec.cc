@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "engine/data/data_source.h"
-#include "engine/exec/data_parallel_executor.h"
+#include "engine/exec/executor.h"
 #include "engine/model/init.h"
 
 namespace mt {

@@ -159,7 +159,7 @@ TEST(DataParallelShardedOptimizer, ShardedCheckpointLoadsWholeAndPerRank) {
   EXPECT_FALSE(save_checkpoint(root, cfg, *ranks[0], st, 2).ok());  // a shard alone is not a checkpoint
   ASSERT_TRUE(begin_checkpoint(root, st.step).ok());
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(write_optimizer_shard(root, st.step, cfg, *ranks[size_t(r)], r, 2).ok());
-  auto published = finish_sharded_checkpoint(root, cfg, *ranks[0], st, 2, owners);
+  auto published = finish_sharded_checkpoint(root, cfg, *ranks[0], st, 2, 2);
   ASSERT_TRUE(published.ok()) << published.status().to_string();
   EXPECT_EQ(*published, checkpoint_step_dir(root, 5));
   EXPECT_FALSE(std::filesystem::exists(*published + "/optimizer.safetensors"));
@@ -185,7 +185,7 @@ TEST(DataParallelShardedOptimizer, ShardedCheckpointLoadsWholeAndPerRank) {
   ASSERT_TRUE(write_optimizer_shard(root, 7, cfg, *ranks[0], 0, 2).ok());
   TrainerState seven;
   seven.step = 7;
-  auto refused = finish_sharded_checkpoint(root, cfg, *ranks[0], seven, 2, owners);
+  auto refused = finish_sharded_checkpoint(root, cfg, *ranks[0], seven, 2, 2);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("optimizer-00002-of-00002"), std::string::npos) << refused.status().to_string();
   discard_checkpoint(root, 7);
