@@ -139,7 +139,9 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
     p.slot_numel = std::max(p.slot_numel, u.numel);
   }
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
-  p.host_by_kind = host_kinds(units, p.slot_numel, c, global, po);
+  TrainOptions node = global;  // this process's share: what its devices stage on its host
+  node.global_batch /= po.processes;
+  p.host_by_kind = host_kinds(units, p.slot_numel, c, node, po);
 
   // Device: layer inputs stay on the device when they fit, else they go to host memory; then,
   // when token_chunk is left to the planner, the token-wise work is chunked (the largest power of two
