@@ -62,6 +62,10 @@ Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {
 
 Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done) {
   MT_RETURN_IF_ERROR(check_step_batch(batch, o, vocab));
+  return step_stats_for(batch, o, steps_done);
+}
+
+StepStats step_stats_for(const Batch& batch, const TrainOptions& o, long steps_done) {
   StepStats st;
   st.step = steps_done + 1;
   st.tokens = long(batch.inputs.size());

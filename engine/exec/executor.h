@@ -56,6 +56,8 @@ Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab);
 // Both executors' step opening: the batch checked, then StepStats with the step's 1-based
 // index, its token count and its learning rate.
 Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done);
+// open_step without the check, for a batch its caller has already checked (a shard of one).
+StepStats step_stats_for(const Batch& batch, const TrainOptions& o, long steps_done);
 
 // Non-finite numbers fail the step before its update is applied, so the weights (and the last
 // checkpoint) stay as they were. The reasons name the step, the quantity and, for a gradient,

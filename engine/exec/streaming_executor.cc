@@ -172,9 +172,8 @@ std::vector<double> StreamingExecutor::micro_batch_loss_sums() const {
 
 double StreamingExecutor::read_loss_sum() {
   backend_->host_wait(loss_landed_);
-  const double* totals = host_loss_.as<double>();
   double sum = 0;
-  for (int m = 0; m < opt_.global_batch / opt_.micro_batch; ++m) sum += totals[2 * m];
+  for (double s : micro_batch_loss_sums()) sum += s;  // micro-batch order
   return sum;
 }
 
@@ -228,7 +227,7 @@ Result<StepStats> StreamingExecutor::step_shard(const Batch& batch, EmbeddingRow
   if (ready.ok()) ready = comm_error_;
   if (!ready.ok() && ro_.comm) ro_.comm->abort(ready);
   MT_RETURN_IF_ERROR(ready);
-  MT_ASSIGN_OR_RETURN(StepStats st, open_step(batch, opt_, cfg_.vocab_size, steps_));
+  StepStats st = step_stats_for(batch, opt_, steps_);  // step() or the data-parallel step checked the batch
   timeline_.begin_step();
   grad_scale_ = counted > 0 ? 1.0f / float(counted) : 0.0f;
   map_to_rows(batch.inputs, *rows);

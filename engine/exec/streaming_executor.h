@@ -63,7 +63,8 @@ class StreamingExecutor final : public Executor {
   Result<StepStats> step(const Batch& batch) override;
   // A replica's step: `shard` is its part of the global batch, `rows` the global batch's
   // embedding rows (embedding_rows of all its inputs) and `counted` its counted targets, so
-  // every replica's gradient is its share of the one global mean.
+  // every replica's gradient is its share of the one global mean. The caller has checked the
+  // batch the shard was cut from (check_step_batch).
   Result<StepStats> step_shard(const Batch& shard, EmbeddingRows rows, long counted);
   // The distinct tokens (ascending) of `inputs`: the embedding rows a step reads.
   EmbeddingRows embedding_rows(const std::vector<int32_t>& inputs);

@@ -353,17 +353,16 @@ Result<JobResult> JobRunner::run() {
   result.checkpoint = resumed;
   long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
   auto checkpoint = [&]() -> Status {
-    if (state.step != saved_step && !writes_checkpoints) {
-      MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
-      saved_step = state.step;
-    }
     if (state.step != saved_step) {
-      MT_RETURN_IF_ERROR(ex->sync());
-      MT_ASSIGN_OR_RETURN(result.checkpoint,
-                          sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep)
-                                  : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+      MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
+      if (writes_checkpoints) {
+        MT_ASSIGN_OR_RETURN(result.checkpoint,
+                            sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), state,
+                                                              spec_.checkpoint.keep)
+                                    : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+        log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
+      }
       saved_step = state.step;
-      log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
     }
     if (hooks_.on_checkpoint) hooks_.on_checkpoint(result.checkpoint, state.step);
     return Status::Ok();
