@@ -91,6 +91,7 @@ Result<Totals> run(const TokenizeOptions& o) {
     if (writer.documents() == 0) return Status::Ok();
     char name[32];
     std::snprintf(name, sizeof name, "shard-%05llu.mts", (unsigned long long)t.shards++);
+    t.trained += writer.trained_tokens();  // the shard's, counted as it was filled
     return writer.write((fs::path(o.out) / name).string());
   };
   auto sink = [&](TokenizedChunk& c) -> Status {
@@ -98,7 +99,6 @@ Result<Totals> run(const TokenizeOptions& o) {
       MT_RETURN_IF_ERROR(writer.add(ex));
       t.documents += 1;
       t.tokens += ex.ids.size();
-      for (uint8_t m : ex.loss) t.trained += m;
       if (writer.tokens() >= o.shard_tokens) MT_RETURN_IF_ERROR(flush());
     }
     t.skipped += c.skipped;

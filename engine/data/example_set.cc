@@ -7,12 +7,6 @@
 
 namespace mt {
 
-uint64_t ExampleSet::total_tokens() const {
-  uint64_t n = 0;
-  for (uint64_t i = 0; i < size(); ++i) n += length(i);
-  return n;
-}
-
 namespace {
 
 class MemoryExampleSet final : public ExampleSet {

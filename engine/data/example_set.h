@@ -21,8 +21,6 @@ class ExampleSet {
   // outside the vocabulary the set was opened for is an error naming it.
   virtual Status read(uint64_t i, uint64_t begin, uint64_t n, int32_t* ids, uint8_t* loss) const = 0;
   virtual std::string describe() const = 0;
-  // Token counts over all examples: every token, and those with loss 1.
-  uint64_t total_tokens() const;
 };
 
 // Examples held in memory (empty examples are dropped).

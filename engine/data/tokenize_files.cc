@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "engine/base/json.h"
 
@@ -50,17 +49,14 @@ Status emit(const std::string& path, std::vector<Unit>& units, uint64_t bytes, c
 
 Status tokenize_file(const std::string& path, InputKind kind, const LineFormatter& format, ThreadPool& pool,
                      const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open '" + path + "'");
   std::vector<Unit> units;
   if (kind == InputKind::kTextFile) {
-    std::ostringstream all;
-    all << in.rdbuf();
-    const std::string text = all.str();
-    if (in.bad()) return data_loss("reading '" + path + "' failed");
+    MT_ASSIGN_OR_RETURN(const std::string text, read_file(path));
     if (!text.empty()) units.push_back({text_json(text), 1});
     return emit(path, units, text.size(), format, pool, sink);
   }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot open '" + path + "'");
   uint64_t line_no = 0, bytes = 0, para_line = 0;
   std::string line, para;
   auto flush_para = [&] {

@@ -61,6 +61,10 @@ const AddedTokenMatcher::Pattern* AddedTokenMatcher::longest_at(std::string_view
 }
 
 void AddedTokenMatcher::split(std::string_view text, std::vector<TextSegment>& out) const {
+  if (patterns_.empty()) {  // nothing to match: the whole text, without a scan
+    if (!text.empty()) out.push_back({0, text.size(), -1});
+    return;
+  }
   size_t done = 0;  // text before this is already in `out`
   size_t at = 0;
   while (at < text.size()) {

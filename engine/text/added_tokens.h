@@ -28,7 +28,6 @@ class AddedTokenMatcher {
   // Call finish() after the last add().
   void add(const AddedToken& token, std::string pattern);
   void finish();
-  bool empty() const { return patterns_.empty(); }
   // Cuts `text` into segments (empty ones left out). Thread-safe.
   void split(std::string_view text, std::vector<TextSegment>& out) const;
 

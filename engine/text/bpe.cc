@@ -90,15 +90,7 @@ Result<Bpe> Bpe::create(std::vector<std::pair<std::string, int32_t>> vocab,
     for (int b = 0; b < 256; ++b) m.byte_level_ids_[size_t(b)] = m.token_id(utf8::byte_to_char(uint8_t(b)));
     for (const auto& [tok, id] : m.vocab_) {  // tokens by the bytes they stand for
       std::string raw;
-      bool all = true;
-      for (size_t i = 0; i < tok.size() && all;) {
-        int len = 0;
-        const int byte = utf8::char_to_byte(utf8::decode_at(tok, i, &len));
-        all = byte >= 0;
-        raw.push_back(char(byte));
-        i += size_t(len);
-      }
-      if (all) m.raw_vocab_.emplace(std::move(raw), id);
+      if (utf8::append_byte_level_bytes(raw, tok)) m.raw_vocab_.emplace(std::move(raw), id);
     }
   }
   return m;

@@ -13,21 +13,8 @@ constexpr const char* kSupported = "ByteLevel, Metaspace, Replace, ByteFallback,
 
 void byte_level(std::vector<std::string>& tokens) {
   std::string bytes;
-  for (const std::string& t : tokens) {
-    const size_t mark = bytes.size();
-    bool all = true;
-    for (size_t i = 0; i < t.size() && all;) {
-      int len = 0;
-      const int b = utf8::char_to_byte(utf8::decode_at(t, i, &len));
-      all = b >= 0;
-      bytes.push_back(char(b));
-      i += size_t(len);
-    }
-    if (!all) {  // a token with a character outside the byte table keeps its own bytes
-      bytes.resize(mark);
-      bytes.append(t);
-    }
-  }
+  for (const std::string& t : tokens)  // a token with a character outside the byte table keeps its own bytes
+    if (!utf8::append_byte_level_bytes(bytes, t)) bytes.append(t);
   std::string text;
   utf8::append_lossy(text, bytes);
   tokens.assign(1, std::move(text));
@@ -61,13 +48,7 @@ void byte_fallback(std::vector<std::string>& tokens) {
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   std::string out;
-  for (size_t at = 0;;) {
-    const size_t hit = s.find(from, at);
-    out.append(s, at, hit == std::string::npos ? std::string::npos : hit - at);
-    if (hit == std::string::npos) break;
-    out.append(to);
-    at = hit + from.size();
-  }
+  utf8::append_replaced(out, s, from, to);
   s.swap(out);
 }
 

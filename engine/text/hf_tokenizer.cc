@@ -39,11 +39,7 @@ Status HfTokenizer::encode(std::string_view text, std::vector<int32_t>& ids) con
   if (bad != text.size()) return invalid_argument("text is not valid UTF-8 at byte " + std::to_string(bad));
   thread_local std::vector<TextSegment> segments;
   segments.clear();
-  if (raw_matcher_.empty()) {
-    if (!text.empty()) segments.push_back({0, text.size(), -1});
-  } else {
-    raw_matcher_.split(text, segments);
-  }
+  raw_matcher_.split(text, segments);
   for (const TextSegment& s : segments) {
     if (s.id >= 0) ids.push_back(s.id);
     else MT_RETURN_IF_ERROR(encode_piece(text.substr(s.begin, s.end - s.begin), s.begin == 0, ids));
@@ -63,11 +59,7 @@ Status HfTokenizer::encode_piece(std::string_view piece, bool at_start, std::vec
     text = normalized;
   }
   segments.clear();
-  if (normalized_matcher_.empty()) {
-    if (!text.empty()) segments.push_back({0, text.size(), -1});
-  } else {
-    normalized_matcher_.split(text, segments);
-  }
+  normalized_matcher_.split(text, segments);
   for (const TextSegment& s : segments) {
     if (s.id >= 0) {
       ids.push_back(s.id);

@@ -109,13 +109,7 @@ Status Normalizer::apply_step(const Step& s, std::string_view in, std::string& o
       out.append(in);
       return Status::Ok();
     case Kind::kReplace:
-      for (size_t at = 0;;) {
-        const size_t hit = in.find(s.a, at);
-        out.append(in.substr(at, hit == std::string_view::npos ? std::string_view::npos : hit - at));
-        if (hit == std::string_view::npos) break;
-        out.append(s.b);
-        at = hit + s.a.size();
-      }
+      utf8::append_replaced(out, in, s.a, s.b);
       return Status::Ok();
   }
   return Status::Ok();

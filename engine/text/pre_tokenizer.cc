@@ -33,7 +33,7 @@ Status PreTokenizer::parse_split(const Json& spec, PreTokenizer& out) {
     return invalid_argument("pre_tokenizer Split has no {\"Regex\"} or {\"String\"} pattern");
   auto compiled = Regex::compile(p->as_string(), /*literal=*/p == literal);
   if (!compiled.ok()) return compiled.status().with_context("pre_tokenizer Split");
-  out.steps_.push_back({Kind::kSplit, std::shared_ptr<Regex>(std::move(*compiled)), p->as_string(), {}, {}, true});
+  out.steps_.push_back({Kind::kSplit, std::shared_ptr<Regex>(std::move(*compiled)), {}, {}, true});
   return Status::Ok();
 }
 
@@ -43,14 +43,14 @@ Status PreTokenizer::parse_byte_level(const Json& spec, PreTokenizer& out) {
   if (flag(spec, "use_regex", true)) {
     auto compiled = Regex::compile(kGpt2Pattern);
     if (!compiled.ok()) return compiled.status().with_context("pre_tokenizer ByteLevel (use_regex)");
-    out.steps_.push_back({Kind::kByteLevelRegex, std::shared_ptr<Regex>(std::move(*compiled)), "gpt2", {}, {}, true});
+    out.steps_.push_back({Kind::kByteLevelRegex, std::shared_ptr<Regex>(std::move(*compiled)), {}, {}, true});
   }
   out.byte_level_ = true;
   return Status::Ok();
 }
 
 Status PreTokenizer::parse_metaspace(const Json& spec, PreTokenizer& out) {
-  Step s{Kind::kMetaspace, nullptr, {}, "\xE2\x96\x81", Prepend::kAlways, flag(spec, "split", true)};
+  Step s{Kind::kMetaspace, nullptr, "\xE2\x96\x81", Prepend::kAlways, flag(spec, "split", true)};
   if (const Json* r = spec.find("replacement"); r && r->is_string()) s.replacement = r->as_string();
   int len = 0;
   if (s.replacement.empty() || utf8::valid_prefix(s.replacement) != s.replacement.size() ||

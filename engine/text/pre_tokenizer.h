@@ -32,7 +32,6 @@ class PreTokenizer {
   struct Step {
     Kind kind;
     std::shared_ptr<Regex> regex;  // kSplit, kByteLevelRegex
-    std::string pattern;           // for describe()
     std::string replacement;       // kMetaspace
     Prepend prepend = Prepend::kAlways;
     bool split = true;

@@ -119,6 +119,16 @@ bool is_whitespace(uint32_t cp) {
          cp == 0x3000;
 }
 
+void append_replaced(std::string& out, std::string_view in, std::string_view from, std::string_view to) {
+  for (size_t at = 0;;) {
+    const size_t hit = in.find(from, at);
+    out.append(in.substr(at, hit == std::string_view::npos ? std::string_view::npos : hit - at));
+    if (hit == std::string_view::npos) return;
+    out.append(to);
+    at = hit + from.size();
+  }
+}
+
 void append_lossy(std::string& out, std::string_view bytes) {
   size_t i = 0;
   while (i < bytes.size()) {
@@ -136,5 +146,20 @@ void append_lossy(std::string& out, std::string_view bytes) {
 const std::string& byte_to_char(uint8_t b) { return byte_table().chars[b]; }
 
 int char_to_byte(uint32_t cp) { return cp < 324 ? byte_table().bytes[cp] : -1; }
+
+bool append_byte_level_bytes(std::string& out, std::string_view token) {
+  const size_t mark = out.size();
+  for (size_t i = 0; i < token.size();) {
+    int len = 0;
+    const int b = char_to_byte(decode_at(token, i, &len));
+    if (b < 0) {
+      out.resize(mark);
+      return false;
+    }
+    out.push_back(char(b));
+    i += size_t(len);
+  }
+  return true;
+}
 
 }  // namespace mt::utf8

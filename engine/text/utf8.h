@@ -26,9 +26,16 @@ bool is_whitespace(uint32_t cp);
 // Appends `bytes` with every maximal invalid subsequence replaced by U+FFFD (Rust from_utf8_lossy).
 void append_lossy(std::string& out, std::string_view bytes);
 
+// Appends `in` with every occurrence of `from` (not empty) replaced by `to`, left to right
+// (the Replace normalizer and decoder with a string pattern).
+void append_replaced(std::string& out, std::string_view in, std::string_view from, std::string_view to);
+
 // GPT-2's bytes_to_unicode: the character (as UTF-8) that stands for byte b in byte-level vocabularies.
 const std::string& byte_to_char(uint8_t b);
 // The byte a byte-level character stands for; -1 when cp is not one of the 256.
 int char_to_byte(uint32_t cp);
+// Appends the bytes a byte-level token (valid UTF-8) stands for; false, with `out` as it was, when
+// one of its characters is outside the byte table.
+bool append_byte_level_bytes(std::string& out, std::string_view token);
 
 }  // namespace mt::utf8
