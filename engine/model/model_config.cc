@@ -7,6 +7,7 @@
 #include <string_view>
 #include <utility>
 
+#include "engine/model/config_keys.h"
 #include "engine/model/param_schema.h"
 
 namespace mt {
@@ -106,26 +107,43 @@ Status read_architecture(const ConfigReader& r, ModelConfig& c) {
                                      "MistralForCausalLM, Qwen2ForCausalLM)");
 }
 
-Status read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
-  const Json* rs = r.get("rope_scaling");
-  if (!rs || rs->is_null()) return Status::Ok();
-  if (!rs->is_object()) return r.fail("rope_scaling", "must be an object or null");
-  const Json* type = rs->find("rope_type");
-  if (!type) type = rs->find("type");
-  if (!type || !type->is_string()) return r.fail("rope_scaling.rope_type", "is missing");
+// The keys a RoPE object may hold for its type: read, never ignored (rope_theta only inside
+// transformers 5's rope_parameters).
+bool rope_key_known(const std::string& type, const std::string& k, bool in_parameters) {
+  if (k == "rope_type" || k == "type" || (in_parameters && k == "rope_theta")) return true;
+  if (type == "linear") return k == "factor";
+  if (type == "llama3")
+    return k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" || k == "original_max_position_embeddings";
+  if (type == "yarn")
+    return k == "factor" || k == "original_max_position_embeddings" || k == "beta_fast" || k == "beta_slow" ||
+           k == "mscale" || k == "mscale_all_dim" || k == "attention_factor" || k == "truncate";
+  return false;
+}
+
+// One RoPE object `rs` named `name`: transformers 4's rope_scaling or 5's rope_parameters.
+Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string& name, ModelConfig& c) {
+  if (!rs.is_object()) return r.fail(name, "must be an object or null");
+  const Json* type = rs.find("rope_type");
+  if (!type) type = rs.find("type");
+  if (!type || !type->is_string()) return r.fail(name + ".rope_type", "is missing");
   RopeScaling& s = c.rope_scaling;
   s.type = type->as_string();
   if (s.type != "default" && s.type != "linear" && s.type != "llama3" && s.type != "yarn")
-    return r.fail("rope_scaling.rope_type",
+    return r.fail(name + ".rope_type",
                   "'" + s.type + "' is not supported (supported: default, linear, llama3, yarn)");
+  const bool in_parameters = name.rfind("rope_parameters", 0) == 0;
+  for (const auto& [k, v] : rs.members())
+    if (!rope_key_known(s.type, k, in_parameters))
+      return r.fail(name + "." + k, "is not read for rope_type '" + s.type + "'; refused rather than ignored");
   auto num = [&](const char* k, double& out) -> Status {
-    const Json* v = rs->find(k);
+    const Json* v = rs.find(k);
     if (!v) return Status::Ok();
     if (!v->is_number() || !(v->as_double() > 0))
-      return r.fail(std::string("rope_scaling.") + k, "must be a positive number, got " + v->dump());
+      return r.fail(name + "." + k, "must be a positive number, got " + v->dump());
     out = v->as_double();
     return Status::Ok();
   };
+  MT_RETURN_IF_ERROR(num("rope_theta", c.rope_theta));
   MT_RETURN_IF_ERROR(num("factor", s.factor));
   MT_RETURN_IF_ERROR(num("low_freq_factor", s.low_freq_factor));
   MT_RETURN_IF_ERROR(num("high_freq_factor", s.high_freq_factor));
@@ -133,20 +151,82 @@ Status read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
                                                                          : s.original_max_position_embeddings);
   MT_RETURN_IF_ERROR(num("original_max_position_embeddings", orig));
   if (orig > double(ModelLimits::kMaxPositions))
-    return r.fail("rope_scaling.original_max_position_embeddings", "exceeds " + std::to_string(ModelLimits::kMaxPositions));
+    return r.fail(name + ".original_max_position_embeddings", "exceeds " + std::to_string(ModelLimits::kMaxPositions));
   s.original_max_position_embeddings = int64_t(orig);
   if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
-    return r.fail("rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+    return r.fail(name + ".high_freq_factor", "must exceed low_freq_factor");
   if (s.type != "yarn") return Status::Ok();
-  if (!rs->find("factor")) return r.fail("rope_scaling.factor", "is required for yarn");
+  if (!rs.find("factor")) return r.fail(name + ".factor", "is required for yarn");
   for (auto [k, out] : {std::pair{"beta_fast", &s.beta_fast}, {"beta_slow", &s.beta_slow}, {"mscale", &s.mscale},
                         {"mscale_all_dim", &s.mscale_all_dim}, {"attention_factor", &s.attention_factor}})
     MT_RETURN_IF_ERROR(num(k, *out));
-  if (const Json* t = rs->find("truncate")) {
-    if (!t->is_bool()) return r.fail("rope_scaling.truncate", "must be true or false, got " + t->dump());
+  if (const Json* t = rs.find("truncate")) {
+    if (!t->is_bool()) return r.fail(name + ".truncate", "must be true or false, got " + t->dump());
     s.truncate = t->as_bool();
   }
   c.rope_attention_factor = yarn_attention_factor(s);
+  return Status::Ok();
+}
+
+bool same_rope(const ModelConfig& a, const ModelConfig& b) {
+  const RopeScaling &x = a.rope_scaling, &y = b.rope_scaling;
+  return a.rope_theta == b.rope_theta && x.type == y.type && x.factor == y.factor &&
+         x.low_freq_factor == y.low_freq_factor && x.high_freq_factor == y.high_freq_factor &&
+         x.original_max_position_embeddings == y.original_max_position_embeddings && x.beta_fast == y.beta_fast &&
+         x.beta_slow == y.beta_slow && x.mscale == y.mscale && x.mscale_all_dim == y.mscale_all_dim &&
+         x.attention_factor == y.attention_factor && x.truncate == y.truncate;
+}
+
+// transformers 5's rope_parameters, flat ({"rope_theta": ..., "rope_type": ...}) or per layer type
+// ({"full_attention": {...}}); every layer here is full attention, so only that key is accepted.
+Result<const Json*> rope_parameters_of(const ConfigReader& r, const Json& p, std::string& name) {
+  name = "rope_parameters";
+  if (!p.is_object()) return r.fail(name, "must be an object or null");
+  if (p.find("rope_type") || p.find("rope_theta") || p.members().empty()) return &p;
+  for (const auto& [k, v] : p.members())
+    if (k != "full_attention")
+      return r.fail(name + "." + k, "sets RoPE for layers of type '" + k + "'; every layer here is full_attention");
+  name += ".full_attention";
+  return p.find("full_attention");
+}
+
+// RoPE as transformers 4 writes it (top-level rope_theta and rope_scaling) and as transformers 5
+// does (rope_parameters only). Both forms present must say the same, else refused naming them.
+Status read_rope(const ConfigReader& r, ModelConfig& c) {
+  ModelConfig legacy = c;
+  MT_RETURN_IF_ERROR(r.number("rope_theta", legacy.rope_theta));
+  const Json* scaling = r.get("rope_scaling");
+  if (scaling && !scaling->is_null()) MT_RETURN_IF_ERROR(read_rope_object(r, *scaling, "rope_scaling", legacy));
+  const Json* params = r.get("rope_parameters");
+  if (!params || params->is_null()) {
+    c = std::move(legacy);
+    return Status::Ok();
+  }
+  std::string name;
+  MT_ASSIGN_OR_RETURN(const Json* flat, rope_parameters_of(r, *params, name));
+  ModelConfig v5 = c;
+  MT_RETURN_IF_ERROR(read_rope_object(r, *flat, name, v5));
+  const bool has_legacy = r.get("rope_theta") || (scaling && !scaling->is_null());
+  if (has_legacy && !same_rope(legacy, v5))
+    return r.fail(name, "(" + flat->dump() + ") and the top-level rope_theta / rope_scaling (" +
+                            (r.get("rope_theta") ? r.get("rope_theta")->dump() : "absent") + " / " +
+                            (scaling ? scaling->dump() : "absent") + ") disagree; which one is meant is unknown");
+  c = std::move(v5);
+  return Status::Ok();
+}
+
+// transformers 5's per-layer attention types: every layer must be "full_attention".
+Status refuse_layer_types(const ConfigReader& r, const ModelConfig& c) {
+  const Json* types = r.get("layer_types");
+  if (!types || types->is_null()) return Status::Ok();
+  if (!types->is_array() || types->items().size() != size_t(c.num_layers))
+    return r.fail("layer_types", "must list one attention type for each of the " + std::to_string(c.num_layers) + " layers");
+  for (size_t i = 0; i < types->items().size(); ++i) {
+    const Json& t = types->items()[i];
+    if (!(t.is_string() && t.as_string() == "full_attention"))
+      return r.fail("layer_types[" + std::to_string(i) + "]", "is " + t.dump() +
+                                                              "; only full_attention is supported (sliding windows are not)");
+  }
   return Status::Ok();
 }
 
@@ -172,7 +252,13 @@ Status refuse_unsupported(const ConfigReader& r, const ModelConfig& c) {
   const Json* pt = r.get("pretraining_tp");
   if (pt && !(pt->is_integer() && pt->as_int() == 1))
     return r.fail("pretraining_tp", "must be 1");
-  return Status::Ok();
+  const Json* dropout = r.get("attention_dropout");
+  if (dropout && !dropout->is_null() && !(dropout->is_number() && dropout->as_double() == 0))
+    return r.fail("attention_dropout", "is " + dropout->dump() + "; attention dropout is not implemented (only 0)");
+  const Json* mrope = r.get("use_mrope");
+  if (mrope && !mrope->is_null() && !(mrope->is_bool() && !mrope->as_bool()))
+    return r.fail("use_mrope", "enables multimodal RoPE, which is not supported");
+  return refuse_layer_types(r, c);
 }
 
 Status check_shape(const ConfigReader& r, const ModelConfig& c) {
@@ -197,6 +283,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   ModelConfig c;
   c.raw = j;
   MT_RETURN_IF_ERROR(read_architecture(r, c));
+  MT_RETURN_IF_ERROR(check_config_keys(j, source));
   if (const Json* mt = j.find("model_type"); mt && mt->is_string()) c.model_type = mt->as_string();
   MT_RETURN_IF_ERROR(r.positive_int("hidden_size", c.hidden_size, ModelLimits::kHiddenSize));
   MT_RETURN_IF_ERROR(r.positive_int("num_hidden_layers", c.num_layers, ModelLimits::kLayers));
@@ -213,11 +300,10 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MT_RETURN_IF_ERROR(r.positive_int("max_position_embeddings", max_pos, ModelLimits::kMaxPositions, false));
   c.max_position_embeddings = max_pos;
   MT_RETURN_IF_ERROR(r.number("rms_norm_eps", c.rms_norm_eps));
-  MT_RETURN_IF_ERROR(r.number("rope_theta", c.rope_theta));
   MT_RETURN_IF_ERROR(r.number("initializer_range", c.initializer_range));
   MT_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", c.tie_word_embeddings));
   c.attention_bias = c.architecture == "Qwen2ForCausalLM";
-  MT_RETURN_IF_ERROR(read_rope_scaling(r, c));
+  MT_RETURN_IF_ERROR(read_rope(r, c));
   MT_RETURN_IF_ERROR(refuse_unsupported(r, c));
   MT_RETURN_IF_ERROR(check_shape(r, c));
   return c;
