@@ -18,11 +18,6 @@ namespace {
 
 constexpr size_t kShardBytes = size_t(5) << 30;  // as `megatrain export`'s default --shard-size 5GB
 
-bool is_link(const fs::path& p) {
-  struct stat st;
-  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
-
 Result<CheckpointInfo> pick_checkpoint(const std::string& job_dir, long step) {
   MT_ASSIGN_OR_RETURN(auto all, list_checkpoints(job_dir + "/checkpoints"));
   if (all.empty()) return failed_precondition("the job has no checkpoint yet");
@@ -56,7 +51,7 @@ Result<v1::ListCheckpointsResponse> list_job_checkpoints(const std::string& job_
   return out;
 }
 
-Result<std::string> export_target(const std::string& data_root, const std::string& out_dir) {
+Result<ExportTarget> export_target(const std::string& data_root, const std::string& out_dir) {
   const std::string field = "out_dir = '" + out_dir + "'";
   if (out_dir.empty()) return invalid_argument("out_dir is empty (a directory under the data root)");
   if (out_dir.size() > 4096 || out_dir.find('\0') != std::string::npos)
@@ -69,24 +64,15 @@ Result<std::string> export_target(const std::string& data_root, const std::strin
   const fs::path rel = p.lexically_relative(root);
   if (rel.empty() || *rel.begin() == "..")
     return invalid_argument(field + " is outside the data root '" + data_root + "'");
-  if (is_link(root)) return invalid_argument("the data root '" + data_root + "' is a symlink; exports are refused");
-  fs::path at = root;
-  for (const auto& part : rel) {
-    if (part.empty() || part == ".") continue;
-    at /= part;
-    if (is_link(at))
-      return invalid_argument(field + ": '" + at.string() + "' is a symlink; exports do not follow symlinks");
-  }
-  if (at == root) return invalid_argument(field + " is the data root itself; name a directory under it");
-  return at.string();
+  if (rel == ".") return invalid_argument(field + " is the data root itself; name a directory under it");
+  return ExportTarget{rel.string(), (root / rel).string()};
 }
 
 Result<v1::ExportModelResponse> Exporter::run(const JobManager::JobFiles& job, const v1::ExportModelRequest& req) {
   const std::string dtype = req.dtype().empty() ? "bf16" : req.dtype();
   if (dtype != "bf16" && dtype != "fp32") return invalid_argument("dtype = '" + dtype + "' is not one of bf16, fp32");
   if (req.step() < 0) return invalid_argument("step = " + std::to_string(req.step()) + " is negative");
-  MT_ASSIGN_OR_RETURN(const std::string out_dir, export_target(job.data_root, req.out_dir()));
-  MT_RETURN_IF_ERROR(check_export_dir(out_dir, req.overwrite()));
+  MT_ASSIGN_OR_RETURN(const ExportTarget target, export_target(job.data_root, req.out_dir()));
   MT_ASSIGN_OR_RETURN(const CheckpointInfo ckpt, pick_checkpoint(job.dir, long(req.step())));
   MT_ASSIGN_OR_RETURN(const ModelConfig cfg, load_model_config(ckpt.dir));
   const uint64_t need = uint64_t(cfg.num_params()) * 16;  // the exact store: master, grad, m, v
@@ -99,13 +85,19 @@ Result<v1::ExportModelResponse> Exporter::run(const JobManager::JobFiles& job, c
     std::atomic<bool>& b;
     ~Release() { b = false; }
   } release{busy_};
+  // Opened once, beneath the root and through no symlink; every file is written through it, so
+  // swapping a directory of the path for a symlink meanwhile changes where nothing goes.
+  auto opened = DirFd::open_beneath(job.data_root, target.rel, true);
+  if (!opened.ok()) return opened.status().with_context("out_dir = '" + req.out_dir() + "'");
+  const DirFd dir = std::move(opened).value();
+  MT_RETURN_IF_ERROR(check_export_dir(dir, req.overwrite()));
   MT_ASSIGN_OR_RETURN(LoadedModel m, load_model_dir(ckpt.dir));
-  MT_RETURN_IF_ERROR(export_hf_model(out_dir, m.cfg, *m.store, dtype == "bf16", kShardBytes, req.overwrite()));
+  MT_RETURN_IF_ERROR(export_hf_model(dir, m.cfg, *m.store, dtype == "bf16", kShardBytes, req.overwrite()));
   v1::ExportModelResponse out;
-  out.set_out_dir(out_dir);
+  out.set_out_dir(target.abs);
   out.set_step(ckpt.step);
   out.set_dtype(dtype);
-  out.set_size_bytes(tree_bytes(out_dir));
+  out.set_size_bytes(dir.file_bytes());
   out.set_checkpoint(ckpt.dir);
   return out;
 }

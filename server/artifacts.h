@@ -13,9 +13,13 @@ namespace mt::server {
 Result<megatrain::v1::ListCheckpointsResponse> list_job_checkpoints(const std::string& job_dir);
 
 // out_dir confined to the data root: relative to it, or absolute inside it; refused (naming it)
-// with a ".." component, or when the root or any existing part of the path below it is a
-// symlink. Returns the absolute path.
-Result<std::string> export_target(const std::string& data_root, const std::string& out_dir);
+// with a ".." component. The path as the export opens it (DirFd::open_beneath, which refuses a
+// symlink at any component below the root at the moment each is opened).
+struct ExportTarget {
+  std::string rel;  // below the data root
+  std::string abs;  // data_root/rel, for the reply and messages
+};
+Result<ExportTarget> export_target(const std::string& data_root, const std::string& out_dir);
 
 class Exporter {
  public:

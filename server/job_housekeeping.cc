@@ -1,10 +1,14 @@
 // DeleteJob, retention, ListJobs paging and the state directory's size (see job_manager.h).
 #include "server/job_housekeeping.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <stdio.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 
@@ -62,7 +66,7 @@ std::string page_token_after(const std::string& id) {
   return out;
 }
 
-Result<std::string> page_token_id(const std::string& token) {
+Result<std::string> page_token_id(const std::string& token, long issued) {
   const std::string bad = "page_token = '" + token.substr(0, 64) + "' is not a token this daemon wrote";
   const size_t p = std::string(kTokenPrefix).size();
   if (token.rfind(kTokenPrefix, 0) != 0 || token.size() == p || (token.size() - p) % 2 || token.size() > 512)
@@ -75,7 +79,27 @@ Result<std::string> page_token_id(const std::string& token) {
       return invalid_argument(bad);
     id += char(v);
   }
+  const long n = job_number(id);
+  if (n < 1 || n > issued || job_id(n) != id) return invalid_argument(bad);
   return id;
+}
+
+Result<std::string> keep_checkpoints_of(const std::string& job_dir, const std::string& data_root,
+                                        const std::string& id) {
+  const std::string from = job_dir + "/checkpoints";
+  std::error_code ec;
+  if (!fs::exists(from, ec)) return std::string();
+  auto kept = DirFd::open_beneath(data_root, "checkpoints", true);  // no symlink leads it elsewhere
+  if (!kept.ok()) return failed_precondition("keep_checkpoints: " + kept.status().message());
+  const std::string to = kept->file(id);
+  if (::renameat2(AT_FDCWD, from.c_str(), kept->fd(), id.c_str(), RENAME_NOREPLACE) != 0) {
+    const int err = errno;
+    if (err == EEXIST) return failed_precondition("keep_checkpoints: '" + to + "' already exists");
+    return failed_precondition("keep_checkpoints: cannot move '" + from + "' to '" + to + "': " + std::strerror(err) +
+                               " (--data_root must be on the state directory's filesystem)");
+  }
+  (void)kept->sync();
+  return to;
 }
 
 // ---- JobManager's housekeeping -------------------------------------------------------------
@@ -86,15 +110,15 @@ Result<v1::ListJobsResponse> JobManager::list(const v1::ListJobsRequest& req) {
                             std::to_string(kDefaultPageSize) + ", at most " + std::to_string(kMaxPageSize) + ")");
   const int limit = req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
   std::string after;
+  std::lock_guard<std::mutex> lock(mu_);
   if (!req.page_token().empty()) {
-    MT_ASSIGN_OR_RETURN(after, page_token_id(req.page_token()));
+    MT_ASSIGN_OR_RETURN(after, page_token_id(req.page_token(), next_id_ - 1));
   }
   auto wanted = [&](const Job& j) {
     return (req.state() == v1::JOB_STATE_UNSPECIFIED || j.rec.state == req.state()) &&
            j.rec.name.find(req.name()) != std::string::npos;
   };
   v1::ListJobsResponse out;
-  std::lock_guard<std::mutex> lock(mu_);
   auto it = after.empty() ? jobs_.begin() : jobs_.upper_bound(after);
   for (; it != jobs_.end(); ++it) {
     if (!wanted(*it->second)) continue;
@@ -122,16 +146,8 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
                                  (r.pause_requested ? " (pausing)" : !job->preempted_by.empty() ? " (being preempted)" : "") +
                                  "; pause or cancel it, and delete it once it has stopped");
     if (keep_checkpoints) {  // first, so a failure leaves the job as it was
-      const fs::path from = fs::path(job->dir) / "checkpoints", to = fs::path(opt_.data_root) / "checkpoints" / id;
-      std::error_code ec;
-      if (fs::exists(from, ec)) {
-        if (fs::exists(to, ec)) return failed_precondition("keep_checkpoints: '" + to.string() + "' already exists");
-        fs::create_directories(to.parent_path(), ec);
-        fs::rename(from, to, ec);
-        if (ec) return failed_precondition("keep_checkpoints: cannot move '" + from.string() + "' to '" + to.string() +
-                                           "': " + ec.message() + " (--data_root must be on the state directory's filesystem)");
-        resp.set_kept_checkpoints(to.string());
-      }
+      MT_ASSIGN_OR_RETURN(const std::string kept, keep_checkpoints_of(job->dir, opt_.data_root, id));
+      resp.set_kept_checkpoints(kept);
     }
     MT_ASSIGN_OR_RETURN(detached, detach(*job));
     if (!r.terminal()) {  // queued or paused: it ends CANCELLED for its watchers
@@ -141,6 +157,7 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
       r.reason = "deleted by request";
       r.finished_ms = now_ms();
       ev = event_of(*job);
+      if (job->log) job->log->close();  // its followers end after the last line (the file is detached, not gone)
     }
     if (job->spool) {
       job->spool->stop();

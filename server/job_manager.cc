@@ -90,6 +90,7 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
 void JobManager::pause_on_restart(Job& job) {
   JobRecord& r = job.rec;
   r.state = v1::JOB_STATE_PAUSED;
+  r.pause_requested = false;  // carried out: a later resume must not pause it again
   r.reason = "paused by request at step " + std::to_string(r.step) + " (acknowledged before a daemon restart)";
   (void)save(job);
   spdlog::info("job {}: {}", r.id, r.reason);
@@ -383,9 +384,7 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   v1::SubmitJobResponse resp;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status(StatusCode::kUnavailable, "the daemon is shutting down");
-  char id[32];
-  std::snprintf(id, sizeof id, "job-%06ld", next_id_++);
-  job->rec.id = id;
+  job->rec.id = job_id(next_id_++);
   job->rec.name = job->spec.name;
   job->rec.spec = job_spec_to_json(job->spec);
   job->rec.total_steps = job->spec.steps;

@@ -10,6 +10,12 @@ long job_number(const std::string& id) {
   return std::sscanf(id.c_str(), "job-%ld", &n) == 1 ? n : 0;
 }
 
+std::string job_id(long n) {
+  char id[32];
+  std::snprintf(id, sizeof id, "job-%06ld", n);
+  return id;
+}
+
 void JobQueue::push(const std::string& id, int priority, long order) {
   erase(id);
   Key k{priority, order, id};

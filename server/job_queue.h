@@ -18,6 +18,8 @@ struct IdOrder {
 
 // The number in a job id ("job-000012" -> 12); 0 for an id not of that form.
 long job_number(const std::string& id);
+// The id of job number n (12 -> "job-000012"); job_number's inverse.
+std::string job_id(long n);
 
 class JobQueue {
  public:

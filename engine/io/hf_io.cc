@@ -30,13 +30,13 @@ std::vector<ExpectedTensor> expected_weights(const std::vector<ParamSchema>& uni
 }
 
 // Removes the weight files of an earlier export, so a stale index never shadows new shards.
-void remove_old_weights(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
+Status remove_old_weights(const DirFd& dir) {
+  MT_ASSIGN_OR_RETURN(const auto names, dir.list());
+  for (const std::string& n : names) {
     const bool shard = n.rfind("model-", 0) == 0 && ends_with(n, ".safetensors") && n.find("-of-") != std::string::npos;
-    if (shard || n == "model.safetensors" || n == "model.safetensors.index.json") std::filesystem::remove(e.path(), ec);
+    if (shard || n == "model.safetensors" || n == "model.safetensors.index.json") MT_RETURN_IF_ERROR(dir.remove(n));
   }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -95,40 +95,49 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
   return Status::Ok();
 }
 
-Status check_export_dir(const std::string& out_dir, bool overwrite) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(out_dir, ec)) return Status::Ok();
-  if (!fs::is_directory(out_dir, ec)) return failed_precondition("export target '" + out_dir + "' is not a directory");
-  if (is_training_checkpoint(out_dir))
-    return failed_precondition("export target '" + out_dir +
+Status check_export_dir(const DirFd& out, bool overwrite) {
+  if (out.has("latest") || out.has("trainer_state.json"))  // is_training_checkpoint, through the descriptor
+    return failed_precondition("export target '" + out.path() +
                                "' is a training checkpoint; exporting into it would replace its fp32 master weights "
                                "(choose another directory)");
-  if (!overwrite && !fs::is_empty(out_dir, ec))
-    return failed_precondition("export target '" + out_dir +
+  MT_ASSIGN_OR_RETURN(const auto names, out.list());
+  if (!overwrite && !names.empty())
+    return failed_precondition("export target '" + out.path() +
                                "' already holds files; pass --overwrite to replace an earlier export there");
   return Status::Ok();
 }
 
+Status check_export_dir(const std::string& out_dir, bool overwrite) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out_dir, ec)) return Status::Ok();
+  auto out = DirFd::open(out_dir, false);
+  if (!out.ok()) return out.status().with_context("export target");
+  return check_export_dir(*out, overwrite);
+}
+
 Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
+                       size_t max_shard_bytes, bool overwrite) {
+  MT_RETURN_IF_ERROR(check_export_dir(out_dir, overwrite));
+  MT_ASSIGN_OR_RETURN(const DirFd out, DirFd::open(out_dir, true));
+  return export_hf_model(out, cfg, store, bf16, max_shard_bytes, overwrite);
+}
+
+Status export_hf_model(const DirFd& out, const ModelConfig& cfg, const HostStore& store, bool bf16,
                        size_t max_shard_bytes, bool overwrite) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
-  MT_RETURN_IF_ERROR(check_export_dir(out_dir, overwrite));
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return data_loss("cannot create '" + out_dir + "': " + ec.message());
-  remove_old_weights(out_dir);
+  MT_RETURN_IF_ERROR(check_export_dir(out, overwrite));
+  MT_RETURN_IF_ERROR(remove_old_weights(out));
   Json config = model_config_to_json(cfg);
   config.set("torch_dtype", bf16 ? "bfloat16" : "float32");
-  MT_RETURN_IF_ERROR(write_file_durable((std::filesystem::path(out_dir) / "config.json").string(), config.dump(2) + "\n"));
+  MT_RETURN_IF_ERROR(write_file_durable(out, "config.json", config.dump(2) + "\n"));
   std::vector<WriteTensor> tensors;
   for (size_t i = 0; i < units.size(); ++i)
     for (const auto& t : units[i].tensors)
       tensors.push_back({t.name, t.shape, bf16 ? DType::kBF16 : DType::kF32, store.unit(i).master + t.offset, DType::kF32});
-  auto files = write_sharded_safetensors(out_dir, "model", tensors, max_shard_bytes, {{"format", "pt"}});
+  auto files = write_sharded_safetensors(out, "model", tensors, max_shard_bytes, {{"format", "pt"}});
   if (!files.ok()) return files.status();
-  return fsync_dir(out_dir);
+  return out.sync();
 }
 
 }  // namespace mt

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/base/dir_fd.h"
 #include "engine/base/status.h"
 #include "kernels/bf16.h"
 
@@ -41,8 +42,10 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Writes `bytes` to `path` (created or truncated), fsyncs and closes it; every return checked.
+// Writes `bytes` to `path` (created or truncated, never through a symlink), fsyncs and closes
+// it; every return checked. The DirFd form writes NAME in a directory held open.
 Status write_file_durable(const std::string& path, const std::string& bytes);
+Status write_file_durable(const DirFd& dir, const std::string& name, const std::string& bytes);
 // fsyncs a directory so renames and creations inside it are durable.
 Status fsync_dir(const std::string& dir);
 
@@ -148,12 +151,14 @@ using Metadata = std::map<std::string, std::string>;
 // partial file is removed.
 Status write_safetensors(const std::string& path, const std::vector<WriteTensor>& tensors,
                          const Metadata& metadata = {});
+Status write_safetensors(const DirFd& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
+                         const Metadata& metadata = {});
 
-// Writes `tensors` under `dir` in shards of at most max_shard_bytes of tensor data each (a
+// Writes `tensors` in `dir` (held open: see DirFd) in shards of at most max_shard_bytes of tensor data each (a
 // larger tensor gets a shard of its own; 0 = no limit). One shard is written as NAME.safetensors;
 // several as NAME-0000i-of-0000n.safetensors plus NAME.safetensors.index.json in HF form
 // {"metadata": {"total_size": N}, "weight_map": {...}}. Returns the file names written.
-Result<std::vector<std::string>> write_sharded_safetensors(const std::string& dir, const std::string& name,
+Result<std::vector<std::string>> write_sharded_safetensors(const DirFd& dir, const std::string& name,
                                                            const std::vector<WriteTensor>& tensors,
                                                            uint64_t max_shard_bytes, const Metadata& metadata = {});
 

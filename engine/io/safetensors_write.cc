@@ -22,16 +22,17 @@ Status errno_status(const std::string& what, const std::string& path, int err) {
   return err == ENOSPC || err == EFBIG || err == EDQUOT ? resource_exhausted(m) : data_loss(m);
 }
 
-// An output file: open, write, fsync, close, each checked; removes the file unless committed.
+// An output file in a directory held open: open (never through a symlink), write, fsync, close,
+// each checked; removes the file unless committed.
 class OutFile {
  public:
-  explicit OutFile(std::string path) : path_(std::move(path)) {}
+  OutFile(const DirFd& dir, std::string name) : dir_(dir), name_(std::move(name)), path_(dir.file(name_)) {}
   ~OutFile() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
+    if (!committed_) ::unlinkat(dir_.fd(), name_.c_str(), 0);
   }
   Status open() {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd_ = ::openat(dir_.fd(), name_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     return fd_ < 0 ? errno_status("cannot create", path_, errno) : Status::Ok();
   }
   Status write(const void* data, size_t n) {
@@ -55,10 +56,19 @@ class OutFile {
   }
 
  private:
-  std::string path_;
+  const DirFd& dir_;
+  std::string name_, path_;
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// The directory holding `path` and its name there.
+Result<std::pair<DirFd, std::string>> parent_of(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string parent = p.has_parent_path() ? p.parent_path().string() : ".";
+  MT_ASSIGN_OR_RETURN(DirFd dir, DirFd::open(parent, false));
+  return std::pair<DirFd, std::string>(std::move(dir), p.filename().string());
+}
 
 constexpr size_t kChunkElems = size_t(1) << 20;  // conversion buffer: 4 MiB of fp32
 
@@ -142,11 +152,16 @@ std::string shard_name(const std::string& name, size_t i, size_t n) {
 
 }  // namespace
 
-Status write_file_durable(const std::string& path, const std::string& bytes) {
-  OutFile f(path);
+Status write_file_durable(const DirFd& dir, const std::string& name, const std::string& bytes) {
+  OutFile f(dir, name);
   MT_RETURN_IF_ERROR(f.open());
   MT_RETURN_IF_ERROR(f.write(bytes.data(), bytes.size()));
   return f.commit();
+}
+
+Status write_file_durable(const std::string& path, const std::string& bytes) {
+  MT_ASSIGN_OR_RETURN(auto at, parent_of(path));
+  return write_file_durable(at.first, at.second, bytes);
 }
 
 Status fsync_dir(const std::string& dir) {
@@ -157,12 +172,14 @@ Status fsync_dir(const std::string& dir) {
   return rc != 0 ? errno_status("error syncing directory", dir, err) : Status::Ok();
 }
 
-Status write_safetensors(const std::string& path, const std::vector<WriteTensor>& tensors, const Metadata& metadata) {
+Status write_safetensors(const DirFd& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
+                         const Metadata& metadata) {
+  const std::string path = dir.file(name);
   MT_RETURN_IF_ERROR(validate(tensors).with_context("writing '" + path + "'"));
   const std::string header = make_header(tensors, metadata);
   if (header.size() - 8 > kMaxSafetensorsHeaderBytes)
     return invalid_argument("writing '" + path + "': header exceeds " + std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
-  OutFile f(path);
+  OutFile f(dir, name);
   MT_RETURN_IF_ERROR(f.open());
   MT_RETURN_IF_ERROR(f.write(header.data(), header.size()));
   std::vector<char> buf;
@@ -170,10 +187,15 @@ Status write_safetensors(const std::string& path, const std::vector<WriteTensor>
   return f.commit();
 }
 
-Result<std::vector<std::string>> write_sharded_safetensors(const std::string& dir, const std::string& name,
+Status write_safetensors(const std::string& path, const std::vector<WriteTensor>& tensors, const Metadata& metadata) {
+  MT_ASSIGN_OR_RETURN(auto at, parent_of(path));
+  return write_safetensors(at.first, at.second, tensors, metadata);
+}
+
+Result<std::vector<std::string>> write_sharded_safetensors(const DirFd& dir, const std::string& name,
                                                            const std::vector<WriteTensor>& tensors,
                                                            uint64_t max_shard_bytes, const Metadata& metadata) {
-  MT_RETURN_IF_ERROR(validate(tensors).with_context("writing '" + dir + "'"));
+  MT_RETURN_IF_ERROR(validate(tensors).with_context("writing '" + dir.path() + "'"));
   std::vector<std::vector<WriteTensor>> shards(1);
   uint64_t cur = 0, total = 0;
   for (const auto& t : tensors) {
@@ -183,22 +205,20 @@ Result<std::vector<std::string>> write_sharded_safetensors(const std::string& di
     cur += b;
     total += b;
   }
-  namespace fs = std::filesystem;
   std::vector<std::string> written;
   auto cleanup = [&](Status s) {
-    std::error_code ec;
-    for (const auto& w : written) fs::remove(fs::path(dir) / w, ec);
+    for (const auto& w : written) (void)dir.remove(w);
     return s;
   };
   if (shards.size() == 1) {
     const std::string file = name + ".safetensors";
-    MT_RETURN_IF_ERROR(write_safetensors((fs::path(dir) / file).string(), tensors, metadata));
+    MT_RETURN_IF_ERROR(write_safetensors(dir, file, tensors, metadata));
     return std::vector<std::string>{file};
   }
   Json weight_map = Json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = shard_name(name, i, shards.size());
-    Status s = write_safetensors((fs::path(dir) / file).string(), shards[i], metadata);
+    Status s = write_safetensors(dir, file, shards[i], metadata);
     if (!s.ok()) return cleanup(s);
     written.push_back(file);
     for (const auto& t : shards[i]) weight_map.set(t.name, Json(file));
@@ -207,7 +227,7 @@ Result<std::vector<std::string>> write_sharded_safetensors(const std::string& di
   index.set("metadata", Json::object({{"total_size", Json(int64_t(total))}}));
   index.set("weight_map", weight_map);
   const std::string index_file = name + ".safetensors.index.json";
-  Status s = write_file_durable((fs::path(dir) / index_file).string(), index.dump(2) + "\n");
+  Status s = write_file_durable(dir, index_file, index.dump(2) + "\n");
   if (!s.ok()) return cleanup(s);
   written.push_back(index_file);
   return written;

@@ -3,6 +3,7 @@
 #include <set>
 #include <thread>
 
+#include "server/job_housekeeping.h"
 #include "tests/server/schedule_util.h"
 
 namespace mt::server::testing {
@@ -94,11 +95,18 @@ TEST(ServerPaging, PagesCoverEveryJobOnceUnderConcurrentSubmissions) {
   bad.set_page_size(-1);
   v1::ListJobsResponse ignored;
   EXPECT_EQ(list(*s.stub, bad, &ignored).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  for (const char* token : {"garbage", "mtp1.", "mtp1.zz", "mtp1.0a"}) {
+  // Malformed, and well-formed but naming no job this daemon issued (290 so far).
+  for (const std::string& token : {std::string("garbage"), std::string("mtp1."), std::string("mtp1.zz"),
+                                   std::string("mtp1.0a"), page_token_after("job-000291"), page_token_after("job-999999"),
+                                   page_token_after("job-000000"), page_token_after("job-1"), page_token_after("x")}) {
     v1::ListJobsRequest t;
     t.set_page_token(token);
     EXPECT_EQ(list(*s.stub, t, &ignored).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << token;
   }
+  v1::ListJobsRequest last;  // the last job issued: a token this daemon could have written
+  last.set_page_token(page_token_after("job-000290"));
+  ASSERT_TRUE(list(*s.stub, last, &ignored).ok());
+  EXPECT_EQ(ignored.jobs_size(), 0);
 }
 
 TEST(ServerDelete, DeleteAndKeepCheckpointsLeaveNoOrphanFiles) {

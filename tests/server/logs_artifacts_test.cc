@@ -5,9 +5,14 @@
 // every way out of the data root refused.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <stdio.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "engine/io/model_files.h"
 #include "kernels/bf16.h"
@@ -23,13 +28,14 @@ struct Stream {
   grpc::Status status;
 };
 
-Stream stream_logs(v1::Trainer::Stub& stub, const std::string& id, bool follow, int64_t tail = 0, int64_t since = 0) {
+Stream stream_logs(v1::Trainer::Stub& stub, const std::string& id, bool follow, int64_t tail = 0, int64_t since = 0,
+                   double seconds = 120) {
   v1::StreamLogsRequest req;
   req.set_job_id(id);
   req.set_follow(follow);
   req.set_tail_lines(tail);
   req.set_since_unix_ms(since);
-  auto c = ctx(120);
+  auto c = ctx(seconds);
   auto reader = stub.StreamLogs(c.get(), req);
   Stream out;
   v1::StreamLogsResponse msg;
@@ -91,6 +97,39 @@ TEST(ServerLogs, AFollowerSeesEveryStepOnceInOrderAndEndsWithTheJob) {
   for (const auto& l : recent.lines) EXPECT_GE(l.unix_ms(), since);
   // Following a job that has ended is the same as reading it: the stream ends.
   EXPECT_EQ(stream_logs(*s.stub, id, true).lines.size(), kept.lines.size());
+}
+
+// Issue 24.3: deleting a queued or a paused job ends its followers (as CANCELLED ends its
+// watchers), with OK, well before their deadline.
+TEST(ServerLogs, AFollowerOfAQueuedOrPausedJobEndsWhenTheJobIsDeleted) {
+  const std::string dir = fresh_dir("logs_delete");
+  Server s(test_config(dir));
+  ASSERT_TRUE(s.stub);
+  const std::string busy = submit(*s.stub, tiny_spec(100000));
+  wait_job(*s.stub, busy, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
+  for (const bool pause : {false, true}) {
+    const std::string id = submit(*s.stub, tiny_spec(4));
+    if (pause) {
+      v1::PauseJobRequest req;
+      req.set_job_id(id);
+      v1::Job reply;
+      auto c = ctx();
+      ASSERT_TRUE(s.stub->PauseJob(c.get(), req, &reply).ok());
+    }
+    Stream followed;
+    std::thread follower([&] { followed = stream_logs(*s.stub, id, true, 0, 0, 20); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the follower waits for lines
+    v1::DeleteJobRequest del;
+    del.set_job_id(id);
+    v1::DeleteJobResponse resp;
+    auto c = ctx();
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(s.stub->DeleteJob(c.get(), del, &resp).ok());
+    follower.join();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(followed.status.ok()) << (pause ? "paused: " : "queued: ") << followed.status.error_message();
+    EXPECT_LT(waited, 10.0) << "the follower outlived the deleted job";
+  }
 }
 
 TEST(ServerLogs, UnknownJobBadArgumentsAndTheDaemonsOwnLog) {
@@ -229,6 +268,48 @@ TEST(ServerArtifacts, CheckpointsListedAndAnExportReadsBackAsTheCheckpoint) {
   // --overwrite replaces an earlier export.
   st = export_model(*s.stub, id, "exports/fp32", 12, "fp32", &resp, true);
   EXPECT_TRUE(st.ok()) << st.error_message();
+}
+
+// Issue 24.5: a directory of out_dir swapped between a real directory and a symlink to the
+// outside (atomically, in a loop) while exports run: an export either refuses the symlink or
+// writes into the real directory; nothing ever lands outside the data root. Bounded in count
+// and time.
+TEST(ServerArtifacts, AnExportNeverWritesOutsideTheDataRootWhileASymlinkIsSwappedIn) {
+  const std::string dir = fresh_dir("artifacts_swap");
+  Server s(test_config(dir));
+  ASSERT_TRUE(s.stub);
+  const std::string id = submit(*s.stub, tiny_spec(2));
+  ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string root = dir + "/data", outside = dir + "/outside";
+  fs::create_directories(root + "/swap");
+  fs::create_directories(outside);
+  fs::create_symlink(outside, root + "/swap.link");
+  std::atomic<bool> stop{false};
+  std::atomic<long> flips{0};
+  std::thread swapper([&] {
+    while (!stop)
+      if (::renameat2(AT_FDCWD, (root + "/swap").c_str(), AT_FDCWD, (root + "/swap.link").c_str(), RENAME_EXCHANGE) == 0)
+        ++flips;
+  });
+  int ok = 0, refused = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < 60 && std::chrono::steady_clock::now() < end; ++i) {
+    v1::ExportModelResponse resp;
+    const grpc::Status st = export_model(*s.stub, id, "swap/t" + std::to_string(i), 0, "bf16", &resp);
+    if (st.ok()) ++ok;
+    else {
+      ++refused;
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+      EXPECT_NE(st.error_message().find("symlink"), std::string::npos) << st.error_message();
+    }
+  }
+  stop = true;
+  swapper.join();
+  EXPECT_TRUE(fs::is_empty(outside)) << "an export wrote outside the data root";
+  EXPECT_GT(flips.load(), 10);
+  EXPECT_GT(ok + refused, 0);
+  RecordProperty("exports_written", ok);
+  RecordProperty("exports_refused", refused);
 }
 
 }  // namespace

@@ -243,7 +243,7 @@ TEST(Safetensors, ShardedWriteAndRead) {
   for (int i = 0; i < 7; ++i) data.push_back(random_floats(size_t(100 + 37 * i), uint32_t(10 + i)));
   for (int i = 0; i < 7; ++i)
     ts.push_back({"t" + std::to_string(i), {int64_t(data[size_t(i)].size())}, DType::kF32, data[size_t(i)].data(), DType::kF32});
-  auto files = write_sharded_safetensors(dir.path, "model", ts, 1200, {{"format", "pt"}});
+  auto files = write_sharded_safetensors(*DirFd::open(dir.path, false), "model", ts, 1200, {{"format", "pt"}});
   ASSERT_TRUE(files.ok()) << files.status().to_string();
   ASSERT_GT(files->size(), 3u);
   EXPECT_EQ(files->back(), "model.safetensors.index.json");
@@ -267,7 +267,7 @@ TEST(Safetensors, ShardedWriteAndRead) {
   }
   // One shard: a plain model.safetensors, no index.
   TempDir one;
-  auto single = write_sharded_safetensors(one.path, "model", ts, 0);
+  auto single = write_sharded_safetensors(*DirFd::open(one.path, false), "model", ts, 0);
   ASSERT_TRUE(single.ok());
   EXPECT_EQ(*single, std::vector<std::string>{"model.safetensors"});
   auto set1 = SafetensorsSet::open(one.path);
