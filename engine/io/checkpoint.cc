@@ -30,6 +30,8 @@ namespace {
 
 constexpr const char* kFormat = "megatrain-checkpoint";
 constexpr int kVersion = 1;
+constexpr const char* kTempPrefix = ".tmp-";          // + a step directory's name, while it is written
+constexpr const char* kLatestTemp = ".latest.tmp";    // `latest` while it is written
 
 std::string step_dir_name(long step) {
   char buf[40];
@@ -50,7 +52,7 @@ long parse_step_dir(const std::string& name) {
 
 std::string join(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
 
-std::string temp_dir(const std::string& root, long step) { return join(root, ".tmp-" + step_dir_name(step)); }
+std::string temp_dir(const std::string& root, long step) { return join(root, kTempPrefix + step_dir_name(step)); }
 
 // Rank r's optimizer shard of `ranks` (1-based, as Hugging Face numbers its shards).
 std::string optimizer_shard_name(int rank, int ranks) {
@@ -192,7 +194,7 @@ Status publish(const std::string& tmp, const std::string& final_dir) {
 }
 
 Status write_latest(const std::string& root, const std::string& name) {
-  const std::string tmp = join(root, ".latest.tmp"), latest = join(root, "latest");
+  const std::string tmp = join(root, kLatestTemp), latest = join(root, "latest");
   MT_RETURN_IF_ERROR(write_file_durable(tmp, name + "\n"));
   if (::rename(tmp.c_str(), latest.c_str()) != 0) {
     const int err = errno;
@@ -239,6 +241,20 @@ Status begin_checkpoint(const std::string& root, long step) {
   if (!fs::create_directory(tmp, ec))
     return data_loss("cannot create '" + tmp + "': " + (ec ? ec.message() : "exists"));
   return Status::Ok();
+}
+
+std::vector<std::string> remove_stale_checkpoint_temps(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool temp_step = n.rfind(kTempPrefix, 0) == 0 && parse_step_dir(n.substr(std::strlen(kTempPrefix))) >= 0;
+    if (!temp_step && n != kLatestTemp) continue;
+    std::error_code rec;
+    if (fs::remove_all(e.path(), rec) != static_cast<std::uintmax_t>(-1) && !rec) removed.push_back(n);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 std::string checkpoint_step_dir(const std::string& root, long step) { return join(root, step_dir_name(step)); }

@@ -40,6 +40,12 @@ Status write_optimizer_shard(const std::string& root, long step, const ModelConf
 Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
                                               const TrainerState& state, int keep, int ranks);
 void discard_checkpoint(const std::string& root, long step);
+// Removes what a process killed while writing checkpoints left under `root`: every temp directory
+// (ROOT/.tmp-step-*, of any step: a pause or preemption checkpoints off the `every` grid) and a
+// half-written `latest` (ROOT/.latest.tmp). None of them is a checkpoint. The process that writes
+// checkpoints calls it when a job starts or resumes, before it writes one. Returns what it removed.
+std::vector<std::string> remove_stale_checkpoint_temps(const std::string& root);
+
 // ROOT/step-XXXXXXXX: where the checkpoint of `step` is published.
 std::string checkpoint_step_dir(const std::string& root, long step);
 

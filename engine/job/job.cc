@@ -324,6 +324,9 @@ Result<JobResult> JobRunner::run() {
   const bool writes_checkpoints = nodes.comms().rank() == 0 || sharded;
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
+  if (nodes.comms().rank() == 0)  // the one process that begins checkpoints, before its first
+    for (const std::string& stale : remove_stale_checkpoint_temps(ckpt_root))
+      log(LogLevel::kWarning, "removed " + ckpt_root + "/" + stale + ", a checkpoint a killed run did not finish");
   std::string resumed;  // the checkpoint this run resumes from, if any
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex, resumed));
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/io/checkpoint.h"
 #include "engine/job/job.h"
 
 #include "tests/engine/temp_dir.h"
@@ -265,6 +267,49 @@ TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {
   EXPECT_NE(r.status().message().find("different job spec"), std::string::npos);
 }
 
+
+// Issue 24.4: a kill while a checkpoint off the `every` grid was written (a pause at step 3) left
+// a partial .tmp-step-00000003 and a .latest.tmp; the next run removes both, lists neither as a
+// checkpoint, resumes from the last complete one and ends like an uninterrupted run.
+TEST(JobRunner, StaleTempCheckpointsAreRemovedWhenTheJobResumes) {
+  TempDir dir, ref;
+  JobRunner* first = nullptr;
+  JobHooks stop_at_2;
+  stop_at_2.on_step = [&](const StepStats& s) {
+    if (s.step == 2) first->request_cancel();
+  };
+  JobRunner cancelled(tiny_spec("resident", 4), dir.path, stop_at_2);
+  first = &cancelled;
+  ASSERT_TRUE(cancelled.run().ok());
+  const fs::path root = fs::path(dir.path) / "checkpoints";
+  fs::create_directories(root / ".tmp-step-00000003");
+  std::ofstream(root / ".tmp-step-00000003" / "model.safetensors") << "partial";
+  fs::create_directories(root / ".tmp-step-00000007");
+  std::ofstream(root / ".latest.tmp") << "step-000";
+  auto listed = list_checkpoints(root.string());
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->at(0).step, 2);
+  std::vector<std::string> warnings;
+  JobHooks hooks;
+  hooks.on_log = [&](LogLevel level, const std::string& m) {
+    if (level == LogLevel::kWarning) warnings.push_back(m);
+  };
+  auto r = JobRunner(tiny_spec("resident", 4), dir.path, hooks).run();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    EXPECT_TRUE(n == "latest" || n.rfind("step-", 0) == 0) << "left behind: " << n;
+  }
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_NE(warnings[0].find(".latest.tmp"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find(".tmp-step-00000003, a checkpoint a killed run did not finish"), std::string::npos) << warnings[1];
+  auto whole = JobRunner(tiny_spec("resident", 4), ref.path, {}).run();
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(r->final_loss, whole->final_loss);
+  EXPECT_EQ(file_bytes(fs::path(r->checkpoint) / "model.safetensors"),
+            file_bytes(fs::path(whole->checkpoint) / "model.safetensors"));
+}
 
 // Issue 11.3: a run that has nothing left to train reports the loss its checkpoint saved (it
 // used to report 0), trains nothing and writes no new checkpoint.
