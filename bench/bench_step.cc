@@ -33,14 +33,15 @@ struct StepArgs {
 Result<StepArgs> parse_step_args(const Flags& f) {
   StepArgs a;
   a.preset = f.str("preset", "tiny");
-  a.executor = f.str("executor", "resident");
   a.backend = f.str("backend", "cpu");
+  // Defaults are what the choice implies: CUDA streams, and streaming always recomputes.
+  a.executor = f.str("executor", a.backend == "cuda" ? "streaming" : "resident");
   MT_ASSIGN_OR_RETURN(double T, f.num("seq-len", 128));
   MT_ASSIGN_OR_RETURN(double mb, f.num("micro-batch", 8));
   MT_ASSIGN_OR_RETURN(double gb, f.num("global-batch", mb));
   MT_ASSIGN_OR_RETURN(double steps, f.num("steps", 5));
   MT_ASSIGN_OR_RETURN(double warmup, f.num("warmup", 2));
-  const std::string recompute = f.str("recompute", "off");
+  const std::string recompute = f.str("recompute", a.executor == "streaming" ? "on" : "off");
   MT_ASSIGN_OR_RETURN(a.opt.layout, parse_memory_layout(f.str("layout", "exact")));
   const std::string precision = f.str("precision", "auto");
   MT_ASSIGN_OR_RETURN(a.opt.precision, resolve_precision(precision, a.backend == "cuda"));
@@ -58,7 +59,7 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   a.warmup = int(warmup);
   if (a.backend != "cpu" && a.backend != "cuda") return invalid_argument("--backend " + a.backend + " is not one of cpu, cuda");
   if (a.backend == "cuda" && a.executor != "streaming")
-    return invalid_argument("--backend cuda runs the streaming executor: pass --executor streaming --recompute on");
+    return invalid_argument("--backend cuda runs the streaming executor, not --executor " + a.executor);
   if (a.executor != "resident" && a.executor != "streaming")
     return invalid_argument("--executor " + a.executor + " is not one of resident, streaming");
   MT_ASSIGN_OR_RETURN(double link, f.num("link-gbps", 0));
@@ -84,7 +85,7 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   if (token_chunk < 0) return invalid_argument("--token-chunk must be >= 0");
   a.opt.token_chunk = int(token_chunk);
   if (a.executor == "streaming" && !a.opt.recompute)
-    return invalid_argument("--executor streaming always recomputes from layer inputs: pass --recompute on");
+    return invalid_argument("--executor streaming always recomputes from layer inputs; --recompute off contradicts it");
   MT_RETURN_IF_ERROR(f.check_all_used());
   return a;
 }

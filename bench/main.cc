@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
       "         GFLOP/s of a layer's GEMMs (forward, both backward) per CPU GEMM provider\n"
       "  adamw  [--params N --threads T --reps 5]       fused AdamW vs a threaded memcpy\n"
       "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
-      "         [--executor resident|streaming] [--recompute on|off] [--steps 5] [--warmup 2]\n"
+      "         [--executor resident|streaming] [--recompute on|off (streaming: on)] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16]\n"
       "         [--bf16-uploads shadow|convert] [--layers L] [--token-chunk N]\n"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 
 namespace mt::cli {
@@ -32,12 +33,22 @@ std::string Args::get(const std::string& k, const std::string& def) const {
   return it == flags_.end() ? def : it->second;
 }
 
-Result<double> Args::number(const std::string& k, double def) const {
+Result<int64_t> Args::integer(const std::string& k, int64_t def, int64_t min, int64_t max) const {
   auto it = flags_.find(k);
   if (it == flags_.end()) return def;
-  char* end = nullptr;
-  double v = std::strtod(it->second.c_str(), &end);
-  if (end == it->second.c_str() || *end) return invalid_argument("--" + k + " = '" + it->second + "' is not a number");
+  const std::string& text = it->second;
+  auto refuse = [&] {
+    return invalid_argument("--" + k + " = '" + text + "' must be a decimal integer from " + std::to_string(min) +
+                            " to " + std::to_string(max));
+  };
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string digits = text.substr(negative ? 1 : 0);
+  if (digits.empty() || digits.size() > 19 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return refuse();
+  const uint64_t magnitude = std::stoull(digits);  // 19 digits fit in uint64
+  if (magnitude > uint64_t(INT64_MAX)) return refuse();
+  const int64_t v = negative ? -int64_t(magnitude) : int64_t(magnitude);
+  if (v < min || v > max) return refuse();
   return v;
 }
 
@@ -79,8 +90,24 @@ int usage_error(const std::string& cmd) {
   return fail(kUsage, std::string("usage: megatrain ") + (u ? u : cmd));
 }
 
-int fail(int code, const std::string& message) {
+namespace {
+bool json_errors = false;
+
+const char* exit_code_name(int code) {
+  return code == kUsage ? "USAGE" : code == kUnreachable ? "UNREACHABLE" : code == kJobFailed ? "FAILED" : "OK";
+}
+}  // namespace
+
+void report_errors_as_json(bool on) { json_errors = on; }
+
+int fail(int code, const std::string& message, const Json& details) {
   std::fprintf(stderr, "megatrain: %s\n", message.c_str());
+  if (json_errors) {
+    Json j = Json::object({{"event", "error"}, {"exit_code", code}, {"code", exit_code_name(code)}, {"message", message}});
+    if (details.is_object())
+      for (const auto& [k, v] : details.members()) j.set(k, v);
+    print_json(j);
+  }
   return code;
 }
 

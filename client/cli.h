@@ -20,7 +20,9 @@ class Args {
   const std::vector<std::string>& positional() const { return pos_; }
   bool has(const std::string& k) const { return flags_.count(k) > 0; }
   std::string get(const std::string& k, const std::string& def = "") const;
-  Result<double> number(const std::string& k, double def) const;
+  // --k as a decimal integer in [min, max] (`def` when absent): digits with an optional leading
+  // '-', nothing else (no spaces, no '+', no 0x, no exponent), as the spec parser reads integers.
+  Result<int64_t> integer(const std::string& k, int64_t def, int64_t min, int64_t max) const;
   bool json() const { return has("json"); }
 
  private:
@@ -34,8 +36,11 @@ const char* command_usage(const std::string& cmd);
 bool wants_help(int argc, char** argv, int first);  // --help or -h among the arguments
 int usage_error(const std::string& cmd);             // "usage: megatrain ..." on stderr, kUsage
 
-// Prints an error ("megatrain: ...") and returns the exit code.
-int fail(int code, const std::string& message);
+// Prints an error ("megatrain: ..." on stderr) and returns the exit code. With --json
+// (report_errors_as_json) also one object on stdout: {"event": "error", "exit_code": N,
+// "code": ..., "message": ...} and the members of `details` (e.g. what a push had spooled).
+int fail(int code, const std::string& message, const Json& details = Json::object());
+void report_errors_as_json(bool on);
 // One JSON object on one line, flushed.
 void print_json(const Json& j);
 

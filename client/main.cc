@@ -1,5 +1,6 @@
 // megatrain: the MegaTrain CLI. Local commands link the engine and need no daemon; remote
 // commands talk to megatraind over gRPC.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     return kOk;
   }
   auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow", "max-seq-len", "shard-optimizer"});
+  report_errors_as_json(std::find(argv + 2, argv + argc, std::string("--json")) != argv + argc);
   if (!args.ok()) return fail(kUsage, args.status().message());
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));
   if (cmd == "train") return cmd_train(*args);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <zlib.h>
@@ -48,10 +49,24 @@ bool write_all(int fd, const void* buf, size_t n) {
   while (n) {
     ssize_t r = ::write(fd, p, n);
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = EIO;
     if (r <= 0) return false;
     p += r, n -= size_t(r);
   }
   return true;
+}
+
+// Why an append to the spool at `path` failed (errno `err`): a full disk or quota named as such,
+// with what is left on that filesystem, as a failed checkpoint names it.
+Status spool_write_failure(const std::string& path, int err) {
+  std::string msg = "cannot spool pushed data to '" + path + "': ";
+  if (err != ENOSPC && err != EDQUOT) return data_loss(msg + std::strerror(err));
+  struct statvfs fs {};
+  msg += err == ENOSPC ? "no space left on the state directory's filesystem" : "the disk quota of the state directory is used up";
+  if (::statvfs(path.c_str(), &fs) == 0)
+    msg += " (" + std::to_string(uint64_t(fs.f_bavail) * fs.f_frsize) + " of " +
+           std::to_string(uint64_t(fs.f_blocks) * fs.f_frsize) + " bytes free)";
+  return resource_exhausted(msg + "; the chunk was not spooled, earlier ones are kept");
 }
 
 struct Header {
@@ -249,10 +264,10 @@ Result<uint64_t> PushSpool::append(const uint32_t* tokens, size_t n, PushAt at) 
   const auto w = encode_v2(h);
   const off_t start = ::lseek(fd_, 0, SEEK_CUR);
   if (!write_all(fd_, w.data(), kHeaderV2) || !write_all(fd_, tokens, n * 4) || ::fdatasync(fd_) != 0) {
-    const std::string msg = errno_text("cannot spool pushed data to", path_);
+    const Status failed = spool_write_failure(path_, errno);
     // Leave no partial record behind: later appends must follow the last good one.
     if (start >= 0 && ::ftruncate(fd_, start) == 0) ::lseek(fd_, start, SEEK_SET);
-    return resource_exhausted(msg);
+    return failed;
   }
   if (at.key) pushes_[at.key] = have + n;
   tokens_ += n;

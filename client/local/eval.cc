@@ -15,9 +15,10 @@ int cmd_eval(const Args& a) {
   const std::string model = a.get("model"), data = a.get("data");
   if (model.empty() || data.empty())
     return usage_error("eval");
-  auto T = a.number("seq-len", 256), max_seqs = a.number("max-seqs", 0), eod = a.number("eod-id", -1);
-  if (!T.ok() || !max_seqs.ok() || *T < 1) return fail(kUsage, "--seq-len and --max-seqs must be positive numbers");
-  if (!eod.ok()) return fail(kUsage, "--eod-id must be a token id");
+  auto T = a.integer("seq-len", 256, 1, TrainLimits::kSeqLen), max_seqs = a.integer("max-seqs", 0, 0, INT64_MAX),
+       eod = a.integer("eod-id", -1, -1, ModelLimits::kVocabSize);
+  for (const auto* r : {&T, &max_seqs, &eod})
+    if (!r->ok()) return fail(kUsage, r->status().message());
   auto files = find_model_files(model);
   if (!files.ok()) return fail(kJobFailed, files.status().message());
   auto cfg = load_model_config(files->dir);
@@ -25,7 +26,7 @@ int cmd_eval(const Args& a) {
   const std::string format = a.get("format", data.size() > 4 && data.substr(data.size() - 4) == ".bin" ? "uint16" : "text");
   auto src = format == "text" ? make_text_source(data, cfg->vocab_size)
                               : make_token_file_source(data, format, cfg->vocab_size);
-  if (*eod >= 0 && (*eod >= double(cfg->vocab_size) || *eod != std::floor(*eod)))
+  if (*eod >= cfg->vocab_size)
     return fail(kUsage, "--eod-id must be a token id below the vocabulary size " + std::to_string(cfg->vocab_size));
   if (src.ok() && *eod >= 0) src = with_documents(std::move(src).value(), int32_t(*eod), cfg->vocab_size);
   if (!src.ok()) return fail(kJobFailed, src.status().message());

@@ -27,10 +27,7 @@ Result<uint64_t> parse_size(const std::string& text) {
 Status apply_seq_len(const Args& a, JobSpec& spec) {
   if (!a.has("seq-len")) return Status::Ok();
   if (a.has("max-seq-len")) return invalid_argument("--seq-len and --max-seq-len exclude each other");
-  MT_ASSIGN_OR_RETURN(double t, a.number("seq-len", 0));
-  if (!(t >= 1 && t <= TrainLimits::kSeqLen) || t != double(int(t)))
-    return invalid_argument("--seq-len = '" + a.get("seq-len") + "' must be a whole number in 1.." +
-                            std::to_string(TrainLimits::kSeqLen));
+  MT_ASSIGN_OR_RETURN(const int64_t t, a.integer("seq-len", 0, 1, TrainLimits::kSeqLen));
   spec.train.seq_len = int(t);
   return validate(spec);
 }
@@ -49,9 +46,8 @@ int cmd_plan_local(const Args& a) {
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
-  auto processes = a.number("processes", 1);  // mpirun -np: host bytes are then per process
-  if (!processes.ok() || !(*processes >= 1 && *processes <= 4096) || *processes != std::floor(*processes))
-    return fail(kUsage, "--processes = '" + a.get("processes") + "' must be a whole number in [1, 4096]");
+  auto processes = a.integer("processes", 1, 1, 4096);  // mpirun -np: host bytes are then per process
+  if (!processes.ok()) return fail(kUsage, processes.status().message());
   if (a.has("shard-optimizer")) spec->shard_optimizer = true;
   int max_seq_len = 0;
   if (a.has("max-seq-len")) {  // the longest that fits, then its plan

@@ -38,14 +38,9 @@ Result<TokenizeOptions> parse(const Args& a) {
   if (split != "file" && split != "blank-lines")
     return invalid_argument("--text-split = '" + split + "' is not one of file, blank-lines");
   if (split == "blank-lines") o.text_kind = InputKind::kTextParagraphs;
-  MT_ASSIGN_OR_RETURN(double threads, a.number("threads", 0));
-  if (threads < 0 || threads > 1024 || threads != std::floor(threads))
-    return invalid_argument("--threads = '" + a.get("threads") + "' must be a whole number in 0..1024 (0: all cores)");
+  MT_ASSIGN_OR_RETURN(const int64_t threads, a.integer("threads", 0, 0, 1024));  // 0: all cores
   o.threads = int(threads);
-  MT_ASSIGN_OR_RETURN(double shard, a.number("shard-tokens", double(o.shard_tokens)));
-  if (!(shard >= 1 && shard <= double(ShardFormat::kMaxTokens)) || shard != std::floor(shard))
-    return invalid_argument("--shard-tokens = '" + a.get("shard-tokens") + "' must be a whole number in 1.." +
-                            std::to_string(ShardFormat::kMaxTokens));
+  MT_ASSIGN_OR_RETURN(const int64_t shard, a.integer("shard-tokens", int64_t(o.shard_tokens), 1, int64_t(ShardFormat::kMaxTokens)));
   o.shard_tokens = uint64_t(shard);
   return o;
 }

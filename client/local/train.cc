@@ -21,9 +21,7 @@ constexpr int kStopSignals[] = {SIGINT, SIGTERM};
 
 Status apply_overrides(const Args& a, JobSpec& spec) {
   if (a.has("steps")) {
-    MT_ASSIGN_OR_RETURN(double steps, a.number("steps", 0));
-    if (!(steps >= 1 && steps <= 9.0e18) || steps != std::floor(steps))
-      return invalid_argument("--steps = '" + a.get("steps") + "' must be a whole number of steps >= 1");
+    MT_ASSIGN_OR_RETURN(const int64_t steps, a.integer("steps", 0, 1, INT64_MAX));
     spec.steps = long(steps);
     spec.train.schedule.total_steps = spec.steps;
   }
@@ -31,9 +29,7 @@ Status apply_overrides(const Args& a, JobSpec& spec) {
   if (a.has("executor")) spec.executor = a.get("executor");
   if (a.has("precision")) spec.precision = a.get("precision");
   if (a.has("devices")) {
-    MT_ASSIGN_OR_RETURN(double devices, a.number("devices", 1));
-    if (!(devices >= 1 && devices <= 64) || devices != std::floor(devices))
-      return invalid_argument("--devices = '" + a.get("devices") + "' must be a whole number in [1, 64]");
+    MT_ASSIGN_OR_RETURN(const int64_t devices, a.integer("devices", 1, 1, 64));
     spec.devices = int(devices);
   }
   if (a.has("shard-optimizer")) spec.shard_optimizer = true;

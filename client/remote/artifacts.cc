@@ -38,10 +38,9 @@ int remote_export(Connection& c, const Args& a) {
   req.set_dtype(a.get("dtype", "bf16"));
   req.set_overwrite(a.has("overwrite"));
   if (a.has("step")) {
-    auto step = a.number("step", 0);
-    if (!step.ok() || *step < 1 || *step != double(int64_t(*step)))
-      return fail(kUsage, "--step = '" + a.get("step") + "' is not a positive step number");
-    req.set_step(int64_t(*step));
+    auto step = a.integer("step", 0, 1, INT64_MAX);
+    if (!step.ok()) return fail(kUsage, step.status().message());
+    req.set_step(*step);
   }
   v1::ExportModelResponse resp;
   auto ctx = c.context(3600);  // reads and writes the whole model

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iterator>
 
 #include "engine/base/address.h"
 
@@ -88,12 +89,27 @@ int exit_code_for(const grpc::Status& s) {
   }
 }
 
-int Connection::fail(const grpc::Status& s, const std::string& what) const {
+namespace {
+// The canonical name of a gRPC status code ("RESOURCE_EXHAUSTED"), as --json errors carry it.
+const char* grpc_code_name(grpc::StatusCode c) {
+  static const char* const kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+                                       "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int i = int(c);
+  return i >= 0 && i < int(std::size(kNames)) ? kNames[i] : "UNKNOWN";
+}
+}  // namespace
+
+int Connection::fail(const grpc::Status& s, const std::string& what, const Json& details) const {
   std::string msg = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) msg = "cannot reach megatraind at " + address_ + " (" + msg + ")";
   else if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) msg = "megatraind at " + address_ + " did not answer in time";
   else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) msg = "megatraind refused the credentials: " + msg;
-  return cli::fail(exit_code_for(s), what + ": " + msg);
+  Json d = Json::object({{"code", grpc_code_name(s.error_code())}});
+  if (details.is_object())
+    for (const auto& [k, v] : details.members()) d.set(k, v);
+  return cli::fail(exit_code_for(s), what + ": " + msg, d);
 }
 
 }  // namespace mt::cli

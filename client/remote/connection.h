@@ -24,8 +24,9 @@ class Connection {
   const std::string& address() const { return address_; }
   // A context for one call: the bearer token, and a deadline unless `seconds` <= 0.
   std::unique_ptr<grpc::ClientContext> context(double seconds = 30) const;
-  // Prints "megatrain: WHAT: MESSAGE" and returns the exit code for `s` (see exit_code_for).
-  int fail(const grpc::Status& s, const std::string& what) const;
+  // Prints "megatrain: WHAT: MESSAGE" and returns the exit code for `s` (see exit_code_for);
+  // with --json also the error object, its "code" the gRPC status name, and `details`.
+  int fail(const grpc::Status& s, const std::string& what, const Json& details = Json::object()) const;
 
  private:
   std::string address_, token_;

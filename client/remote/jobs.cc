@@ -31,8 +31,8 @@ int remote_submit(Connection& c, const Args& a) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = *spec;
   if (a.has("priority")) {  // overrides the spec's
-    auto p = a.number("priority", 0);
-    if (!p.ok() || *p != double(int32_t(*p))) return fail(kUsage, "--priority = '" + a.get("priority") + "' is not an integer");
+    auto p = a.integer("priority", 0, INT32_MIN, INT32_MAX);
+    if (!p.ok()) return fail(kUsage, p.status().message());
     req.mutable_spec()->set_priority(int32_t(*p));
   }
   v1::SubmitJobResponse resp;
@@ -184,10 +184,8 @@ int remote_plan(Connection& c, const Args& a) {
   *req.mutable_spec() = *spec;
   if (a.has("seq-len") && a.has("max-seq-len")) return fail(kUsage, "--seq-len and --max-seq-len exclude each other");
   if (a.has("seq-len")) {
-    auto t = a.number("seq-len", 0);
-    if (!t.ok() || !(*t >= 1 && *t <= TrainLimits::kSeqLen) || *t != double(int(*t)))
-      return fail(kUsage, "--seq-len = '" + a.get("seq-len") + "' must be a whole number in 1.." +
-                              std::to_string(TrainLimits::kSeqLen));
+    auto t = a.integer("seq-len", 0, 1, TrainLimits::kSeqLen);
+    if (!t.ok()) return fail(kUsage, t.status().message());
     req.mutable_spec()->set_seq_len(int(*t));
   }
   req.set_max_seq_len(a.has("max-seq-len"));

@@ -1,7 +1,6 @@
 // logs ID [-f] [--tail N] [--since T]: a job's log (or the daemon's: ID "daemon") over StreamLogs.
-#include <cctype>
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "client/remote/commands.h"
 #include "engine/base/utc_time.h"
@@ -10,23 +9,25 @@ namespace mt::cli {
 
 namespace {
 
-// --since: a UTC time (2026-11-30T16:05:01Z), a duration ago (90s, 10m, 2h, 1d) or unix ms.
+// --since: a UTC time (2026-11-30T16:05:01Z), a whole duration ago (90s, 10m, 2h, 1d) or unix ms,
+// each as strict decimal digits. A time before 1970 (36500d) means from the beginning.
 Result<int64_t> parse_since(const std::string& text) {
   if (text.find('T') != std::string::npos) {
     size_t used = 0;
     MT_ASSIGN_OR_RETURN(int64_t t, parse_utc_time(text, &used));
     if (used != text.size()) return invalid_argument("--since = '" + text + "' has text after the time");
-    return t;
+    return std::max<int64_t>(t, 0);
   }
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? std::string(end) : "";
-  if (end == text.c_str() || !(v >= 0) || v > 1e15)
-    return invalid_argument("--since = '" + text + "': use a UTC time (2026-11-30T16:05:01Z), 10m, 2h, 1d or unix ms");
-  const double per = unit == "s" ? 1e3 : unit == "m" ? 60e3 : unit == "h" ? 3600e3 : unit == "d" ? 86400e3 : 0;
-  if (unit.empty()) return int64_t(v);  // unix milliseconds
-  if (per == 0) return invalid_argument("--since = '" + text + "': the unit must be s, m, h or d");
-  return unix_ms_now() - int64_t(v * per);
+  const size_t digits = size_t(std::find_if(text.begin(), text.end(), [](char c) { return c < '0' || c > '9'; }) - text.begin());
+  const std::string unit = text.substr(digits);
+  const int64_t per = unit.empty() ? 1 : unit == "s" ? 1000 : unit == "m" ? 60000 : unit == "h" ? 3600000 : unit == "d" ? 86400000 : 0;
+  if (digits == 0 || digits > 15 || per == 0)
+    return invalid_argument("--since = '" + text + "': use a UTC time (2026-11-30T16:05:01Z), a whole number of "
+                            "s, m, h or d ago (10m, 2h, 1d), or unix milliseconds");
+  const int64_t v = std::stoll(text.substr(0, digits));  // at most 15 digits: fits
+  if (unit.empty()) return v;
+  const int64_t now = unix_ms_now();
+  return v > now / per ? 0 : now - v * per;
 }
 
 }  // namespace
@@ -43,10 +44,9 @@ int remote_logs(Connection& c, const Args& a) {
   req.set_job_id(ids[0]);
   req.set_follow(follow);
   if (a.has("tail")) {
-    auto n = a.number("tail", 0);
-    if (!n.ok() || *n < 1 || *n > 1e12 || *n != double(int64_t(*n)))
-      return fail(kUsage, "--tail = '" + a.get("tail") + "' is not a positive whole number of lines");
-    req.set_tail_lines(int64_t(*n));
+    auto n = a.integer("tail", 0, 1, 1000000000000);
+    if (!n.ok()) return fail(kUsage, n.status().message());
+    req.set_tail_lines(*n);
   }
   if (a.has("since")) {
     auto t = parse_since(a.get("since"));

@@ -132,11 +132,16 @@ grpc::Status stream_from(Connection& c, const PushPlan& p, uint64_t from, v1::Pu
 int push_failed(Connection& c, const PushPlan& p, const grpc::Status& s) {
   uint64_t have = 0;
   std::string held;
-  if (committed_tokens(c, p, have).ok())
+  Json details = Json::object({{"id", p.id}, {"file", p.path}, {"push_id", p.push_id}, {"total_tokens", int64_t(p.total)}});
+  if (committed_tokens(c, p, have).ok()) {
     held = " (" + std::to_string(have) + " of its " + std::to_string(p.total) + " tokens are spooled";
-  else held = " (how much is spooled is unknown";
+    details.set("push_committed_tokens", int64_t(have));
+  } else {
+    held = " (how much is spooled is unknown";
+    details.set("push_committed_tokens", nullptr);
+  }
   held += "; run the same command again to resume push " + p.push_id + ")";
-  return c.fail(s, "push " + p.path + " to job " + p.id + held);
+  return c.fail(s, "push " + p.path + " to job " + p.id + held, details);
 }
 
 void print_result(const Args& a, const PushPlan& p, const v1::PushDataResponse& resp, uint64_t resumed_at) {
@@ -165,10 +170,8 @@ Result<PushPlan> plan_push(const Args& a) {
   PushPlan p;
   p.id = a.positional()[0], p.path = a.positional()[1];
   MT_ASSIGN_OR_RETURN(p.elem, token_bytes(a.get("format", "tokens-u16")));
-  auto chunk_tokens = a.number("chunk-tokens", 16384);
-  if (!chunk_tokens.ok() || *chunk_tokens < 1 || *chunk_tokens > 1e6)
-    return invalid_argument("--chunk-tokens must be a number in [1, 1000000]");
-  p.chunk_tokens = size_t(*chunk_tokens);
+  MT_ASSIGN_OR_RETURN(const int64_t chunk_tokens, a.integer("chunk-tokens", 16384, 1, 1000000));
+  p.chunk_tokens = size_t(chunk_tokens);
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(p.path, ec);
   if (ec || !std::ifstream(p.path, std::ios::binary))

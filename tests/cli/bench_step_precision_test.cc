@@ -40,5 +40,26 @@ TEST(BenchStepMixedPrecision, RefusesUnknownPrecisionAndBadLayers) {
   }
 }
 
+// Streaming always recomputes: --recompute defaults to on there, and only an explicit off (a
+// contradiction) is refused. The JSON says what ran.
+TEST(BenchStep, StreamingDefaultsToRecomputeAndRefusesOnlyOff) {
+  const std::vector<std::string> base = {MEGATRAIN_BENCH, "step", "--preset", "tiny", "--layers", "1", "--seq-len",
+                                         "16", "--micro-batch", "2", "--steps", "1", "--warmup", "0", "--json"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_process(argv);
+  };
+  const RunResult streaming = run({"--executor", "streaming"});
+  ASSERT_EQ(streaming.rc, 0) << describe(streaming);
+  EXPECT_TRUE(streaming.json_lines().at(0).find("recompute")->as_bool());
+  const RunResult resident = run({});
+  ASSERT_EQ(resident.rc, 0) << describe(resident);
+  EXPECT_FALSE(resident.json_lines().at(0).find("recompute")->as_bool()) << "resident keeps activations by default";
+  const RunResult off = run({"--executor", "streaming", "--recompute", "off"});
+  EXPECT_EQ(off.rc, 2) << describe(off);
+  EXPECT_NE(off.err.find("--recompute off contradicts"), std::string::npos) << describe(off);
+}
+
 }  // namespace
 }  // namespace mt::cli::testing

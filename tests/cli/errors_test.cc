@@ -72,7 +72,15 @@ TEST(CliErrors, UnreachableServerExitsThree) {
       RunResult r = megatrain(args, {}, 60);
       EXPECT_EQ(r.rc, 3) << args[0] << ": " << describe(r);
       EXPECT_NE(r.err.find("cannot reach megatraind at " + addr), std::string::npos) << args[0] << ": " << r.err;
-      EXPECT_EQ(r.out, "") << args[0];
+      if (!json) {
+        EXPECT_EQ(r.out, "") << args[0];
+        continue;
+      }
+      const auto lines = r.json_lines();  // issue 24.11: one error object, the gRPC code named
+      ASSERT_EQ(lines.size(), 1u) << args[0] << ": " << describe(r);
+      EXPECT_EQ(lines[0].find("event")->as_string(), "error") << args[0];
+      EXPECT_EQ(lines[0].find("code")->as_string(), "UNAVAILABLE") << args[0];
+      EXPECT_EQ(lines[0].find("exit_code")->as_int(), 3) << args[0];
     }
   }
   RunResult env = megatrain({"list"}, {{"MEGATRAIN_SERVER", addr}}, 60);
@@ -239,6 +247,25 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
       {"megatraind --listen port 99999", {"megatraind", "--listen=127.0.0.1:99999"}, 2, "--listen = '127.0.0.1:99999': port 99999 is not in 0..65535"},
       {"megatraind --metrics_listen no host", {"megatraind", "--metrics_listen=:9464"}, 2, "--metrics_listen = ':9464': no host"},
       {"megatraind --listen not a port", {"megatraind", "--listen=127.0.0.1:grpc"}, 2, "port 'grpc' is not a number"},
+      // Issue 24.7: numbers on the command line are decimal integers, strictly.
+      {"--priority 0x10", {"submit", file("p.yaml", spec), "--priority", "0x10"}, 2,
+       "--priority = '0x10' must be a decimal integer", true},
+      {"--priority ' 5'", {"submit", file("p.yaml", spec), "--priority", " 5"}, 2, "--priority = ' 5' must be a decimal", true},
+      {"--priority 1e3", {"submit", file("p.yaml", spec), "--priority", "1e3"}, 2, "must be a decimal integer", true},
+      {"--priority 2^31", {"submit", file("p.yaml", spec), "--priority", "2147483648"}, 2,
+       "from -2147483648 to 2147483647", true},
+      {"--since 0x10", {"logs", "job-000001", "--since", "0x10"}, 2, "--since = '0x10'", true},
+      {"--since ' 5'", {"logs", "job-000001", "--since", " 5"}, 2, "--since = ' 5'", true},
+      {"--since 1.5h", {"logs", "job-000001", "--since", "1.5h"}, 2, "a whole number of s, m, h or d ago", true},
+      {"--tail +3", {"logs", "job-000001", "--tail", "+3"}, 2, "--tail = '+3' must be a decimal integer", true},
+      {"--steps 1e2", {"train", file("ok2.yaml", spec), "--steps", "1e2"}, 2, "--steps = '1e2' must be a decimal integer"},
+      {"--steps 0", {"train", file("ok2.yaml", spec), "--steps", "0"}, 2, "--steps = '0' must be a decimal integer from 1"},
+      {"--devices 2.0", {"train", file("ok2.yaml", spec), "--devices", "2.0"}, 2, "--devices = '2.0'"},
+      {"--seq-len 0x20", {"plan", file("ok2.yaml", spec), "--seq-len", "0x20"}, 2, "--seq-len = '0x20'"},
+      {"--chunk-tokens ' 8'", {"push", "job-000001", tokens, "--format", "tokens-u16", "--chunk-tokens", " 8"}, 2,
+       "--chunk-tokens = ' 8'", true},
+      {"--eod-id 1e12", {"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--eod-id", "1e12"}, 2,
+       "--eod-id = '1e12' must be a decimal integer"},
       // 13: every command answers --help / -h with its own usage.
       {"eval --help", {"eval", "--help"}, 0, "usage: megatrain eval --model DIR"},
       {"export -h", {"export", "-h"}, 0, "usage: megatrain export CHECKPOINT OUT_DIR"},

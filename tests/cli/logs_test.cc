@@ -74,5 +74,44 @@ TEST(CliLogs, FollowFromAnotherProcessCheckpointsAndRemoteExport) {
   EXPECT_NE(escape.err.find("'..'"), std::string::npos) << escape.err;
 }
 
+// Issue 24.3 and 24.6: `logs ID -f` of a queued job exits 0 once the job is deleted; --since
+// further back than 1970 means from the beginning; with --json a failed command prints one error
+// object on stdout.
+TEST(CliLogs, AFollowerEndsWhenItsQueuedJobIsDeletedAndSinceBefore1970IsTheBeginning) {
+  const std::string dir = fresh_dir("cli_logs_delete");
+  DaemonProcess d("d_cli_logs_delete");
+  ASSERT_TRUE(d.ok());
+  RunResult busy = d.cli({"submit", write_file(dir + "/busy.yaml", tiny_spec_yaml(100000))});
+  ASSERT_EQ(busy.rc, 0) << describe(busy);
+  RunResult queued = d.cli({"submit", write_file(dir + "/queued.yaml", tiny_spec_yaml(4))});
+  ASSERT_EQ(queued.rc, 0) << describe(queued);
+  const std::string id = queued.out.substr(0, queued.out.find('\n'));
+
+  RunResult all = d.cli({"logs", id, "--since", "36500d", "--json"});
+  EXPECT_EQ(all.rc, 0) << describe(all);
+  EXPECT_EQ(all.json_lines().size(), d.cli({"logs", id, "--json"}).json_lines().size());
+
+  RunResult follow;
+  std::thread follower([&] { follow = d.cli({"logs", id, "-f"}, 30); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  RunResult del = d.cli({"delete", id});
+  ASSERT_EQ(del.rc, 0) << describe(del);
+  follower.join();
+  EXPECT_EQ(follow.rc, 0) << "logs -f did not end with the deleted job: " << describe(follow);
+
+  RunResult gone = d.cli({"logs", id, "--json"});
+  EXPECT_EQ(gone.rc, 2) << describe(gone);
+  const auto err = gone.json_lines();
+  ASSERT_EQ(err.size(), 1u) << describe(gone);
+  EXPECT_EQ(err[0].find("event")->as_string(), "error");
+  EXPECT_EQ(err[0].find("code")->as_string(), "NOT_FOUND");
+  EXPECT_EQ(err[0].find("exit_code")->as_int(), 2);
+  EXPECT_NE(err[0].find("message")->as_string().find(id), std::string::npos) << gone.out;
+  RunResult usage = megatrain({"train", "/nonexistent.yaml", "--json"});
+  ASSERT_EQ(usage.json_lines().size(), 1u) << describe(usage);
+  EXPECT_EQ(usage.json_lines()[0].find("event")->as_string(), "error");
+  d.cli({"cancel", busy.out.substr(0, busy.out.find('\n'))});
+}
+
 }  // namespace
 }  // namespace mt::cli::testing

@@ -84,7 +84,18 @@ TEST_F(PushTest, BadInputIsRefused) {
   EXPECT_NE(odd.err.find("3 bytes"), std::string::npos) << odd.err;
   RunResult nojob = daemon_->cli({"push", "no-such-job", tokens_file(dir_ + "/ok.u16", 10, 2, 256), "--json"});
   EXPECT_EQ(nojob.rc, 2) << describe(nojob);
-  EXPECT_EQ(nojob.out, "");
+  ASSERT_EQ(nojob.json_lines().size(), 1u) << describe(nojob);  // issue 24.11: one error object
+  EXPECT_EQ(nojob.json_lines()[0].find("event")->as_string(), "error");
+  EXPECT_EQ(nojob.json_lines()[0].find("code")->as_string(), "NOT_FOUND");
+  RunResult big_json = daemon_->cli({"push", id_, dir_ + "/big.u16", "--format", "tokens-u16", "--json"});
+  EXPECT_EQ(big_json.rc, 2) << describe(big_json);
+  ASSERT_EQ(big_json.json_lines().size(), 1u) << describe(big_json);
+  const Json e = big_json.json_lines()[0];
+  EXPECT_EQ(e.find("event")->as_string(), "error");
+  EXPECT_EQ(e.find("code")->as_string(), "INVALID_ARGUMENT");
+  EXPECT_EQ(e.find("push_committed_tokens")->as_int(), 0) << big_json.out;
+  EXPECT_EQ(e.find("total_tokens")->as_int(), 400) << big_json.out;
+  EXPECT_NE(e.find("message")->as_string().find("chunk 0"), std::string::npos) << big_json.out;
   RunResult fmt = daemon_->cli({"push", id_, dir_ + "/ok.u16", "--format", "tokens-u8"});
   EXPECT_EQ(fmt.rc, 2) << describe(fmt);
   EXPECT_NE(fmt.err.find("tokens-u8"), std::string::npos) << fmt.err;

@@ -19,6 +19,23 @@ std::string temp_dir(const std::string& name) {
   return d.string();
 }
 
+// A full disk is named as such (not just "cannot spool"), and nothing of the chunk counts.
+// /dev/full answers every write with ENOSPC, as a full filesystem does.
+TEST(PushSpool, AFullDiskIsNamedAndTheChunkIsNotCounted) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  auto spool = PushSpool::open("/dev/full");
+  ASSERT_TRUE(spool.ok()) << spool.status().to_string();
+  const std::vector<uint32_t> tokens(64, 7);
+  auto r = (*spool)->append(tokens.data(), tokens.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("'/dev/full'"), std::string::npos) << m;
+  EXPECT_NE(m.find("no space left on the state directory's filesystem"), std::string::npos) << m;
+  EXPECT_NE(m.find("bytes free"), std::string::npos) << m;
+  EXPECT_EQ((*spool)->tokens(), 0u);
+}
+
 TEST(PushSpool, ReadsEveryTokenOnceAndResumesFromCursor) {
   const std::string path = temp_dir("rw") + "/s.spool";
   auto spool = PushSpool::open(path);
