@@ -2,7 +2,8 @@
 //
 // The token file (--auth_token_file) holds one token per line, optionally followed by its role:
 //   3f9c...e1            # no role: admin (a token file from before roles still works)
-//   77ab...02 read       # read: GetJob, ListJobs, WatchJob, PlanJob (what a dashboard needs)
+//   77ab...02 read       # read: GetJob, ListJobs, WatchJob, PlanJob, StreamLogs of a job (not the
+//                        # daemon's own log) and ListCheckpoints: what a dashboard needs
 //   c0de...9a admin      # admin: everything
 // Blank lines and text after '#' are ignored; tokens are at least 16 characters.
 #pragma once

@@ -1,6 +1,9 @@
-// Issue 17 (5): tokens with roles. A read token may GetJob, ListJobs, WatchJob and PlanJob; every
+// Issue 17 (5), 24.8: tokens with roles. A read token may GetJob, ListJobs, WatchJob, PlanJob,
+// StreamLogs of a job and ListCheckpoints, as the README says (checked against its text); every
 // other RPC refuses it with PERMISSION_DENIED naming the role needed. An admin token (or a token
 // file from before roles: one token, no role) may call everything.
+#include <cctype>
+#include <cstring>
 #include <fstream>
 
 #include "tests/server/schedule_util.h"
@@ -130,6 +133,27 @@ TEST(ServerRole, ReadTokenIsRefusedEveryAdminRpcNamingTheRole) {
       EXPECT_NE(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << rpc.name << ": " << st.error_message();
       EXPECT_NE(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << rpc.name << ": " << st.error_message();
     }
+  }
+}
+
+// The README's sentence on the read role names exactly the RPCs a read token may call.
+TEST(ServerRole, TheReadmeListsWhatAReadTokenMayCall) {
+  auto readme = read_file(std::string(MEGATRAIN_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(readme.ok());
+  const size_t from = readme->find("`read` may call "), to = readme->find("`admin` may call everything", from);
+  ASSERT_NE(from, std::string::npos);
+  ASSERT_NE(to, std::string::npos);
+  const std::string sentence = readme->substr(from, to - from);
+  for (const Rpc& rpc : every_rpc()) {
+    // A whole word: "GetJob" and not inside another name.
+    bool named = false;
+    for (size_t at = sentence.find(rpc.name); at != std::string::npos; at = sentence.find(rpc.name, at + 1)) {
+      const size_t end = at + std::strlen(rpc.name);
+      named = named || ((at == 0 || !std::isalnum(uint8_t(sentence[at - 1]))) &&
+                        (end == sentence.size() || !std::isalnum(uint8_t(sentence[end]))));
+    }
+    EXPECT_EQ(named, !rpc.admin_only) << rpc.name << (rpc.admin_only ? " is admin-only but the README gives it to read"
+                                                                     : " is open to read but the README does not say so");
   }
 }
 
