@@ -108,15 +108,16 @@ Status read_architecture(const ConfigReader& r, ModelConfig& c) {
 }
 
 // The keys a RoPE object may hold for its type: read, never ignored (rope_theta only inside
-// transformers 5's rope_parameters).
+// transformers 5's rope_parameters). original_max_position_embeddings is accepted for every type:
+// transformers reads it only for llama3 and yarn, and so do we.
 bool rope_key_known(const std::string& type, const std::string& k, bool in_parameters) {
-  if (k == "rope_type" || k == "type" || (in_parameters && k == "rope_theta")) return true;
+  if (k == "rope_type" || k == "type" || k == "original_max_position_embeddings" || (in_parameters && k == "rope_theta"))
+    return true;
   if (type == "linear") return k == "factor";
-  if (type == "llama3")
-    return k == "factor" || k == "low_freq_factor" || k == "high_freq_factor" || k == "original_max_position_embeddings";
+  if (type == "llama3") return k == "factor" || k == "low_freq_factor" || k == "high_freq_factor";
   if (type == "yarn")
-    return k == "factor" || k == "original_max_position_embeddings" || k == "beta_fast" || k == "beta_slow" ||
-           k == "mscale" || k == "mscale_all_dim" || k == "attention_factor" || k == "truncate";
+    return k == "factor" || k == "beta_fast" || k == "beta_slow" || k == "mscale" || k == "mscale_all_dim" ||
+           k == "attention_factor" || k == "truncate";
   return false;
 }
 
