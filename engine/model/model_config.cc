@@ -108,11 +108,12 @@ Status read_architecture(const ConfigReader& r, ModelConfig& c) {
 }
 
 // The keys a RoPE object may hold for its type: read, never ignored (rope_theta only inside
-// transformers 5's rope_parameters). original_max_position_embeddings is accepted for every type:
-// transformers reads it only for llama3 and yarn, and so do we.
+// transformers 5's rope_parameters, with partial_rotary_factor, which 5 moves there and which must
+// be 1). original_max_position_embeddings is accepted for every type: transformers reads it only
+// for llama3 and yarn, and so do we.
 bool rope_key_known(const std::string& type, const std::string& k, bool in_parameters) {
-  if (k == "rope_type" || k == "type" || k == "original_max_position_embeddings" || (in_parameters && k == "rope_theta"))
-    return true;
+  if (k == "rope_type" || k == "type" || k == "original_max_position_embeddings") return true;
+  if (in_parameters && (k == "rope_theta" || k == "partial_rotary_factor")) return true;
   if (type == "linear") return k == "factor";
   if (type == "llama3") return k == "factor" || k == "low_freq_factor" || k == "high_freq_factor";
   if (type == "yarn")
@@ -145,6 +146,8 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
     return Status::Ok();
   };
   MT_RETURN_IF_ERROR(num("rope_theta", c.rope_theta));
+  if (const Json* prf = rs.find("partial_rotary_factor"); prf && !(prf->is_number() && prf->as_double() == 1.0))
+    return r.fail(name + ".partial_rotary_factor", "must be 1 (partial rotary embeddings are not supported)");
   MT_RETURN_IF_ERROR(num("factor", s.factor));
   MT_RETURN_IF_ERROR(num("low_freq_factor", s.low_freq_factor));
   MT_RETURN_IF_ERROR(num("high_freq_factor", s.high_freq_factor));
