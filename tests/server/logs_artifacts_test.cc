@@ -5,10 +5,6 @@
 // every way out of the data root refused.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <stdio.h>
-
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -16,6 +12,7 @@
 
 #include "engine/io/model_files.h"
 #include "kernels/bf16.h"
+#include "tests/engine/symlink_swap.h"
 #include "tests/server/server_fixture.h"
 
 namespace mt::server::testing {
@@ -280,17 +277,8 @@ TEST(ServerArtifacts, AnExportNeverWritesOutsideTheDataRootWhileASymlinkIsSwappe
   ASSERT_TRUE(s.stub);
   const std::string id = submit(*s.stub, tiny_spec(2));
   ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
-  const std::string root = dir + "/data", outside = dir + "/outside";
-  fs::create_directories(root + "/swap");
-  fs::create_directories(outside);
-  fs::create_symlink(outside, root + "/swap.link");
-  std::atomic<bool> stop{false};
-  std::atomic<long> flips{0};
-  std::thread swapper([&] {
-    while (!stop)
-      if (::renameat2(AT_FDCWD, (root + "/swap").c_str(), AT_FDCWD, (root + "/swap.link").c_str(), RENAME_EXCHANGE) == 0)
-        ++flips;
-  });
+  const std::string outside = dir + "/outside";
+  testing_util::SymlinkSwap swap(dir + "/data", "swap", outside);
   int ok = 0, refused = 0;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (int i = 0; i < 60 && std::chrono::steady_clock::now() < end; ++i) {
@@ -303,10 +291,8 @@ TEST(ServerArtifacts, AnExportNeverWritesOutsideTheDataRootWhileASymlinkIsSwappe
       EXPECT_NE(st.error_message().find("symlink"), std::string::npos) << st.error_message();
     }
   }
-  stop = true;
-  swapper.join();
+  EXPECT_GT(swap.stop(), 10) << "the swap did not race";
   EXPECT_TRUE(fs::is_empty(outside)) << "an export wrote outside the data root";
-  EXPECT_GT(flips.load(), 10);
   EXPECT_GT(ok + refused, 0);
   RecordProperty("exports_written", ok);
   RecordProperty("exports_refused", refused);

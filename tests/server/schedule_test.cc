@@ -274,7 +274,8 @@ namespace mt::server::testing {
 namespace {
 
 // A pause acknowledged to a client survives a kill -9 before the job reached its step boundary:
-// the restarted daemon has it PAUSED (not queued, not running), and a resume finishes it.
+// the restarted daemon has it PAUSED (not queued, not running), and one resume runs it again
+// (issue 24.2: the pause carried out at the restart was applied a second time).
 TEST(ServerPause, AcknowledgedPauseSurvivesKillNine) {
   if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
   const std::string state = fresh_dir("pause_crash");
@@ -284,12 +285,7 @@ TEST(ServerPause, AcknowledgedPauseSurvivesKillNine) {
     ASSERT_GT(p.port, 0);
     id = submit(*p.stub, tiny_spec(100000));
     ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 1; }).step(), 1);
-    v1::PauseJobRequest req;
-    req.set_job_id(id);
-    v1::Job reply;
-    auto c = ctx();
-    ASSERT_TRUE(p.stub->PauseJob(c.get(), req, &reply).ok());
-    EXPECT_EQ(reply.state(), v1::JOB_STATE_PAUSED);
+    EXPECT_EQ(pause_job(*p.stub, id).state(), v1::JOB_STATE_PAUSED);
     p.kill9();
   }
   Process p(state);
@@ -301,24 +297,17 @@ TEST(ServerPause, AcknowledgedPauseSurvivesKillNine) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
   EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << "a paused job ran after the restart";
-  // Issue 24.2: one resume runs it (the pause carried out at the restart is not applied again).
   const long paused_at = j.step();
-  v1::ResumeJobRequest resume;
-  resume.set_job_id(id);
-  auto rc = ctx();
-  ASSERT_TRUE(p.stub->ResumeJob(rc.get(), resume, &j).ok());
-  EXPECT_EQ(j.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(resume_job(*p.stub, id).state(), v1::JOB_STATE_QUEUED);
   j = wait_job(*p.stub, id, [&](const v1::Job& x) { return x.step() > paused_at || x.state() == v1::JOB_STATE_PAUSED; });
   EXPECT_GT(j.step(), paused_at) << "the resumed job trained no step: " << j.reason();
   EXPECT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.reason();
-  v1::CancelJobRequest cancel;  // then cancelled while it runs
-  cancel.set_job_id(id);
-  auto c = ctx();
-  ASSERT_TRUE(p.stub->CancelJob(c.get(), cancel, &j).ok());
+  cancel_job(*p.stub, id);
   EXPECT_EQ(wait_terminal(*p.stub, id).state(), v1::JOB_STATE_CANCELLED);
 }
 
 // Issue 24.2, the queued form: a job paused while queued, the daemon killed, resumed once: it runs.
+// (A queued pause never left a pause request behind; this guards that it stays so.)
 TEST(ServerPause, APauseWhileQueuedThenAKillNeedsOneResume) {
   if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
   const std::string state = fresh_dir("pause_queued_crash");
@@ -328,28 +317,23 @@ TEST(ServerPause, APauseWhileQueuedThenAKillNeedsOneResume) {
     ASSERT_GT(p.port, 0);
     busy = submit(*p.stub, tiny_spec(100000));
     id = submit(*p.stub, tiny_spec(6));
-    v1::PauseJobRequest req;
-    req.set_job_id(id);
-    v1::Job reply;
-    auto c = ctx();
-    ASSERT_TRUE(p.stub->PauseJob(c.get(), req, &reply).ok());
-    EXPECT_EQ(reply.state(), v1::JOB_STATE_PAUSED);
+    EXPECT_EQ(pause_job(*p.stub, id).state(), v1::JOB_STATE_PAUSED);
     p.kill9();
   }
   Process p(state);
   ASSERT_GT(p.port, 0);
-  v1::CancelJobRequest cancel;
-  cancel.set_job_id(busy);
-  v1::Job j;
-  auto cc = ctx();
-  ASSERT_TRUE(p.stub->CancelJob(cc.get(), cancel, &j).ok());
-  v1::ResumeJobRequest resume;
-  resume.set_job_id(id);
-  auto rc = ctx();
-  ASSERT_TRUE(p.stub->ResumeJob(rc.get(), resume, &j).ok());
+  cancel_job(*p.stub, busy);
+  resume_job(*p.stub, id);
   const v1::Job done = wait_terminal(*p.stub, id);
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
   EXPECT_EQ(done.step(), 6);
+}
+
+bool has_temp_checkpoint(const std::string& ckpts) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(ckpts, ec))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) return true;
+  return false;
 }
 
 // Issue 24.4: kill -9 while a pause writes its checkpoint off the `every` grid. Whatever temp
@@ -359,9 +343,8 @@ TEST(ServerPause, APauseWhileQueuedThenAKillNeedsOneResume) {
 TEST(ServerPause, AKillDuringAPauseCheckpointLeavesNoTempDirectoryAfterTheResume) {
   if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
   const std::string state = fresh_dir("pause_ckpt_crash");
-  std::string id;
+  std::string id, ckpts;
   bool killed_mid_write = false;
-  std::string ckpts;
   {
     Process p(state);
     ASSERT_GT(p.port, 0);
@@ -370,29 +353,14 @@ TEST(ServerPause, AKillDuringAPauseCheckpointLeavesNoTempDirectoryAfterTheResume
     id = submit(*p.stub, spec);
     ckpts = state + "/jobs/" + id + "/checkpoints";
     ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 3; }).step(), 3);
-    v1::PauseJobRequest req;
-    req.set_job_id(id);
-    v1::Job reply;
-    auto c = ctx();
-    ASSERT_TRUE(p.stub->PauseJob(c.get(), req, &reply).ok());
+    pause_job(*p.stub, id);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!killed_mid_write && std::chrono::steady_clock::now() < end) {
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(ckpts, ec))
-        if (e.path().filename().string().rfind(".tmp-step-", 0) == 0) {
-          p.kill9();
-          killed_mid_write = true;
-          break;
-        }
-      if (std::filesystem::exists(ckpts + "/latest", ec)) break;  // written: too late
-    }
-    if (!killed_mid_write) p.kill9();
+    while (!killed_mid_write && !std::filesystem::exists(ckpts + "/latest") && std::chrono::steady_clock::now() < end)
+      killed_mid_write = has_temp_checkpoint(ckpts);
+    p.kill9();
   }
   RecordProperty("killed_mid_write", killed_mid_write ? "yes" : "no (a partial directory was left by hand)");
-  bool has_temp = false;
-  for (const auto& e : std::filesystem::directory_iterator(ckpts))
-    has_temp = has_temp || e.path().filename().string().rfind(".tmp-step-", 0) == 0;
-  if (!has_temp) {  // as a kill inside the write leaves it
+  if (!has_temp_checkpoint(ckpts)) {  // as a kill inside the write leaves it
     std::filesystem::create_directories(ckpts + "/.tmp-step-00000013");
     std::ofstream(ckpts + "/.tmp-step-00000013/model.safetensors") << "partial";
   }
@@ -406,20 +374,11 @@ TEST(ServerPause, AKillDuringAPauseCheckpointLeavesNoTempDirectoryAfterTheResume
   for (const auto& ck : listed.checkpoints()) EXPECT_EQ(ck.path().find(".tmp-"), std::string::npos) << ck.path();
   v1::Job j;
   ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
-  if (j.state() == v1::JOB_STATE_PAUSED) {
-    v1::ResumeJobRequest resume;
-    resume.set_job_id(id);
-    auto rc = ctx();
-    ASSERT_TRUE(p.stub->ResumeJob(rc.get(), resume, &j).ok());
-  }
+  if (j.state() == v1::JOB_STATE_PAUSED) resume_job(*p.stub, id);
   const long from = j.step();
   wait_job(*p.stub, id, [&](const v1::Job& x) { return x.step() > from; });
-  for (const auto& e : std::filesystem::directory_iterator(ckpts))
-    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << "left behind: " << e.path();
-  v1::CancelJobRequest cancel;
-  cancel.set_job_id(id);
-  auto c = ctx();
-  ASSERT_TRUE(p.stub->CancelJob(c.get(), cancel, &j).ok());
+  EXPECT_FALSE(has_temp_checkpoint(ckpts)) << "a temp checkpoint directory outlived the resume";
+  cancel_job(*p.stub, id);
   EXPECT_EQ(wait_terminal(*p.stub, id).state(), v1::JOB_STATE_CANCELLED);
 }
 

@@ -110,4 +110,21 @@ inline grpc::Status get_job(v1::Trainer::Stub& stub, const std::string& id, v1::
   return stub.GetJob(c.get(), req, job);
 }
 
+// PauseJob, ResumeJob or CancelJob of `id` (RPC: &v1::Trainer::Stub::PauseJob, ...); the reply,
+// the call's failure recorded as a test failure.
+template <typename Request>
+v1::Job job_call(v1::Trainer::Stub& stub, grpc::Status (v1::Trainer::Stub::*rpc)(grpc::ClientContext*, const Request&, v1::Job*),
+                 const std::string& id) {
+  Request req;
+  req.set_job_id(id);
+  v1::Job reply;
+  auto c = ctx();
+  const grpc::Status st = (stub.*rpc)(c.get(), req, &reply);
+  EXPECT_TRUE(st.ok()) << id << ": " << st.error_message();
+  return reply;
+}
+inline v1::Job pause_job(v1::Trainer::Stub& s, const std::string& id) { return job_call(s, &v1::Trainer::Stub::PauseJob, id); }
+inline v1::Job resume_job(v1::Trainer::Stub& s, const std::string& id) { return job_call(s, &v1::Trainer::Stub::ResumeJob, id); }
+inline v1::Job cancel_job(v1::Trainer::Stub& s, const std::string& id) { return job_call(s, &v1::Trainer::Stub::CancelJob, id); }
+
 }  // namespace mt::server::testing

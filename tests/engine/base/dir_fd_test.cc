@@ -3,24 +3,22 @@
 // (issue 24.5: the check-then-use race of ExportModel).
 #include "engine/base/dir_fd.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <stdio.h>
 
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "engine/base/json.h"
 #include "engine/io/safetensors.h"
+#include "tests/engine/symlink_swap.h"
 #include "tests/engine/temp_dir.h"
 
 namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::SymlinkSwap;
 using testing_util::TempDir;
 
 TEST(DirFd, OpensBeneathTheRootCreatingAndRefusesSymlinksAtAnyComponent) {
@@ -79,17 +77,7 @@ TEST(DirFd, AFilePlantedAsASymlinkIsNotWrittenThrough) {
 TEST(DirFd, NothingIsWrittenOutsideTheRootWhileADirectoryIsSwappedForASymlink) {
   TempDir t;
   const std::string root = t / "root", outside = t / "outside";
-  fs::create_directories(root + "/swap");
-  fs::create_directories(outside);
-  fs::create_symlink(outside, root + "/swap.link");
-  std::atomic<bool> stop{false};
-  std::atomic<long> flips{0};
-  std::thread swapper([&] {
-    while (!stop) {
-      if (::renameat2(AT_FDCWD, (root + "/swap").c_str(), AT_FDCWD, (root + "/swap.link").c_str(), RENAME_EXCHANGE) == 0)
-        ++flips;
-    }
-  });
+  SymlinkSwap swap(root, "swap", outside);
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   int opened = 0, refused = 0;
   for (int i = 0; i < 3000 && std::chrono::steady_clock::now() < end; ++i) {
@@ -103,21 +91,13 @@ TEST(DirFd, NothingIsWrittenOutsideTheRootWhileADirectoryIsSwappedForASymlink) {
     EXPECT_TRUE(write_file_durable(*d, "config.json", "{}\n").ok());
     EXPECT_TRUE(write_file_durable(*d, "model.safetensors", "weights").ok());
   }
-  stop = true;
-  swapper.join();
+  EXPECT_GT(swap.stop(), 10) << "the swap did not race";
   EXPECT_TRUE(fs::is_empty(outside)) << "written outside the root";
-  EXPECT_GT(flips.load(), 10) << "the swap did not race";
   EXPECT_GT(opened, 0);
   RecordProperty("opened", opened);
   RecordProperty("refused", refused);
-  // Every directory created holds both files, wherever the real one now is (swap or swap.link).
-  int found = 0;
-  for (const std::string& side : {root + "/swap", root + "/swap.link"}) {
-    if (fs::is_symlink(side)) continue;
-    for (const auto& e : fs::directory_iterator(side)) {
-      if (fs::exists(e.path() / "config.json")) ++found;
-    }
-  }
+  int found = 0;  // every directory created holds the files, wherever the real one now is
+  for (const auto& e : fs::directory_iterator(swap.real_dir())) found += fs::exists(e.path() / "config.json");
   EXPECT_EQ(found, opened);
 }
 
