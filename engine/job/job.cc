@@ -332,6 +332,10 @@ Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
+  if (cfg.pad_token_id >= 0)
+    log(LogLevel::kWarning, "config.json sets pad_token_id " + std::to_string(cfg.pad_token_id) +
+                                ": transformers leaves that embedding row untrained (nn.Embedding padding_idx); "
+                                "MegaTrain trains it like any other, so results differ where it is an input token");
   if (spec_.devices > 1 || nodes.comms().size() > 1)
     log(LogLevel::kInfo, "data parallel: process " + std::to_string(nodes.comms().rank()) + " of " +
                              std::to_string(nodes.comms().size()) + ", " + std::to_string(spec_.devices) +

@@ -14,7 +14,7 @@ constexpr std::string_view kReadKeys[] = {
     "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "initializer_range",
     "tie_word_embeddings", "hidden_act", "sliding_window", "use_sliding_window", "max_window_layers",
     "layer_types", "mlp_bias", "attention_bias", "partial_rotary_factor", "pretraining_tp",
-    "attention_dropout", "use_mrope",
+    "attention_dropout", "use_mrope", "pad_token_id",
 };
 
 // Harmless for training this model, by group:
@@ -29,7 +29,7 @@ constexpr std::string_view kHarmlessKeys[] = {
     "base_model_tp_plan", "base_model_pp_plan", "gradient_checkpointing", "chunk_size_feed_forward",
     "is_decoder", "cross_attention_hidden_size",
     // Special token ids (the data pipeline's business, data.eod_id) and the tokenizer's class.
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
     "tokenizer_class",
     // Generation defaults, written into config.json by transformers 4 before generation_config.json.
     "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
@@ -67,6 +67,8 @@ std::string bad_value(const std::string& k, const Json& v) {
   const bool is_false = v.is_null() || (v.is_bool() && !v.as_bool());
   if ((k == "is_encoder_decoder" || k == "add_cross_attention" || k == "tie_encoder_decoder") && !is_false)
     return "must be false for a decoder-only causal LM";
+  if (k == "torchscript" && !is_false)  // transformers 4 then clones a tied head instead of tying it
+    return "must be false: transformers 4 unties the embedding and the LM head under it";
   if (k == "pruned_heads" && !(v.is_null() || (v.is_object() && v.members().empty())))
     return "names pruned attention heads, which are not supported";
   return "";

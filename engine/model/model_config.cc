@@ -89,11 +89,23 @@ class ConfigReader {
   }
 
   const Json* get(const char* field) const { return j_.find(field); }
+  std::string architecture() const {
+    const Json* a = j_.find("architectures");
+    return a && a->is_array() && !a->items().empty() && a->items()[0].is_string() ? a->items()[0].as_string() : "";
+  }
 
  private:
   const Json& j_;
   std::string source_;
 };
+
+// What transformers assumes for a key the file leaves out, where it differs from ModelConfig's
+// own defaults (configuration_{llama,mistral,qwen2}.py, 4.x and 5.x alike): RMSNorm eps 1e-6; key/
+// value heads as many as the heads for Llama, 8 for Mistral and 32 for Qwen2.
+void apply_family_defaults(ModelConfig& c) {
+  c.rms_norm_eps = 1e-6;
+  c.num_kv_heads = c.architecture == "MistralForCausalLM" ? 8 : c.architecture == "Qwen2ForCausalLM" ? 32 : c.num_heads;
+}
 
 Status read_architecture(const ConfigReader& r, ModelConfig& c) {
   const Json* arch = r.get("architectures");
@@ -181,17 +193,17 @@ bool same_rope(const ModelConfig& a, const ModelConfig& b) {
          x.attention_factor == y.attention_factor && x.truncate == y.truncate;
 }
 
-// transformers 5's rope_parameters, flat ({"rope_theta": ..., "rope_type": ...}) or per layer type
-// ({"full_attention": {...}}); every layer here is full attention, so only that key is accepted.
+// transformers 5's rope_parameters, flat ({"rope_theta": ..., "rope_type": ...}). The per-layer-type
+// form ({"full_attention": {...}}) is refused: transformers 5 recognises it only when its keys are
+// the config's layer_types, and then only for the families that have them.
 Result<const Json*> rope_parameters_of(const ConfigReader& r, const Json& p, std::string& name) {
   name = "rope_parameters";
   if (!p.is_object()) return r.fail(name, "must be an object or null");
-  if (p.find("rope_type") || p.find("rope_theta") || p.members().empty()) return &p;
   for (const auto& [k, v] : p.members())
-    if (k != "full_attention")
-      return r.fail(name + "." + k, "sets RoPE for layers of type '" + k + "'; every layer here is full_attention");
-  name += ".full_attention";
-  return p.find("full_attention");
+    if (v.is_object())  // transformers 5 reads this form only for families with layer types (Gemma 3)
+      return r.fail(name + "." + k, "is RoPE per layer type, which transformers does not read for " +
+                                        r.architecture() + " (it would use theta 10000); use the flat form");
+  return &p;
 }
 
 // RoPE as transformers 4 writes it (top-level rope_theta and rope_scaling) and as transformers 5
@@ -241,6 +253,9 @@ Status refuse_unsupported(const ConfigReader& r, const ModelConfig& c) {
     return r.fail("hidden_act", "is " + act->dump() + "; only \"silu\" (SwiGLU) is supported");
   const Json* sw = r.get("sliding_window");
   const Json* use_sw = r.get("use_sliding_window");
+  if (c.architecture == "MistralForCausalLM" && !sw)  // MistralConfig's default: a window on every layer
+    return r.fail("sliding_window", "is absent, which transformers reads as 4096 (sliding-window attention, which is not "
+                                    "supported); write null for full attention");
   bool sliding = sw && !sw->is_null();
   if (c.architecture == "Qwen2ForCausalLM") sliding = use_sw && use_sw->is_bool() && use_sw->as_bool();
   if (sliding) return r.fail(c.architecture == "Qwen2ForCausalLM" ? "use_sliding_window" : "sliding_window",
@@ -292,11 +307,11 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MT_RETURN_IF_ERROR(r.positive_int("hidden_size", c.hidden_size, ModelLimits::kHiddenSize));
   MT_RETURN_IF_ERROR(r.positive_int("num_hidden_layers", c.num_layers, ModelLimits::kLayers));
   MT_RETURN_IF_ERROR(r.positive_int("num_attention_heads", c.num_heads, ModelLimits::kHeads));
-  c.num_kv_heads = c.num_heads;
+  apply_family_defaults(c);
   MT_RETURN_IF_ERROR(r.positive_int("num_key_value_heads", c.num_kv_heads, ModelLimits::kHeads, false));
   MT_RETURN_IF_ERROR(r.positive_int("intermediate_size", c.intermediate_size, ModelLimits::kIntermediateSize));
   MT_RETURN_IF_ERROR(r.positive_int("vocab_size", c.vocab_size, ModelLimits::kVocabSize));
-  if (c.hidden_size % c.num_heads != 0 && !j.find("head_dim"))
+  if (c.hidden_size % c.num_heads != 0 && !(j.find("head_dim") && !j.find("head_dim")->is_null()))
     return r.fail("hidden_size", "must be divisible by num_attention_heads when head_dim is absent");
   c.head_dim = c.hidden_size / c.num_heads;
   MT_RETURN_IF_ERROR(r.positive_int("head_dim", c.head_dim, ModelLimits::kHeadDim, false));
@@ -308,6 +323,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MT_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", c.tie_word_embeddings));
   c.attention_bias = c.architecture == "Qwen2ForCausalLM";
   MT_RETURN_IF_ERROR(read_rope(r, c));
+  if (const Json* pad = j.find("pad_token_id"); pad && pad->is_integer()) c.pad_token_id = pad->as_int();
   MT_RETURN_IF_ERROR(refuse_unsupported(r, c));
   MT_RETURN_IF_ERROR(check_shape(r, c));
   return c;

@@ -60,6 +60,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projection biases (Qwen2)
   double initializer_range = 0.02;
+  // transformers builds the embedding with padding_idx = pad_token_id: that row gets no gradient
+  // there. We train it like any row; the job says so (JobRunner) when the config sets one.
+  int64_t pad_token_id = -1;  // -1: none
   Json raw;                     // the config.json as read, for export
 
   int q_dim() const { return num_heads * head_dim; }

@@ -138,8 +138,11 @@ TEST(ConfigForms, EveryKeyIsReadHarmlessOrRefusedByName) {
        "'rope_parameters.partial_rotary_factor' must be 1"},
       {"rope_parameters", Json::object({{"rope_theta", 1e4}, {"rope_type", "longrope"}}),
        "'rope_parameters.rope_type' 'longrope' is not supported"},
-      {"rope_parameters", Json::object({{"sliding_attention", Json::object({{"rope_theta", 1e4}, {"rope_type", "default"}})}}),
-       "'rope_parameters.sliding_attention' sets RoPE for layers of type 'sliding_attention'"},
+      {"rope_parameters", Json::object({{"full_attention", Json::object({{"rope_theta", 1e4}, {"rope_type", "default"}})}}),
+       "'rope_parameters.full_attention' is RoPE per layer type, which transformers does not read for LlamaForCausalLM"},
+      {"torchscript", false, ""},
+      {"torchscript", true, "'torchscript' must be false"},
+      {"pad_token_id", 0, ""},
   };
   for (const Case& c : cases) {
     Json j = copy(base);
@@ -152,13 +155,34 @@ TEST(ConfigForms, EveryKeyIsReadHarmlessOrRefusedByName) {
       EXPECT_NE(st.message().find(c.needle), std::string::npos) << st.message();
     }
   }
-  // The per-layer-type form with full_attention only reads as the flat one.
-  Json nested = copy(base);
-  nested.set("rope_parameters",
-             Json::object({{"full_attention", Json::object({{"rope_theta", 500000.0}, {"rope_type", "default"}})}}));
-  auto n = parse_model_config(nested.dump(), "config.json");
-  ASSERT_TRUE(n.ok()) << n.status().to_string();
-  EXPECT_EQ(n->rope_theta, 500000.0);
+}
+
+// Keys a file leaves out mean what transformers makes of them: RMSNorm eps 1e-6, key/value heads
+// = heads (Llama), 8 (Mistral), 32 (Qwen2); a Mistral without sliding_window has a 4096 window.
+TEST(ConfigForms, AbsentKeysTakeTheFamilyDefaults) {
+  const std::string shape = R"("hidden_size": 256, "num_hidden_layers": 1, "num_attention_heads": 32,
+      "intermediate_size": 64, "vocab_size": 64)";
+  for (const auto& [arch, kv] : {std::pair{"LlamaForCausalLM", 32}, {"Qwen2ForCausalLM", 32}}) {
+    auto c = parse_model_config(std::string("{\"architectures\": [\"") + arch + "\"], " + shape + "}", "config.json");
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->num_kv_heads, kv) << arch;
+    EXPECT_EQ(c->rms_norm_eps, 1e-6) << arch;
+  }
+  auto mistral = parse_model_config(R"({"architectures": ["MistralForCausalLM"], "sliding_window": null, )" + shape + "}",
+                                    "config.json");
+  ASSERT_TRUE(mistral.ok()) << mistral.status().to_string();
+  EXPECT_EQ(mistral->num_kv_heads, 8);
+  auto windowed = parse_model_config(R"({"architectures": ["MistralForCausalLM"], )" + shape + "}", "config.json");
+  ASSERT_FALSE(windowed.ok());
+  EXPECT_NE(windowed.status().message().find("'sliding_window' is absent, which transformers reads as 4096"),
+            std::string::npos) << windowed.status().message();
+  auto qwen = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 64})", "config.json");
+  ASSERT_FALSE(qwen.ok()) << "4 heads cannot share Qwen2's default 32 key/value heads";
+  EXPECT_NE(qwen.status().message().find("num_key_value_heads"), std::string::npos) << qwen.status().message();
+  auto pad = parse_model_config(R"({"architectures": ["LlamaForCausalLM"], "pad_token_id": 3, )" + shape + "}", "config.json");
+  ASSERT_TRUE(pad.ok());
+  EXPECT_EQ(pad->pad_token_id, 3);
 }
 
 // Every preset and every fixture passes the key audit (a preset is a config.json too).

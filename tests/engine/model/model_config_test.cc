@@ -31,8 +31,8 @@ TEST(ModelConfig, ParsesLlamaDefaults) {
 
 TEST(ModelConfig, QwenHasQkvBias) {
   auto r = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64,
-      "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 50,
-      "use_sliding_window": false, "sliding_window": 4096})", "q.json");
+      "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
+      "vocab_size": 50, "use_sliding_window": false, "sliding_window": 4096})", "q.json");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_TRUE(r->attention_bias);
 }
