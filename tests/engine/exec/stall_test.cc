@@ -67,9 +67,13 @@ TEST(StreamingStall, AThrottledLinkIsStallNotCompute) {
   CpuBackendOptions bo;
   bo.link_gbps = 0.001;  // 1 MB/s: a step's ~200 KB of weights take ~0.2 s each way
   Trainer r = make_run(bo);
-  for (int s = 0; s < 3; ++s) {
+  for (int s = 0; s < 4; ++s) {
     auto st = r.ex->step(next_batch());
     ASSERT_TRUE(st.ok()) << st.status().to_string();
+    // The first step pays one-time costs on the compute worker (oneDNN, the GEMM provider where
+    // OpenBLAS runs a generic kernel, JIT-compiles each kernel on its first call: ~50 ms under
+    // ASan), so it is not measured.
+    if (s == 0) continue;
     // Compute is ~1 ms (~8 ms under ASan); the compute stream idles for the rest of the step,
     // waiting for the link, and that is all stall.
     EXPECT_LT(st->compute_seconds, 0.25 * st->step_seconds) << "step " << s;
