@@ -14,14 +14,14 @@
 
 namespace mt {
 
+Status errno_status(const std::string& what, const std::string& path, int err) {
+  const std::string m = what + " '" + path + "': " + std::strerror(err);
+  return err == ENOSPC || err == EFBIG || err == EDQUOT ? resource_exhausted(m) : data_loss(m);
+}
+
 namespace {
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-
-Status errno_error(const std::string& what, const std::string& path, int err) {
-  const std::string m = what + " '" + path + "': " + std::strerror(err);
-  return err == ENOSPC || err == EDQUOT ? resource_exhausted(m) : data_loss(m);
-}
 
 // The directory `name` inside `dir`, never through a symlink: openat2 confines the lookup to
 // `dir` and refuses symlinks; kernels before 5.6 (ENOSYS) or sandboxes that filter the call
@@ -47,7 +47,7 @@ Status component_error(int dir, const std::string& name, const std::string& show
     return invalid_argument("'" + shown + "' is a symlink; it is not followed");
   if (err == ENOTDIR) return failed_precondition("'" + shown + "' is not a directory");
   if (err == ENOENT) return not_found("'" + shown + "' does not exist");
-  return errno_error("cannot open directory", shown, err);
+  return errno_status("cannot open directory", shown, err);
 }
 
 }  // namespace
@@ -72,14 +72,14 @@ Result<DirFd> DirFd::open(const std::string& path, bool create) {
   if (create) {
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
-    if (ec && ec != std::errc::file_exists) return errno_error("cannot create", path, ec.value());
+    if (ec && ec != std::errc::file_exists) return errno_status("cannot create", path, ec.value());
   }
   const int fd = ::open(path.c_str(), kDirFlags);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOTDIR) return failed_precondition("'" + path + "' is not a directory");
     if (err == ENOENT) return not_found("'" + path + "' does not exist");
-    return errno_error("cannot open directory", path, err);
+    return errno_status("cannot open directory", path, err);
   }
   return DirFd(fd, path);
 }
@@ -95,7 +95,7 @@ Result<DirFd> DirFd::open_beneath(const std::string& root, const std::string& re
     if (name == "..") return invalid_argument("'" + rel + "' has a '..' component");
     const std::string shown = cur.file(name);
     if (create && ::mkdirat(cur.fd(), name.c_str(), 0755) != 0 && errno != EEXIST)
-      return errno_error("cannot create", shown, errno);
+      return errno_status("cannot create", shown, errno);
     const int fd = open_component(cur.fd(), name);
     if (fd < 0) return component_error(cur.fd(), name, shown, errno);
     cur = DirFd(fd, shown);
@@ -111,7 +111,7 @@ Result<std::vector<std::string>> DirFd::list() const {
   if (!d) {
     const int err = errno;
     if (dup >= 0) ::close(dup);
-    return errno_error("cannot list", path_, err);
+    return errno_status("cannot list", path_, err);
   }
   std::vector<std::string> out;
   while (const dirent* e = ::readdir(d)) {
@@ -129,7 +129,7 @@ bool DirFd::has(const std::string& name) const {
 }
 
 Status DirFd::remove(const std::string& name) const {
-  if (::unlinkat(fd_, name.c_str(), 0) != 0 && errno != ENOENT) return errno_error("cannot remove", file(name), errno);
+  if (::unlinkat(fd_, name.c_str(), 0) != 0 && errno != ENOENT) return errno_status("cannot remove", file(name), errno);
   return Status::Ok();
 }
 
@@ -145,7 +145,7 @@ uint64_t DirFd::file_bytes() const {
 }
 
 Status DirFd::sync() const {
-  return ::fsync(fd_) != 0 ? errno_error("error syncing directory", path_, errno) : Status::Ok();
+  return ::fsync(fd_) != 0 ? errno_status("error syncing directory", path_, errno) : Status::Ok();
 }
 
 }  // namespace mt

@@ -12,6 +12,10 @@
 
 namespace mt {
 
+// A failed file-system call on `path` as a Status: "WHAT 'PATH': strerror". A full disk or quota
+// (ENOSPC, EFBIG, EDQUOT) is RESOURCE_EXHAUSTED, anything else DATA_LOSS.
+Status errno_status(const std::string& what, const std::string& path, int err);
+
 class DirFd {
  public:
   DirFd() = default;

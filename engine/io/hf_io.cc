@@ -117,8 +117,7 @@ Status check_export_dir(const std::string& out_dir, bool overwrite) {
 
 Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
                        size_t max_shard_bytes, bool overwrite) {
-  MT_RETURN_IF_ERROR(check_export_dir(out_dir, overwrite));
-  MT_ASSIGN_OR_RETURN(const DirFd out, DirFd::open(out_dir, true));
+  MT_ASSIGN_OR_RETURN(const DirFd out, DirFd::open(out_dir, true));  // the DirFd form checks it
   return export_hf_model(out, cfg, store, bf16, max_shard_bytes, overwrite);
 }
 

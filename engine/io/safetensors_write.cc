@@ -17,11 +17,6 @@ namespace mt {
 
 namespace {
 
-Status errno_status(const std::string& what, const std::string& path, int err) {
-  const std::string m = what + " '" + path + "': " + std::strerror(err);
-  return err == ENOSPC || err == EFBIG || err == EDQUOT ? resource_exhausted(m) : data_loss(m);
-}
-
 // An output file in a directory held open: open (never through a symlink), write, fsync, close,
 // each checked; removes the file unless committed.
 class OutFile {

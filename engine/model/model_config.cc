@@ -89,10 +89,6 @@ class ConfigReader {
   }
 
   const Json* get(const char* field) const { return j_.find(field); }
-  std::string architecture() const {
-    const Json* a = j_.find("architectures");
-    return a && a->is_array() && !a->items().empty() && a->items()[0].is_string() ? a->items()[0].as_string() : "";
-  }
 
  private:
   const Json& j_;
@@ -145,7 +141,7 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   if (s.type != "default" && s.type != "linear" && s.type != "llama3" && s.type != "yarn")
     return r.fail(name + ".rope_type",
                   "'" + s.type + "' is not supported (supported: default, linear, llama3, yarn)");
-  const bool in_parameters = name.rfind("rope_parameters", 0) == 0;
+  const bool in_parameters = name == "rope_parameters";
   for (const auto& [k, v] : rs.members())
     if (!rope_key_known(s.type, k, in_parameters))
       return r.fail(name + "." + k, "is not read for rope_type '" + s.type + "'; refused rather than ignored");
@@ -184,30 +180,10 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   return Status::Ok();
 }
 
-bool same_rope(const ModelConfig& a, const ModelConfig& b) {
-  const RopeScaling &x = a.rope_scaling, &y = b.rope_scaling;
-  return a.rope_theta == b.rope_theta && x.type == y.type && x.factor == y.factor &&
-         x.low_freq_factor == y.low_freq_factor && x.high_freq_factor == y.high_freq_factor &&
-         x.original_max_position_embeddings == y.original_max_position_embeddings && x.beta_fast == y.beta_fast &&
-         x.beta_slow == y.beta_slow && x.mscale == y.mscale && x.mscale_all_dim == y.mscale_all_dim &&
-         x.attention_factor == y.attention_factor && x.truncate == y.truncate;
-}
-
-// transformers 5's rope_parameters, flat ({"rope_theta": ..., "rope_type": ...}). The per-layer-type
-// form ({"full_attention": {...}}) is refused: transformers 5 recognises it only when its keys are
-// the config's layer_types, and then only for the families that have them.
-Result<const Json*> rope_parameters_of(const ConfigReader& r, const Json& p, std::string& name) {
-  name = "rope_parameters";
-  if (!p.is_object()) return r.fail(name, "must be an object or null");
-  for (const auto& [k, v] : p.members())
-    if (v.is_object())  // transformers 5 reads this form only for families with layer types (Gemma 3)
-      return r.fail(name + "." + k, "is RoPE per layer type, which transformers does not read for " +
-                                        r.architecture() + " (it would use theta 10000); use the flat form");
-  return &p;
-}
-
 // RoPE as transformers 4 writes it (top-level rope_theta and rope_scaling) and as transformers 5
-// does (rope_parameters only). Both forms present must say the same, else refused naming them.
+// does (rope_parameters only, flat). Both forms present must say the same, else refused naming
+// them. The per-layer-type form of rope_parameters ({"full_attention": {...}}) is refused:
+// transformers 5 recognises it only for families with layer types (Gemma 3), not these.
 Status read_rope(const ConfigReader& r, ModelConfig& c) {
   ModelConfig legacy = c;
   MT_RETURN_IF_ERROR(r.number("rope_theta", legacy.rope_theta));
@@ -218,13 +194,16 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
     c = std::move(legacy);
     return Status::Ok();
   }
-  std::string name;
-  MT_ASSIGN_OR_RETURN(const Json* flat, rope_parameters_of(r, *params, name));
+  if (params->is_object())
+    for (const auto& [k, v] : params->members())
+      if (v.is_object())
+        return r.fail("rope_parameters." + k, "is RoPE per layer type, which transformers does not read for " +
+                                                  c.architecture + " (it would use theta 10000); use the flat form");
   ModelConfig v5 = c;
-  MT_RETURN_IF_ERROR(read_rope_object(r, *flat, name, v5));
+  MT_RETURN_IF_ERROR(read_rope_object(r, *params, "rope_parameters", v5));
   const bool has_legacy = r.get("rope_theta") || (scaling && !scaling->is_null());
-  if (has_legacy && !same_rope(legacy, v5))
-    return r.fail(name, "(" + flat->dump() + ") and the top-level rope_theta / rope_scaling (" +
+  if (has_legacy && !(legacy.rope_theta == v5.rope_theta && legacy.rope_scaling == v5.rope_scaling))
+    return r.fail("rope_parameters", "(" + params->dump() + ") and the top-level rope_theta / rope_scaling (" +
                             (r.get("rope_theta") ? r.get("rope_theta")->dump() : "absent") + " / " +
                             (scaling ? scaling->dump() : "absent") + ") disagree; which one is meant is unknown");
   c = std::move(v5);

@@ -25,6 +25,7 @@ struct RopeScaling {
   double mscale_all_dim = 0.0;  // 0 = absent
   double attention_factor = 0.0;  // 0 = absent (inferred)
   bool truncate = true;
+  bool operator==(const RopeScaling&) const = default;
 };
 
 // The largest dimensions a config may have: generous bounds on real decoder models (Llama 3.1
