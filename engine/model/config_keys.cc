@@ -23,7 +23,8 @@ constexpr std::string_view kHarmlessKeys[] = {
     // the dtype from the safetensors headers themselves; transformers 4 wrote torch_dtype, 5 dtype).
     "_name_or_path", "_commit_hash", "transformers_version", "torch_dtype", "dtype",
     // transformers' runtime switches: the attention kernel, the KV cache, output structure,
-    // TorchScript, the tensor/pipeline-parallel plans. None changes the loss or its gradient.
+    // TorchScript (at false: checked below), the tensor/pipeline-parallel plans. None changes the
+    // loss or its gradient.
     "_attn_implementation", "_attn_implementation_autoset", "_experts_implementation", "use_cache", "return_dict",
     "output_attentions", "output_hidden_states", "torchscript", "use_bfloat16", "tf_legacy_loss",
     "base_model_tp_plan", "base_model_pp_plan", "gradient_checkpointing", "chunk_size_feed_forward",
