@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <mutex>
 #include <functional>
+#include <memory>
+#include <type_traits>
 #include <thread>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/pinned_allocator.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_cudnn.cuh"
 #include "kernels/cuda/matmul.cuh"
 
 namespace mt::bench {
@@ -249,32 +252,58 @@ int run_gemm(const Flags& f) {
 
 namespace {
 
-// One causal attention forward and backward at T tokens in T_elem storage: TFLOP/s of each.
+// One causal attention forward and backward at T tokens in E storage on `kernel` ("cudnn",
+// "mma" or "simt"): the seconds of each; cuDNN's workspace in `workspace` ("" or why it refused in `why`).
 template <typename E>
-bool time_attention(int T, int H, int KVH, int D, int reps, cudaStream_t s, double& fwd, double& bwd) {
+bool time_attention(const std::string& kernel, int T, int H, int KVH, int D, int reps, cudaStream_t s, double& fwd,
+                    double& bwd, size_t& workspace, std::string& why) {
   const size_t rows = size_t(T), nqkv = rows * (H + 2 * KVH) * D, nout = rows * H * D;
   E *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
   float* lse = nullptr;
+  void* ws = nullptr;
+  const size_t ws_bytes = kernel == "cudnn" ? cuda::cudnn_attention_workspace_bytes(rows, H, KVH, D) : 0;
   bool ok = !cudaMalloc(&qkv, nqkv * sizeof(E)) && !cudaMalloc(&out, nout * sizeof(E)) &&
             !cudaMalloc(&lse, size_t(H) * T * 4) && !cudaMalloc(&dout, nout * sizeof(E)) &&
-            !cudaMalloc(&dqkv, nqkv * sizeof(E));
+            !cudaMalloc(&dqkv, nqkv * sizeof(E)) && (!ws_bytes || !cudaMalloc(&ws, ws_bytes));
+  std::unique_ptr<cuda::CudnnAttention> cudnn;
+  const cuda::AttentionShape shape{1, T, H, KVH, D};
+  if (ok && kernel == "cudnn") {
+    const cuda::CudaStatus c = cuda::CudnnAttention::create(cudnn, ws, ws_bytes);
+    if (!c.ok()) why = cuda::describe(c);
+    ok = c.ok() && cudnn->supports(shape, nullptr, &why);
+  }
   if (ok) {
     cudaMemset(qkv, 0, nqkv * sizeof(E)), cudaMemset(dout, 0, nout * sizeof(E));
-    fwd = time_on_stream(s, reps, [&] { ok &= cuda::attention_forward(out, lse, qkv, nullptr, 1, T, H, KVH, D, s).ok(); });
-    bwd = time_on_stream(s, reps, [&] {
-      ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, nullptr, 1, T, H, KVH, D, s).ok();
-    });
+    if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+      if (cudnn) {
+        fwd = time_on_stream(s, reps, [&] { ok &= cudnn->forward(out, lse, qkv, shape, nullptr, s).ok(); });
+        bwd = time_on_stream(s, reps, [&] { ok &= cudnn->backward(dqkv, dout, qkv, out, lse, shape, nullptr, s).ok(); });
+        workspace = cudnn->workspace_used();
+      }
+    }
+    if (!cudnn) {
+      cuda::set_attention_kernel(kernel == "mma" ? cuda::AttentionKernel::kTensorCore : cuda::AttentionKernel::kSimt);
+      fwd = time_on_stream(s, reps, [&] { ok &= cuda::attention_forward(out, lse, qkv, nullptr, 1, T, H, KVH, D, s).ok(); });
+      bwd = time_on_stream(s, reps, [&] {
+        ok &= cuda::attention_backward(dqkv, dout, qkv, out, lse, nullptr, 1, T, H, KVH, D, s).ok();
+      });
+    }
   }
-  cudaFree(qkv), cudaFree(out), cudaFree(lse), cudaFree(dout), cudaFree(dqkv);
+  cudnn.reset();
+  cudaFree(qkv), cudaFree(out), cudaFree(lse), cudaFree(dout), cudaFree(dqkv), cudaFree(ws);
   return ok;
 }
 
-// The kernels timed for one storage type: only bf16 at head_dim 64 / 128 has the tensor-core
-// kernel ("mma"); fp32 and other head dims always run the simt kernel.
-std::vector<const char*> attention_kernels(bool bf16, int D, const std::string& selected) {
-  if (!bf16 || (D != 64 && D != 128)) return {"simt"};
-  if (selected == "both") return {"mma", "simt"};
-  return {selected == "mma" ? "mma" : "simt"};
+// The kernels timed for one storage type: cuDNN and the tensor-core kernel ("mma", head_dim 64
+// and 128) take bf16 only; fp32 always runs the simt kernel.
+std::vector<std::string> attention_kernels(bool bf16, int D, const std::string& selected) {
+  if (!bf16) return {"simt"};
+  std::vector<std::string> all = {"cudnn", "simt"};
+  if (D == 64 || D == 128) all.insert(all.begin() + 1, "mma");
+  if (selected == "all") return all;
+  for (const auto& k : all)
+    if (k == selected) return {k};
+  return {"simt"};
 }
 
 }  // namespace
@@ -282,36 +311,39 @@ std::vector<const char*> attention_kernels(bool bf16, int D, const std::string& 
 int run_attention(const Flags& f) {
   auto heads = f.num("heads", 32), kv = f.num("kv-heads", 8), dim = f.num("head-dim", 128), reps = f.num("reps", 3);
   auto max_seq = f.num("max-seq", 8192), min_seq = f.num("min-seq", 1024);
-  const std::string dtypes = f.str("dtype", "fp32,bf16"), kernel = f.str("kernel", "both");
+  const std::string dtypes = f.str("dtype", "fp32,bf16"), kernel = f.str("kernel", "all");
   if (!heads.ok() || !kv.ok() || !dim.ok() || !reps.ok() || !max_seq.ok() || !min_seq.ok() || *min_seq < 1 ||
-      !f.check_all_used().ok() || (kernel != "mma" && kernel != "simt" && kernel != "both"))
-    return std::fprintf(stderr, "attention: bad flags (--kernel mma|simt|both)\n"), 2;
+      !f.check_all_used().ok() || (kernel != "cudnn" && kernel != "mma" && kernel != "simt" && kernel != "all"))
+    return std::fprintf(stderr, "attention: bad flags (--kernel cudnn|mma|simt|all)\n"), 2;
   if (!require_gpu("attention")) return 1;
   const int H = int(*heads), KVH = int(*kv), D = int(*dim);
+  const cuda::AttentionKernel saved = cuda::attention_kernel();
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   int rc = 0;
   for (const char* dtype : {"fp32", "bf16"}) {
     if (dtypes.find(dtype) == std::string::npos) continue;
     const bool bf = std::string(dtype) == "bf16";
-    for (const char* k : attention_kernels(bf, D, kernel)) {
-      const bool mma = std::string(k) == "mma";
-      cuda::set_attention_kernel(mma ? cuda::AttentionKernel::kTensorCore : cuda::AttentionKernel::kSimt);
+    for (const std::string& k : attention_kernels(bf, D, kernel)) {
       for (int T = int(*min_seq); T <= int(*max_seq); T *= 2) {
         double fwd = 0, bwd = 0;
-        const bool ok = bf ? time_attention<__nv_bfloat16>(T, H, KVH, D, int(*reps), s, fwd, bwd)
-                           : time_attention<float>(T, H, KVH, D, int(*reps), s, fwd, bwd);
+        size_t workspace = 0;
+        std::string why;
+        const bool ok = bf ? time_attention<__nv_bfloat16>(k, T, H, KVH, D, int(*reps), s, fwd, bwd, workspace, why)
+                           : time_attention<float>(k, T, H, KVH, D, int(*reps), s, fwd, bwd, workspace, why);
         const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
-        emit(Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)},
-                           {"head_dim", int64_t(D)}, {"dtype", dtype}, {"kernel", k},
-                           {"fwd_tflops", ok ? flops / fwd / 1e12 : 0.0}, {"bwd_tflops", ok ? 2.5 * flops / bwd / 1e12 : 0.0},
-                           {"ok", ok}}),
-             f.json());
+        Json r = Json::object({{"suite", "attention"}, {"seq", int64_t(T)}, {"heads", int64_t(H)},
+                               {"kv_heads", int64_t(KVH)}, {"head_dim", int64_t(D)}, {"dtype", dtype}, {"kernel", k},
+                               {"fwd_tflops", ok ? flops / fwd / 1e12 : 0.0},
+                               {"bwd_tflops", ok ? 2.5 * flops / bwd / 1e12 : 0.0}, {"ok", ok}});
+        if (k == "cudnn") r.set("workspace_bytes", int64_t(workspace));
+        if (!why.empty()) r.set("error", why);
+        emit(r, f.json());
         rc |= ok ? 0 : 1;
       }
     }
   }
-  cuda::set_attention_kernel(cuda::AttentionKernel::kTensorCore);
+  cuda::set_attention_kernel(saved);
   cudaStreamDestroy(s);
   return rc;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "bench/bench.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/base/omp_wait_policy.h"
 #include "kernels/cpu_info.h"
 #include "kernels/gemm_provider.h"
@@ -79,6 +80,8 @@ Json machine_fields() {
        {"gemm_bf16_provider", b.name + (b.version.empty() ? "" : " " + b.version)},
        {"gemm_bf16_kernel", b.kernel},
        {"kernel_isa", cpu::isa_name(cpu::kernel_isa())}});
+  fields.set("attention_kernel", cuda_attention_kernel_name());  // the bf16 default (MEGATRAIN_ATTENTION)
+  fields.set("cudnn", cuda_cudnn_describe());
   if (!g.note.empty()) fields.set("gemm_note", g.note);
   if (!b.note.empty()) fields.set("gemm_bf16_note", b.note);
   return fields;

@@ -8,6 +8,28 @@
 // rotates by. Query t sees keys t - pos[t] .. t: causal and masked to its own document.
 #pragma once
 #include <cstdint>
+#include <vector>
+
+namespace mt {
+
+// The same documents as spans, for kernels that take ragged sequences (cuDNN): starts[i] is the
+// first token (b*T + t) of document i in token order, starts[count] = B*T; a document never
+// crosses a row. `starts` is on the host, `device_starts` the same count + 1 values on the
+// device (the executor uploads them with the batch).
+struct DocumentSpans {
+  const int32_t* starts = nullptr;
+  const int32_t* device_starts = nullptr;
+  int count = 0;
+};
+
+// The spans the positions imply: a document starts at every row's first token and wherever a
+// token's first visible key (t - pos[t], clipped to its row) differs from its predecessor's.
+// Empty when pos is nullptr (one document per row needs no spans), or when some token's first
+// visible key is not its document's first token (positions that are not runs of 0, 1, 2, ...):
+// then no ragged batch is the same attention, and kernels that need spans refuse the call.
+std::vector<int32_t> document_starts(const int32_t* pos, int B, int T);
+
+}  // namespace mt
 
 namespace mt::cpu {
 

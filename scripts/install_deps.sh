@@ -46,7 +46,9 @@ fi
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 # NCCL (engine/dist/nccl_comm.cc) from PyPI: headers and library under the venv's
 # site-packages/nvidia/nccl, found by engine/CMakeLists.txt. Only where CUDA builds.
+have_cuda=0
 if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  have_cuda=1
   python_packages+=(nvidia-nccl-cu13)
 fi
 nccl_missing() { [[ " ${python_packages[*]} " == *" nvidia-nccl-cu13 "* ]] && ! compgen -G "$venv/lib/python3*/site-packages/nvidia/nccl/include/nccl.h" > /dev/null; }
@@ -54,6 +56,15 @@ if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pyt
   echo "install_deps: Python packages for the client into $venv" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade "${python_packages[@]}"
+fi
+# The cuDNN frontend (kernels/cuda/attention_cudnn.cc): header-only C++, pinned, without its
+# Python dependencies (CUTLASS DSL wheels the headers do not need). Headers land in the venv's
+# site-packages/include, found by kernels/cuda/CMakeLists.txt; libcudnn is the CUDA install's.
+cudnn_frontend=1.32.0
+if [ "$have_cuda" = 1 ] && ! compgen -G "$venv/lib/python3*/site-packages/include/cudnn_frontend.h" > /dev/null; then
+  echo "install_deps: cuDNN frontend $cudnn_frontend headers into $venv" >&2
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --no-deps "nvidia-cudnn-frontend==$cudnn_frontend"
 fi
 # scripts/make_chat_fixtures.py renders the official chat templates with jinja2 (regenerating the
 # fixtures only; the tests read them without Python).

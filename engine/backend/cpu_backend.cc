@@ -183,13 +183,13 @@ class StreamOps final : public Ops<T> {
                      float scale) const override {
     post("rope_backward", &Base::rope_backward, dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+  void attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
                          int D) const override {
-    post("attention_forward", &Base::attention_forward, out, lse, qkv, pos, B, T_, H, KVH, D);
+    post("attention_forward", &Base::attention_forward, out, lse, qkv, docs, B, T_, H, KVH, D);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, const int32_t* pos, int B,
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs, int B,
                           int T_, int H, int KVH, int D) const override {
-    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, pos, B, T_, H, KVH, D);
+    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, docs, B, T_, H, KVH, D);
   }
   void swiglu_forward(T* out, const T* gu, int N, int F) const override {
     post("swiglu_forward", &Base::swiglu_forward, out, gu, N, F);

@@ -38,13 +38,13 @@ class CpuOps final : public Ops<T> {
                      float scale) const override {
     cpu::rope_backward(dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(T* out, T* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+  void attention_forward(T* out, T* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
                          int D) const override {
-    cpu::attention_forward(out, lse, qkv, pos, B, T_, H, KVH, D);
+    cpu::attention_forward(out, lse, qkv, docs.pos, B, T_, H, KVH, D);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const int32_t* pos, int B,
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, Documents docs, int B,
                           int T_, int H, int KVH, int D) const override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, pos, B, T_, H, KVH, D);
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, docs.pos, B, T_, H, KVH, D);
   }
   void swiglu_forward(T* out, const T* gu, int N, int F) const override { cpu::swiglu_forward(out, gu, N, F); }
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override {

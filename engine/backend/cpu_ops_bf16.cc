@@ -85,18 +85,18 @@ class CpuOpsBf16 final : public Ops<bf16> {
                      float scale) const override {
     rope_in_place(cpu::rope_backward<float>, dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(bf16* out, float* lse, const bf16* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+  void attention_forward(bf16* out, float* lse, const bf16* qkv, Documents docs, int B, int T_, int H, int KVH,
                          int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* o = scratch(1, n_out);
-    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), pos, B, T_, H, KVH, D);
+    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), docs.pos, B, T_, H, KVH, D);
     round_to_bf16(out, o, n_out);
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                          const int32_t* pos, int B, int T_, int H, int KVH, int D) const override {
+                          Documents docs, int B, int T_, int H, int KVH, int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* d = scratch(0, n_qkv);
-    cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, pos,
+    cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, docs.pos,
                                    B, T_, H, KVH, D);
     round_to_bf16(dqkv, d, n_qkv);
   }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/lm_head_loss.h"
 
@@ -33,6 +34,16 @@ enum class Precision { kFp32, kBf16 };
 const char* precision_name(Precision p);
 size_t compute_elem_bytes(Precision p);  // bytes of one weight or activation on the device
 
+// The documents of a packed micro-batch as attention sees them: pos [B*T] (device), each token's
+// position in its document, or nullptr for one document per row (kernels/attention.h); and,
+// where the executor provides them, the same documents as spans (kernels that take ragged
+// sequences, cuDNN's, need them and fall back to the others without). Converts from a bare pos.
+struct Documents {
+  Documents(const int32_t* p = nullptr, const DocumentSpans* s = nullptr) : pos(p), spans(s) {}
+  const int32_t* pos;
+  const DocumentSpans* spans;
+};
+
 template <typename T>
 class Ops {
  public:
@@ -52,11 +63,11 @@ class Ops {
                             float scale) const = 0;
   virtual void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                              float scale) const = 0;
-  virtual void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+  virtual void attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
                                  int D) const = 0;
   // dqkv is overwritten.
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse,
-                                  const int32_t* pos, int B, int T_, int H, int KVH, int D) const = 0;
+  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
+                                  int B, int T_, int H, int KVH, int D) const = 0;
   virtual void swiglu_forward(T* out, const T* gu, int N, int F) const = 0;
   virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;

@@ -59,9 +59,12 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
   const uint64_t layer_io = aligned(sat_mul(tokens, uint64_t(c.hidden_size), e));
   const uint64_t ckpt_buffers = on_device ? uint64_t(c.num_layers) + 1 : 3;  // all inputs, or a ring of 3
   // The layer workspace by what it grows with (layers.h WorkspaceSplit): attention's state and
-  // the batch's inputs, targets and document positions grow with the tokens; the chunk's
-  // workspace with token_chunk (+ the LM head's loss totals, the RoPE frequencies).
-  const uint64_t attention_state = sat_add(p.workspace_split.sequence, aligned(sat_mul(tokens, 12)));
+  // the batch's inputs, targets, document positions and document starts (at most one per token
+  // and one end per micro-batch) grow with the tokens; the chunk's workspace with token_chunk
+  // (+ the LM head's loss totals, the RoPE frequencies).
+  const uint64_t micro_batches = uint64_t(o.global_batch / o.micro_batch);
+  const uint64_t attention_state = sat_add(sat_add(p.workspace_split.sequence, aligned(sat_mul(tokens, 12))),
+                                           aligned(sat_mul(sat_add(tokens, micro_batches), 4)));
   const uint64_t chunk_workspace = sat_add(aligned(p.workspace_split.chunk),
                                            aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
   std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), aligned(sat_mul(p.slot_numel, e)))},

@@ -108,6 +108,8 @@ Status StreamingExecutor::allocate() {
   targets_ = inputs_ + tokens;
   positions_ = targets_ + tokens;
   const size_t micro_batches = size_t(opt_.global_batch / opt_.micro_batch);
+  MT_ASSIGN_OR_RETURN(void* starts, backend_->device_alloc((tokens + micro_batches) * sizeof(int32_t)));
+  device_span_starts_ = static_cast<int32_t*>(starts);
   MT_ASSIGN_OR_RETURN(void* totals, backend_->device_alloc(micro_batches * 2 * sizeof(double)));
   loss_totals_ = static_cast<double*>(totals);
   MT_ASSIGN_OR_RETURN(host_loss_, HostBuffer::allocate(backend_->host_allocator(), micro_batches * 2 * sizeof(double)));
@@ -187,13 +189,36 @@ void StreamingExecutor::upload_batch(const Batch& batch) {
   backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
   backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
   has_positions_ = !batch.positions.empty();
-  if (has_positions_) backend_->copy_h2d(positions_, batch.positions.data(), tokens * sizeof(int32_t));
+  if (has_positions_) {
+    backend_->copy_h2d(positions_, batch.positions.data(), tokens * sizeof(int32_t));
+    upload_spans(batch);
+  }
   timeline_.wait(backend_->record(StreamKind::kH2D));
+}
+
+// Each micro-batch's documents as spans, starts relative to the micro-batch (b*T + t).
+void StreamingExecutor::upload_spans(const Batch& batch) {
+  const size_t n = size_t(shape_.N()), micro_batches = batch.positions.size() / n;
+  span_starts_.clear();
+  std::vector<size_t> first(micro_batches);
+  for (size_t m = 0; m < micro_batches; ++m) {
+    first[m] = span_starts_.size();
+    const auto st = document_starts(batch.positions.data() + m * n, shape_.B, shape_.T);
+    span_starts_.insert(span_starts_.end(), st.begin(), st.end());
+  }
+  spans_.assign(micro_batches, DocumentSpans{});
+  for (size_t m = 0; m < micro_batches; ++m) {
+    const size_t end = m + 1 < micro_batches ? first[m + 1] : span_starts_.size();
+    if (end > first[m])
+      spans_[m] = {span_starts_.data() + first[m], device_span_starts_ + first[m], int(end - first[m]) - 1};
+  }
+  backend_->copy_h2d(device_span_starts_, span_starts_.data(), span_starts_.size() * sizeof(int32_t));
 }
 
 LayerShape StreamingExecutor::micro_batch_shape(int m) const {
   LayerShape s = shape_;
   s.pos = has_positions_ ? positions_ + size_t(m) * size_t(s.N()) : nullptr;
+  s.spans = has_positions_ && spans_[size_t(m)].count > 0 ? &spans_[size_t(m)] : nullptr;
   return s;
 }
 

@@ -96,7 +96,8 @@ class StreamingExecutor final : public Executor {
   double read_loss_sum();
   void drain();  // waits until every stream has run what was enqueued
   void upload_batch(const Batch& batch);
-  // shape_ with micro-batch m's document positions (nullptr when the batch has none).
+  void upload_spans(const Batch& batch);
+  // shape_ with micro-batch m's document positions and spans (nullptr when the batch has none).
   LayerShape micro_batch_shape(int m) const;
   void fill_stats(StepStats& st);
   // The step's phases; `use` indexes the step's unit-use sequence (see streaming_pipeline.h).
@@ -162,6 +163,12 @@ class StreamingExecutor final : public Executor {
   float* inv_freq_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *positions_ = nullptr;
   bool has_positions_ = false;  // this step's batch carries document positions
+  // The same documents as spans (kernels/attention.h), per micro-batch, for kernels that take
+  // ragged sequences: host starts back to back, their device copy, one DocumentSpans each
+  // (count 0 where the positions are not runs of 0, 1, 2, ...).
+  std::vector<int32_t> span_starts_;
+  int32_t* device_span_starts_ = nullptr;
+  std::vector<DocumentSpans> spans_;
   double* loss_totals_ = nullptr;  // the head writes {loss sum, counted} per micro-batch
   int next_grad_slot_ = 0;
 

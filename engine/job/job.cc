@@ -38,6 +38,20 @@ TrainOptions job_train_options(const JobSpec& spec) {
   return t;
 }
 
+namespace {
+
+// The CUDA backend of a job's d-th device (CUDA device d): cuDNN attention's workspace, when
+// that is the attention kernel, sized for one micro-batch of this model.
+CudaBackendOptions cuda_options(const JobSpec& spec, const ModelConfig& cfg, int device) {
+  CudaBackendOptions o;
+  o.device = device;
+  o.attention_workspace_bytes = cuda_attention_workspace_bytes(
+      uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len), cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+  return o;
+}
+
+}  // namespace
+
 PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
                              uint64_t device_budget, int processes) {
   PlanOptions p;
@@ -50,7 +64,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   p.shard_optimizer = spec.shard_optimizer;
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
-    p.backend_bytes = cuda_fixed_device_bytes(CudaBackendOptions{}, tokens, uint64_t(cfg.hidden_size));
+    p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(cfg.hidden_size));
   }
   return p;
 }
@@ -134,12 +148,8 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 namespace {
 
 // `device`: the job's d-th device; on CUDA, CUDA device d (megatraind --devices N owns 0..N-1).
-Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec, int device) {
-  if (uses_cuda(spec)) {
-    CudaBackendOptions o;
-    o.device = device;
-    return make_cuda_backend(o);
-  }
+Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec, const ModelConfig& cfg, int device) {
+  if (uses_cuda(spec)) return make_cuda_backend(cuda_options(spec, cfg, device));
   CpuBackendOptions o;
   o.link_gbps = spec.link_gbps;
   return make_cpu_backend(o);
@@ -198,7 +208,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.device_budget = po.device_budget;
   so.backend_bytes = po.backend_bytes;
   so.link_gbps = spec.link_gbps;
-  auto backend_for = [&](int d) { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec, d); };
+  auto backend_for = [&](int d) { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec, cfg, d); };
   if (spec.devices == 1 && nodes.size() == 1) {
     MT_ASSIGN_OR_RETURN(auto backend, backend_for(0));
     MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, job_train_options(spec), so, std::move(backend)));
@@ -347,9 +357,13 @@ Result<JobResult> JobRunner::run() {
                                       : ""));
   // What computes, and a generic CPU GEMM kernel on a capable CPU loud enough to notice.
   log(LogLevel::kInfo, std::string("compute ") + precision_name(job_precision(spec_)) + " on " +
-                           (uses_cuda(spec_) && spec_.executor != "resident" ? "cuda" : "cpu") + "; " +
+                           (uses_cuda(spec_) && spec_.executor != "resident"
+                                ? "cuda (attention " + cuda_attention_kernel_name() + ")"
+                                : "cpu") +
+                           "; " +
                            cpu::gemm_provider_line());
   if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) log(LogLevel::kWarning, w);
+  if (const std::string w = cuda_attention_warning(); uses_cuda(spec_) && !w.empty()) log(LogLevel::kWarning, w);
   state.spec_hash = job_spec_hash(spec_);
   state.data_source = data->describe();
   state.total_steps = spec_.steps;

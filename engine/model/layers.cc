@@ -201,7 +201,7 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<c
   for (int n0 = 0; n0 < N; n0 += M) qkv_forward(ops, s, w, x, a, n0, std::min(M, N - n0));
   ops.rope_forward(a.qkv, s.inv_freq, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
                    float(c.rope_attention_factor));
-  ops.attention_forward(a.att, a.lse, a.qkv, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.attention_forward(a.att, a.lse, a.qkv, s.documents(), s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
   ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
   ops.add_inplace(a.x2, x, size_t(N) * C);
   // MLP block: out = x2 + down(silu(gate(norm(x2))) * up(norm(x2))), chunk by chunk. A recompute
@@ -228,7 +228,7 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<
   // recomputes the chunk's norm), dresid becoming dL/dx
   ops.zero(sc.datt, size_t(N) * Q);
   ops.matmul_backward(sc.datt, dw.wo, nullptr, dresid, a.att, w.wo, N, Q, C);
-  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads,
+  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.documents(), s.B, s.T, c.num_heads, c.num_kv_heads,
                          c.head_dim);
   ops.rope_backward(sc.dqkv, s.inv_freq, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
                     float(c.rope_attention_factor));

@@ -27,6 +27,8 @@ struct LayerShape {
   // accumulate over the chunks. Attention and the O projection span the micro-batch.
   int token_chunk = 0;
   const int32_t* pos = nullptr;  // document positions, [B*T] on the device (see above)
+  const DocumentSpans* spans = nullptr;  // the same documents as spans, where the executor has them
+  Documents documents() const { return {pos, spans}; }
   int N() const { return B * T; }
   int chunk() const { return token_chunk > 0 && token_chunk < N() ? token_chunk : N(); }
   bool chunked() const { return chunk() < N(); }

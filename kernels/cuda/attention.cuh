@@ -27,12 +27,18 @@ template <typename T>
 CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const int32_t* pos,
                               int B, int T_, int H, int KVH, int D, cudaStream_t stream);
 
-// Which kernel bf16 attention with head_dim 64 / 128 uses. The default is read once, at the first
-// call, from the environment: MEGATRAIN_ATTENTION=mma selects kTensorCore, anything else kSimt
-// (the tensor-core kernel has not yet run on a GPU). set_attention_kernel overrides it for the
-// process (benches and tests compare both).
-enum class AttentionKernel { kTensorCore, kSimt };
+// Which kernel bf16 attention uses. The default is read once, at the first call, from the
+// environment: MEGATRAIN_ATTENTION=cudnn selects kCudnn (cuDNN's fused SDPA, through
+// CudnnAttention in the CUDA backend's op table, attention_cudnn.cuh), =mma kTensorCore (ours,
+// head_dim 64 / 128), anything else kSimt — the default until a GPU run has verified the others
+// (docs/PERF.md). set_attention_kernel overrides it for the process (benches and tests compare).
+// These two functions run our own kernels: kCudnn means kSimt here (the op table calls cuDNN
+// before them, and falls back to them when cuDNN refuses a call).
+enum class AttentionKernel { kTensorCore, kSimt, kCudnn };
 AttentionKernel attention_kernel();
 void set_attention_kernel(AttentionKernel kernel);
+// "cudnn", "mma", "simt"; parse_attention_kernel is false for any other name.
+const char* attention_kernel_name(AttentionKernel kernel);
+bool parse_attention_kernel(const char* name, AttentionKernel* kernel);
 
 }  // namespace mt::cuda

@@ -11,11 +11,12 @@
 namespace mt::cuda {
 namespace {
 
-// The tensor-core kernel is opt-in until a GPU run has verified it (docs/PERF.md): it was
-// written after the one lease of 2026-11-30, whose device time ran out before its tests ran.
+// The tensor-core and cuDNN kernels are opt-in until a GPU run has verified them (docs/PERF.md):
+// both were written after the one lease of 2026-11-30.
 AttentionKernel from_environment() {
+  AttentionKernel k = AttentionKernel::kSimt;
   const char* v = std::getenv("MEGATRAIN_ATTENTION");
-  return v && std::strcmp(v, "mma") == 0 ? AttentionKernel::kTensorCore : AttentionKernel::kSimt;
+  return v && parse_attention_kernel(v, &k) ? k : AttentionKernel::kSimt;
 }
 
 // -1 until the first call reads the environment or set_attention_kernel sets it.
@@ -34,6 +35,24 @@ AttentionKernel attention_kernel() {
 }
 
 void set_attention_kernel(AttentionKernel kernel) { selected.store(int(kernel)); }
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kTensorCore:
+      return "mma";
+    case AttentionKernel::kCudnn:
+      return "cudnn";
+    case AttentionKernel::kSimt:
+      break;
+  }
+  return "simt";
+}
+
+bool parse_attention_kernel(const char* name, AttentionKernel* kernel) {
+  for (AttentionKernel k : {AttentionKernel::kCudnn, AttentionKernel::kTensorCore, AttentionKernel::kSimt})
+    if (std::strcmp(name, attention_kernel_name(k)) == 0) return *kernel = k, true;
+  return false;
+}
 
 namespace attn {
 

@@ -15,11 +15,15 @@
 #include "engine/backend/cuda/cuda_errors.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/pinned_allocator.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_cudnn.cuh"
 #include "kernels/cuda/util.cuh"
 
 namespace mt {
 
 namespace {
+bool cudnn_attention_selected() { return cuda::attention_kernel() == cuda::AttentionKernel::kCudnn; }
+
 
 class CudaEvent final : public Event {
  public:
@@ -97,6 +101,8 @@ class CudaBackend final : public Backend {
   PinnedAllocator pinned_;
   cudaStream_t streams_[3] = {nullptr, nullptr, nullptr};
   std::unique_ptr<cuda::GemmContext> gemm_;
+  void* attention_workspace_ = nullptr;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_;  // when the attention kernel is cuDNN
   std::unique_ptr<CudaOpContext> op_ctx_;  // shared by the two op tables
   std::unique_ptr<CudaOps<float>> ops_fp32_;
   std::unique_ptr<CudaOps<bf16>> ops_bf16_;
@@ -148,6 +154,12 @@ Status CudaBackend::init() {
   if (!g.ok()) return internal_error(cuda::describe(g));
   MT_CUDA_STATUS(cudaMalloc(reinterpret_cast<void**>(&staging_), opt_.bf16_staging_elems * sizeof(__nv_bfloat16)));
   op_ctx_ = std::make_unique<CudaOpContext>(stream(StreamKind::kCompute), opt_.device, *gemm_, errors_);
+  if (cudnn_attention_selected() && cuda::cudnn_built()) {  // else cuda_attention_warning() says why not
+    if (opt_.attention_workspace_bytes) MT_CUDA_STATUS(cudaMalloc(&attention_workspace_, opt_.attention_workspace_bytes));
+    const cuda::CudaStatus c = cuda::CudnnAttention::create(cudnn_, attention_workspace_, opt_.attention_workspace_bytes);
+    if (!c.ok()) return failed_precondition("MEGATRAIN_ATTENTION=cudnn: " + cuda::describe(c));
+    op_ctx_->set_cudnn(cudnn_.get());
+  }
   ops_fp32_ = std::make_unique<CudaOps<float>>(*op_ctx_);
   ops_bf16_ = std::make_unique<CudaOps<bf16>>(*op_ctx_);
   return Status::Ok();
@@ -165,6 +177,8 @@ CudaBackend::~CudaBackend() {
   for (auto& q : pending_)
     for (auto& t : q) cudaEventDestroy(t.start), cudaEventDestroy(t.end);
   gemm_.reset();
+  cudnn_.reset();
+  if (attention_workspace_) cudaFree(attention_workspace_);
   if (staging_) cudaFree(staging_);
   if (memory_) cudaFree(memory_);
   for (auto s : streams_)
@@ -353,6 +367,19 @@ uint64_t cuda_device_memory() {
   }
   return uint64_t(p.totalGlobalMem);
 }
+
+uint64_t cuda_attention_workspace_bytes(uint64_t tokens, int heads, int kv_heads, int head_dim) {
+  if (!cudnn_attention_selected() || !cuda::cudnn_built()) return 0;
+  return cuda::cudnn_attention_workspace_bytes(tokens, heads, kv_heads, head_dim);
+}
+
+std::string cuda_attention_warning() {
+  if (!cudnn_attention_selected() || cuda::cudnn_built()) return "";
+  return "MEGATRAIN_ATTENTION=cudnn, but " + cuda::cudnn_describe() + ": attention runs on our own kernel (simt)";
+}
+
+std::string cuda_attention_kernel_name() { return cuda::attention_kernel_name(cuda::attention_kernel()); }
+std::string cuda_cudnn_describe() { return cuda::cudnn_describe(); }
 
 uint64_t cuda_free_device_memory() {
   if (!cuda_available() || cudaSetDevice(0) != cudaSuccess) return 0;

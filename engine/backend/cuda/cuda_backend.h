@@ -18,7 +18,23 @@ struct CudaBackendOptions {
   int device = 0;
   size_t gemm_workspace_bytes = size_t(32) << 20;  // cuBLASLt workspace
   size_t bf16_staging_elems = size_t(16) << 20;    // device staging of copy_d2h_bf16, per chunk
+  // cuDNN attention's workspace (cuda_attention_workspace_bytes); 0 = none reserved, so cuDNN
+  // takes only the calls whose graphs need no workspace and the others fall back.
+  size_t attention_workspace_bytes = 0;
 };
+
+// The cuDNN attention workspace a micro-batch of `tokens` tokens reserves when the process's
+// attention kernel is cuDNN (MEGATRAIN_ATTENTION=cudnn, kernels/cuda/attention.cuh) and this
+// build has it; 0 otherwise. The planner counts it (cuda_fixed_device_bytes).
+uint64_t cuda_attention_workspace_bytes(uint64_t tokens, int heads, int kv_heads, int head_dim);
+// Non-empty when MEGATRAIN_ATTENTION asks for cuDNN and this build cannot give it: the warning a
+// job logs before falling back to our own kernels.
+std::string cuda_attention_warning();
+// The attention kernel bf16 runs on ("cudnn", "mma", "simt"; "none" without CUDA) and the cuDNN
+// library this build runs with ("cuDNN 9.19.0 (built against 9.19.0, frontend 1.32.0)"), for
+// job logs and every bench JSON.
+std::string cuda_attention_kernel_name();
+std::string cuda_cudnn_describe();
 
 // True when this engine was built with CUDA and at least one device is usable.
 bool cuda_available();
@@ -31,7 +47,7 @@ uint64_t cuda_device_memory();
 uint64_t cuda_free_device_memory();
 
 // Device memory the CUDA backend allocates outside its arena, which the planner counts: the
-// cuBLASLt workspace, the bf16 staging of copy_d2h_bf16, and the op scratch the op tables grow
+// cuBLASLt workspace, the bf16 staging of copy_d2h_bf16, cuDNN attention's workspace, and the op scratch the op tables grow
 // on demand (one CudaOpContext, shared by the fp32 and bf16 tables) for a micro-batch of
 // `tokens` rows of width `hidden` (RMSNorm's dweight partials, at most kRmsnormMaxParts x hidden
 // floats in either precision; the head's per-token loss rows, tokens + 2 doubles), with the
@@ -39,7 +55,8 @@ uint64_t cuda_free_device_memory();
 inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t tokens, uint64_t hidden) {
   const uint64_t rms = uint64_t(cpu::kRmsnormMaxParts) * hidden * sizeof(float), loss = (tokens + 2) * sizeof(double);
   const uint64_t scratch = rms > loss ? rms : loss;
-  return opt.gemm_workspace_bytes + opt.bf16_staging_elems * sizeof(bf16) + scratch + scratch / 2;
+  return opt.gemm_workspace_bytes + opt.bf16_staging_elems * sizeof(bf16) + opt.attention_workspace_bytes + scratch +
+         scratch / 2;
 }
 
 // The CUDA attention kernels hold a head in shared memory: head_dim at most

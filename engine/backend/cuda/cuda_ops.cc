@@ -1,5 +1,9 @@
 #include "engine/backend/cuda/cuda_ops.h"
 
+#include <cstdio>
+#include <string>
+#include <type_traits>
+
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/lm_head_loss.cuh"
@@ -47,6 +51,18 @@ void* CudaOpContext::temp(size_t bytes) {
   return temp_;
 }
 
+cuda::CudnnAttention* CudaOpContext::cudnn_for(const cuda::AttentionShape& s, const Documents& docs) {
+  if (!cudnn_) return nullptr;
+  std::string why = "packed documents without their spans";
+  if ((!docs.pos || docs.spans) && cudnn_->supports(s, docs.pos ? docs.spans : nullptr, &why)) return cudnn_;
+  if (!warned_) {
+    warned_ = true;
+    std::fprintf(stderr, "megatrain: warning: attention B=%d T=%d H=%d KVH=%d D=%d runs on our own kernel: %s\n", s.B,
+                 s.T, s.H, s.KVH, s.D, why.c_str());
+  }
+  return nullptr;
+}
+
 template <typename T>
 void CudaOps<T>::matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const {
   if (!ctx_.bind()) return;
@@ -90,17 +106,32 @@ void CudaOps<T>::rope_backward(T* dqkv, const float* f, const int32_t* pos, int 
   ctx_.note(cuda::rope_backward(dev(dqkv), f, pos, B, T_, H, KVH, D, scale, ctx_.stream()), "rope_backward");
 }
 template <typename T>
-void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
                                    int D) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), pos, B, T_, H, KVH, D, ctx_.stream()),
+  if constexpr (std::is_same_v<T, bf16>) {
+    const cuda::AttentionShape s{B, T_, H, KVH, D};
+    if (cuda::CudnnAttention* c = ctx_.cudnn_for(s, docs)) {
+      ctx_.note(c->forward(dev(out), lse, dev(qkv), s, docs.spans, ctx_.stream()), "attention_forward (cuDNN)");
+      return;
+    }
+  }
+  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), docs.pos, B, T_, H, KVH, D, ctx_.stream()),
             "attention_forward");
 }
 template <typename T>
-void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse,
-                                    const int32_t* pos, int B, int T_, int H, int KVH, int D) const {
+void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
+                                    int B, int T_, int H, int KVH, int D) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, pos, B, T_, H, KVH, D,
+  if constexpr (std::is_same_v<T, bf16>) {
+    const cuda::AttentionShape s{B, T_, H, KVH, D};
+    if (cuda::CudnnAttention* c = ctx_.cudnn_for(s, docs)) {
+      ctx_.note(c->backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, s, docs.spans, ctx_.stream()),
+                "attention_backward (cuDNN)");
+      return;
+    }
+  }
+  ctx_.note(cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, docs.pos, B, T_, H, KVH, D,
                                      ctx_.stream()),
             "attention_backward");
 }

@@ -13,6 +13,7 @@
 
 #include "engine/backend/cuda/cuda_errors.h"
 #include "engine/backend/ops.h"
+#include "kernels/cuda/attention_cudnn.cuh"
 #include "kernels/cuda/matmul.cuh"
 
 namespace mt {
@@ -39,6 +40,11 @@ class CudaOpContext {
   bool note(const cuda::CudaStatus& s, const char* op) { return errors_.note(s, op); }
   cudaStream_t stream() const { return stream_; }
   cuda::GemmContext& gemm() { return gemm_; }
+  void set_cudnn(cuda::CudnnAttention* cudnn) { cudnn_ = cudnn; }
+  // cuDNN's attention when the backend has it and it takes this call (bf16 only), else nullptr:
+  // the call runs on our own kernels, and the first refusal is printed once with its reason.
+  // A forward and its backward get the same answer (CudnnAttention::supports).
+  cuda::CudnnAttention* cudnn_for(const cuda::AttentionShape& s, const Documents& docs);
 
  private:
   cudaStream_t stream_;
@@ -47,6 +53,8 @@ class CudaOpContext {
   CudaErrors& errors_;
   void* temp_ = nullptr;
   size_t temp_bytes_ = 0;
+  cuda::CudnnAttention* cudnn_ = nullptr;
+  bool warned_ = false;
 };
 
 template <typename T>
@@ -65,9 +73,9 @@ class CudaOps final : public Ops<T> {
                     float scale) const override;
   void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                      float scale) const override;
-  void attention_forward(T* out, A* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
+  void attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
                          int D) const override;
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, const int32_t* pos, int B,
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs, int B,
                           int T_, int H, int KVH, int D) const override;
   void swiglu_forward(T* out, const T* gu, int N, int F) const override;
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override;

@@ -1,0 +1,363 @@
+// CudnnAttention (attention_cudnn.cuh) on the cuDNN frontend's graph API: the SDPA forward with
+// its statistics and the deterministic SDPA backward, one cached pair of graphs per shape.
+#include "kernels/cuda/attention_cudnn.cuh"
+
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+namespace mt::cuda {
+namespace {
+
+namespace fe = cudnn_frontend;
+using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// Tensor uids of the variant packs.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKV, kOffQkv, kOffOut, kOffLse };
+
+// What a graph depends on. Dense: b = B, s = T. Ragged (one row's documents): b and s are the
+// bucketed document count and longest document, T the row length (the lse's head stride).
+struct Key {
+  int b, s, T, H, KVH, D;
+  bool ragged;
+  auto tie() const { return std::tie(b, s, T, H, KVH, D, ragged); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+std::atomic<uint64_t> calls{0};
+
+int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Bytes of a row's ragged index arrays for a batch of b documents (seq, then three offsets).
+size_t meta_bytes(int b) {
+  const size_t raw = size_t(b) * sizeof(int32_t) + 3 * size_t(b + 1) * sizeof(int64_t);
+  return (raw + 255) / 256 * 256;
+}
+
+// The views of one graph: qkv rows [q (H*D) | k (KVH*D) | v (KVH*D)], out rows (H*D), lse [.., H, T].
+struct Views {
+  const Key& k;
+  int64_t row() const { return int64_t(k.H + 2 * k.KVH) * k.D; }
+  int64_t orow() const { return int64_t(k.H) * k.D; }
+  std::vector<int64_t> qkv_dim(int heads) const { return {k.b, heads, k.s, k.D}; }
+  std::vector<int64_t> qkv_stride() const { return {k.s * row(), k.D, row(), 1}; }
+  std::vector<int64_t> out_dim() const { return {k.b, k.H, k.s, k.D}; }
+  std::vector<int64_t> out_stride() const { return {k.s * orow(), k.D, orow(), 1}; }
+  std::vector<int64_t> lse_dim() const { return {k.b, k.H, k.s, 1}; }
+  std::vector<int64_t> lse_stride() const { return {int64_t(k.H) * k.T, k.T, 1, 1}; }
+};
+
+fe::graph::Tensor_attributes attrs(const char* name, Uid uid, std::vector<int64_t> dim, std::vector<int64_t> stride) {
+  return fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride));
+}
+
+// The ragged inputs of a graph: per-document lengths and the three offset arrays.
+struct Ragged {
+  Tensor seq_q, seq_kv, off_qkv, off_out, off_lse;
+};
+Ragged ragged_inputs(fe::graph::Graph& g, const Key& k) {
+  auto index = [&](const char* name, Uid uid, int64_t n, fe::DataType_t t) {
+    return g.tensor(attrs(name, uid, {n, 1, 1, 1}, {1, 1, 1, 1}).set_data_type(t));
+  };
+  return {index("seq_q", kSeqQ, k.b, fe::DataType_t::INT32), index("seq_kv", kSeqKV, k.b, fe::DataType_t::INT32),
+          index("off_qkv", kOffQkv, k.b + 1, fe::DataType_t::INT64),
+          index("off_out", kOffOut, k.b + 1, fe::DataType_t::INT64),
+          index("off_lse", kOffLse, k.b + 1, fe::DataType_t::INT64)};
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph() {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+float scale_of(const Key& k) { return float(1.0 / std::sqrt(double(k.D))); }
+
+std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
+  const Views v{k};
+  auto g = new_graph();
+  auto Q = g->tensor(attrs("Q", kQ, v.qkv_dim(k.H), v.qkv_stride()));
+  auto K = g->tensor(attrs("K", kK, v.qkv_dim(k.KVH), v.qkv_stride()));
+  auto V = g->tensor(attrs("V", kV, v.qkv_dim(k.KVH), v.qkv_stride()));
+  auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale_of(k));
+  opt.set_causal_mask(true);
+  Ragged r;
+  if (k.ragged) {
+    r = ragged_inputs(*g, k);
+    Q->set_ragged_offset(r.off_qkv);
+    K->set_ragged_offset(r.off_qkv);
+    V->set_ragged_offset(r.off_qkv);
+    opt.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv);
+  }
+  auto [O, Stats] = g->sdpa(Q, K, V, opt);
+  O->set_output(true).set_uid(kO).set_dim(v.out_dim()).set_stride(v.out_stride());
+  Stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(v.lse_dim()).set_stride(v.lse_stride());
+  if (k.ragged) O->set_ragged_offset(r.off_out), Stats->set_ragged_offset(r.off_lse);
+  return g;
+}
+
+std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k) {
+  const Views v{k};
+  auto g = new_graph();
+  auto Q = g->tensor(attrs("Q", kQ, v.qkv_dim(k.H), v.qkv_stride()));
+  auto K = g->tensor(attrs("K", kK, v.qkv_dim(k.KVH), v.qkv_stride()));
+  auto V = g->tensor(attrs("V", kV, v.qkv_dim(k.KVH), v.qkv_stride()));
+  auto O = g->tensor(attrs("O", kO, v.out_dim(), v.out_stride()));
+  auto dO = g->tensor(attrs("dO", kDO, v.out_dim(), v.out_stride()));
+  auto Stats = g->tensor(attrs("Stats", kStats, v.lse_dim(), v.lse_stride()).set_data_type(fe::DataType_t::FLOAT));
+  auto opt = fe::graph::SDPA_backward_attributes()
+                 .set_name("attention_backward")
+                 .set_attn_scale(scale_of(k))
+                 .set_deterministic_algorithm(true);
+  opt.set_causal_mask(true);
+  Ragged r;
+  if (k.ragged) {
+    r = ragged_inputs(*g, k);
+    for (const Tensor& t : {Q, K, V}) t->set_ragged_offset(r.off_qkv);
+    for (const Tensor& t : {O, dO}) t->set_ragged_offset(r.off_out);
+    Stats->set_ragged_offset(r.off_lse);
+    // Workspaces sized by the row's tokens rather than b x s (attention_cudnn.cuh).
+    opt.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv).set_max_total_seq_len_q(k.T)
+        .set_max_total_seq_len_kv(k.T);
+  }
+  auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, opt);
+  dQ->set_output(true).set_uid(kDQ).set_dim(v.qkv_dim(k.H)).set_stride(v.qkv_stride());
+  dK->set_output(true).set_uid(kDK).set_dim(v.qkv_dim(k.KVH)).set_stride(v.qkv_stride());
+  dV->set_output(true).set_uid(kDV).set_dim(v.qkv_dim(k.KVH)).set_stride(v.qkv_stride());
+  if (k.ragged)
+    for (const Tensor& t : {dQ, dK, dV}) t->set_ragged_offset(r.off_qkv);
+  return g;
+}
+
+// validate .. build_plans, the steps graph->build() takes; the first failure's message.
+fe::error_t build(fe::graph::Graph& g, cudnnHandle_t h) {
+  if (auto e = g.validate(); !e.is_good()) return e;
+  if (auto e = g.build_operation_graph(h); !e.is_good()) return e;
+  if (auto e = g.create_execution_plans({fe::HeurMode_t::A}); !e.is_good()) return e;
+  if (auto e = g.check_support(h); !e.is_good()) return e;
+  return g.build_plans(h);
+}
+
+std::string version_string(size_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+}  // namespace
+
+struct CudnnAttention::Impl {
+  struct Plans {
+    std::shared_ptr<fe::graph::Graph> fwd, bwd;
+    int64_t workspace = 0;  // the larger of the two graphs' workspaces
+    std::string refused;    // empty when both built and fit the workspace
+  };
+  cudnnHandle_t handle = nullptr;
+  char* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  size_t used = 0;
+  std::map<Key, Plans> plans;
+  std::string error;  // the last failure's message (CudaStatus::call points here)
+
+  ~Impl() {
+    if (handle) cudnnDestroy(handle);
+  }
+
+  const Plans& plans_for(const Key& k) {
+    auto it = plans.find(k);
+    if (it != plans.end()) return it->second;
+    Plans p;
+    p.fwd = forward_graph(k);
+    p.bwd = backward_graph(k);
+    fe::error_t e = build(*p.fwd, handle);
+    if (e.is_good()) e = build(*p.bwd, handle);
+    int64_t wf = 0, wb = 0;
+    if (e.is_good()) e = p.fwd->get_workspace_size(wf);
+    if (e.is_good()) e = p.bwd->get_workspace_size(wb);
+    p.workspace = (std::max(wf, wb) + 255) / 256 * 256;  // the ragged arrays follow, aligned
+    const size_t meta = k.ragged ? meta_bytes(k.b) : 0;
+    if (!e.is_good())
+      p.refused = "cuDNN cannot run this attention: " + e.get_message();
+    else if (size_t(p.workspace) + meta > workspace_bytes)
+      p.refused = "cuDNN attention wants " + std::to_string(size_t(p.workspace) + meta) +
+                  " bytes of workspace, beyond the " + std::to_string(workspace_bytes) + " reserved";
+    if (p.refused.empty()) used = std::max(used, size_t(p.workspace) + meta);
+    return plans.emplace(k, std::move(p)).first->second;
+  }
+
+  CudaStatus fail(const std::string& what, fe::error_t e) {
+    error = what + ": " + e.get_message();
+    return {error.c_str(), int(cudaErrorNotSupported), false};
+  }
+
+  // Runs `graph` with `pack` on `stream`, the ragged arrays (when any) after the graph's workspace.
+  CudaStatus run(const char* what, const fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack,
+                 cudaStream_t stream) {
+    if (cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) return {"cudnnSetStream", int(cudaErrorUnknown), false};
+    fe::error_t e = graph.execute(handle, pack, workspace);
+    return e.is_good() ? CudaStatus{} : fail(what, e);
+  }
+};
+
+namespace {
+
+using Impl = CudnnAttention::Impl;
+
+// The rows a call runs as: one dense graph, or one ragged graph per row.
+struct RowCall {
+  Key key;
+  int row, first, count;  // row b, its documents starts[first .. first + count)
+};
+std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* docs) {
+  if (!docs) return {{Key{s.B, s.T, s.T, s.H, s.KVH, s.D, false}, -1, 0, 0}};
+  std::vector<RowCall> calls;
+  int i = 0;
+  for (int b = 0; b < s.B; ++b) {
+    const int first = i, end = (b + 1) * s.T;
+    int longest = 0;
+    while (i < docs->count && docs->starts[i] < end) longest = std::max(longest, docs->starts[i + 1] - docs->starts[i]), ++i;
+    const int count = i - first;
+    calls.push_back({Key{pow2_at_least(count), std::min(pow2_at_least(longest), s.T), s.T, s.H, s.KVH, s.D, true}, b,
+                     first, count});
+  }
+  return calls;
+}
+
+// The pack entries of a ragged row call: writes its index arrays after the graph's workspace.
+CudaStatus ragged_pack(Impl& im, const RowCall& c, const AttentionShape& s, const DocumentSpans& docs,
+                       std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
+  char* meta = im.workspace + im.plans_for(c.key).workspace;
+  auto* seq = reinterpret_cast<int32_t*>(meta);
+  auto* off = reinterpret_cast<int64_t*>(meta + (size_t(c.key.b) * sizeof(int32_t) + 7) / 8 * 8);
+  const int64_t n = c.key.b + 1;
+  MT_CUDA_TRY(cudnn_ragged_meta(seq, off, off + n, off + 2 * n, docs.device_starts, c.first, c.count, c.key.b, c.row, s,
+                                stream));
+  pack[kSeqQ] = seq;
+  pack[kSeqKV] = seq;
+  pack[kOffQkv] = off;
+  pack[kOffOut] = off + n;
+  pack[kOffLse] = off + 2 * n;
+  return {};
+}
+
+// Element offsets of row b's first token in qkv, out and lse (dense calls start at 0).
+struct RowBase {
+  int64_t qkv = 0, out = 0, lse = 0;
+};
+RowBase row_base(const RowCall& c, const AttentionShape& s) {
+  if (c.row < 0) return {};
+  const int64_t t = int64_t(c.row) * s.T;
+  return {t * (s.H + 2 * s.KVH) * s.D, t * s.H * s.D, int64_t(c.row) * s.H * s.T};
+}
+
+}  // namespace
+
+bool cudnn_built() { return true; }
+
+uint64_t cudnn_attention_calls() { return calls.load(); }
+
+size_t cudnn_runtime_version() { return cudnnGetVersion(); }
+
+std::string cudnn_describe() {
+  return "cuDNN " + version_string(cudnnGetVersion()) + " (built against " + version_string(CUDNN_VERSION) +
+         ", frontend " + std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
+         std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." + std::to_string(CUDNN_FRONTEND_PATCH_VERSION) + ")";
+}
+
+size_t cudnn_attention_workspace_bytes(uint64_t tokens, int H, int KVH, int D) {
+  const uint64_t qd = tokens * uint64_t(H) * uint64_t(D);
+  const uint64_t dq_accum = qd * sizeof(float), sums = 2 * tokens * uint64_t(H) * sizeof(float);
+  const uint64_t full_heads = KVH < H ? 2 * qd * sizeof(__nv_bfloat16) : 0;  // dK, dV over every query head
+  const uint64_t meta = meta_bytes(int(std::min<uint64_t>(2 * tokens, 1u << 30)));
+  return size_t(dq_accum + sums + full_heads + meta + (uint64_t(64) << 20));
+}
+
+CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudnnAttention::~CudnnAttention() = default;
+
+CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes) {
+  static std::string refusal;
+  if (cudnnGetVersion() < CUDNN_VERSION) {
+    refusal = "cuDNN runtime " + version_string(cudnnGetVersion()) + " is older than the headers it was built with (" +
+              version_string(CUDNN_VERSION) + "): put cuDNN >= " + version_string(CUDNN_VERSION) +
+              " first on LD_LIBRARY_PATH";
+    return {refusal.c_str(), int(cudaErrorInsufficientDriver), false};
+  }
+  auto impl = std::make_unique<Impl>();
+  if (cudnnCreate(&impl->handle) != CUDNN_STATUS_SUCCESS) return {"cudnnCreate", int(cudaErrorInitializationError), false};
+  impl->workspace = static_cast<char*>(workspace);
+  impl->workspace_bytes = workspace_bytes;
+  out.reset(new CudnnAttention(std::move(impl)));
+  return {};
+}
+
+bool CudnnAttention::supports(const AttentionShape& s, const DocumentSpans* docs, std::string* why) {
+  auto refuse = [&](std::string r) {
+    if (why) *why = std::move(r);
+    return false;
+  };
+  if (s.B <= 0 || s.T <= 0 || s.KVH <= 0 || s.H % s.KVH) return refuse("cuDNN attention: bad head geometry");
+  if (s.D % 8) return refuse("cuDNN attention needs head_dim a multiple of 8, not " + std::to_string(s.D));
+  if (docs && (docs->count < s.B || !docs->starts || !docs->device_starts))
+    return refuse("cuDNN attention: the documents are not spans of every row");
+  for (const RowCall& c : row_calls(s, docs)) {
+    const Impl::Plans& p = impl_->plans_for(c.key);
+    if (!p.refused.empty()) return refuse(p.refused);
+  }
+  return true;
+}
+
+CudaStatus CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s,
+                                   const DocumentSpans* docs, cudaStream_t stream) {
+  Impl& im = *impl_;
+  for (const RowCall& c : row_calls(s, docs)) {
+    const RowBase at = row_base(c, s);
+    auto* q = const_cast<__nv_bfloat16*>(qkv) + at.qkv;
+    std::unordered_map<int64_t, void*> pack = {
+        {kQ, q}, {kK, q + int64_t(s.H) * s.D}, {kV, q + int64_t(s.H + s.KVH) * s.D}, {kO, out + at.out},
+        {kStats, lse + at.lse}};
+    if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, pack, stream));
+    MT_CUDA_TRY(im.run("cuDNN SDPA forward", *im.plans_for(c.key).fwd, pack, stream));
+  }
+  calls.fetch_add(1);
+  return {};
+}
+
+CudaStatus CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                    const __nv_bfloat16* out, const float* lse, const AttentionShape& s,
+                                    const DocumentSpans* docs, cudaStream_t stream) {
+  Impl& im = *impl_;
+  for (const RowCall& c : row_calls(s, docs)) {
+    const RowBase at = row_base(c, s);
+    auto* q = const_cast<__nv_bfloat16*>(qkv) + at.qkv;
+    __nv_bfloat16* dq = dqkv + at.qkv;
+    const int64_t k_at = int64_t(s.H) * s.D, v_at = int64_t(s.H + s.KVH) * s.D;
+    std::unordered_map<int64_t, void*> pack = {{kQ, q},
+                                               {kK, q + k_at},
+                                               {kV, q + v_at},
+                                               {kO, const_cast<__nv_bfloat16*>(out) + at.out},
+                                               {kDO, const_cast<__nv_bfloat16*>(dout) + at.out},
+                                               {kStats, const_cast<float*>(lse) + at.lse},
+                                               {kDQ, dq},
+                                               {kDK, dq + k_at},
+                                               {kDV, dq + v_at}};
+    if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, pack, stream));
+    MT_CUDA_TRY(im.run("cuDNN SDPA backward", *im.plans_for(c.key).bwd, pack, stream));
+  }
+  calls.fetch_add(1);
+  return {};
+}
+
+size_t CudnnAttention::workspace_used() const { return impl_->used; }
+
+}  // namespace mt::cuda

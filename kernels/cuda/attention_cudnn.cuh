@@ -1,0 +1,87 @@
+// Attention through cuDNN's fused SDPA (flash attention behind the cuDNN frontend's graph API):
+// the kernels/attention.h contract for bf16 storage — causal, GQA, scale 1/sqrt(D), fp32 lse
+// in the same [B, H, T] layout as our kernels, dqkv overwritten — with the backward built
+// deterministic (bit-reproducible, as resume and streaming = resident need).
+//  * One document per row: one dense call over [B, H, T, D] views of the fused qkv rows.
+//  * Packed documents: each row's documents become one ragged batch (cuDNN's THD layout:
+//    per-document lengths and ragged offsets, never a T x T mask), one call per row, so the
+//    statistics keep the [H, T] layout of that row.
+// Graphs are built once per shape (a row's document count and longest document rounded up to
+// powers of two, so a few graphs serve every batch) and cached; a shape cuDNN cannot run, or
+// whose workspace exceeds the one the caller reserved, is refused with the reason, and the
+// caller falls back to our own kernels. Without the cuDNN frontend at build time every call is
+// refused by name (attention_cudnn_stub.cc).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/status.cuh"
+
+namespace mt::cuda {
+
+// True when this build has the cuDNN path (the frontend headers and libcudnn were found).
+bool cudnn_built();
+// "cuDNN 9.19.0 (built against 9.19.0, frontend 1.32.0)"; "cuDNN: not in this build" without it.
+std::string cudnn_describe();
+// The runtime library's version as cudnnGetVersion() (e.g. 91900), 0 without cuDNN.
+size_t cudnn_runtime_version();
+
+// Device memory to reserve for the graphs of one micro-batch of `tokens` tokens: the fp32 dQ
+// accumulator and softmax sums of the deterministic backward, GQA's full-head dK/dV, the
+// ragged index arrays, and a fixed margin. A graph that asks for more is refused (and the call
+// falls back): the planner's count stays an upper bound of what the device holds.
+size_t cudnn_attention_workspace_bytes(uint64_t tokens, int H, int KVH, int D);
+
+// cuDNN attention calls (forwards and backwards) this process has enqueued: tests and benches
+// check that a run said to use cuDNN did (a refused call falls back silently but for one warning).
+uint64_t cudnn_attention_calls();
+
+struct AttentionShape {
+  int B, T, H, KVH, D;
+};
+
+class CudnnAttention {
+ public:
+  // Refuses, by name, a build without cuDNN, a runtime library older than the headers this
+  // was built with (a mismatch fails at run time, not at link), or a failed cudnnCreate.
+  // `workspace` (device, `workspace_bytes`) is the caller's, used on the stream of each call.
+  static CudaStatus create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // Builds (first time per shape) the forward and backward graphs a call with this shape and
+  // these documents needs; false, with the reason in `why`, when cuDNN cannot run it. The
+  // answer for a shape never changes, so a forward it accepted has its backward too.
+  bool supports(const AttentionShape& s, const DocumentSpans* docs, std::string* why);
+  // As cuda::attention_forward / attention_backward; the shape must have been accepted.
+  CudaStatus forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s,
+                     const DocumentSpans* docs, cudaStream_t stream);
+  CudaStatus backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                      const __nv_bfloat16* out, const float* lse, const AttentionShape& s, const DocumentSpans* docs,
+                      cudaStream_t stream);
+  // The largest workspace any graph built so far asked for (benches report it).
+  size_t workspace_used() const;
+
+  struct Impl;
+
+ private:
+  explicit CudnnAttention(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The ragged index arrays of one row for cuDNN (attention_cudnn_meta.cu), on `stream`: for the
+// row's documents starts[first .. first + count] (tokens b*T + t, the last the row's end),
+// padded with empty documents to `batch` entries: seq[i] = length, and the element offsets of
+// each document's first token in the fused qkv rows, the out rows and the row's [H, T] lse.
+CudaStatus cudnn_ragged_meta(int32_t* seq, int64_t* off_qkv, int64_t* off_out, int64_t* off_lse,
+                             const int32_t* starts, int first, int count, int batch, int row, const AttentionShape& s,
+                             cudaStream_t stream);
+
+}  // namespace mt::cuda

@@ -1,0 +1,37 @@
+// CudnnAttention (attention_cudnn.cuh) in a build without the cuDNN frontend: every call is
+// refused by name, so MEGATRAIN_ATTENTION=cudnn falls back to our own kernels with a warning.
+#include "kernels/cuda/attention_cudnn.cuh"
+
+namespace mt::cuda {
+
+struct CudnnAttention::Impl {};
+
+bool cudnn_built() { return false; }
+uint64_t cudnn_attention_calls() { return 0; }
+size_t cudnn_runtime_version() { return 0; }
+std::string cudnn_describe() {
+  return "cuDNN: not in this build (needs the cuDNN frontend headers: scripts/install_deps.sh, and libcudnn)";
+}
+size_t cudnn_attention_workspace_bytes(uint64_t, int, int, int) { return 0; }
+
+CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudnnAttention::~CudnnAttention() = default;
+
+CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>&, void*, size_t) {
+  return {"cuDNN attention (this build has no cuDNN frontend)", int(cudaErrorNotSupported), false};
+}
+bool CudnnAttention::supports(const AttentionShape&, const DocumentSpans*, std::string* why) {
+  if (why) *why = cudnn_describe();
+  return false;
+}
+CudaStatus CudnnAttention::forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const AttentionShape&,
+                                   const DocumentSpans*, cudaStream_t) {
+  return {"cuDNN SDPA forward (not in this build)", int(cudaErrorNotSupported), false};
+}
+CudaStatus CudnnAttention::backward(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                    const float*, const AttentionShape&, const DocumentSpans*, cudaStream_t) {
+  return {"cuDNN SDPA backward (not in this build)", int(cudaErrorNotSupported), false};
+}
+size_t CudnnAttention::workspace_used() const { return 0; }
+
+}  // namespace mt::cuda

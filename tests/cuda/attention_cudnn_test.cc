@@ -1,0 +1,191 @@
+// cuDNN's fused attention (kernels/cuda/attention_cudnn.cuh) against the CPU reference in double
+// on the same bf16-rounded inputs, against our simt kernel, and for bit-reproducibility (its
+// backward is built deterministic). Shapes: T = 1, 333, 2049 (odd, tiles cut mid-way) and
+// 2048; GQA ratios 1, 4 and 8; head_dim 64 and 128; one document per row (one dense call) and
+// packed documents of unequal lengths with a document of length 1 at each row's start and end
+// (one ragged call per row).
+//
+// Tolerances (attention_cases.h): those of the tensor-core test — relative 1/128 for out, 1/64
+// for dqkv, 1e-5 for lse, plus per element u * sum|terms| for the bf16 operands. cuDNN's flash
+// attention rounds at the same points as ours (P to bf16 before P @ V and P^T @ dO, dS to bf16
+// before dS @ K and dS^T @ Q; fp32 accumulation, fp32 statistics), so the same bound holds; a
+// wrong mask, offset or document length is far outside it. Outputs start as NaN (DeviceBuf), so
+// an element cuDNN never wrote fails. Every failure names its tensor and (b, h, t, d).
+// Skips without a device, and (by name) in a build without the cuDNN frontend.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_cudnn.cuh"
+#include "tests/cuda/attention_cases.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace mt {
+namespace {
+
+using cudatest::DeviceBuf;
+using cudatest::expect_bitwise;
+using cudatest::expect_close;
+using cudatest::got;
+using cudatest::nv;
+using namespace attn_cases;
+
+#define MT_REQUIRE_CUDNN()                                                  \
+  do {                                                                      \
+    if (!cuda::cudnn_built()) GTEST_SKIP() << cuda::cudnn_describe();       \
+  } while (0)
+
+// One CudnnAttention with its workspace, sized for the largest case here.
+struct Cudnn {
+  DeviceBuf<char> workspace;
+  std::unique_ptr<cuda::CudnnAttention> attn;
+  explicit Cudnn(size_t tokens)
+      : workspace(cuda::cudnn_attention_workspace_bytes(tokens, 8, 1, 128)) {
+    const auto st = cuda::CudnnAttention::create(attn, workspace.get(), workspace.size());
+    EXPECT_TRUE(st.ok()) << cuda::describe(st);
+  }
+};
+
+// The spans of the case's documents, on the host and the device (nullptr without documents).
+struct Spans {
+  std::vector<int32_t> starts;
+  DeviceBuf<int32_t> device;
+  DocumentSpans spans;
+  Spans(const Case& c, const Inputs& in)
+      : starts(document_starts(in.p(), c.B, c.T)), device(starts.empty() ? std::vector<int32_t>{0} : starts) {
+    spans = {starts.data(), device.get(), int(starts.size()) - 1};
+  }
+  const DocumentSpans* get() const { return starts.empty() ? nullptr : &spans; }
+};
+
+// cuDNN's forward, then its backward on the forward's own out and lse.
+Outputs run_cudnn(Cudnn& k, const Case& c, const Inputs& in) {
+  const Spans sp(c, in);
+  DeviceBuf<bf16> gqkv(in.qkv.h), gdout(in.dout.h), gout(c.nout()), gdqkv(c.nqkv());
+  DeviceBuf<float> glse(c.nlse());  // DeviceBuf poisons with NaN
+  const cuda::AttentionShape s{c.B, c.T, c.H, c.KVH, c.D};
+  std::string why;
+  Outputs o;
+  if (!k.attn->supports(s, sp.get(), &why)) {
+    ADD_FAILURE() << "cuDNN refused " << c.str() << ": " << why;
+    return o;
+  }
+  const auto st = cudatest::test_stream();
+  const auto fwd = k.attn->forward(nv(gout), glse.get(), nv(gqkv), s, sp.get(), st);
+  EXPECT_TRUE(fwd.ok()) << cuda::describe(fwd);
+  const auto bwd = k.attn->backward(nv(gdqkv), nv(gdout), nv(gqkv), nv(gout), glse.get(), s, sp.get(), st);
+  EXPECT_TRUE(bwd.ok()) << cuda::describe(bwd);
+  o.out = got(gout);
+  o.lse = glse.download();
+  o.dqkv = got(gdqkv);
+  return o;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int D : {64, 128})
+    for (bool docs : {false, true})
+      for (int T : {1, 333, 2049})
+        for (auto [H, KVH] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{8, 1}}) out.push_back({2, T, H, KVH, D, docs});
+  out.push_back({1, 2048, 8, 1, 128, true});
+  return out;
+}
+
+TEST(CudaAttentionCudnn, MatchesCpuReference) {
+  MT_REQUIRE_CUDA();
+  MT_REQUIRE_CUDNN();
+  Cudnn k(2 * 2049);
+  ASSERT_TRUE(k.attn);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.str());
+    const Inputs in(c);
+    const Outputs g = run_cudnn(k, c, in);
+    if (HasFailure()) break;
+    const Slack slack = rounding_slack(c, in, g.out, g.lse);
+    std::vector<double> out(c.nout()), lse(c.nlse()), dqkv(c.nqkv());
+    cpu::attention_forward(out.data(), lse.data(), in.qkv.d.data(), in.p(), c.B, c.T, c.H, c.KVH, c.D);
+    expect_close(g.out, out, kOut, "out", 0, at_out(c), slack.out);
+    expect_close(g.lse, lse, kLse, "lse", 0, at_lse(c));
+    const auto out_b = g.out_d();  // the backward's operands: the bf16 output cuDNN stored
+    cpu::attention_backward(dqkv.data(), in.dout.d.data(), in.qkv.d.data(), out_b.data(), g.lse_d().data(), in.p(),
+                            c.B, c.T, c.H, c.KVH, c.D);
+    expect_close(g.dqkv, dqkv, kGrad, "dqkv", 0, at_qkv(c), slack.dqkv);
+    if (HasFailure()) break;  // the first failing shape, fully described, is enough
+  }
+}
+
+TEST(CudaAttentionCudnn, AgreesWithSimtKernel) {
+  MT_REQUIRE_CUDA();
+  MT_REQUIRE_CUDNN();
+  Cudnn k(2 * 517);
+  ASSERT_TRUE(k.attn);
+  const cudatest::AttentionKernelScope simt_scope(cuda::AttentionKernel::kSimt);
+  for (bool docs : {false, true})
+    for (const Case c : {Case{2, 333, 4, 2, 64, docs}, Case{2, 517, 8, 1, 128, docs}}) {
+      SCOPED_TRACE(c.str());
+      const Inputs in(c);
+      const Outputs g = run_cudnn(k, c, in);
+      DeviceBuf<bf16> gqkv(in.qkv.h), gdout(in.dout.h), gout(c.nout()), gdqkv(c.nqkv());
+      DeviceBuf<float> glse(c.nlse());
+      DeviceBuf<int32_t> gpos(in.pos.empty() ? std::vector<int32_t>{0} : in.pos);
+      const int32_t* pos = in.pos.empty() ? nullptr : gpos.get();
+      const auto st = cudatest::test_stream();
+      MT_EXPECT_CUDA_OK(cuda::attention_forward(nv(gout), glse.get(), nv(gqkv), pos, c.B, c.T, c.H, c.KVH, c.D, st));
+      MT_EXPECT_CUDA_OK(cuda::attention_backward(nv(gdqkv), nv(gdout), nv(gqkv), nv(gout), glse.get(), pos, c.B, c.T,
+                                                 c.H, c.KVH, c.D, st));
+      const Outputs simt{got(gout), glse.download(), got(gdqkv)};
+      const Slack slack = rounding_slack(c, in, simt.out, simt.lse);
+      expect_close(g.out, simt.out_d(), kOut, "out vs simt", 0, at_out(c), slack.out);
+      expect_close(g.lse, simt.lse_d(), kLse, "lse vs simt", 0, at_lse(c));
+      expect_close(g.dqkv, {simt.dqkv.begin(), simt.dqkv.end()}, kGrad, "dqkv vs simt", 0, at_qkv(c), slack.dqkv);
+      if (HasFailure()) return;
+    }
+}
+
+TEST(CudaAttentionCudnn, BitReproducible) {
+  MT_REQUIRE_CUDA();
+  MT_REQUIRE_CUDNN();
+  Cudnn k(2 * 2049);
+  ASSERT_TRUE(k.attn);
+  for (const Case c : {Case{2, 2049, 8, 1, 128, true}, Case{2, 333, 4, 2, 64, false}}) {
+    SCOPED_TRACE(c.str());
+    const Inputs in(c);
+    const Outputs a = run_cudnn(k, c, in), b = run_cudnn(k, c, in);
+    expect_bitwise(a.out, b.out, "out");
+    expect_bitwise(a.lse, b.lse, "lse");
+    expect_bitwise(a.dqkv, b.dqkv, "dqkv");
+  }
+}
+
+// What the op table relies on: a shape is refused with its reason, never half-run — here a
+// workspace of 0 bytes for a backward that needs one, and positions whose spans are missing.
+TEST(CudaAttentionCudnn, RefusesWhatItCannotRun) {
+  MT_REQUIRE_CUDA();
+  MT_REQUIRE_CUDNN();
+  std::unique_ptr<cuda::CudnnAttention> attn;
+  const auto st = cuda::CudnnAttention::create(attn, nullptr, 0);
+  ASSERT_TRUE(st.ok()) << cuda::describe(st);
+  std::string why;
+  EXPECT_FALSE(attn->supports({2, 4096, 8, 1, 128}, nullptr, &why)) << "a deterministic backward without workspace";
+  EXPECT_NE(why.find("workspace"), std::string::npos) << why;
+  EXPECT_FALSE(attn->supports({2, 64, 8, 1, 60}, nullptr, &why));
+  EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+  const std::vector<int32_t> one_row = {0, 64};  // spans of one row for a batch of two
+  const DocumentSpans short_spans{one_row.data(), one_row.data(), 1};
+  EXPECT_FALSE(attn->supports({2, 64, 8, 1, 128}, &short_spans, &why));
+  EXPECT_NE(why.find("spans of every row"), std::string::npos) << why;
+}
+
+// The library found at run time (no device needed): CudnnAttention::create refuses one older
+// than the headers; this process's is named in every bench JSON.
+TEST(CudaAttentionCudnn, RuntimeLibraryIsNamed) {
+  MT_REQUIRE_CUDNN();
+  EXPECT_GE(cuda::cudnn_runtime_version(), 90000u);
+  EXPECT_NE(cuda::cudnn_describe().find("built against"), std::string::npos) << cuda::cudnn_describe();
+  std::printf("%s\n", cuda::cudnn_describe().c_str());
+}
+
+}  // namespace
+}  // namespace mt
