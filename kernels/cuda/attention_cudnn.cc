@@ -12,6 +12,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kernels/cuda/attention_ragged.h"
+
 namespace mt::cuda {
 namespace {
 
@@ -31,12 +33,6 @@ struct Key {
 };
 
 std::atomic<uint64_t> calls{0};
-
-int pow2_at_least(int n) {
-  int p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
 
 // Bytes of a row's ragged index arrays for a batch of b documents (seq, then three offsets).
 size_t meta_bytes(int b) {
@@ -213,23 +209,16 @@ namespace {
 
 using Impl = CudnnAttention::Impl;
 
-// The rows a call runs as: one dense graph, or one ragged graph per row.
+// The rows a call runs as: one dense graph, or one ragged graph per row (attention_ragged.h).
 struct RowCall {
   Key key;
-  int row, first, count;  // row b, its documents starts[first .. first + count)
+  int row, first, count;  // row b (-1: the dense call), its documents starts[first .. first + count)
 };
 std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* docs) {
   if (!docs) return {{Key{s.B, s.T, s.T, s.H, s.KVH, s.D, false}, -1, 0, 0}};
   std::vector<RowCall> calls;
-  int i = 0;
-  for (int b = 0; b < s.B; ++b) {
-    const int first = i, end = (b + 1) * s.T;
-    int longest = 0;
-    while (i < docs->count && docs->starts[i] < end) longest = std::max(longest, docs->starts[i + 1] - docs->starts[i]), ++i;
-    const int count = i - first;
-    calls.push_back({Key{pow2_at_least(count), std::min(pow2_at_least(longest), s.T), s.T, s.H, s.KVH, s.D, true}, b,
-                     first, count});
-  }
+  for (const ragged::RowCall& r : ragged::row_calls(s.B, s.T, *docs))
+    calls.push_back({Key{r.batch, r.seq, s.T, s.H, s.KVH, s.D, true}, r.row, r.first, r.count});
   return calls;
 }
 
@@ -250,14 +239,9 @@ CudaStatus ragged_pack(Impl& im, const RowCall& c, const AttentionShape& s, cons
   return {};
 }
 
-// Element offsets of row b's first token in qkv, out and lse (dense calls start at 0).
-struct RowBase {
-  int64_t qkv = 0, out = 0, lse = 0;
-};
-RowBase row_base(const RowCall& c, const AttentionShape& s) {
-  if (c.row < 0) return {};
-  const int64_t t = int64_t(c.row) * s.T;
-  return {t * (s.H + 2 * s.KVH) * s.D, t * s.H * s.D, int64_t(c.row) * s.H * s.T};
+// Element offsets of the call's first token in qkv, out and lse (the dense call's are 0).
+ragged::RowBase row_base(const RowCall& c, const AttentionShape& s) {
+  return c.row < 0 ? ragged::RowBase{0, 0, 0} : ragged::row_base(c.row, {s.T, s.H, s.KVH, s.D});
 }
 
 }  // namespace
@@ -321,7 +305,7 @@ CudaStatus CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bf
                                    const DocumentSpans* docs, cudaStream_t stream) {
   Impl& im = *impl_;
   for (const RowCall& c : row_calls(s, docs)) {
-    const RowBase at = row_base(c, s);
+    const ragged::RowBase at = row_base(c, s);
     auto* q = const_cast<__nv_bfloat16*>(qkv) + at.qkv;
     std::unordered_map<int64_t, void*> pack = {
         {kQ, q}, {kK, q + int64_t(s.H) * s.D}, {kV, q + int64_t(s.H + s.KVH) * s.D}, {kO, out + at.out},
@@ -338,7 +322,7 @@ CudaStatus CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* do
                                     const DocumentSpans* docs, cudaStream_t stream) {
   Impl& im = *impl_;
   for (const RowCall& c : row_calls(s, docs)) {
-    const RowBase at = row_base(c, s);
+    const ragged::RowBase at = row_base(c, s);
     auto* q = const_cast<__nv_bfloat16*>(qkv) + at.qkv;
     __nv_bfloat16* dq = dqkv + at.qkv;
     const int64_t k_at = int64_t(s.H) * s.D, v_at = int64_t(s.H + s.KVH) * s.D;

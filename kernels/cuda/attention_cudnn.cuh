@@ -76,10 +76,9 @@ class CudnnAttention {
   std::unique_ptr<Impl> impl_;
 };
 
-// The ragged index arrays of one row for cuDNN (attention_cudnn_meta.cu), on `stream`: for the
-// row's documents starts[first .. first + count] (tokens b*T + t, the last the row's end),
-// padded with empty documents to `batch` entries: seq[i] = length, and the element offsets of
-// each document's first token in the fused qkv rows, the out rows and the row's [H, T] lse.
+// The ragged index arrays of one row for cuDNN (attention_cudnn_meta.cu), on `stream`, from the
+// device spans: seq[batch] and the three offset arrays of batch + 1 entries, each entry as
+// ragged::entry (attention_ragged.h) computes it.
 CudaStatus cudnn_ragged_meta(int32_t* seq, int64_t* off_qkv, int64_t* off_out, int64_t* off_lse,
                              const int32_t* starts, int first, int count, int batch, int row, const AttentionShape& s,
                              cudaStream_t stream);

@@ -1,24 +1,21 @@
 // cudnn_ragged_meta (attention_cudnn.cuh): one row's ragged index arrays, built on the device
 // from the spans the executor uploaded, so no call waits for the host.
 #include "kernels/cuda/attention_cudnn.cuh"
+#include "kernels/cuda/attention_ragged.h"
 
 namespace mt::cuda {
 namespace {
 
 __global__ void ragged_meta_kernel(int32_t* seq, int64_t* off_qkv, int64_t* off_out, int64_t* off_lse,
-                                   const int32_t* starts, int first, int count, int batch, int row, AttentionShape s) {
+                                   const int32_t* starts, int first, int count, int batch, int row,
+                                   ragged::Geometry g) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i > batch) return;
-  const int64_t row0 = int64_t(row) * s.T;                       // the row's first token
-  const int d = i < count ? i : count;                          // padding entries: empty, at the row's end
-  const int64_t tok = starts[first + d];                        // first token of document d (or the row's end)
-  const int64_t t0 = tok - row0;                                // its index in the row
-  const int64_t qkv_row = int64_t(s.H + 2 * s.KVH) * s.D, out_row = int64_t(s.H) * s.D;
-  // Offsets are relative to the row's own base pointers (qkv, out and lse of this row).
-  off_qkv[i] = t0 * qkv_row;
-  off_out[i] = t0 * out_row;
-  off_lse[i] = t0;  // the row's lse is [H, T]: a document's statistics start at its first token
-  if (i < batch) seq[i] = i < count ? starts[first + i + 1] - starts[first + i] : 0;
+  const ragged::Entry e = ragged::entry(starts, first, count, row, g, i);
+  off_qkv[i] = e.qkv;
+  off_out[i] = e.out;
+  off_lse[i] = e.lse;
+  if (i < batch) seq[i] = e.seq;
 }
 
 }  // namespace
@@ -30,7 +27,8 @@ CudaStatus cudnn_ragged_meta(int32_t* seq, int64_t* off_qkv, int64_t* off_out, i
   const int n = batch + 1, threads = 256;
   clear_last_error();
   ragged_meta_kernel<<<(n + threads - 1) / threads, threads, 0, stream>>>(seq, off_qkv, off_out, off_lse, starts,
-                                                                           first, count, batch, row, s);
+                                                                           first, count, batch, row,
+                                                                           ragged::Geometry{s.T, s.H, s.KVH, s.D});
   return launched("ragged_meta_kernel");
 }
 

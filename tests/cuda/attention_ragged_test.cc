@@ -1,0 +1,97 @@
+// The ragged layout CudnnAttention gives cuDNN (kernels/cuda/attention_ragged.h), checked on the
+// CPU — no device needed: for random packings, every row becomes one call whose batch and
+// sequence length bound its documents, and cuDNN's addressing through the offsets (a document's
+// token j, head h, element d at base + offset + j * row stride + h * D + d; its statistic at
+// lse base + offset + h * T + j) lands on exactly the elements our kernels use for that token.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kernels/attention.h"
+#include "kernels/cuda/attention_ragged.h"
+
+namespace mt {
+namespace {
+
+using namespace cuda::ragged;
+
+std::vector<int32_t> random_positions(std::mt19937& rng, int B, int T) {
+  std::vector<int32_t> pos;
+  for (int b = 0; b < B; ++b) {
+    int p = int(rng() % 3), left = 1 + int(rng() % 12);
+    for (int t = 0; t < T; ++t, ++p) {
+      if (left-- == 0) p = 0, left = int(rng() % 12);
+      pos.push_back(p);
+    }
+  }
+  return pos;
+}
+
+TEST(CudnnRagged, RowCallsBoundTheirDocuments) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int B = 1 + int(rng() % 4), T = 1 + int(rng() % 70);
+    const auto pos = random_positions(rng, B, T);
+    const auto st = document_starts(pos.data(), B, T);
+    ASSERT_FALSE(st.empty());
+    const DocumentSpans docs{st.data(), nullptr, int(st.size()) - 1};
+    const auto calls = row_calls(B, T, docs);
+    ASSERT_EQ(calls.size(), size_t(B));
+    int next = 0;
+    for (const RowCall& c : calls) {
+      EXPECT_EQ(c.first, next) << "rows take the documents in order";
+      next += c.count;
+      EXPECT_GE(c.count, 1);
+      EXPECT_GE(c.batch, c.count);
+      EXPECT_EQ(c.batch & (c.batch - 1), 0) << "batch " << c.batch << " is a power of two";
+      EXPECT_LE(c.seq, T);
+      for (int i = 0; i < c.count; ++i) {
+        const int start = st[size_t(c.first + i)], len = st[size_t(c.first + i + 1)] - start;
+        EXPECT_EQ(start / T, c.row) << "a row's call holds only its documents";
+        EXPECT_LE(len, c.seq);
+      }
+    }
+    EXPECT_EQ(next, docs.count);
+  }
+}
+
+TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int B = 1 + int(rng() % 3), T = 1 + int(rng() % 50);
+    const Geometry g{T, 4, 2, 8};
+    const auto pos = random_positions(rng, B, T);
+    const auto st = document_starts(pos.data(), B, T);
+    const DocumentSpans docs{st.data(), nullptr, int(st.size()) - 1};
+    for (const RowCall& c : row_calls(B, T, docs)) {
+      const RowBase base = row_base(c.row, g);
+      int64_t prev_qkv = -1;
+      for (int i = 0; i <= c.batch; ++i) {
+        const Entry e = entry(st.data(), c.first, c.count, c.row, g, i);
+        EXPECT_GE(e.qkv, prev_qkv) << "offsets never decrease";
+        prev_qkv = e.qkv;
+        if (i >= c.count) {  // padding: empty documents at the row's end
+          if (i < c.batch) {
+            EXPECT_EQ(e.seq, 0);
+          }
+          EXPECT_EQ(e.lse, T);
+          continue;
+        }
+        const int start = st[size_t(c.first + i)];
+        ASSERT_EQ(e.seq, st[size_t(c.first + i + 1)] - start);
+        for (int j = 0; j < e.seq; ++j) {
+          const int64_t tok = start + j;  // b*T + t
+          const int b = int(tok / T), t = int(tok % T);
+          for (int h : {0, g.H - 1}) {
+            EXPECT_EQ(base.qkv + e.qkv + j * g.qkv_row() + h * g.D, tok * g.qkv_row() + h * g.D);
+            EXPECT_EQ(base.out + e.out + j * g.out_row() + h * g.D, tok * g.out_row() + h * g.D);
+            EXPECT_EQ(base.lse + e.lse + int64_t(h) * T + j, (int64_t(b) * g.H + h) * T + t);  // lse [B, H, T]
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt
