@@ -13,9 +13,11 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" .gpu_carry
 for b in mt_cuda_tests megatrain-bench; do cp "$BUILD/bin/$b" "$STAGE/bin/"; done
-# Every resolved library except the CUDA toolkit's and glibc/libstdc++/libgcc/libgomp.
+# Every resolved library except the CUDA toolkit's, glibc/libstdc++/libgcc/libgomp, and NCCL and
+# cuDNN, which the GPU image has in its Python wheels (nvidia-nccl-cu13, nvidia-cudnn-cu13;
+# gpu_check.sh puts them on LD_LIBRARY_PATH) and which are far beyond the carry limit.
 ldd "$STAGE"/bin/* | awk '/=> \//{print $3}' | sort -u |
-  grep -Ev '/usr/local/cuda|lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|gomp)\.so' |
+  grep -Ev '/usr/local/cuda|lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|gomp|nccl|cudnn[a-z_]*)\.so' |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 git rev-parse HEAD >"$STAGE/commit.txt"
 tar -C "$STAGE" -cJf .gpu_carry/bundle.tar.xz .

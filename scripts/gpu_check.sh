@@ -2,14 +2,22 @@
 # scripts/gpu_check.sh — what a lent GPU machine (one H200, ~8 minutes) runs, in one go:
 #   1. configure + build the engine, the CUDA kernels, mt_cuda_tests (no daemon: that machine
 #      has no gRPC/protobuf/spdlog/prometheus, so -DMEGATRAIN_SERVER=OFF);
-#   2. the issue-18 CUDA tests first (points 2-7: faults and DEVICE_LOST, copy accounting from
+#   2. the cuDNN attention tests first (issue 25: cuDNN SDPA against the CPU reference and the
+#      simt kernel, dense and ragged, and the streaming executor on it), then the issue-18 CUDA
+#      tests (points 2-7: faults and DEVICE_LOST, copy accounting from
 #      two threads, device binding, device budget, stalls, multi-chunk bf16 copies), then the
 #      mixed-precision tests (*Bf16*: the bf16 kernels and the bf16 op table against the CPU bf16
 #      table; *MixedPrecision*: the streaming executor in bf16 against the CPU backend) and
 #      long attention, then every other CUDA test;
-#   3. megatrain-bench step --backend cuda --precision bf16 at a real shape (qwen2.5-7b with 4
-#      of its 28 layers), gemm / link / attention, the qwen step in fp32 (h2d_bytes ratio, step
-#      time) and in bf16 with --bf16-uploads convert, then pin and two small-preset steps, as JSON.
+#   3. megatrain-bench attention (cudnn, mma and simt side by side, and the issue-25 target shape
+#      T = 4096, 28/4 heads), then step --backend cuda --precision bf16 at a real shape
+#      (qwen2.5-7b with 4 of its 28 layers) with MEGATRAIN_ATTENTION=cudnn and with the default
+#      kernel, gemm / link, the qwen step in fp32 and in bf16 with --bf16-uploads convert, then
+#      pin and two small-preset steps, as JSON.
+# cuDNN: the binaries link libcudnn.so.9; the GPU image has it in its Python's nvidia-cudnn-cu13
+# wheel, which this script puts on LD_LIBRARY_PATH. A build there finds the frontend headers in
+# third_party_src/cudnn_frontend/include when carried (cp -r .venv/lib/python3*/site-packages/include
+# third_party_src/cudnn_frontend/include); without them it builds without the cuDNN path.
 # Everything lands under $OUT (default ./gpu_check_out): summary.txt (one line per step with
 # its exit status and elapsed seconds), results.txt, *.log, tests_*.json (GoogleTest), bench_*.json.
 # Every step runs under `timeout`; the script stops starting new steps after $BUDGET_S seconds
@@ -105,6 +113,18 @@ log "GoogleTest from $GTEST_SRC; build in $BUILD with -j$JOBS; budget ${BUDGET_S
 GENERATOR=()
 command -v ninja >/dev/null && GENERATOR=(-G Ninja)
 
+# cuDNN and NCCL from the image's Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13), ahead of
+# anything else on the path (the bundle leaves both out: gpu_bundle.sh).
+wheel_lib() {  # the first site-packages/nvidia/*/lib holding $1
+  python3 -c 'import glob, os, site, sys; d = [p for s in site.getsitepackages() for p in sorted(glob.glob(os.path.join(s, "nvidia", "*", "lib"))) if os.path.exists(os.path.join(p, sys.argv[1]))]; print(d[0] if d else "")' "$1" 2>/dev/null
+}
+CUDNN_LIB=$(wheel_lib libcudnn.so.9)
+NCCL_LIB=$(wheel_lib libnccl.so.2)
+for d in "$NCCL_LIB" "$CUDNN_LIB"; do
+  [ -n "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+log "cuDNN from ${CUDNN_LIB:-nowhere in the Python wheels (cuDNN attention is refused)}; NCCL from ${NCCL_LIB:-nowhere}"
+
 # --- 1. build: the tests first, so that points 2-7 run within the first minutes ----------
 # Binaries built elsewhere (scripts/gpu_bundle.sh, carried in .gpu_carry) are used when they
 # start here; otherwise everything is built from source.
@@ -125,7 +145,8 @@ if [ "$PREBUILT" = 1 ]; then
 else
   step configure 120 - cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DMEGATRAIN_CUDA=ON -DMEGATRAIN_SERVER=OFF -DMEGATRAIN_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DMEGATRAIN_GTEST_SOURCE="$GTEST_SRC" || exit 1
+    -DMEGATRAIN_GTEST_SOURCE="$GTEST_SRC" \
+    ${CUDNN_LIB:+-DCUDNN_LIBRARY="$CUDNN_LIB/libcudnn.so.9" -DCUDNN_INCLUDE_DIR="$CUDNN_LIB/../include"} || exit 1
   step build_tests 300 - cmake --build "$BUILD" -j "$JOBS" --target mt_cuda_tests || exit 1
   T="$BUILD/bin/mt_cuda_tests"
   B="$BUILD/bin/megatrain-bench"
@@ -134,23 +155,30 @@ ISSUE18='CudaFault.*:CudaBackend.*:CudaPinned.*:*Async*:*DeviceBudget*:*Stall*:*
 export OMP_WAIT_POLICY=passive
 
 # --- 2. tests ---------------------------------------------------------------------------
+CUDNN_TESTS='*Cudnn*'
+step tests_cudnn 120 - "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
 BF16='*Bf16*:*MixedPrecision*:CudaAttention.*:*AttentionMma*'
 step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16" --gtest_output="json:$OUT/tests_bf16_attention.json"
-step tests_rest 150 - "$T" --gtest_filter="-$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
+step tests_rest 150 - "$T" --gtest_filter="-$CUDNN_TESTS:$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 
 # --- 3. benchmarks ------------------------------------------------------------------------
 [ "$PREBUILT" = 1 ] || step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
-# Attention first: its kernels (simt and, in bf16, the tensor-core one) up to 8K, then the
-# tensor-core kernel alone at long T.
-step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --max-seq 8192 --reps 2 --json
-step bench_attention_long 90 "$OUT/bench_attention_long.json" "$B" attention --dtype bf16 --kernel mma \
+# Attention first: cuDNN, the tensor-core kernel and simt side by side up to 8K (fp32: simt),
+# the issue-25 target shape (T = 4096, 28 query / 4 kv heads, head_dim 128), then cuDNN and the
+# tensor-core kernel at long T.
+step bench_attention 90 "$OUT/bench_attention.json" "$B" attention --kernel all --max-seq 8192 --reps 2 --json
+step bench_attention_target 60 "$OUT/bench_attention_target.json" "$B" attention --dtype bf16 --kernel all \
+  --heads 28 --kv-heads 4 --head-dim 128 --min-seq 4096 --max-seq 4096 --reps 3 --json
+step bench_attention_long 90 "$OUT/bench_attention_long.json" "$B" attention --dtype bf16 --kernel cudnn \
   --min-seq 16384 --max-seq 32768 --reps 2 --json
 # The CUDA backend runs the streaming executor only (it recomputes from layer inputs). A real
 # layer shape: qwen2.5-7b (hidden 3584, 152064-token vocabulary, untied) with 4 of its 28
 # layers, ~2 G parameters (~36 GB of pinned host state in fp32 + shadow), 16 Ki tokens a step.
 QWEN=(step --preset qwen2.5-7b --layers 4 --backend cuda --executor streaming --recompute on
   --seq-len 2048 --micro-batch 1 --global-batch 8 --json)
+step bench_step_qwen7b_bf16_cudnn 180 "$OUT/bench_step_qwen7b_bf16_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1
 step bench_step_qwen7b_bf16 180 "$OUT/bench_step_qwen7b_bf16.json" "$B" "${QWEN[@]}" --precision bf16 \
   --steps 3 --warmup 1
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
