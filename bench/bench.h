@@ -64,6 +64,7 @@ int run_link(const Flags& f);       // bench_cuda.cc
 int run_gemm(const Flags& f);
 int run_attention(const Flags& f);
 int run_pin(const Flags& f);
+int run_kernels(const Flags& f);  // bench_kernels.cc
 // Our device GEMM's FLOP/s at n x n x n in bf16 or fp32 (0 without a device): step's peak on CUDA.
 double measure_device_gemm_flops(bool bf16, int n, int reps);
 #endif

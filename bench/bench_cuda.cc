@@ -1,8 +1,9 @@
 // GPU suites (built only with CUDA): link (pinned H2D / D2H / duplex through the CudaBackend,
 // against a plain cudaMemcpyAsync baseline), gemm (bf16 TFLOPS of our cuBLASLt path against
 // cublasGemmEx at transformer shapes) and attention (forward/backward TFLOPS, causal, fp32
-// and bf16 storage; --kernel mma|simt|both picks bf16's tensor-core kernel, the portable simt
-// one, or both for comparison). Without a device each prints a clear error and exits 1.
+// and bf16 storage; --kernel cudnn|mma|simt|all picks bf16's cuDNN SDPA, our tensor-core
+// kernel, the portable simt one, or all for comparison). Without a device each prints a clear
+// error and exits 1.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "bench/bench_cuda.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/pinned_allocator.h"
 #include "kernels/cuda/attention.cuh"
@@ -25,8 +27,6 @@
 #include "kernels/cuda/matmul.cuh"
 
 namespace mt::bench {
-
-namespace {
 
 bool require_gpu(const char* suite) {
   if (cuda_available()) return true;
@@ -54,6 +54,9 @@ double time_on_stream(cudaStream_t s, int reps, const std::function<void()>& fn)
   cudaEventDestroy(b);
   return median(t);
 }
+
+namespace {
+
 
 // Median wall seconds of `reps` runs of fn (which must wait for its own work).
 double time_wall(int reps, const std::function<void()>& fn) {

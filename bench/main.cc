@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"
       "                                                     fp32-C weight-gradient GEMM (bf16 A/B) (CUDA)\n"
       "  pin    [--gib 16 --chunk-mib 1024 --threads 8]    cudaHostAlloc GB/s, one thread vs parallel (CUDA)\n"
-      "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3 --kernel mma|simt|both]  fwd/bwd TFLOPS (CUDA)\n";
+      "  attention [--heads 32 --kv-heads 8 --head-dim 128 --max-seq 8192 --reps 3 --kernel cudnn|mma|simt|all]  fwd/bwd TFLOPS (CUDA)\n"
+      "  kernels [--preset qwen2.5-7b --tokens 4096 --reps 10]  memory-bound kernels vs a device copy of their bytes (CUDA)\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -147,8 +148,9 @@ int main(int argc, char** argv) {
   if (suite == "gemm") return run_gemm(*flags);
   if (suite == "attention") return run_attention(*flags);
   if (suite == "pin") return run_pin(*flags);
+  if (suite == "kernels") return run_kernels(*flags);
 #else
-  if (suite == "link" || suite == "gemm" || suite == "attention" || suite == "pin") {
+  if (suite == "link" || suite == "gemm" || suite == "attention" || suite == "pin" || suite == "kernels") {
     std::fprintf(stderr, "megatrain-bench: suite '%s' needs CUDA; this build has none (-DMEGATRAIN_CUDA=ON)\n",
                  suite.c_str());
     return 1;

@@ -10,7 +10,7 @@
 #      table; *MixedPrecision*: the streaming executor in bf16 against the CPU backend) and
 #      long attention, then every other CUDA test;
 #   3. megatrain-bench attention (cudnn, mma and simt side by side, and the issue-25 target shape
-#      T = 4096, 28/4 heads), then step --backend cuda --precision bf16 at a real shape
+#      T = 4096, 28/4 heads), kernels (the memory-bound ones against a device copy), then step --backend cuda --precision bf16 at a real shape
 #      (qwen2.5-7b with 4 of its 28 layers) with MEGATRAIN_ATTENTION=cudnn and with the default
 #      kernel, gemm / link, the qwen step in fp32 and in bf16 with --bf16-uploads convert, then
 #      pin and two small-preset steps, as JSON.
@@ -172,6 +172,8 @@ step bench_attention_target 60 "$OUT/bench_attention_target.json" "$B" attention
   --heads 28 --kv-heads 4 --head-dim 128 --min-seq 4096 --max-seq 4096 --reps 3 --json
 step bench_attention_long 90 "$OUT/bench_attention_long.json" "$B" attention --dtype bf16 --kernel cudnn \
   --min-seq 16384 --max-seq 32768 --reps 2 --json
+# The memory-bound kernels against a device copy of their bytes (issue 25: >= 0.7 of it).
+step bench_kernels 60 "$OUT/bench_kernels.json" "$B" kernels --preset qwen2.5-7b --tokens 4096 --reps 10 --json
 # The CUDA backend runs the streaming executor only (it recomputes from layer inputs). A real
 # layer shape: qwen2.5-7b (hidden 3584, 152064-token vocabulary, untied) with 4 of its 28
 # layers, ~2 G parameters (~36 GB of pinned host state in fp32 + shadow), 16 Ki tokens a step.
