@@ -11,9 +11,10 @@
 #      long attention, then every other CUDA test;
 #   3. megatrain-bench attention (cudnn, mma and simt side by side, and the issue-25 target shape
 #      T = 4096, 28/4 heads), kernels (the memory-bound ones against a device copy), then step --backend cuda --precision bf16 at a real shape
-#      (qwen2.5-7b with 4 of its 28 layers) with MEGATRAIN_ATTENTION=cudnn and with the default
-#      kernel, gemm / link, the qwen step in fp32 and in bf16 with --bf16-uploads convert, then
-#      pin and two small-preset steps, as JSON.
+#      (qwen2.5-7b with 4 of its 28 layers) with MEGATRAIN_ATTENTION=cudnn, the full-depth 7B
+#      step (28 layers, 64 Ki tokens) on cuDNN, gemm / link, the 4-layer step on the default
+#      kernel, in fp32 and in bf16 with --bf16-uploads convert, then pin and two small-preset
+#      steps, as JSON.
 # cuDNN: the binaries link libcudnn.so.9; the GPU image has it in its Python's nvidia-cudnn-cu13
 # wheel, which this script puts on LD_LIBRARY_PATH. A build there finds the frontend headers in
 # third_party_src/cudnn_frontend/include when carried (cp -r .venv/lib/python3*/site-packages/include
@@ -181,10 +182,16 @@ QWEN=(step --preset qwen2.5-7b --layers 4 --backend cuda --executor streaming --
   --seq-len 2048 --micro-batch 1 --global-batch 8 --json)
 step bench_step_qwen7b_bf16_cudnn 180 "$OUT/bench_step_qwen7b_bf16_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
   "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1
-step bench_step_qwen7b_bf16 180 "$OUT/bench_step_qwen7b_bf16.json" "$B" "${QWEN[@]}" --precision bf16 \
-  --steps 3 --warmup 1
+# Issue 25's full-depth step: all 28 layers (7.6 G parameters; compact layout + bf16 shadow,
+# ~91 GB of pinned host state on a 128 GiB host: `megatrain-bench plan`), 16 x 4096 tokens.
+step bench_step_qwen7b_full_cudnn 300 "$OUT/bench_step_qwen7b_full_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" step --preset qwen2.5-7b --backend cuda --executor streaming --recompute on --precision bf16 \
+  --layout compact --seq-len 4096 --micro-batch 1 --global-batch 16 --steps 2 --warmup 1 --json
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
 step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
+# The same 4-layer shape on the default (simt) attention: the 2026-11-30 baseline, same run.
+step bench_step_qwen7b_bf16 180 "$OUT/bench_step_qwen7b_bf16.json" "$B" "${QWEN[@]}" --precision bf16 \
+  --steps 3 --warmup 1
 # The same shape in fp32 (step time, h2d_bytes ratio), and bf16 converted by the uploader.
 step bench_step_qwen7b_fp32 150 "$OUT/bench_step_qwen7b_fp32.json" "$B" "${QWEN[@]}" --precision fp32 \
   --steps 2 --warmup 1
