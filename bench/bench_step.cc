@@ -229,6 +229,9 @@ int run_step(const Flags& f) {
                      {"tokens_per_second", tokens / step_s},
                      {"model_flops_per_token", fpt},
                      {"achieved_flops", achieved},
+                     // The published MegaTrain's count (6 * params * tokens), and ours with attention.
+                     {"model_tflops_6nt", 6.0 * double(cfg->num_params()) * tokens / step_s / 1e12},
+                     {"model_tflops", achieved / 1e12},
                      {"peak_flops", peak},
                      {"peak_source", peak_source},
                      {"flops_fraction", achieved / peak},
