@@ -12,7 +12,8 @@
 #   3. megatrain-bench attention (cudnn, mma and simt side by side, and the issue-25 target shape
 #      T = 4096, 28/4 heads), kernels (the memory-bound ones against a device copy), then step --backend cuda --precision bf16 at a real shape
 #      (qwen2.5-7b with 4 of its 28 layers) with MEGATRAIN_ATTENTION=cudnn, the full-depth 7B
-#      step (28 layers, 64 Ki tokens) on cuDNN, gemm / link, the 4-layer step on the default
+#      step (28 layers, 64 Ki tokens) on cuDNN, the peers at the 4-layer shape (bench/peers/:
+#      PyTorch resident, the published MegaTrain, DeepSpeed ZeRO-3 offload), gemm / link, the 4-layer step on the default
 #      kernel, in fp32 and in bf16 with --bf16-uploads convert, then pin and two small-preset
 #      steps, as JSON.
 # cuDNN: the binaries link libcudnn.so.9; the GPU image has it in its Python's nvidia-cudnn-cu13
@@ -79,7 +80,11 @@ step() {
   t0=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" >"$out" 2>>"$OUT/$name.log"
   rc=$?
-  [ "$rc" -ne 0 ] && FAILED=1
+  if [ "$rc" -eq 3 ]; then  # a peer that cannot run here (bench/peers/common.py fail): says why, not ours
+    log "UNAVAILABLE $name: $(tail -c 300 "$out" 2>/dev/null)"
+  elif [ "$rc" -ne 0 ]; then
+    FAILED=1
+  fi
   [ "$rc" -eq 124 ] && log "TIMEOUT $name after ${limit}s"
   log "done $name rc=$rc in $(($(date +%s) - t0))s"
   echo "$name $rc" >>"$OUT/results.txt"
@@ -182,6 +187,14 @@ QWEN=(step --preset qwen2.5-7b --layers 4 --backend cuda --executor streaming --
   --seq-len 2048 --micro-batch 1 --global-batch 8 --json)
 step bench_step_qwen7b_bf16_cudnn 180 "$OUT/bench_step_qwen7b_bf16_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
   "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1
+# Peers on the same GPU, same shape, same tokens per step (bench/peers/, the same JSON fields):
+# PyTorch resident, the published MegaTrain (its sources carried in third_party_src/), DeepSpeed
+# ZeRO-3 offload (when carried and installed: bench/peers/deepspeed_zero3.py says how).
+PEER=(--preset qwen2.5-7b --layers 4 --seq-len 2048 --micro-batch 1 --global-batch 8 --steps 3 --warmup 1 --json)
+step peer_torch_resident 150 "$OUT/peer_torch_resident.json" python3 bench/peers/torch_resident.py "${PEER[@]}"
+step peer_megatrain_official 180 "$OUT/peer_megatrain_official.json" python3 bench/peers/megatrain_official.py \
+  "${PEER[@]}"
+step peer_deepspeed_zero3 180 "$OUT/peer_deepspeed_zero3.json" python3 bench/peers/deepspeed_zero3.py "${PEER[@]}"
 # Issue 25's full-depth step: all 28 layers (7.6 G parameters; compact layout + bf16 shadow,
 # ~91 GB of pinned host state on a 128 GiB host: `megatrain-bench plan`), 16 x 4096 tokens.
 step bench_step_qwen7b_full_cudnn 300 "$OUT/bench_step_qwen7b_full_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
