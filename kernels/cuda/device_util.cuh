@@ -1,6 +1,7 @@
 // Device-side helpers shared by the .cu files (not part of the kernel API): fp32/bf16
 // load-store, deterministic warp and block reductions, launch-size helpers.
 #pragma once
+#include <algorithm>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -55,5 +56,16 @@ inline unsigned blocks_for(size_t n, unsigned threads, size_t cap = 65535u * 16u
   if (b > cap) b = cap;
   return unsigned(b == 0 ? 1 : b);
 }
+
+// Row-wise elementwise kernels over N rows of `cols` columns: grid.x covers the columns (with
+// `threads` per block), grid.y the rows, each stepping by the grid past the launch limits, so
+// no element pays for a 64-bit division and mod to find its row (the flat grid-stride loop did).
+inline dim3 rows_grid(int N, int cols, unsigned threads) {
+  const unsigned x = unsigned(std::min<size_t>((size_t(cols) + threads - 1) / threads, 1024));
+  const unsigned y = unsigned(std::min(N, 65535));
+  return dim3(x == 0 ? 1 : x, y == 0 ? 1 : y);
+}
+#define MT_FOR_ROWS(n, N) for (int n = int(blockIdx.y); n < (N); n += int(gridDim.y))
+#define MT_FOR_COLS(c, C) for (int c = int(blockIdx.x * blockDim.x + threadIdx.x); c < (C); c += int(gridDim.x * blockDim.x))
 
 }  // namespace mt::cuda::detail

@@ -16,10 +16,10 @@ constexpr int kStage = 1024;   // tokens staged in shared memory at a time
 
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, int N, int C) {
-  const size_t total = size_t(N) * C;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t n = i / C, c = i % C;
-    out[i] = wte[size_t(tokens[n]) * C + c];
+  MT_FOR_ROWS(n, N) {
+    const T* row = wte + size_t(tokens[n]) * C;
+    T* o = out + size_t(n) * C;
+    MT_FOR_COLS(c, C) o[c] = row[c];
   }
 }
 
@@ -49,7 +49,7 @@ template <typename T>
 CudaStatus embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return {};
   clear_last_error();
-  embedding_forward_kernel<<<detail::blocks_for(size_t(N) * C, 256), 256, 0, stream>>>(out, tokens, wte, N, C);
+  embedding_forward_kernel<<<detail::rows_grid(N, C, 256), 256, 0, stream>>>(out, tokens, wte, N, C);
   return launched("embedding_forward_kernel");
 }
 

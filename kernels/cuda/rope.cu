@@ -7,26 +7,27 @@ namespace mt::cuda {
 
 namespace {
 
-// One thread per (token, q-or-k head, pair i): rotates (x[i], x[i + D/2]) by sign * angle.
+// One thread per (token, pair i), for every q and k head of the token: the angle's sincos (in
+// double, the kernel's costliest part) once per token and pair instead of once per head; each
+// head's (x[i], x[i + D/2]) rotated by sign * angle exactly as before.
 template <typename T>
 __global__ void rope_kernel(T* qkv, const float* inv_freq, const int32_t* pos_ids, int rows, int T_, int heads,
                             int D, long row_len, float sign, double scale) {
   const int half = D / 2;
-  const size_t total = size_t(rows) * heads * half;
-  for (size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += size_t(gridDim.x) * blockDim.x) {
-    const int i = int(idx % half);
-    const size_t rh = idx / half;
-    const int h = int(rh % heads);
-    const int row = int(rh / heads);
+  MT_FOR_ROWS(row, rows) {
     const int pos = pos_ids ? pos_ids[row] : row % T_;
-    double sd, cd;
-    sincos(double(pos) * double(inv_freq[i]), &sd, &cd);
-    const float c = float(cd * scale), s = sign * float(sd * scale);
-    T* x = qkv + size_t(row) * row_len + size_t(h) * D;
-    const float x1 = detail::ld(x[i]), x2 = detail::ld(x[i + half]);
-    x[i] = detail::st<T>(x1 * c - x2 * s);
-    x[i + half] = detail::st<T>(x2 * c + x1 * s);
+    T* x0 = qkv + size_t(row) * row_len;
+    MT_FOR_COLS(i, half) {
+      double sd, cd;
+      sincos(double(pos) * double(inv_freq[i]), &sd, &cd);
+      const float c = float(cd * scale), s = sign * float(sd * scale);
+      for (int h = 0; h < heads; ++h) {
+        T* x = x0 + size_t(h) * D;
+        const float x1 = detail::ld(x[i]), x2 = detail::ld(x[i + half]);
+        x[i] = detail::st<T>(x1 * c - x2 * s);
+        x[i + half] = detail::st<T>(x2 * c + x1 * s);
+      }
+    }
   }
 }
 
@@ -35,10 +36,10 @@ CudaStatus rope_apply(T* qkv, const float* inv_freq, const int32_t* pos, int B, 
                       float sign, float scale, cudaStream_t stream) {
   if (B <= 0 || T_ <= 0) return {};
   if (D % 2) return invalid_value("rope: head_dim must be even");
-  const size_t total = size_t(B) * T_ * (H + KVH) * (D / 2);
+  const unsigned threads = D / 2 >= 64 ? 64 : 32;  // the pairs of a head: D / 2 for D = 128
   clear_last_error();
-  rope_kernel<<<detail::blocks_for(total, 256), 256, 0, stream>>>(qkv, inv_freq, pos, B * T_, T_, H + KVH,
-                                                                  D, long(H + 2 * KVH) * D, sign, double(scale));
+  rope_kernel<<<detail::rows_grid(B * T_, D / 2, threads), threads, 0, stream>>>(
+      qkv, inv_freq, pos, B * T_, T_, H + KVH, D, long(H + 2 * KVH) * D, sign, double(scale));
   return launched("rope_kernel");
 }
 

@@ -12,25 +12,30 @@ using detail::st;
 
 template <typename T>
 __global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
-  const size_t total = size_t(N) * F;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t n = i / F, f = i % F;
-    const float g = ld(gu[n * 2 * F + f]), u = ld(gu[n * 2 * F + F + f]);
-    const float s = 1.f / (1.f + expf(-g));
-    out[i] = st<T>(g * s * u);
+  MT_FOR_ROWS(n, N) {
+    const T* g_row = gu + size_t(n) * 2 * F;  // [gate | up]
+    T* o = out + size_t(n) * F;
+    MT_FOR_COLS(f, F) {
+      const float g = ld(g_row[f]), u = ld(g_row[F + f]);
+      const float s = 1.f / (1.f + expf(-g));
+      o[f] = st<T>(g * s * u);
+    }
   }
 }
 
 template <typename T>
 __global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
-  const size_t total = size_t(N) * F;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
-    const size_t n = i / F, f = i % F;
-    const float g = ld(gu[n * 2 * F + f]), u = ld(gu[n * 2 * F + F + f]), dy = ld(dout[i]);
-    const float s = 1.f / (1.f + expf(-g));
-    const float silu = g * s;
-    dgu[n * 2 * F + f] = st<T>(dy * u * (s + silu * (1.f - s)));
-    dgu[n * 2 * F + F + f] = st<T>(dy * silu);
+  MT_FOR_ROWS(n, N) {
+    const T* g_row = gu + size_t(n) * 2 * F;
+    const T* dy_row = dout + size_t(n) * F;
+    T* d_row = dgu + size_t(n) * 2 * F;
+    MT_FOR_COLS(f, F) {
+      const float g = ld(g_row[f]), u = ld(g_row[F + f]), dy = ld(dy_row[f]);
+      const float s = 1.f / (1.f + expf(-g));
+      const float silu = g * s;
+      d_row[f] = st<T>(dy * u * (s + silu * (1.f - s)));
+      d_row[F + f] = st<T>(dy * silu);
+    }
   }
 }
 
@@ -40,7 +45,7 @@ template <typename T>
 CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream) {
   if (N <= 0 || F <= 0) return {};
   clear_last_error();
-  swiglu_forward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(out, gu, N, F);
+  swiglu_forward_kernel<<<detail::rows_grid(N, F, 256), 256, 0, stream>>>(out, gu, N, F);
   return launched("swiglu_forward_kernel");
 }
 
@@ -48,7 +53,7 @@ template <typename T>
 CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream) {
   if (N <= 0 || F <= 0) return {};
   clear_last_error();
-  swiglu_backward_kernel<<<detail::blocks_for(size_t(N) * F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F);
+  swiglu_backward_kernel<<<detail::rows_grid(N, F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F);
   return launched("swiglu_backward_kernel");
 }
 
