@@ -193,9 +193,13 @@ step bench_step_qwen7b_bf16_cudnn 180 "$OUT/bench_step_qwen7b_bf16_cudnn.json" e
 PEER=(--preset qwen2.5-7b --layers 4 --seq-len 2048 --micro-batch 1 --global-batch 8 --steps 3 --warmup 1 --json)
 # DeepSpeed from carried files (bench/peers/fetch_deepspeed_wheels.sh), installed offline; its
 # CPUAdam then JIT-builds at first use (ninja, nvcc). Also gives peer (c) its CPUAdam.
+# Into a folder of ours on PYTHONPATH (the image's venv may be read-only), each package named,
+# without dependency resolution: the rest (torch, numpy, ...) is the image's.
 if [ -d "$ROOT/third_party_src/wheels" ] && ! python3 -c "import deepspeed" 2>/dev/null; then
-  step install_deepspeed 150 - env DS_BUILD_OPS=0 python3 -m pip install --no-index --no-build-isolation \
-    --find-links "$ROOT/third_party_src/wheels" deepspeed
+  export PYTHONPATH="$BUILD/pydeps${PYTHONPATH:+:$PYTHONPATH}"
+  step install_deepspeed 150 - env DS_BUILD_OPS=0 python3 -m pip install --no-index --no-build-isolation --no-deps \
+    --target "$BUILD/pydeps" --find-links "$ROOT/third_party_src/wheels" deepspeed hjson pydantic pydantic-core \
+    annotated-types typing-inspection
 fi
 step peer_torch_resident 150 "$OUT/peer_torch_resident.json" python3 bench/peers/torch_resident.py "${PEER[@]}"
 step peer_megatrain_official 180 "$OUT/peer_megatrain_official.json" python3 bench/peers/megatrain_official.py \
