@@ -12,8 +12,9 @@ struct StepStats {
   // Streaming: times on the device streams' own clocks (Backend::elapsed, ComputeTimeline), not
   // the enqueueing host thread's; the same meaning on the CPU and CUDA backends.
   double step_seconds = 0;       // the step: its start to the end of its compute
-  float lr = 0;
-  double grad_norm = 0;          // global gradient norm before clipping
+  float lr = 0;                  // the learning rate this step's update applied
+  double grad_norm = 0;          // global gradient norm before clipping (this step's own)
+  bool clipped = false;          // the norm exceeded grad_clip: the update was scaled down
   uint64_t h2d_bytes = 0;        // host -> device traffic
   uint64_t d2h_bytes = 0;        // device -> host traffic
   double h2d_seconds = 0;        // time the H2D copy engine was busy

@@ -142,6 +142,7 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
   const auto t1 = std::chrono::steady_clock::now();
   st.compute_seconds = std::chrono::duration<double>(t1 - t0).count();
   MT_ASSIGN_OR_RETURN(st.grad_norm, clip_and_update(st.step, st.lr, st));
+  st.clipped = clip_factor(st.grad_norm, opt_.optimizer.grad_clip) != 1.0f;
   ++steps_;
   st.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;

@@ -236,7 +236,10 @@ void StreamingExecutor::fill_stats(StepStats& st) {
   st.h2d_seconds = cs.h2d_seconds;
   st.d2h_seconds = cs.d2h_seconds;
   st.optimizer_seconds = pipe_->take_optimizer_seconds();
-  st.grad_norm = pipe_->last_grad_norm();
+  // The leader's optimizer saw the step's gradients; a follower's step reports none (the
+  // data-parallel step takes the leader's), and so never waits on a leader that failed.
+  st.grad_norm = ro_.leader ? 0.0 : pipe_->grad_norm_of(st.step);
+  st.clipped = clip_factor(st.grad_norm, opt_.optimizer.grad_clip) != 1.0f;
   st.device_peak_bytes = backend_->device_peak();
 }
 

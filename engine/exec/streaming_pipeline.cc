@@ -228,7 +228,10 @@ void StreamingPipeline::land(const Landing& g) {
   }
   if (++landed_ == int(units_.size())) {
     landed_ = 0;
-    if (!cfg_.update_during_backward) update_phase(g.step, g.lr);
+    if (!cfg_.update_during_backward) return update_phase(g.step, g.lr);
+    double total = 0;  // nothing to scale (no clipping), but the step's norm is still reported
+    for (double s : sumsq_) total += s;
+    publish_norm(g.step, std::sqrt(total));
   }
 }
 
@@ -319,10 +322,7 @@ void StreamingPipeline::update_phase(long step, float lr) {
   for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
   const double norm = std::sqrt(total);
   if (refuse_if(check_grad_norm(step, norm, sumsq_, units_))) return skip_updates(step);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    last_grad_norm_ = norm;
-  }
+  publish_norm(step, norm);
   const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
   if (!cfg_.owners.empty()) return update_shards(step, lr, clip);
   for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
@@ -385,6 +385,13 @@ void StreamingPipeline::skip_updates(long step) {
   cv_.notify_all();
 }
 
+void StreamingPipeline::publish_norm(long step, double norm) {
+  std::lock_guard<std::mutex> l(mu_);
+  norm_step_ = std::max(norm_step_, step);
+  norm_ = norm;
+  cv_.notify_all();
+}
+
 Status StreamingPipeline::error() {
   std::lock_guard<std::mutex> l(mu_);
   return error_;
@@ -434,9 +441,11 @@ double StreamingPipeline::take_optimizer_seconds() {
   return s;
 }
 
-double StreamingPipeline::last_grad_norm() {
-  std::lock_guard<std::mutex> l(mu_);
-  return last_grad_norm_;
+double StreamingPipeline::grad_norm_of(long step) {
+  if (leader_) return leader_->grad_norm_of(step);
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return stop_ || norm_step_ >= step || !error_.ok(); });
+  return norm_step_ == step ? norm_ : std::nan("");
 }
 
 }  // namespace mt

@@ -121,7 +121,10 @@ class StreamingPipeline {
   Status error();
   void mark_all_updated(long step);  // after loading a checkpoint at `step`
   double take_optimizer_seconds();
-  double last_grad_norm();  // global norm of the latest completed update
+  // The global gradient norm (before clipping) of `step`: blocks until the step's last gradient
+  // has landed and the norm is summed (before the updates it scales), or the step's update is
+  // refused — then NaN. A follower asks its leader, whose optimizer saw the gradients.
+  double grad_norm_of(long step);
 
  private:
   void uploader_loop();
@@ -133,6 +136,7 @@ class StreamingPipeline {
   void broadcaster_loop();
   void broadcast_updates(long step);
   void mark_updated(size_t u, long step);
+  void publish_norm(long step, double norm);  // grad_norm_of(step) answers `norm`
   Status sum_over_nodes(size_t u);  // the unit's gradient summed over the nodes (onto its owner)
   bool owns(size_t u) const { return cfg_.owners.empty() || cfg_.owners[u] == cfg_.nodes->rank(); }
   void update_unit(size_t u, long step, float lr, float clip);
@@ -185,7 +189,8 @@ class StreamingPipeline {
   std::vector<float> node_grad_;  // compact layout with nodes: the fp32 staging of one unit's sum
   int landed_ = 0;
   double optimizer_seconds_ = 0;
-  double last_grad_norm_ = 0;
+  long norm_step_ = 0;  // the latest step whose norm is known (guarded by mu_)
+  double norm_ = 0;
   Status error_;  // guarded by mu_
   long broadcast_step_ = 0;  // sharded: the latest step whose updated weights go out
   std::thread uploader_, optimizer_, broadcaster_;

@@ -89,6 +89,13 @@ TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
     auto r2 = (*str)->step(b);
     ASSERT_TRUE(r1.ok() && r2.ok());
     EXPECT_EQ(r1->loss, r2->loss) << "step " << s;  // exact equality
+    // Each step reports its own gradient norm, clipping and learning rate: the resident
+    // executor's, bit for bit (the streaming one once reported the previous step's norm).
+    EXPECT_EQ(r1->grad_norm, r2->grad_norm) << "step " << s;
+    EXPECT_GT(r2->grad_norm, 0.0) << "step " << s;
+    EXPECT_EQ(r1->clipped, r2->clipped) << "step " << s;
+    EXPECT_EQ(r2->clipped, r2->grad_norm > opt.optimizer.grad_clip) << "step " << s;
+    EXPECT_EQ(r1->lr, r2->lr) << "step " << s;
     // The forward fetches only the batch's embedding rows, then every other unit once; a tied
     // head reads the whole embedding again. The embedding's gradient comes back as those rows.
     // Weights cross the link in the compute dtype; gradients come back in fp32.
@@ -250,6 +257,9 @@ TEST(StreamingUpdateDuringBackward, EqualsResidentBitForBitWithoutClipping) {
       auto r2 = (*str)->step(b);
       ASSERT_TRUE(r1.ok() && r2.ok());
       EXPECT_EQ(r1->loss, r2->loss) << "tied " << tied << " step " << s;
+      EXPECT_EQ(r1->grad_norm, r2->grad_norm) << "the norm is reported without clipping too, step " << s;
+      EXPECT_GT(r2->grad_norm, 0.0);
+      EXPECT_FALSE(r2->clipped);
     }
     ASSERT_TRUE((*str)->sync().ok());
     expect_same_state((*res)->store(), (*str)->store());
