@@ -13,6 +13,8 @@ struct ProgressEvent {
   long step = 0, steps = 0;
   double loss = 0, tokens_per_second = 0, step_seconds = 0;
   double h2d_gbps = 0, d2h_gbps = 0, eta_seconds = 0;
+  double grad_norm = 0, learning_rate = 0;  // the step's update: norm before clipping, its LR
+  bool grad_clipped = false;                // clipping scaled it
 };
 
 class Progress {

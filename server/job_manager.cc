@@ -17,8 +17,9 @@ namespace fs = std::filesystem;
 namespace {
 // The job log's line for a step: "step 12/200 loss 3.451234 tokens/s 1234 step 0.101 s".
 std::string step_line(const StepStats& s, long total) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f tokens/s %.0f step %.3f s", s.step, total, s.loss,
+  char buf[224];
+  std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f grad_norm %.4g%s lr %.4g tokens/s %.0f step %.3f s", s.step,
+                total, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", double(s.lr),
                 s.step_seconds > 0 ? double(s.tokens) / s.step_seconds : 0.0, s.step_seconds);
   return buf;
 }

@@ -20,6 +20,9 @@ v1::JobEvent JobManager::event_of(const Job& job) const {
   ev.set_step_seconds(job.last.step_seconds);
   ev.set_h2d_gbps(job.last.h2d_bandwidth() / 1e9);
   ev.set_d2h_gbps(job.last.d2h_bandwidth() / 1e9);
+  ev.set_grad_norm(job.last.grad_norm);
+  ev.set_grad_clipped(job.last.clipped);
+  ev.set_learning_rate(job.last.lr);
   if (job.run_steps > 0) ev.set_eta_seconds(double(r.total_steps - r.step) * job.run_seconds / double(job.run_steps));
   ev.set_waiting_for_data(job.progress->waiting.load() || job.parked);
   ev.set_queue_position(queue_position(job));

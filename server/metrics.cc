@@ -11,7 +11,7 @@ using prometheus::BuildHistogram;
 struct Metrics::JobSeries {
   prometheus::Counter *steps, *tokens, *h2d, *d2h, *stall;
   prometheus::Histogram *step_seconds, *optimizer_seconds;
-  prometheus::Gauge *loss, *tps, *h2d_bw, *d2h_bw, *mfu;
+  prometheus::Gauge *loss, *tps, *h2d_bw, *d2h_bw, *mfu, *grad_norm, *clipped, *lr;
 };
 
 namespace {
@@ -55,6 +55,15 @@ Metrics::Metrics()
                .Name("megatrain_model_flops_utilization")
                .Help("Model FLOPs of the last step over the device's peak (0..1)")
                .Register(*registry_)),
+      grad_norm_(BuildGauge()
+                     .Name("megatrain_grad_norm")
+                     .Help("Global gradient norm of the last step, before clipping")
+                     .Register(*registry_)),
+      clipped_(BuildGauge()
+                   .Name("megatrain_grad_clipped")
+                   .Help("1 when clipping (optimizer.grad_clip) scaled the last step's update, else 0")
+                   .Register(*registry_)),
+      lr_(BuildGauge().Name("megatrain_learning_rate").Help("Learning rate of the last step's update").Register(*registry_)),
       host_mem_(BuildGauge().Name("megatrain_host_memory_bytes").Help("Planned host memory of the running job by kind").Register(*registry_)),
       device_mem_(BuildGauge()
                       .Name("megatrain_device_memory_bytes")
@@ -93,7 +102,8 @@ Metrics::JobSeries& Metrics::series(const std::string& job) {
     s = std::make_unique<JobSeries>(JobSeries{&steps_.Add(l), &tokens_.Add(l), &h2d_bytes_.Add(l), &d2h_bytes_.Add(l),
                                               &stall_.Add(l), &step_seconds_.Add(l, second_buckets()),
                                               &optimizer_seconds_.Add(l, second_buckets()), &loss_.Add(l),
-                                              &tps_.Add(l), &h2d_bw_.Add(l), &d2h_bw_.Add(l), &mfu_.Add(l)});
+                                              &tps_.Add(l), &h2d_bw_.Add(l), &d2h_bw_.Add(l), &mfu_.Add(l),
+                                              &grad_norm_.Add(l), &clipped_.Add(l), &lr_.Add(l)});
   }
   return *s;
 }
@@ -114,6 +124,9 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.h2d_bw->Set(st.h2d_bandwidth());
   s.d2h_bw->Set(st.d2h_bandwidth());
   s.mfu->Set(peak_flops > 0 ? tps * flops_per_token / peak_flops : 0);
+  s.grad_norm->Set(st.grad_norm);
+  s.clipped->Set(st.clipped ? 1 : 0);
+  s.lr->Set(st.lr);
   if (st.packing_efficiency >= 0) packing_.Add({{kJobLabel, job}}).Set(st.packing_efficiency);
 }
 

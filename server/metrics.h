@@ -41,8 +41,8 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
   prometheus::Family<prometheus::Histogram>&step_seconds_, &optimizer_seconds_;
-  prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &host_mem_, &device_mem_, &packing_, &jobs_,
-      &data_queue_, &job_data_queue_;
+  prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &grad_norm_, &clipped_, &lr_, &host_mem_,
+      &device_mem_, &packing_, &jobs_, &data_queue_, &job_data_queue_;
   prometheus::Gauge& data_queue_total_;
   prometheus::Gauge& state_dir_bytes_;
   std::mutex mu_;

@@ -66,7 +66,7 @@ int cmd_train(const Args& a) {
   hooks.on_step = [&](const StepStats& s) {
     ProgressEvent e{s.step, steps, s.loss, double(s.tokens) / s.step_seconds, s.step_seconds,
                     s.h2d_bandwidth() / 1e9, s.d2h_bandwidth() / 1e9,
-                    double(steps - s.step) * s.step_seconds};
+                    double(steps - s.step) * s.step_seconds, s.grad_norm, double(s.lr), s.clipped};
     progress.step(e);
     if (g_interrupted) runner_ptr->request_cancel();
   };

@@ -77,6 +77,7 @@ TEST_F(RemoteTest, SubmitWatchJson) {
   EXPECT_FALSE(member(lines.front(), "id")->as_string().empty());
   EXPECT_TRUE(member(*member(lines.front(), "plan"), "fits")->as_bool());
   long last_step = 0;
+  std::vector<double> lr;
   for (size_t i = 1; i + 1 < lines.size(); ++i) {
     EXPECT_EQ(member(lines[i], "event")->as_string(), "step");
     const long step = long(member(lines[i], "step")->as_int());
@@ -85,8 +86,17 @@ TEST_F(RemoteTest, SubmitWatchJson) {
     EXPECT_GT(member(lines[i], "loss")->as_double(), 0);
     EXPECT_GT(member(lines[i], "tokens_per_second")->as_double(), 0);
     EXPECT_GT(member(lines[i], "step_seconds")->as_double(), 0);
+    // The step's update (cli_fixture.h: grad_clip 1.0, lr 3e-3, 2 warmup steps, cosine).
+    const double norm = member(lines[i], "grad_norm")->as_double();
+    EXPECT_GT(norm, 0);
+    EXPECT_EQ(member(lines[i], "grad_clipped")->as_bool(), norm > 1.0) << lines[i].dump();
+    lr.push_back(member(lines[i], "learning_rate")->as_double());
   }
   EXPECT_EQ(last_step, 4);
+  ASSERT_EQ(lr.size(), 4u);
+  EXPECT_LT(lr[0], lr[1]) << "warmup";
+  EXPECT_NEAR(lr[1], 3e-3, 1e-9) << "the peak at the end of warmup";
+  EXPECT_LT(lr[3], lr[1]) << "cosine decay";
   const Json& sum = lines.back();
   EXPECT_EQ(member(sum, "event")->as_string(), "summary");
   EXPECT_EQ(member(sum, "steps")->as_int(), 4);

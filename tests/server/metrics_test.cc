@@ -1,7 +1,9 @@
 // /metrics scraped over HTTP after a job and parsed: every DESIGN §6 metric with sane values.
 #include <filesystem>
 #include <fstream>
+#include <cctype>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tests/server/server_fixture.h"
@@ -54,6 +56,12 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   EXPECT_GT(loss, 0);
   EXPECT_LT(loss, 10);
   EXPECT_GT(get(m, "megatrain_tokens_per_second" + j), 0);
+  EXPECT_GT(get(m, "megatrain_grad_norm" + j), 0);
+  const double clipped = get(m, "megatrain_grad_clipped" + j);
+  EXPECT_TRUE(clipped == 0 || clipped == 1) << clipped;
+  const double lr = get(m, "megatrain_learning_rate" + j);  // the spec's 3e-3, scheduled
+  EXPECT_GT(lr, 0);
+  EXPECT_LE(lr, 3e-3 * (1 + 1e-6));
   EXPECT_GE(get(m, "megatrain_h2d_bandwidth_bytes_per_second" + j), 0);
   EXPECT_GE(get(m, "megatrain_d2h_bandwidth_bytes_per_second" + j), 0);
   const double mfu = get(m, "megatrain_model_flops_utilization" + j);
@@ -67,6 +75,31 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   EXPECT_EQ(get(m, "megatrain_job_data_queue_tokens{job_id=\"" + push + "\"}"), 0);
   EXPECT_EQ(get(m, "megatrain_data_queue_tokens"), 0);
   for (const auto& [key, v] : m) EXPECT_EQ(key.find("{job=\""), std::string::npos) << key;
+}
+
+// The Grafana dashboard (deploy/grafana) plots only series the daemon exports: every
+// megatrain_* name in its queries is in /metrics after a job (a histogram by its _bucket, _sum
+// and _count), so a renamed or missing metric cannot leave a panel silently empty.
+TEST(ServerMetrics, EveryDashboardQueryNamesAnExportedSeries) {
+  Server s(test_config(fresh_dir("metrics_dashboard")));
+  ASSERT_TRUE(s.stub);
+  const std::string id = submit(*s.stub, tiny_spec(2));
+  ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
+  (void)submit(*s.stub, tiny_spec(1, "push"));  // a push job: its queue series
+  const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
+  std::ifstream in(std::string(MEGATRAIN_SOURCE_DIR) + "/deploy/grafana/megatrain-dashboard.json");
+  ASSERT_TRUE(in) << "the dashboard is at deploy/grafana/megatrain-dashboard.json";
+  const std::string dash((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto in_name = [](char c) { return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_'; };
+  std::set<std::string> names;
+  for (size_t at = dash.find("megatrain_"); at != std::string::npos; at = dash.find("megatrain_", at + 1)) {
+    size_t end = at;
+    while (end < dash.size() && in_name(dash[end])) ++end;
+    names.insert(dash.substr(at, end - at));
+  }
+  EXPECT_TRUE(names.count("megatrain_grad_norm") && names.count("megatrain_learning_rate")) << "the dashboard's panels";
+  for (const std::string& n : names)
+    EXPECT_NE(body.find("\n" + n + "{"), std::string::npos) << n << " is queried by the dashboard but not exported";
 }
 
 // Issue 11 (13): the data queue gauge exists before any push job does (a dashboard or alert on it

@@ -26,8 +26,13 @@ def test_submit_and_watch_to_success(client):
     assert job.id.startswith("job-")
     events = list(client.watch(job.id))
     assert events[-1].state == pb.JOB_STATE_SUCCEEDED
-    steps = [e.step for e in events if e.state == pb.JOB_STATE_RUNNING and not e.message and not e.checkpoint]
+    step_events = [e for e in events if e.state == pb.JOB_STATE_RUNNING and not e.message and not e.checkpoint
+                   and e.step > 0]
+    steps = [e.step for e in step_events]
     assert steps == sorted(steps) and steps[-1] == 10
+    # Each step's update: its gradient norm before clipping and its learning rate.
+    assert all(e.grad_norm > 0 and e.learning_rate > 0 for e in step_events)
+    assert all(e.grad_clipped == (e.grad_norm > 1.0) for e in step_events)  # the spec's default grad_clip
     done = client.get(job.id)
     assert done.state == pb.JOB_STATE_SUCCEEDED and done.step == 10
     assert 0 < done.loss < done.first_loss
