@@ -11,13 +11,6 @@
 
 namespace mt::bench {
 
-double model_flops_per_token(const ModelConfig& c, int seq_len) {
-  const double C = c.hidden_size, F = c.intermediate_size;
-  const double per_layer = double(c.qkv_dim()) * C + C * c.q_dim() + 3 * F * C;
-  const double matmul_params = c.num_layers * per_layer + double(c.vocab_size) * C;
-  return 6 * matmul_params + 6.0 * c.num_layers * seq_len * c.q_dim();
-}
-
 namespace {
 
 struct StepArgs {

@@ -43,8 +43,7 @@ Status JobManager::prepare(Job& job) {
   auto plan = plan_job(job.spec, job.cfg, opt_.budgets);
   if (!plan.ok()) return plan.status();
   job.plan = *plan;
-  job.flops_per_token = 6.0 * double(job.cfg.num_params()) +
-                        12.0 * job.cfg.num_layers * double(job.cfg.hidden_size) * job.spec.train.seq_len;
+  job.flops_per_token = model_flops_per_token(job.cfg, job.spec.train.seq_len);
   std::error_code ec;
   fs::create_directories(job.dir, ec);
   if (ec) return internal_error("cannot create '" + job.dir + "': " + ec.message());

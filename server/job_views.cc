@@ -62,6 +62,7 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_queue_position(queue_position(job));
   out.set_preemptions(r.preemptions);
   if (job.last.packing_efficiency >= 0) out.set_packing_efficiency(job.last.packing_efficiency);
+  if (job.spec.logging.tensorboard) out.set_tensorboard_dir(job.dir + "/tensorboard");
   return out;
 }
 

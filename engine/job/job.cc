@@ -7,6 +7,7 @@
 #include "engine/data/example_set.h"
 #include "engine/data/jsonl_examples.h"
 #include "engine/io/hf_io.h"
+#include "engine/io/tensorboard.h"
 #include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
 #include "engine/dist/nccl_comm.h"
@@ -317,6 +318,22 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   return st;
 }
 
+// What a step shows in TensorBoard (spec.logging.tensorboard).
+static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) {
+  const double tps = st.step_seconds > 0 ? double(st.tokens) / st.step_seconds : 0;
+  return {{"train/loss", st.loss},
+          {"train/grad_norm", st.grad_norm},
+          {"train/learning_rate", double(st.lr)},
+          {"perf/tokens_per_second", tps},
+          {"perf/model_tflops", tps * flops_per_token / 1e12},
+          {"perf/h2d_gbps", st.h2d_bandwidth() / 1e9},
+          {"perf/stall_seconds", st.stall_seconds()}};
+}
+
+static double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // The spec's data source; push data comes from the hook (the daemon's spool).
 static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const JobHooks& hooks, int vocab) {
   if (spec.data.source != "push") return make_data_source(spec, vocab);
@@ -373,6 +390,15 @@ Result<JobResult> JobRunner::run() {
   result.final_loss = state.last_loss;  // what a run that trains no step reports
   result.checkpoint = resumed;
   long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
+  // TensorBoard event files, by one process, from the step this run starts at (what a killed
+  // run logged after its checkpoint is dropped: this run logs those steps again).
+  std::unique_ptr<TensorBoardWriter> tb;
+  if (spec_.logging.tensorboard && nodes.comms().rank() == 0) {
+    auto w = TensorBoardWriter::open(job_dir_ + "/tensorboard", state.step);
+    if (w.ok()) tb = std::move(*w), log(LogLevel::kInfo, "tensorboard: event files in " + job_dir_ + "/tensorboard");
+    else log(LogLevel::kWarning, "tensorboard: " + w.status().message() + "; the job runs without event files");
+  }
+  const double flops_per_token = model_flops_per_token(cfg, spec_.train.seq_len);
   auto checkpoint = [&]() -> Status {
     if (state.step != saved_step) {
       MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
@@ -383,6 +409,7 @@ Result<JobResult> JobRunner::run() {
                                     : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
         log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
       }
+      if (tb) (void)tb->sync();  // the curves on disk as far as the checkpoint
       saved_step = state.step;
     }
     if (hooks_.on_checkpoint) hooks_.on_checkpoint(result.checkpoint, state.step);
@@ -423,6 +450,10 @@ Result<JobResult> JobRunner::run() {
     result.steps_run += 1;
     result.final_loss = st.loss;
     if (hooks_.on_step) hooks_.on_step(st);
+    if (tb && !tb->scalars(st.step, unix_seconds(), tensorboard_scalars(st, flops_per_token)).ok()) {
+      log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
+      tb.reset();
+    }
     const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0;
     if ((periodic && state.step < spec_.steps) || checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
   }

@@ -194,6 +194,10 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(ck.integer("every", s.checkpoint.every));
   MT_RETURN_IF_ERROR(ck.integer("keep", s.checkpoint.keep));
   MT_RETURN_IF_ERROR(ck.finish());
+  ObjectReader lg = r.child("logging");
+  MT_RETURN_IF_ERROR(lg.check_object());
+  MT_RETURN_IF_ERROR(lg.boolean("tensorboard", s.logging.tensorboard));
+  MT_RETURN_IF_ERROR(lg.finish());
   MT_RETURN_IF_ERROR(r.str("precision", s.precision));
   MT_RETURN_IF_ERROR(r.str("backend", s.backend));
   MT_RETURN_IF_ERROR(r.str("executor", s.executor));
@@ -339,6 +343,7 @@ Json job_spec_to_json(const JobSpec& s) {
   if (s.comm_timeout_seconds != 300) j.set("comm_timeout_seconds", s.comm_timeout_seconds);
   if (s.shard_optimizer) j.set("shard_optimizer", true);
   if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
+  if (s.logging.tensorboard) j.set("logging", Json::object({{"tensorboard", true}}));
   return j;
 }
 

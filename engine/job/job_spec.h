@@ -41,6 +41,11 @@ struct DataSpec {
   uint64_t epochs = 0;                // 0: unbounded; N: the job ends when N epochs are trained
 };
 
+// What a job records besides its log (not part of job_spec_hash: the trajectory is the same).
+struct LoggingSpec {
+  bool tensorboard = false;  // event files under the job directory's tensorboard/ (engine/io/tensorboard.h)
+};
+
 struct CheckpointPolicy {
   long every = 0;  // steps between checkpoints; 0: only at the end and on cancel
   int keep = 2;    // checkpoints retained
@@ -58,6 +63,7 @@ struct JobSpec {
   TrainOptions train;
   long steps = 100;
   CheckpointPolicy checkpoint;
+  LoggingSpec logging;
   std::string precision = "auto";  // auto | bf16 | fp32
   std::string backend = "auto";    // auto | cpu | cuda
   std::string executor = "streaming";  // streaming | resident

@@ -385,4 +385,11 @@ int64_t ModelConfig::num_params() const {
   return n;
 }
 
+double model_flops_per_token(const ModelConfig& c, int seq_len) {
+  const double C = c.hidden_size, F = c.intermediate_size;
+  const double per_layer = double(c.qkv_dim()) * C + C * c.q_dim() + 3 * F * C;
+  const double matmul_params = c.num_layers * per_layer + double(c.vocab_size) * C;
+  return 6 * matmul_params + 6.0 * c.num_layers * seq_len * c.q_dim();
+}
+
 }  // namespace mt

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/tensorboard.h"
 #include "engine/job/job.h"
 
 #include "tests/engine/temp_dir.h"
@@ -189,6 +191,69 @@ TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, ResumeExactness, ::testing::Values("resident", "streaming"));
+
+// logging.tensorboard round-trips and, like priority, stays out of the trajectory's hash.
+TEST(JobSpec, LoggingRoundTripsAndStaysOutOfTheHash) {
+  JobSpec a = tiny_spec("streaming", 7);
+  const std::string before = job_spec_hash(a);
+  EXPECT_EQ(job_spec_to_json(a).find("logging"), nullptr);
+  a.logging.tensorboard = true;
+  auto b = job_spec_from_json(job_spec_to_json(a));
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_TRUE(b->logging.tensorboard);
+  EXPECT_EQ(job_spec_hash(*b), before);
+  auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "logging": {"tensorbord": true}})"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("tensorbord"), std::string::npos) << c.status().message();
+}
+
+// logging.tensorboard: every step's scalars in JOB_DIR/tensorboard, as the step reported them;
+// a run killed after its checkpoint (its later steps in the file, a torn record at the end)
+// resumes with each step in the file exactly once, and the resumed values are the real ones.
+TEST(JobRunner, TensorBoardCurvesSurviveAKilledRunWithoutDuplicateSteps) {
+  TempDir dir;
+  JobSpec spec = tiny_spec("streaming", 6);
+  spec.logging.tensorboard = true;
+  std::map<long, StepStats> seen;
+  JobHooks hooks;
+  JobRunner* first_ptr = nullptr;
+  hooks.on_step = [&](const StepStats& s) {
+    seen[s.step] = s;
+    if (s.step == 4 && first_ptr) first_ptr->request_cancel();
+  };
+  JobRunner first(spec, dir.path, hooks);
+  first_ptr = &first;
+  ASSERT_TRUE(first.run().ok());
+  const std::string path = dir / (std::string("tensorboard/") + kTensorBoardFile);
+  {  // what a run killed after step 5 leaves: step 5 (not checkpointed), then a torn record
+    auto w = TensorBoardWriter::open(dir / "tensorboard", 100);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->scalars(5, 0, {{"train/loss", 99.0}}).ok());
+    ASSERT_TRUE((*w)->scalars(6, 0, {{"train/loss", 99.0}}).ok());
+  }
+  fs::resize_file(path, fs::file_size(path) - 3);
+  first_ptr = nullptr;
+  JobRunner second(spec, dir.path, hooks);
+  auto r = second.run();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->steps_done, 6);
+  auto f = read_tensorboard_file(path);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->ends.back(), f->size);
+  ASSERT_EQ(f->events.size(), 7u) << "the version record and steps 1..6, once each";
+  for (long step = 1; step <= 6; ++step) {
+    const TensorBoardEvent& e = f->events[size_t(step)];
+    ASSERT_EQ(e.step, step);
+    std::map<std::string, double> v(e.scalars.begin(), e.scalars.end());
+    for (const char* tag : {"train/loss", "train/grad_norm", "train/learning_rate", "perf/tokens_per_second",
+                            "perf/model_tflops", "perf/h2d_gbps", "perf/stall_seconds"})
+      EXPECT_EQ(v.count(tag), 1u) << tag << " at step " << step;
+    EXPECT_EQ(v["train/loss"], double(float(seen[step].loss))) << "step " << step;
+    EXPECT_EQ(v["train/grad_norm"], double(float(seen[step].grad_norm))) << "step " << step;
+    EXPECT_EQ(v["train/learning_rate"], double(seen[step].lr)) << "step " << step;
+    EXPECT_GT(v["perf/tokens_per_second"], 0);
+  }
+}
 
 // The device budget a job was admitted under reaches its executor (issue 11, point 10): a budget
 // below the all-on-device plan places layer inputs on the host and the step stays inside it; one

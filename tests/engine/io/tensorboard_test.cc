@@ -1,0 +1,149 @@
+// TensorBoard event files (engine/io/tensorboard.h): the bytes are TensorFlow's (CRC-32C check
+// value, the version record byte for byte), what is written reads back, a torn last record (a
+// kill -9 mid-write) is dropped on reopen and never corrupts what follows, and a resumed run's
+// steps replace those its killed predecessor logged after its checkpoint: no step twice.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/io/tensorboard.h"
+#include "tests/engine/temp_dir.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Each test's own directory under one TempDir (removed at exit); the writer creates it.
+std::string fresh(const std::string& name) {
+  static testing_util::TempDir root("mt-tensorboard");
+  return root / name;
+}
+
+std::vector<long> steps_of(const std::string& path) {
+  auto f = read_tensorboard_file(path);
+  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  std::vector<long> out;
+  if (f.ok())
+    for (size_t i = 1; i < f->events.size(); ++i) out.push_back(f->events[i].step);
+  return out;
+}
+
+void log_steps(TensorBoardWriter& w, long from, long to) {
+  for (long s = from; s <= to; ++s)
+    ASSERT_TRUE(w.scalars(s, 1e9 + double(s), {{"train/loss", 1.0 / double(s)}, {"train/grad_norm", 0.5}}).ok());
+}
+
+TEST(TensorBoard, Crc32cIsCastagnoli) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);  // the standard check value
+  EXPECT_EQ(crc32c("", 0), 0u);
+}
+
+TEST(TensorBoard, TheVersionRecordIsTensorFlowsBytes) {
+  const std::string dir = fresh("version");
+  ASSERT_TRUE(TensorBoardWriter::open(dir, 0).ok());
+  std::ifstream in(dir + "/" + kTensorBoardFile, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Event{wall_time: 0 (field 1, fixed64), file_version: "brain.Event:2" (field 3)}.
+  const std::string data = std::string("\x09", 1) + std::string(8, '\0') + "\x1a\x0d" "brain.Event:2";
+  ASSERT_EQ(got.size(), 8 + 4 + data.size() + 4);
+  uint64_t len = 0;
+  std::memcpy(&len, got.data(), 8);
+  EXPECT_EQ(len, data.size());
+  EXPECT_EQ(got.substr(12, data.size()), data);
+  uint32_t crc = 0;
+  std::memcpy(&crc, got.data() + 12 + data.size(), 4);
+  EXPECT_EQ(crc, masked_crc32c(data.data(), data.size()));
+}
+
+TEST(TensorBoard, ScalarsReadBack) {
+  const std::string dir = fresh("read_back");
+  auto w = TensorBoardWriter::open(dir, 0);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  log_steps(**w, 1, 3);
+  auto f = read_tensorboard_file((*w)->path());
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->events.size(), 4u);
+  EXPECT_EQ(f->events[0].file_version, "brain.Event:2");
+  EXPECT_EQ(f->ends.back(), f->size);
+  for (long s = 1; s <= 3; ++s) {
+    const TensorBoardEvent& e = f->events[size_t(s)];
+    EXPECT_EQ(e.step, s);
+    EXPECT_EQ(e.wall_time, 1e9 + double(s));
+    ASSERT_EQ(e.scalars.size(), 2u);
+    EXPECT_EQ(e.scalars[0].first, "train/loss");
+    EXPECT_EQ(e.scalars[0].second, double(float(1.0 / double(s))));  // simple_value is a float
+    EXPECT_EQ(e.scalars[1], (std::pair<std::string, double>{"train/grad_norm", 0.5}));
+  }
+}
+
+TEST(TensorBoard, ATornLastRecordIsDroppedOnReopen) {
+  const std::string dir = fresh("torn");
+  std::string path;
+  {
+    auto w = TensorBoardWriter::open(dir, 0);
+    ASSERT_TRUE(w.ok());
+    log_steps(**w, 1, 3);
+    path = (*w)->path();
+  }
+  const auto whole = fs::file_size(path);
+  for (uint64_t cut : {uint64_t(1), uint64_t(5), uint64_t(14)}) {  // inside the CRC, the data, the header
+    fs::resize_file(path, whole - cut);
+    EXPECT_EQ(steps_of(path), (std::vector<long>{1, 2})) << "cut " << cut << ": the reader stops at the torn record";
+  }
+  {
+    auto w = TensorBoardWriter::open(dir, 100);
+    ASSERT_TRUE(w.ok());
+    log_steps(**w, 3, 4);
+  }
+  EXPECT_EQ(steps_of(path), (std::vector<long>{1, 2, 3, 4}));
+  auto f = read_tensorboard_file(path);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->ends.back(), f->size) << "no torn bytes left inside the file";
+}
+
+TEST(TensorBoard, AResumedRunReplacesTheStepsAfterItsCheckpoint) {
+  const std::string dir = fresh("resume");
+  std::string path;
+  {
+    auto w = TensorBoardWriter::open(dir, 0);
+    ASSERT_TRUE(w.ok());
+    log_steps(**w, 1, 5);  // killed after step 5; its last checkpoint was at step 3
+    path = (*w)->path();
+  }
+  {
+    auto w = TensorBoardWriter::open(dir, 3);
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ(steps_of(path), (std::vector<long>{1, 2, 3}));
+    log_steps(**w, 4, 6);
+  }
+  EXPECT_EQ(steps_of(path), (std::vector<long>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(TensorBoard, ACorruptRecordEndsWhatIsKept) {
+  const std::string dir = fresh("corrupt");
+  std::string path;
+  {
+    auto w = TensorBoardWriter::open(dir, 0);
+    ASSERT_TRUE(w.ok());
+    log_steps(**w, 1, 3);
+    path = (*w)->path();
+  }
+  auto f = read_tensorboard_file(path);
+  ASSERT_TRUE(f.ok());
+  {  // flip a byte inside step 2's data
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(f->ends[1] + 14));
+    io.put('\x7f');
+  }
+  EXPECT_EQ(steps_of(path), (std::vector<long>{1}));
+  auto w = TensorBoardWriter::open(dir, 100);
+  ASSERT_TRUE(w.ok());
+  log_steps(**w, 2, 2);
+  EXPECT_EQ(steps_of(path), (std::vector<long>{1, 2}));
+}
+
+}  // namespace
+}  // namespace mt
