@@ -2,6 +2,7 @@
 // bounded device arena, in the compact layout, and its refusals.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
@@ -148,6 +149,43 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the
 // last K slots still hold and never fetching the embedding (its backward reads no weights).
+// What a step reports of its update, checked independently: the gradient norm is the norm of
+// the gradients the step left in the host store (summed here serially, in double), `clipped`
+// says whether it exceeded grad_clip, and the learning rate follows warmup then cosine decay
+// (computed here from the schedule's definition) at every step.
+TEST(StreamingStepReport, NormIsTheStepsGradientsAndLrFollowsTheSchedule) {
+  const ModelConfig cfg = small_config(false, 2);
+  TrainOptions opt = small_options();
+  opt.schedule = {2, LrDecay::kCosine, 0.1f, 6};
+  auto ex = StreamingExecutor::create_cpu(cfg, opt, StreamingOptions{});
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  init_weights(cfg, (*ex)->store(), 4);
+  auto src = make_synthetic_source({6, cfg.vocab_size, 32, 3});
+  Batch b;
+  bool clipped = false;
+  for (long step = 1; step <= 6; ++step) {
+    ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+    auto st = (*ex)->step(b);
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    ASSERT_TRUE((*ex)->sync().ok());
+    double sumsq = 0;
+    const HostStore& hs = (*ex)->store();
+    for (size_t u = 0; u < hs.num_units(); ++u)
+      for (size_t i = 0; i < hs.unit(u).numel; ++i) {
+        const double g = static_cast<const float*>(hs.unit(u).grad)[i];
+        sumsq += g * g;
+      }
+    EXPECT_NEAR(st->grad_norm, std::sqrt(sumsq), 1e-9 * std::sqrt(sumsq)) << "step " << step;
+    EXPECT_EQ(st->clipped, st->grad_norm > opt.optimizer.grad_clip) << "step " << step;
+    clipped |= st->clipped;
+    const long k = step - 1;  // the schedule's 0-based step
+    const double progress = k < 2 ? 0 : double(k - 2) / 4.0;
+    const double want = k < 2 ? 3e-3 * double(k + 1) / 2 : 3e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
+    EXPECT_NEAR(st->lr, want, 1e-9) << "step " << step;
+  }
+  EXPECT_TRUE(clipped) << "some step must clip";
+}
+
 TEST(StreamingUseSequence, ForwardFetchesEveryUnitBackwardReusesSlotsAndSkipsTheEmbedding) {
   const int L = 5;
   for (bool tied : {false, true})
