@@ -63,6 +63,9 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_preemptions(r.preemptions);
   if (job.last.packing_efficiency >= 0) out.set_packing_efficiency(job.last.packing_efficiency);
   if (job.spec.logging.tensorboard) out.set_tensorboard_dir(job.dir + "/tensorboard");
+  out.set_grad_norm(job.last.grad_norm);
+  out.set_grad_clipped(job.last.clipped);
+  out.set_learning_rate(job.last.lr);
   return out;
 }
 

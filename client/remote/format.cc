@@ -92,6 +92,10 @@ Json job_to_json(const v1::Job& job, bool with_spec) {
                          {"queue_position", job.queue_position()},
                          {"preemptions", job.preemptions()}});
   if (job.has_packing_efficiency()) j.set("packing_efficiency", job.packing_efficiency());
+  if (job.grad_norm() > 0)
+    j.set("grad_norm", job.grad_norm()), j.set("grad_clipped", job.grad_clipped()),
+        j.set("learning_rate", job.learning_rate());
+  if (!job.tensorboard_dir().empty()) j.set("tensorboard_dir", job.tensorboard_dir());
   if (with_spec) j.set("spec", spec_json(job.spec()));
   return j;
 }
@@ -127,6 +131,10 @@ void print_job_human(const v1::Job& job) {
     std::printf("loss         %.6f (first %.6f)\n", job.loss(), job.first_loss());
     std::printf("tokens/s     %.0f\n", job.tokens_per_second());
   }
+  if (job.grad_norm() > 0)
+    std::printf("update       grad norm %.4g%s, lr %.4g (last step)\n", job.grad_norm(),
+                job.grad_clipped() ? " (clipped)" : "", job.learning_rate());
+  if (!job.tensorboard_dir().empty()) std::printf("tensorboard  %s\n", job.tensorboard_dir().c_str());
   if (job.has_packing_efficiency()) std::printf("packing      %.1f%% of slots are real tokens\n", 100 * job.packing_efficiency());
   if (!job.last_checkpoint().empty()) std::printf("checkpoint   %s\n", job.last_checkpoint().c_str());
   if (job.spec().data().source() == "push")

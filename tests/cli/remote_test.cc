@@ -130,12 +130,15 @@ TEST_F(RemoteTest, ListAndStatus) {
   EXPECT_EQ(status.rc, 0) << describe(status);
   EXPECT_NE(status.out.find("succeeded"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("step         2/2"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("update       grad norm "), std::string::npos) << "the last step's update: " << status.out;
   RunResult sj = daemon_->cli({"status", id, "--json"});
   ASSERT_EQ(sj.rc, 0) << describe(sj);
   auto s = sj.json_lines();
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(member(s[0], "state")->as_string(), "succeeded");
   EXPECT_EQ(member(s[0], "step")->as_int(), 2);
+  EXPECT_GT(member(s[0], "grad_norm")->as_double(), 0);
+  EXPECT_GT(member(s[0], "learning_rate")->as_double(), 0);
   EXPECT_EQ(member(*member(s[0], "spec"), "seq_len")->as_int(), 32);
 
   RunResult missing = daemon_->cli({"status", "no-such-job"});
