@@ -26,8 +26,9 @@ packages=(
 # The Python client (clients/python) and its tests, from PyPI, into REPO/.venv. ctest's
 # Python.Client runs there and fails (never skips) when they are missing. grpcio-tools 1.85 bundles
 # protoc 35, whose generated code needs the protobuf 7.35+ runtime (clients/python/pyproject.toml).
+# tensorboard: its event reader checks the files jobs write with logging.tensorboard.
 python_packages=("grpcio>=1.85.1" "grpcio-tools>=1.85.1,<1.86" "protobuf>=7.35.1,<8" numpy pytest pyyaml
-                 "setuptools>=77")
+                 "setuptools>=77" "tensorboard>=2.21,<3")
 
 missing=()
 for p in "${packages[@]}"; do
@@ -52,7 +53,7 @@ if command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   python_packages+=(nvidia-nccl-cu13)
 fi
 nccl_missing() { [[ " ${python_packages[*]} " == *" nvidia-nccl-cu13 "* ]] && ! compgen -G "$venv/lib/python3*/site-packages/nvidia/nccl/include/nccl.h" > /dev/null; }
-if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools" 2>/dev/null || nccl_missing; then
+if ! "$venv/bin/python" -c "import grpc, grpc_tools, google.protobuf, numpy, pytest, yaml, setuptools, tensorboard" 2>/dev/null || nccl_missing; then
   echo "install_deps: Python packages for the client into $venv" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade "${python_packages[@]}"

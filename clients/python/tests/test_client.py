@@ -165,3 +165,24 @@ def test_a_token_is_sent_and_required(tmp_path):
             assert c.list_jobs() == []
     finally:
         d.stop()
+
+
+def test_tensorboard_reads_a_jobs_curves(client):
+    """logging.tensorboard: TensorBoard's own reader (the PyPI tensorboard package) finds every
+    scalar at every step, once, in the directory GetJob names."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    job = client.submit(tiny_spec(steps=4, logging={"tensorboard": True}))
+    assert list(client.watch(job.id))[-1].state == pb.JOB_STATE_SUCCEEDED
+    done = client.get(job.id)
+    assert done.tensorboard_dir.endswith(job.id + "/tensorboard")
+    ea = EventAccumulator(done.tensorboard_dir)
+    ea.Reload()
+    tags = {"train/loss", "train/grad_norm", "train/learning_rate", "perf/tokens_per_second", "perf/model_tflops",
+            "perf/h2d_gbps", "perf/stall_seconds"}
+    assert tags <= set(ea.Tags()["scalars"])
+    for tag in tags:
+        assert [e.step for e in ea.Scalars(tag)] == [1, 2, 3, 4], tag
+    assert abs(ea.Scalars("train/loss")[-1].value - done.loss) <= 1e-6 * done.loss  # stored as a float
+    assert all(e.value > 0 for e in ea.Scalars("train/grad_norm"))
+
