@@ -1,9 +1,11 @@
 // kill -9 the daemon (a real megatraind process) during a push job, restart it: the job resumes
 // from its checkpoint and no acknowledged token is lost or repeated.
+#include <chrono>
 #include <fstream>
 #include <random>
 
 #include "engine/base/json.h"
+#include "engine/io/tensorboard.h"
 #include "server/push_spool.h"
 #include "tests/server/daemon_process.h"
 
@@ -74,6 +76,44 @@ TEST(ServerCrash, KillNineDuringAPushJobLosesAndRepeatsNothing) {
   EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(j.data_consumed_tokens(), 6 * per_step);
   EXPECT_EQ(j.data_consumed_checksum(), sum);
+}
+
+// kill -9 the daemon mid-run of a job with logging.tensorboard: the restarted job resumes from its
+// last checkpoint, the steps the killed run logged after it (and any torn record) are replaced,
+// and the event file ends with every step exactly once.
+TEST(ServerCrash, KillNineLeavesTensorBoardCurvesWithEachStepOnce) {
+  if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
+  const std::string state = fresh_dir("crash_tensorboard");
+  v1::JobSpec spec = tiny_spec(300);
+  spec.mutable_checkpoint()->set_every(7);
+  spec.mutable_logging()->set_tensorboard(true);
+  std::string id;
+  long killed_at = 0;
+  {
+    Process p(state);
+    ASSERT_GT(p.port, 0);
+    id = submit(*p.stub, spec);
+    const v1::Job j = wait_job(*p.stub, id, [](const v1::Job& x) { return x.step() >= 30; });
+    killed_at = j.step();
+    p.kill9();
+  }
+  const double restarted = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  Process p(state);
+  ASSERT_GT(p.port, 0);
+  const v1::Job j = wait_terminal(*p.stub, id, 120);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.reason();
+  auto f = read_tensorboard_file(j.tensorboard_dir() + "/" + kTensorBoardFile);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_EQ(f->events.size(), 301u) << "the version record and steps 1..300 once (killed near step " << killed_at << ")";
+  for (long step = 1; step <= 300; ++step) ASSERT_EQ(f->events[size_t(step)].step, step);
+  EXPECT_EQ(f->ends.back(), f->size);
+  // It resumed: the records up to a checkpoint (a multiple of 7, at or past the step seen before
+  // the kill) are the killed run's, kept; every later one was logged after the restart.
+  long first_new = 1;
+  while (first_new <= 300 && f->events[size_t(first_new)].wall_time < restarted) ++first_new;
+  EXPECT_EQ((first_new - 1) % 7, 0) << "resumed after step " << first_new - 1 << ", not a checkpoint";
+  EXPECT_GE(first_new - 1, (killed_at / 7) * 7) << "the killed run's steps up to its checkpoint are kept";
+  for (long step = first_new; step <= 300; ++step) ASSERT_GE(f->events[size_t(step)].wall_time, restarted) << step;
 }
 
 std::string file_bytes(const std::string& path) {
