@@ -96,6 +96,18 @@ def emit(a, peer, cfg, params, step_s, loss, **fields):
     sys.stdout.flush()
 
 
+def torch_on_cuda(peer):
+    """torch and transformers' AutoModelForCausalLM with a CUDA device, or fail() saying what is missing."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+    except ImportError as e:
+        fail(peer, f"cannot import torch/transformers: {e}")
+    if not torch.cuda.is_available():
+        fail(peer, "no CUDA device")
+    return torch, AutoModelForCausalLM
+
+
 def fail(peer, why):
     """A peer that cannot run says exactly why, as one JSON line, and exits 3 (not 1: not a crash)."""
     print(json.dumps({"suite": "step", "peer": peer, "ok": False, "error": why}))

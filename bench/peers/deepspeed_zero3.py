@@ -17,14 +17,11 @@ import common  # noqa: E402
 
 def main():
     a = common.parse_args("deepspeed_zero3", lambda p: p.add_argument("--local_rank", type=int, default=0))
+    torch, AutoModelForCausalLM = common.torch_on_cuda("deepspeed_zero3")
     try:
         import deepspeed
-        import torch
-        from transformers import AutoModelForCausalLM
     except ImportError as e:
-        common.fail("deepspeed_zero3", f"cannot import deepspeed/torch/transformers: {e}")
-    if not torch.cuda.is_available():
-        common.fail("deepspeed_zero3", "no CUDA device")
+        common.fail("deepspeed_zero3", f"cannot import deepspeed: {e}")
     for k, v in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "RANK": "0", "WORLD_SIZE": "1",
                  "LOCAL_RANK": "0"}.items():
         os.environ.setdefault(k, v)

@@ -32,14 +32,11 @@ def main():
         common.fail("megatrain_official", "its sources are not here: copy ../shared/peers/megatrain-official to "
                     "third_party_src/megatrain-official and carry it, or pass --source")
     sys.path.insert(0, src)
+    torch, AutoModelForCausalLM = common.torch_on_cuda("megatrain_official")
     try:
-        import torch
-        from transformers import AutoModelForCausalLM
         from infinity import CPUMasterConfig, CPUMasterModel
     except ImportError as e:
-        common.fail("megatrain_official", f"cannot import torch/transformers/infinity: {e}")
-    if not torch.cuda.is_available():
-        common.fail("megatrain_official", "no CUDA device")
+        common.fail("megatrain_official", f"cannot import its infinity package from {src}: {e}")
     cfg = common.hf_config(a)
     torch.manual_seed(0)
     config = CPUMasterConfig(model_name="synthetic", max_seq_len=a.seq_len, batch_size=a.global_batch,

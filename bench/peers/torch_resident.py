@@ -15,13 +15,7 @@ import common  # noqa: E402
 
 def main():
     a = common.parse_args("torch_resident", lambda p: p.add_argument("--recompute", action="store_true"))
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM
-    except ImportError as e:
-        common.fail("torch_resident", f"cannot import torch/transformers: {e}")
-    if not torch.cuda.is_available():
-        common.fail("torch_resident", "no CUDA device")
+    torch, AutoModelForCausalLM = common.torch_on_cuda("torch_resident")
     cfg = common.hf_config(a)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").float().cuda()

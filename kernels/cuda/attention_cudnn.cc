@@ -81,20 +81,26 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
 
 float scale_of(const Key& k) { return float(1.0 / std::sqrt(double(k.D))); }
 
+// Q, K and V of a graph: views of the fused qkv rows, the same in the forward and the backward.
+struct Qkv {
+  Tensor q, k, v;
+};
+Qkv qkv_inputs(fe::graph::Graph& g, const Views& v) {
+  return {g.tensor(attrs("Q", kQ, v.qkv_dim(v.k.H), v.qkv_stride())),
+          g.tensor(attrs("K", kK, v.qkv_dim(v.k.KVH), v.qkv_stride())),
+          g.tensor(attrs("V", kV, v.qkv_dim(v.k.KVH), v.qkv_stride()))};
+}
+
 std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
   const Views v{k};
   auto g = new_graph();
-  auto Q = g->tensor(attrs("Q", kQ, v.qkv_dim(k.H), v.qkv_stride()));
-  auto K = g->tensor(attrs("K", kK, v.qkv_dim(k.KVH), v.qkv_stride()));
-  auto V = g->tensor(attrs("V", kV, v.qkv_dim(k.KVH), v.qkv_stride()));
+  auto [Q, K, V] = qkv_inputs(*g, v);
   auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale_of(k));
   opt.set_causal_mask(true);
   Ragged r;
   if (k.ragged) {
     r = ragged_inputs(*g, k);
-    Q->set_ragged_offset(r.off_qkv);
-    K->set_ragged_offset(r.off_qkv);
-    V->set_ragged_offset(r.off_qkv);
+    for (const Tensor& t : {Q, K, V}) t->set_ragged_offset(r.off_qkv);
     opt.set_padding_mask(true).set_seq_len_q(r.seq_q).set_seq_len_kv(r.seq_kv);
   }
   auto [O, Stats] = g->sdpa(Q, K, V, opt);
@@ -107,9 +113,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
 std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k) {
   const Views v{k};
   auto g = new_graph();
-  auto Q = g->tensor(attrs("Q", kQ, v.qkv_dim(k.H), v.qkv_stride()));
-  auto K = g->tensor(attrs("K", kK, v.qkv_dim(k.KVH), v.qkv_stride()));
-  auto V = g->tensor(attrs("V", kV, v.qkv_dim(k.KVH), v.qkv_stride()));
+  auto [Q, K, V] = qkv_inputs(*g, v);
   auto O = g->tensor(attrs("O", kO, v.out_dim(), v.out_stride()));
   auto dO = g->tensor(attrs("dO", kDO, v.out_dim(), v.out_stride()));
   auto Stats = g->tensor(attrs("Stats", kStats, v.lse_dim(), v.lse_stride()).set_data_type(fe::DataType_t::FLOAT));
