@@ -15,12 +15,13 @@ namespace mt::server {
 namespace fs = std::filesystem;
 
 namespace {
-// The job log's line for a step: "step 12/200 loss 3.451234 tokens/s 1234 step 0.101 s".
+// The job log's line for a step: "step 12/200 loss 3.451234 grad_norm 0.8123 lr 0.0003 tokens/s
+// 1234 step 0.101 s" (" (clipped)" after the norm when clipping scaled the update).
 std::string step_line(const StepStats& s, long total) {
   char buf[224];
   std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f grad_norm %.4g%s lr %.4g tokens/s %.0f step %.3f s", s.step,
                 total, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", double(s.lr),
-                s.step_seconds > 0 ? double(s.tokens) / s.step_seconds : 0.0, s.step_seconds);
+                s.tokens_per_second(), s.step_seconds);
   return buf;
 }
 
@@ -201,7 +202,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
       r.step = s.step;
       r.loss = s.loss;
       if (job->run_steps == 0 && r.first_loss == 0) r.first_loss = s.loss;
-      r.tokens_per_second = s.step_seconds > 0 ? double(s.tokens) / s.step_seconds : 0;
+      r.tokens_per_second = s.tokens_per_second();
       job->run_seconds += s.step_seconds;
       job->run_steps += 1;
       job->last = s;

@@ -7,6 +7,16 @@
 
 namespace mt::server {
 
+namespace {
+// The last step's update, in a JobEvent or a Job (the same field names in both).
+template <typename Proto>
+void set_update(Proto& out, const StepStats& last) {
+  out.set_grad_norm(last.grad_norm);
+  out.set_grad_clipped(last.clipped);
+  out.set_learning_rate(last.lr);
+}
+}  // namespace
+
 v1::JobEvent JobManager::event_of(const Job& job) const {
   v1::JobEvent ev;
   const JobRecord& r = job.rec;
@@ -20,9 +30,7 @@ v1::JobEvent JobManager::event_of(const Job& job) const {
   ev.set_step_seconds(job.last.step_seconds);
   ev.set_h2d_gbps(job.last.h2d_bandwidth() / 1e9);
   ev.set_d2h_gbps(job.last.d2h_bandwidth() / 1e9);
-  ev.set_grad_norm(job.last.grad_norm);
-  ev.set_grad_clipped(job.last.clipped);
-  ev.set_learning_rate(job.last.lr);
+  set_update(ev, job.last);
   if (job.run_steps > 0) ev.set_eta_seconds(double(r.total_steps - r.step) * job.run_seconds / double(job.run_steps));
   ev.set_waiting_for_data(job.progress->waiting.load() || job.parked);
   ev.set_queue_position(queue_position(job));
@@ -63,9 +71,7 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_preemptions(r.preemptions);
   if (job.last.packing_efficiency >= 0) out.set_packing_efficiency(job.last.packing_efficiency);
   if (job.spec.logging.tensorboard) out.set_tensorboard_dir(job.dir + "/tensorboard");
-  out.set_grad_norm(job.last.grad_norm);
-  out.set_grad_clipped(job.last.clipped);
-  out.set_learning_rate(job.last.lr);
+  set_update(out, job.last);
   return out;
 }
 

@@ -119,7 +119,7 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.step_seconds->Observe(st.step_seconds);
   s.optimizer_seconds->Observe(st.optimizer_seconds);
   s.loss->Set(st.loss);
-  const double tps = st.step_seconds > 0 ? double(st.tokens) / st.step_seconds : 0;
+  const double tps = st.tokens_per_second();
   s.tps->Set(tps);
   s.h2d_bw->Set(st.h2d_bandwidth());
   s.d2h_bw->Set(st.d2h_bandwidth());

@@ -64,7 +64,7 @@ int cmd_train(const Args& a) {
   JobRunner* runner_ptr = nullptr;
   const long steps = spec->steps;
   hooks.on_step = [&](const StepStats& s) {
-    ProgressEvent e{s.step, steps, s.loss, double(s.tokens) / s.step_seconds, s.step_seconds,
+    ProgressEvent e{s.step, steps, s.loss, s.tokens_per_second(), s.step_seconds,
                     s.h2d_bandwidth() / 1e9, s.d2h_bandwidth() / 1e9,
                     double(steps - s.step) * s.step_seconds, s.grad_norm, double(s.lr), s.clipped};
     progress.step(e);

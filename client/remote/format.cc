@@ -92,9 +92,11 @@ Json job_to_json(const v1::Job& job, bool with_spec) {
                          {"queue_position", job.queue_position()},
                          {"preemptions", job.preemptions()}});
   if (job.has_packing_efficiency()) j.set("packing_efficiency", job.packing_efficiency());
-  if (job.grad_norm() > 0)
-    j.set("grad_norm", job.grad_norm()), j.set("grad_clipped", job.grad_clipped()),
-        j.set("learning_rate", job.learning_rate());
+  if (job.grad_norm() > 0) {  // the last step's update, once the daemon has run one
+    j.set("grad_norm", job.grad_norm());
+    j.set("grad_clipped", job.grad_clipped());
+    j.set("learning_rate", job.learning_rate());
+  }
   if (!job.tensorboard_dir().empty()) j.set("tensorboard_dir", job.tensorboard_dir());
   if (with_spec) j.set("spec", spec_json(job.spec()));
   return j;

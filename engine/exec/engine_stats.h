@@ -39,6 +39,7 @@ struct StepStats {
   // batches this run has trained on (< 0: every slot is a real token).
   double packing_efficiency = -1;
   double stall_seconds() const { return copy_wait_seconds + optimizer_wait_seconds; }
+  double tokens_per_second() const { return step_seconds > 0 ? double(tokens) / step_seconds : 0; }
   // Link bandwidth while each copy engine was busy, bytes/s (0 when it did not copy).
   double h2d_bandwidth() const { return h2d_seconds > 0 ? double(h2d_bytes) / h2d_seconds : 0; }
   double d2h_bandwidth() const { return d2h_seconds > 0 ? double(d2h_bytes) / d2h_seconds : 0; }

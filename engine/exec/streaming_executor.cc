@@ -200,17 +200,13 @@ void StreamingExecutor::upload_batch(const Batch& batch) {
 void StreamingExecutor::upload_spans(const Batch& batch) {
   const size_t n = size_t(shape_.N()), micro_batches = batch.positions.size() / n;
   span_starts_.clear();
-  std::vector<size_t> first(micro_batches);
-  for (size_t m = 0; m < micro_batches; ++m) {
-    first[m] = span_starts_.size();
-    const auto st = document_starts(batch.positions.data() + m * n, shape_.B, shape_.T);
-    span_starts_.insert(span_starts_.end(), st.begin(), st.end());
-  }
+  span_starts_.reserve(batch.positions.size() + micro_batches);  // the most there can be: the spans point into it
   spans_.assign(micro_batches, DocumentSpans{});
   for (size_t m = 0; m < micro_batches; ++m) {
-    const size_t end = m + 1 < micro_batches ? first[m + 1] : span_starts_.size();
-    if (end > first[m])
-      spans_[m] = {span_starts_.data() + first[m], device_span_starts_ + first[m], int(end - first[m]) - 1};
+    const size_t first = span_starts_.size();
+    const auto st = document_starts(batch.positions.data() + m * n, shape_.B, shape_.T);
+    span_starts_.insert(span_starts_.end(), st.begin(), st.end());
+    if (!st.empty()) spans_[m] = {span_starts_.data() + first, device_span_starts_ + first, int(st.size()) - 1};
   }
   backend_->copy_h2d(device_span_starts_, span_starts_.data(), span_starts_.size() * sizeof(int32_t));
 }

@@ -8,6 +8,7 @@
 #include "engine/data/jsonl_examples.h"
 #include "engine/io/hf_io.h"
 #include "engine/io/tensorboard.h"
+#include "engine/base/utc_time.h"
 #include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
 #include "engine/dist/nccl_comm.h"
@@ -320,7 +321,7 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
 
 // What a step shows in TensorBoard (spec.logging.tensorboard).
 static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) {
-  const double tps = st.step_seconds > 0 ? double(st.tokens) / st.step_seconds : 0;
+  const double tps = st.tokens_per_second();
   return {{"train/loss", st.loss},
           {"train/grad_norm", st.grad_norm},
           {"train/learning_rate", double(st.lr)},
@@ -328,10 +329,6 @@ static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) 
           {"perf/model_tflops", tps * flops_per_token / 1e12},
           {"perf/h2d_gbps", st.h2d_bandwidth() / 1e9},
           {"perf/stall_seconds", st.stall_seconds()}};
-}
-
-static double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // The spec's data source; push data comes from the hook (the daemon's spool).
@@ -450,7 +447,7 @@ Result<JobResult> JobRunner::run() {
     result.steps_run += 1;
     result.final_loss = st.loss;
     if (hooks_.on_step) hooks_.on_step(st);
-    if (tb && !tb->scalars(st.step, unix_seconds(), tensorboard_scalars(st, flops_per_token)).ok()) {
+    if (tb && !tb->scalars(st.step, double(unix_ms_now()) / 1e3, tensorboard_scalars(st, flops_per_token)).ok()) {
       log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
       tb.reset();
     }

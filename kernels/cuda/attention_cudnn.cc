@@ -243,6 +243,15 @@ CudaStatus ragged_pack(Impl& im, const RowCall& c, const AttentionShape& s, cons
   return {};
 }
 
+// The three views of fused qkv rows starting at `base` (Q, K, V or dQ, dK, dV) under their uids.
+void put_qkv(std::unordered_map<int64_t, void*>& pack, const __nv_bfloat16* base, const AttentionShape& s, Uid q,
+             Uid k, Uid v) {
+  auto* b = const_cast<__nv_bfloat16*>(base);
+  pack[q] = b;
+  pack[k] = b + int64_t(s.H) * s.D;
+  pack[v] = b + int64_t(s.H + s.KVH) * s.D;
+}
+
 // Element offsets of the call's first token in qkv, out and lse (the dense call's are 0).
 ragged::RowBase row_base(const RowCall& c, const AttentionShape& s) {
   return c.row < 0 ? ragged::RowBase{0, 0, 0} : ragged::row_base(c.row, {s.T, s.H, s.KVH, s.D});
@@ -310,10 +319,8 @@ CudaStatus CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bf
   Impl& im = *impl_;
   for (const RowCall& c : row_calls(s, docs)) {
     const ragged::RowBase at = row_base(c, s);
-    auto* q = const_cast<__nv_bfloat16*>(qkv) + at.qkv;
-    std::unordered_map<int64_t, void*> pack = {
-        {kQ, q}, {kK, q + int64_t(s.H) * s.D}, {kV, q + int64_t(s.H + s.KVH) * s.D}, {kO, out + at.out},
-        {kStats, lse + at.lse}};
+    std::unordered_map<int64_t, void*> pack = {{kO, out + at.out}, {kStats, lse + at.lse}};
+    put_qkv(pack, qkv + at.qkv, s, kQ, kK, kV);
     if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, pack, stream));
     MT_CUDA_TRY(im.run("cuDNN SDPA forward", *im.plans_for(c.key).fwd, pack, stream));
   }
@@ -327,18 +334,11 @@ CudaStatus CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* do
   Impl& im = *impl_;
   for (const RowCall& c : row_calls(s, docs)) {
     const ragged::RowBase at = row_base(c, s);
-    auto* q = const_cast<__nv_bfloat16*>(qkv) + at.qkv;
-    __nv_bfloat16* dq = dqkv + at.qkv;
-    const int64_t k_at = int64_t(s.H) * s.D, v_at = int64_t(s.H + s.KVH) * s.D;
-    std::unordered_map<int64_t, void*> pack = {{kQ, q},
-                                               {kK, q + k_at},
-                                               {kV, q + v_at},
-                                               {kO, const_cast<__nv_bfloat16*>(out) + at.out},
+    std::unordered_map<int64_t, void*> pack = {{kO, const_cast<__nv_bfloat16*>(out) + at.out},
                                                {kDO, const_cast<__nv_bfloat16*>(dout) + at.out},
-                                               {kStats, const_cast<float*>(lse) + at.lse},
-                                               {kDQ, dq},
-                                               {kDK, dq + k_at},
-                                               {kDV, dq + v_at}};
+                                               {kStats, const_cast<float*>(lse) + at.lse}};
+    put_qkv(pack, qkv + at.qkv, s, kQ, kK, kV);
+    put_qkv(pack, dqkv + at.qkv, s, kDQ, kDK, kDV);
     if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, pack, stream));
     MT_CUDA_TRY(im.run("cuDNN SDPA backward", *im.plans_for(c.key).bwd, pack, stream));
   }

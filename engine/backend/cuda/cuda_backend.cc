@@ -24,7 +24,6 @@ namespace mt {
 namespace {
 bool cudnn_attention_selected() { return cuda::attention_kernel() == cuda::AttentionKernel::kCudnn; }
 
-
 class CudaEvent final : public Event {
  public:
   CudaEvent(cudaEvent_t e, int device, CudaErrors* errors) : e_(e), device_(device), errors_(errors) {}
@@ -369,8 +368,8 @@ uint64_t cuda_device_memory() {
 }
 
 uint64_t cuda_attention_workspace_bytes(uint64_t tokens, int heads, int kv_heads, int head_dim) {
-  if (!cudnn_attention_selected() || !cuda::cudnn_built()) return 0;
-  return cuda::cudnn_attention_workspace_bytes(tokens, heads, kv_heads, head_dim);
+  // 0 from the stub too: a build without cuDNN reserves nothing.
+  return cudnn_attention_selected() ? cuda::cudnn_attention_workspace_bytes(tokens, heads, kv_heads, head_dim) : 0;
 }
 
 std::string cuda_attention_warning() {

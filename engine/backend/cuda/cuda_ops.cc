@@ -53,8 +53,9 @@ void* CudaOpContext::temp(size_t bytes) {
 
 cuda::CudnnAttention* CudaOpContext::cudnn_for(const cuda::AttentionShape& s, const Documents& docs) {
   if (!cudnn_) return nullptr;
-  std::string why = "packed documents without their spans";
-  if ((!docs.pos || docs.spans) && cudnn_->supports(s, docs.pos ? docs.spans : nullptr, &why)) return cudnn_;
+  std::string why;  // only a refusal writes it: nothing is allocated per accepted call
+  if (docs.pos && !docs.spans) why = "packed documents without their spans";
+  else if (cudnn_->supports(s, docs.pos ? docs.spans : nullptr, &why)) return cudnn_;
   if (!warned_) {
     warned_ = true;
     std::fprintf(stderr, "megatrain: warning: attention B=%d T=%d H=%d KVH=%d D=%d runs on our own kernel: %s\n", s.B,

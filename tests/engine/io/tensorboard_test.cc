@@ -36,6 +36,15 @@ void log_steps(TensorBoardWriter& w, long from, long to) {
     ASSERT_TRUE(w.scalars(s, 1e9 + double(s), {{"train/loss", 1.0 / double(s)}, {"train/grad_norm", 0.5}}).ok());
 }
 
+// A fresh file in `dir` with steps 1..last, closed as a killed run leaves it; its path.
+std::string run_logging(const std::string& dir, long last) {
+  auto w = TensorBoardWriter::open(dir, 0);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  if (!w.ok()) return dir + "/" + kTensorBoardFile;
+  log_steps(**w, 1, last);
+  return (*w)->path();
+}
+
 TEST(TensorBoard, Crc32cIsCastagnoli) {
   EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);  // the standard check value
   EXPECT_EQ(crc32c("", 0), 0u);
@@ -81,13 +90,7 @@ TEST(TensorBoard, ScalarsReadBack) {
 
 TEST(TensorBoard, ATornLastRecordIsDroppedOnReopen) {
   const std::string dir = fresh("torn");
-  std::string path;
-  {
-    auto w = TensorBoardWriter::open(dir, 0);
-    ASSERT_TRUE(w.ok());
-    log_steps(**w, 1, 3);
-    path = (*w)->path();
-  }
+  const std::string path = run_logging(dir, 3);
   const auto whole = fs::file_size(path);
   for (uint64_t cut : {uint64_t(1), uint64_t(5), uint64_t(14)}) {  // inside the CRC, the data, the header
     fs::resize_file(path, whole - cut);
@@ -106,13 +109,7 @@ TEST(TensorBoard, ATornLastRecordIsDroppedOnReopen) {
 
 TEST(TensorBoard, AResumedRunReplacesTheStepsAfterItsCheckpoint) {
   const std::string dir = fresh("resume");
-  std::string path;
-  {
-    auto w = TensorBoardWriter::open(dir, 0);
-    ASSERT_TRUE(w.ok());
-    log_steps(**w, 1, 5);  // killed after step 5; its last checkpoint was at step 3
-    path = (*w)->path();
-  }
+  const std::string path = run_logging(dir, 5);  // killed after step 5; its last checkpoint was at step 3
   {
     auto w = TensorBoardWriter::open(dir, 3);
     ASSERT_TRUE(w.ok());
@@ -124,13 +121,7 @@ TEST(TensorBoard, AResumedRunReplacesTheStepsAfterItsCheckpoint) {
 
 TEST(TensorBoard, ACorruptRecordEndsWhatIsKept) {
   const std::string dir = fresh("corrupt");
-  std::string path;
-  {
-    auto w = TensorBoardWriter::open(dir, 0);
-    ASSERT_TRUE(w.ok());
-    log_steps(**w, 1, 3);
-    path = (*w)->path();
-  }
+  const std::string path = run_logging(dir, 3);
   auto f = read_tensorboard_file(path);
   ASSERT_TRUE(f.ok());
   {  // flip a byte inside step 2's data
