@@ -45,7 +45,7 @@ int cmd_eval(const Args& a) {
   for (uint64_t i = 0; i < n; i += 16) {
     const int g = int(std::min<uint64_t>(16, n - i));
     if (Status s = (*src)->next_batch(g, opt.seq_len, b); !s.ok()) return fail(kJobFailed, s.message());
-    auto loss = (*ex)->evaluate(b);
+    auto loss = (*ex)->mean_loss(b);
     if (!loss.ok()) return fail(kJobFailed, loss.status().message());
     loss_sum += *loss * double(b.counted_targets());
   }

@@ -58,6 +58,9 @@ class DataParallelExecutor final : public Executor {
   HostStore& store() override { return replicas_[0]->store(); }
   long steps_done() const override { return replicas_[0]->steps_done(); }
   void set_steps_done(long steps) override;
+  // On device 0 alone, once every device's step has run: the weights are the one store's.
+  Result<EvalStats> evaluate(const Batch& batch) override { return replicas_[0]->evaluate(batch); }
+  int eval_batch_rows() const override { return replicas_[0]->eval_batch_rows(); }
 
   int devices() const { return int(replicas_.size()); }
   StreamingExecutor& replica(int d) { return *replicas_[size_t(d)]; }

@@ -45,6 +45,23 @@ struct StepStats {
   double d2h_bandwidth() const { return d2h_seconds > 0 ? double(d2h_bytes) / d2h_seconds : 0; }
 };
 
+// A forward-only pass over held-out sequences (Executor::evaluate): no gradient, no update.
+struct EvalStats {
+  double loss_sum = 0;   // over the counted targets, summed per micro-batch in order
+  long counted = 0;      // targets that count (>= 0)
+  long tokens = 0;       // input slots evaluated (padding rows included)
+  double seconds = 0;    // streaming: on the compute stream's clock; resident: wall time
+  uint64_t h2d_bytes = 0;  // weights and tokens the pass moved to the device
+  double loss() const { return counted > 0 ? loss_sum / double(counted) : 0.0; }
+  void add(const EvalStats& o) {
+    loss_sum += o.loss_sum;
+    counted += o.counted;
+    tokens += o.tokens;
+    seconds += o.seconds;
+    h2d_bytes += o.h2d_bytes;
+  }
+};
+
 struct EngineTotals {
   long steps = 0;
   uint64_t tokens = 0, h2d_bytes = 0, d2h_bytes = 0;

@@ -60,6 +60,16 @@ Status check_step_batch(const Batch& batch, const TrainOptions& o, int vocab) {
   return validate_batch(batch, vocab);
 }
 
+Status check_eval_batch(const Batch& batch, const TrainOptions& o, int max_rows, int vocab) {
+  if (batch.seq_len != o.seq_len || batch.num_seqs < o.micro_batch || batch.num_seqs > max_rows ||
+      batch.num_seqs % o.micro_batch != 0)
+    return invalid_argument("evaluation batch of " + std::to_string(batch.num_seqs) + "x" +
+                            std::to_string(batch.seq_len) + " sequences: it needs seq_len " + std::to_string(o.seq_len) +
+                            " and a multiple of micro_batch " + std::to_string(o.micro_batch) + " rows, at most " +
+                            std::to_string(max_rows));
+  return validate_batch(batch, vocab);
+}
+
 Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab, long steps_done) {
   MT_RETURN_IF_ERROR(check_step_batch(batch, o, vocab));
   return step_stats_for(batch, o, steps_done);
@@ -90,6 +100,12 @@ Status check_step_loss(long step, double loss) {
   if (std::isfinite(loss)) return Status::Ok();
   return failed_precondition("step " + std::to_string(step) + ": the loss is not finite (" + number_text(loss) +
                              "); the update was not applied");
+}
+
+Status check_eval_loss(const EvalStats& e) {
+  if (std::isfinite(e.loss_sum)) return Status::Ok();
+  return failed_precondition("the evaluation loss is not finite (" + number_text(e.loss_sum) +
+                             "): the model's weights hold non-finite values, or its activations overflow");
 }
 
 Status check_grad_norm(long step, double norm, const std::vector<double>& unit_sumsq,

@@ -59,10 +59,16 @@ Result<StepStats> open_step(const Batch& batch, const TrainOptions& o, int vocab
 // open_step without the check, for a batch its caller has already checked (a shard of one).
 StepStats step_stats_for(const Batch& batch, const TrainOptions& o, long steps_done);
 
+// A held-out batch an executor can evaluate at once: seq_len tokens per row, a whole number of
+// micro-batches, at most `max_rows` rows (Executor::eval_batch_rows()), tokens in the vocabulary.
+Status check_eval_batch(const Batch& batch, const TrainOptions& o, int max_rows, int vocab);
+
 // Non-finite numbers fail the step before its update is applied, so the weights (and the last
 // checkpoint) stay as they were. The reasons name the step, the quantity and, for a gradient,
 // the first unit whose gradient is not finite.
 Status check_step_loss(long step, double loss);
+// An evaluation whose loss is not finite (the weights hold non-finite values, or overflow).
+Status check_eval_loss(const EvalStats& e);
 // unit_sumsq: each unit's sum of squared gradients, in unit order.
 Status check_grad_norm(long step, double norm, const std::vector<double>& unit_sumsq,
                        const std::vector<ParamSchema>& units);
@@ -77,6 +83,12 @@ class Executor {
   virtual HostStore& store() = 0;
   virtual long steps_done() const = 0;
   virtual void set_steps_done(long steps) = 0;  // after loading a checkpoint
+  // Held-out evaluation between steps: the current weights (after every update so far) on a
+  // batch of sequences, forward only, in micro-batches of TrainOptions::micro_batch, with the
+  // step's own buffers (so it needs no memory the step does not). The batch passes
+  // check_eval_batch with eval_batch_rows(); a non-finite loss fails it.
+  virtual Result<EvalStats> evaluate(const Batch& batch) = 0;
+  virtual int eval_batch_rows() const = 0;
 };
 
 // Initialises every unit's master weights from `seed` (and clears the optimizer state).

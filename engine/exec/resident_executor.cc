@@ -166,7 +166,37 @@ Result<double> ResidentExecutor::clip_and_update(long step, float lr, StepStats&
 }
 
 template <typename T>
-Result<double> ResidentExecutor::evaluate_in(const Batch& batch) {
+Result<EvalStats> ResidentExecutor::evaluate_in(const Batch& batch) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LayerShape s{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_.data(), opt_.head_chunk, opt_.token_chunk};
+  Workspace& ws = devices_[0].workspace;  // sized for this shape's training pass, a superset
+  ModelPassArgs<T> a;
+  a.weights = weights<T>();
+  a.recompute = opt_.recompute;
+  const size_t mb_tokens = size_t(s.N());
+  EvalStats e;
+  for (int mb = 0; mb < batch.num_seqs / opt_.micro_batch; ++mb) {
+    a.inputs = batch.inputs.data() + size_t(mb) * mb_tokens;
+    a.targets = batch.targets.data() + size_t(mb) * mb_tokens;
+    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + size_t(mb) * mb_tokens;
+    MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, ws.data(), ws.bytes()));
+    e.loss_sum += r.loss_sum;
+    e.counted += r.counted;
+  }
+  e.tokens = long(batch.inputs.size());
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return e;
+}
+
+Result<EvalStats> ResidentExecutor::evaluate(const Batch& batch) {
+  MT_RETURN_IF_ERROR(check_eval_batch(batch, opt_, eval_batch_rows(), cfg_.vocab_size));
+  MT_ASSIGN_OR_RETURN(EvalStats e, opt_.precision == Precision::kBf16 ? evaluate_in<bf16>(batch) : evaluate_in<float>(batch));
+  MT_RETURN_IF_ERROR(check_eval_loss(e));
+  return e;
+}
+
+template <typename T>
+Result<double> ResidentExecutor::mean_loss_in(const Batch& batch) {
   LayerShape s{&cfg_, 1, batch.seq_len, inv_freq_.data(), opt_.head_chunk, opt_.token_chunk};
   Workspace ws(model_pass_workspace_bytes<T>(s, false));
   ModelPassArgs<T> a;
@@ -189,9 +219,9 @@ Result<double> ResidentExecutor::evaluate_in(const Batch& batch) {
   return loss;
 }
 
-Result<double> ResidentExecutor::evaluate(const Batch& batch) {
+Result<double> ResidentExecutor::mean_loss(const Batch& batch) {
   MT_RETURN_IF_ERROR(validate_batch(batch, cfg_.vocab_size));
-  return opt_.precision == Precision::kBf16 ? evaluate_in<bf16>(batch) : evaluate_in<float>(batch);
+  return opt_.precision == Precision::kBf16 ? mean_loss_in<bf16>(batch) : mean_loss_in<float>(batch);
 }
 
 }  // namespace mt

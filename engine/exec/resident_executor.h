@@ -43,8 +43,11 @@ class ResidentExecutor final : public Executor {
   // Host bytes of the run: the one store, and every device's gradient buffers and workspace.
   uint64_t host_bytes() const;
 
-  // Mean loss of the current weights on a batch, without training (forward only).
-  Result<double> evaluate(const Batch& batch);
+  // Held-out batches in micro-batches of micro_batch rows (Executor::evaluate).
+  Result<EvalStats> evaluate(const Batch& batch) override;
+  int eval_batch_rows() const override { return opt_.global_batch; }
+  // Mean loss of the current weights on any number of sequences, one at a time (forward only).
+  Result<double> mean_loss(const Batch& batch);
 
  private:
   // One device of devices: N: where its gradients accumulate, its workspace, and its
@@ -67,7 +70,9 @@ class ResidentExecutor final : public Executor {
   // The devices' gradients into the store's, in device order, and a tied embedding's two shares.
   void reduce_devices();
   template <typename T>
-  Result<double> evaluate_in(const Batch& batch);
+  Result<double> mean_loss_in(const Batch& batch);
+  template <typename T>
+  Result<EvalStats> evaluate_in(const Batch& batch);
   // Each unit's weights in the compute dtype: the fp32 masters, or their bf16 shadows.
   template <typename T>
   std::vector<const T*> weights() const;

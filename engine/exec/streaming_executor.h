@@ -71,6 +71,11 @@ class StreamingExecutor final : public Executor {
   // After a step: its micro-batches' loss sums, in order.
   std::vector<double> micro_batch_loss_sums() const;
   Status sync() override;
+  // Held-out evaluation between steps (streaming_eval.cc): forward only, layer-major, in the
+  // step's own device buffers, so the device peak stays the plan. The leader (or a lone
+  // executor) only.
+  Result<EvalStats> evaluate(const Batch& batch) override;
+  int eval_batch_rows() const override { return opt_.global_batch; }
   HostStore& store() override { return *store_; }
   Backend& backend() { return *backend_; }
   long steps_done() const override { return steps_; }
@@ -94,6 +99,9 @@ class StreamingExecutor final : public Executor {
   // The step's loss sum, read once the head's totals have reached the host (in micro-batch
   // order, as the resident executor sums).
   double read_loss_sum();
+  // The evaluation's forward over `count` micro-batches: its loss totals go to host_loss_.
+  template <typename T>
+  Status eval_uses(int count, const EmbeddingRows& rows);
   void drain();  // waits until every stream has run what was enqueued
   void upload_batch(const Batch& batch);
   void upload_spans(const Batch& batch);

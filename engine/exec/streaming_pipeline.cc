@@ -1,5 +1,6 @@
 #include "engine/exec/streaming_pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -126,21 +127,37 @@ void StreamingPipeline::uploader_loop() {
       if (stop_) return;
       EventPtr free = u.prev_of_slot < 0 ? prev_step_done_ : released_[size_t(u.prev_of_slot)];
       l.unlock();
-      if (free) backend_.stream_wait(StreamKind::kH2D, free);
-      if (u.rows_only) {
-        upload_embedding_rows(slots_[size_t(u.slot)], *rows);
-      } else {
-        const void* src = staging_.upload_staging ? convert_for_upload(u.slot, size_t(u.unit)) : weights_of(size_t(u.unit));
-        backend_.copy_h2d(slots_[size_t(u.slot)], src, units_[size_t(u.unit)].numel * elem_bytes());
-      }
-      EventPtr e = backend_.record(StreamKind::kH2D);
-      if (staging_.upload_staging && !u.rows_only) staged_[size_t(u.slot)] = e;
+      EventPtr e = issue_upload(u.slot, size_t(u.unit), u.rows_only ? rows.get() : nullptr, free);
       l.lock();
       ready_[i] = e;
       cv_.notify_all();
     }
     uploaded_step_ = s;
   }
+}
+
+EventPtr StreamingPipeline::issue_upload(int slot, size_t unit, const std::vector<int32_t>* rows, const EventPtr& after) {
+  if (after) backend_.stream_wait(StreamKind::kH2D, after);
+  if (rows) {
+    upload_embedding_rows(slots_[size_t(slot)], *rows);
+  } else {
+    const void* src = staging_.upload_staging ? convert_for_upload(slot, unit) : weights_of(unit);
+    backend_.copy_h2d(slots_[size_t(slot)], src, units_[unit].numel * elem_bytes());
+  }
+  EventPtr e = backend_.record(StreamKind::kH2D);
+  if (staging_.upload_staging && !rows) staged_[size_t(slot)] = e;
+  return e;
+}
+
+Result<EventPtr> StreamingPipeline::upload_between_steps(int slot, int unit, const std::vector<int32_t>* rows,
+                                                         const EventPtr& after) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const bool idle = uploaded_step_ == step_ && std::all_of(updated_.begin(), updated_.end(), [&](long s) { return s >= step_; });
+    if (!idle && !leader_)
+      return failed_precondition("an upload between steps while step " + std::to_string(step_) + " is in flight");
+  }
+  return issue_upload(slot, size_t(unit), rows, after);
 }
 
 const void* StreamingPipeline::convert_for_upload(int slot, size_t unit) {

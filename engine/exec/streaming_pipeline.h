@@ -125,6 +125,12 @@ class StreamingPipeline {
   // has landed and the norm is summed (before the updates it scales), or the step's update is
   // refused — then NaN. A follower asks its leader, whose optimizer saw the gradients.
   double grad_norm_of(long step);
+  // A pass outside the step schedule (held-out evaluation), between steps: after sync(), before
+  // the next begin_step, while the uploader is idle. Copies the unit's current weights (with
+  // `rows`, only those rows of the embedding, packed) into `slot` once `after` has run (the
+  // slot's last reader); returns the copy's event. The caller's pass must have finished on the
+  // device before the next step begins: that step's uploads refill the slots without waiting.
+  Result<EventPtr> upload_between_steps(int slot, int unit, const std::vector<int32_t>* rows, const EventPtr& after);
 
  private:
   void uploader_loop();
@@ -142,6 +148,8 @@ class StreamingPipeline {
   void update_unit(size_t u, long step, float lr, float clip);
   void skip_updates(long step);              // marks every unit done at `step` without updating
   bool refuse_if(const Status& why);         // records `why` (if not ok): true when updates are refused
+  // One upload into `slot` on the H2D stream, after `after`: the unit, or `rows` of the embedding.
+  EventPtr issue_upload(int slot, size_t unit, const std::vector<int32_t>* rows, const EventPtr& after);
   void upload_embedding_rows(void* slot, const std::vector<int32_t>& rows);
   size_t elem_bytes() const;                  // of one uploaded weight
   const void* weights_of(size_t unit) const;  // what a unit's upload copies

@@ -109,7 +109,7 @@ TEST(NonFinite, EvaluateRefusesANonFiniteLoss) {
   (*ex)->store().unit(1).master[0] = kNaN;
   Batch b;
   ASSERT_TRUE(make_synthetic_source({5, cfg.vocab_size, 32, 3}).value()->next_batch(2, 16, b).ok());
-  auto loss = (*ex)->evaluate(b);
+  auto loss = (*ex)->mean_loss(b);
   ASSERT_FALSE(loss.ok());
   EXPECT_NE(loss.status().message().find("not finite"), std::string::npos) << loss.status().message();
 }

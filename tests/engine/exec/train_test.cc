@@ -34,7 +34,7 @@ TEST(TrainTiny, ReachesSyntheticEntropyFloor) {
   }
   // Held-out evaluation on fresh sequences.
   ASSERT_TRUE((*src)->next_batch(64, opt.seq_len, b).ok());
-  auto eval = (*ex)->evaluate(b);
+  auto eval = (*ex)->mean_loss(b);
   ASSERT_TRUE(eval.ok());
   EXPECT_GT(first, 5.0);  // ~ln(256) at init
   EXPECT_LT(*eval, floor + 0.1) << "floor " << floor << " last train loss " << last;

@@ -43,7 +43,7 @@ double first_loss(const ModelConfig& cfg) {
   EXPECT_TRUE(src.ok());
   Batch b;
   EXPECT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
-  auto loss = (*e)->evaluate(b);
+  auto loss = (*e)->mean_loss(b);
   EXPECT_TRUE(loss.ok()) << loss.status().to_string();
   return loss.ok() ? *loss : 0;
 }
