@@ -175,6 +175,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
     p.host_by_kind.push_back(
         {"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, compute_elem_bytes(o.precision),
                                 uint64_t(po.devices))});
+  if (po.eval_set_bytes) p.host_by_kind.push_back({"eval_set", po.eval_set_bytes});
   p.host_bytes = sum(p.host_by_kind);
   p.device_bytes = sum(p.device_by_kind);
   p.arena_bytes = p.device_bytes - po.backend_bytes;

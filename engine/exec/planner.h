@@ -48,6 +48,9 @@ struct PlanOptions {
   // state of its own units only (optimizer_shards.h): host bytes are the largest node's.
   int processes = 1;
   bool shard_optimizer = false;
+  // Host bytes of a job's held-out set (engine/job/held_out.h), read once and kept for its
+  // evaluations, which run in the step's own device buffers (no device bytes of their own).
+  uint64_t eval_set_bytes = 0;
 };
 
 struct MemoryPlan {
@@ -57,7 +60,7 @@ struct MemoryPlan {
   int devices = 1;  // device_bytes and device_by_kind are per device; host bytes for all of them
   int processes = 1;             // host bytes are per process (node)
   bool shard_optimizer = false;  // and, sharded, the largest process's
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, node_grad_staging, checkpoints
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, node_grad_staging, checkpoints, eval_set
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
   std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, attention_state, chunk_workspace[, backend]

@@ -74,6 +74,12 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
   j.set("data_source", s.data_source);
   j.set("last_loss", s.last_loss);
   j.set("total_steps", int64_t(s.total_steps));
+  if (s.eval_step > 0) {  // absent without evaluation, as before the fields existed
+    j.set("eval_step", int64_t(s.eval_step));
+    j.set("eval_loss", s.eval_loss);
+    j.set("best_eval_step", int64_t(s.best_eval_step));
+    j.set("best_eval_loss", s.best_eval_loss);
+  }
   j.set("memory_layout", memory_layout_name(store.layout()));
   return j.dump(2) + "\n";
 }
@@ -101,6 +107,16 @@ Result<TrainerState> state_from_json(const std::string& path) {
   if (const Json* l = j->find("last_loss"))
     s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();
   if (const Json* t = j->find("total_steps"); t && t->is_integer()) s.total_steps = long(t->as_int());
+  auto step_of = [&](const char* key, long& out) {
+    if (const Json* v = j->find(key); v && v->is_integer() && v->as_int() >= 0) out = long(v->as_int());
+  };
+  auto loss_of = [&](const char* key, double& out) {
+    if (const Json* v = j->find(key); v && v->is_number()) out = v->as_double();
+  };
+  step_of("eval_step", s.eval_step);
+  loss_of("eval_loss", s.eval_loss);
+  step_of("best_eval_step", s.best_eval_step);
+  loss_of("best_eval_loss", s.best_eval_loss);
   return s;
 }
 
@@ -204,8 +220,9 @@ Status write_latest(const std::string& root, const std::string& name) {
   return fsync_dir(root);
 }
 
-// Keeps the `keep` newest step directories (keep <= 0 keeps all) and always `current`.
-void prune(const std::string& root, int keep, const std::string& current) {
+// Keeps the `keep` newest step directories (keep <= 0 keeps all), always `current`, and the
+// checkpoint of step `also_keep` (> 0) besides those.
+void prune(const std::string& root, int keep, const std::string& current, long also_keep) {
   if (keep <= 0) return;
   std::vector<std::pair<long, std::string>> steps;
   std::error_code ec;
@@ -216,7 +233,7 @@ void prune(const std::string& root, int keep, const std::string& current) {
   std::sort(steps.rbegin(), steps.rend());
   int kept = 1;  // `current`
   for (const auto& [s, n] : steps) {
-    if (n == current) continue;
+    if (n == current || (also_keep > 0 && s == also_keep)) continue;
     if (kept < keep) ++kept;
     else fs::remove_all(join(root, n), ec);
   }
@@ -276,7 +293,7 @@ Status write_optimizer_shard(const std::string& root, long step, const ModelConf
 namespace {
 // Writes the rest of the checkpoint begun in its temp directory and publishes it.
 Result<std::string> finish_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                      const TrainerState& state, int keep, int ranks) {
+                                      const TrainerState& state, int keep, int ranks, long also_keep) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
   std::error_code ec;
@@ -290,22 +307,22 @@ Result<std::string> finish_checkpoint(const std::string& root, const ModelConfig
   }
   MT_RETURN_IF_ERROR(fsync_dir(root).with_context("saving checkpoint " + name));
   MT_RETURN_IF_ERROR(write_latest(root, name).with_context("saving checkpoint " + name));
-  prune(root, keep, name);
+  prune(root, keep, name, also_keep);
   return final_dir;
 }
 }  // namespace
 
 Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                    const TrainerState& state, int keep) {
+                                    const TrainerState& state, int keep, long also_keep) {
   MT_RETURN_IF_ERROR(check_store_matches(cfg, build_param_schemas(cfg), store));
   MT_RETURN_IF_ERROR(begin_checkpoint(root, state.step));
-  return finish_checkpoint(root, cfg, store, state, keep, 0);
+  return finish_checkpoint(root, cfg, store, state, keep, 0, also_keep);
 }
 
 Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                              const TrainerState& state, int keep, int ranks) {
+                                              const TrainerState& state, int keep, int ranks, long also_keep) {
   if (ranks < 1) return invalid_argument("a sharded checkpoint of " + std::to_string(ranks) + " processes");
-  return finish_checkpoint(root, cfg, store, state, keep, ranks);
+  return finish_checkpoint(root, cfg, store, state, keep, ranks, also_keep);
 }
 
 bool is_training_checkpoint(const std::string& path) {
@@ -331,6 +348,7 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return out;
   const auto latest = read_latest(root);
+  long best_step = 0;  // as the latest checkpoint records it
   fs::directory_iterator it(root, ec);
   if (ec) return data_loss("cannot list the checkpoints in '" + root + "': " + ec.message());
   for (const auto& e : it) {
@@ -341,6 +359,9 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
     auto state = state_from_json(join(e.path().string(), "trainer_state.json"));
     if (!state.ok()) continue;
     CheckpointInfo c{step, state->last_loss, 0, 0, e.path().string(), latest.ok() && *latest == name};
+    c.evaluated = state->eval_step == step;
+    c.eval_loss = c.evaluated ? state->eval_loss : 0;
+    if (c.latest) best_step = state->best_eval_step;
     c.size_bytes = tree_bytes(e.path());
     const auto mtime = fs::last_write_time(e.path() / "trainer_state.json", eec);
     if (!eec)
@@ -349,6 +370,7 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
     out.push_back(std::move(c));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  for (CheckpointInfo& c : out) c.best = best_step > 0 && c.step == best_step;
   return out;
 }
 

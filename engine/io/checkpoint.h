@@ -21,11 +21,18 @@ struct TrainerState {
   std::string data_source;    // DataSource::describe(), informational
   double last_loss = 0;
   long total_steps = 0;       // the job's `steps` (the LR schedule's span); 0: unknown (older checkpoint)
+  // Held-out evaluation (engine/job/held_out.h), 0 steps when none ran: the latest evaluation
+  // (at `step` itself when it evaluated there) and the lowest held-out loss so far.
+  long eval_step = 0;
+  double eval_loss = 0;
+  long best_eval_step = 0;
+  double best_eval_loss = 0;
 };
 
-// Writes a checkpoint of `store` under root and prunes to `keep`. Returns its directory.
+// Writes a checkpoint of `store` under root and prunes to `keep` newest, besides the checkpoint
+// of step `also_keep` (checkpoint.keep_best: the best held-out loss; 0: none). Returns its directory.
 Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                    const TrainerState& state, int keep);
+                                    const TrainerState& state, int keep, long also_keep = 0);
 
 // The optimizer sharded over processes (optimizer_shards.h): no process holds all the Adam state,
 // so each writes its own units' as optimizer-RRRRR-of-NNNNN.safetensors (1-based, as Hugging Face
@@ -38,7 +45,7 @@ Status begin_checkpoint(const std::string& root, long step);
 Status write_optimizer_shard(const std::string& root, long step, const ModelConfig& cfg, const HostStore& store,
                              int rank, int ranks);
 Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                              const TrainerState& state, int keep, int ranks);
+                                              const TrainerState& state, int keep, int ranks, long also_keep = 0);
 void discard_checkpoint(const std::string& root, long step);
 // Removes what a process killed while writing checkpoints left under `root`: every temp directory
 // (ROOT/.tmp-step-*, of any step: a pause or preemption checkpoints off the `every` grid) and a
@@ -64,6 +71,9 @@ struct CheckpointInfo {
   int64_t unix_ms = 0;      // when it was written: trainer_state.json's mtime
   std::string dir;
   bool latest = false;      // the one `latest` names
+  bool evaluated = false;   // a held-out evaluation ran at its step: eval_loss is its loss
+  double eval_loss = 0;
+  bool best = false;        // the lowest held-out loss so far, as the latest checkpoint records it
 };
 // The complete checkpoints under `root`, steps ascending; none when root does not exist. A
 // checkpoint being written (a temp directory) or one without a readable trainer_state.json is

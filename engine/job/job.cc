@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <numeric>
+#include <optional>
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/data/example_set.h"
@@ -64,6 +65,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   p.devices = spec.devices;
   p.processes = processes;
   p.shard_optimizer = spec.shard_optimizer;
+  p.eval_set_bytes = HeldOutSet::host_bytes(spec);
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
     p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(cfg.hidden_size));
@@ -143,8 +145,12 @@ Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
 }
 }  // namespace
 
+Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab) {
+  return documents_of(open_source(data, vocab), data, vocab);
+}
+
 Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab) {
-  return documents_of(open_source(spec.data, vocab), spec.data, vocab);
+  return make_data_source(spec.data, vocab);
 }
 
 namespace {
@@ -276,14 +282,15 @@ static Status agree(Communicator& comm, const Status& mine, const std::string& w
 // The sharded optimizer's checkpoint (checkpoint.h): rank 0 begins it, every process writes its
 // optimizer shard, and rank 0 publishes it once all have; any failure discards it everywhere.
 static Result<std::string> save_sharded_checkpoint(Communicator& comm, const std::string& root, const ModelConfig& cfg,
-                                                   const HostStore& store, const TrainerState& state, int keep) {
+                                                   const HostStore& store, const TrainerState& state, int keep,
+                                                   long also_keep) {
   const bool lead = comm.rank() == 0;
   MT_RETURN_IF_ERROR(agree(comm, lead ? begin_checkpoint(root, state.step) : Status::Ok(), "beginning a checkpoint"));
   Status s = agree(comm, write_optimizer_shard(root, state.step, cfg, store, comm.rank(), comm.size()),
                    "writing the optimizer shards");
   Result<std::string> dir = checkpoint_step_dir(root, state.step);
   if (s.ok() && lead)
-    dir = finish_sharded_checkpoint(root, cfg, store, state, keep, comm.size());
+    dir = finish_sharded_checkpoint(root, cfg, store, state, keep, comm.size(), also_keep);
   if (s.ok()) s = agree(comm, dir.status(), "publishing a checkpoint");
   if (!s.ok() && lead) discard_checkpoint(root, state.step);
   MT_RETURN_IF_ERROR(s);
@@ -347,6 +354,13 @@ Result<JobResult> JobRunner::run() {
   const bool sharded = nodes.weights != nullptr;
   const bool writes_checkpoints = nodes.comms().rank() == 0 || sharded;
   MT_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(spec_, hooks_, cfg.vocab_size));
+  std::optional<HeldOutSet> held_out;  // read once, before the first step
+  if (spec_.eval.enabled) {
+    MT_ASSIGN_OR_RETURN(held_out, HeldOutSet::open(spec_, cfg.vocab_size, ex->eval_batch_rows()));
+    log(LogLevel::kInfo, "eval: " + held_out->describe() + ", " +
+                             (spec_.eval.every > 0 ? "every " + std::to_string(spec_.eval.every) + " steps and " : "") +
+                             "at the end");
+  }
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   if (nodes.comms().rank() == 0)  // the one process that begins checkpoints, before its first
     for (const std::string& stale : remove_stale_checkpoint_temps(ckpt_root))
@@ -354,6 +368,7 @@ Result<JobResult> JobRunner::run() {
   std::string resumed;  // the checkpoint this run resumes from, if any
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex, resumed));
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
+  if (resumed.empty()) state.eval_step = state.best_eval_step = 0;  // init.from another job: its evaluations are not ours
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
   if (cfg.pad_token_id >= 0)
@@ -399,17 +414,39 @@ Result<JobResult> JobRunner::run() {
   auto checkpoint = [&]() -> Status {
     if (state.step != saved_step) {
       MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
+      const long best = spec_.checkpoint.keep_best ? state.best_eval_step : 0;  // kept besides the last `keep`
       if (writes_checkpoints) {
         MT_ASSIGN_OR_RETURN(result.checkpoint,
                             sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), state,
-                                                              spec_.checkpoint.keep)
-                                    : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep));
+                                                              spec_.checkpoint.keep, best)
+                                    : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep, best));
         log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
       }
       if (tb) (void)tb->sync();  // the curves on disk as far as the checkpoint
       saved_step = state.step;
     }
     if (hooks_.on_checkpoint) hooks_.on_checkpoint(result.checkpoint, state.step);
+    return Status::Ok();
+  };
+  // The held-out loss of the weights after state.step steps; with keep_best, a new best is
+  // checkpointed at once (and kept).
+  auto evaluate = [&]() -> Status {
+    MT_ASSIGN_OR_RETURN(EvalStats e, held_out->evaluate(*ex));
+    const EvalReport r{state.step, e.loss(), e.counted, e.seconds,
+                       state.best_eval_step == 0 || e.loss() < state.best_eval_loss};
+    state.eval_step = r.step;
+    state.eval_loss = r.loss;
+    if (r.best) state.best_eval_step = r.step, state.best_eval_loss = r.loss;
+    log(LogLevel::kInfo, "eval step " + std::to_string(r.step) + " loss " + std::to_string(r.loss) +
+                             (r.best ? " (best)" : " (best " + std::to_string(state.best_eval_loss) + " at step " +
+                                                       std::to_string(state.best_eval_step) + ")") +
+                             ", " + std::to_string(r.counted) + " targets in " + std::to_string(r.seconds) + " s");
+    if (hooks_.on_eval) hooks_.on_eval(r);
+    if (tb && !tb->scalars(r.step, double(unix_ms_now()) / 1e3, {{"eval/loss", r.loss}}).ok()) {
+      log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
+      tb.reset();
+    }
+    if (r.best && spec_.checkpoint.keep_best) MT_RETURN_IF_ERROR(checkpoint());
     return Status::Ok();
   };
   Batch batch;
@@ -451,10 +488,19 @@ Result<JobResult> JobRunner::run() {
       log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
       tb.reset();
     }
-    const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0;
+    if (held_out && spec_.eval.every > 0 && state.step % spec_.eval.every == 0) MT_RETURN_IF_ERROR(evaluate());
+    // Not again when the evaluation just checkpointed this step (keep_best).
+    const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0 && state.step != saved_step;
     if ((periodic && state.step < spec_.steps) || checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
   }
+  // The end of training (not a cancel, pause or yield): the last weights evaluated, once.
+  if (held_out && result.steps_run > 0 && !result.cancelled && !result.starved && state.eval_step != state.step)
+    MT_RETURN_IF_ERROR(evaluate());
   MT_RETURN_IF_ERROR(checkpoint());  // final (or on cancel, or starved); none when nothing new
+  result.eval_step = state.eval_step;
+  result.eval_loss = state.eval_loss;
+  result.best_eval_step = state.best_eval_step;
+  result.best_eval_loss = state.best_eval_loss;
   result.steps_done = state.step;
   result.packing_efficiency = data->packing_efficiency();
   if (result.packing_efficiency >= 0)

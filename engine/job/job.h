@@ -12,6 +12,7 @@
 #include "engine/data/data_source.h"
 #include "engine/exec/engine_stats.h"
 #include "engine/exec/planner.h"
+#include "engine/job/held_out.h"
 #include "engine/job/job_spec.h"
 
 namespace mt {
@@ -20,6 +21,7 @@ enum class LogLevel { kDebug, kInfo, kWarning, kError };
 
 struct JobHooks {
   std::function<void(const StepStats&)> on_step;
+  std::function<void(const EvalReport&)> on_eval;  // spec.eval: each held-out evaluation
   std::function<void(LogLevel, const std::string&)> on_log;
   std::function<void(const std::string& checkpoint_dir, long step)> on_checkpoint;
   // Supplies the data source for `data.source: push` (the daemon's spool); other sources are
@@ -44,6 +46,10 @@ struct JobResult {
   bool starved = false;          // stopped for want of data (hooks.yield_when_starved)
   bool data_exhausted = false;   // stopped at the end of data.epochs, before `steps`
   double packing_efficiency = -1;  // real tokens / slots this run trained on (< 0: not a packing source)
+  // spec.eval: the latest held-out evaluation and the best so far (steps 0: none), as the
+  // checkpoint's trainer state records them.
+  long eval_step = 0, best_eval_step = 0;
+  double eval_loss = 0, best_eval_loss = 0;
 };
 
 // Resolves the spec's model to a config (preset, config.json or HF model dir).
@@ -102,7 +108,8 @@ class JobRunner {
   std::atomic<bool> cancel_{false}, checkpoint_now_{false};
 };
 
-// Builds the data source a spec names (not push).
+// Builds the data source a spec names (not push): spec.data, or any other data spec (eval.data).
 Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vocab);
+Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab);
 
 }  // namespace mt

@@ -193,7 +193,18 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(ck.check_object());
   MT_RETURN_IF_ERROR(ck.integer("every", s.checkpoint.every));
   MT_RETURN_IF_ERROR(ck.integer("keep", s.checkpoint.keep));
+  MT_RETURN_IF_ERROR(ck.boolean("keep_best", s.checkpoint.keep_best));
   MT_RETURN_IF_ERROR(ck.finish());
+  if (r.get("eval")) {
+    ObjectReader ev = r.child("eval");
+    MT_RETURN_IF_ERROR(ev.check_object());
+    s.eval.enabled = true;
+    if (!ev.get("data")) return invalid_argument("eval.data is required: the held-out set, as any data spec");
+    MT_RETURN_IF_ERROR(read_data(ev.child("data"), s.eval.data));
+    MT_RETURN_IF_ERROR(ev.integer("every", s.eval.every));
+    MT_RETURN_IF_ERROR(ev.integer("max_tokens", s.eval.max_tokens));
+    MT_RETURN_IF_ERROR(ev.finish());
+  }
   ObjectReader lg = r.child("logging");
   MT_RETURN_IF_ERROR(lg.check_object());
   MT_RETURN_IF_ERROR(lg.boolean("tensorboard", s.logging.tensorboard));
@@ -227,6 +238,39 @@ Status one_of(const char* field, const std::string& v, std::initializer_list<con
   return invalid_argument(std::string(field) + " = '" + v + "' is not one of " + list);
 }
 
+// `d` as the spec field `field` (data, or eval.data) names it.
+Status validate_data(const std::string& field, const DataSpec& d) {
+  const std::string f = field + ".";
+  MT_RETURN_IF_ERROR(one_of((f + "source").c_str(), d.source, {"synthetic", "text", "tokens", "push", "jsonl", "shards"}));
+  if (d.source != "synthetic" && d.source != "push" && d.path.empty())
+    return invalid_argument(f + "path is required for " + f + "source = " + d.source);
+  MT_RETURN_IF_ERROR(one_of((f + "dtype").c_str(), d.dtype, {"uint16", "uint32", "llmc"}));
+  if (d.source == "synthetic") MT_RETURN_IF_ERROR(check_synthetic_options(d.active_vocab, d.branching));
+  if (d.eod_id < -1 || d.eod_id >= ModelLimits::kVocabSize)
+    return invalid_argument(f + "eod_id = " + std::to_string(d.eod_id) + " must be a token id (or -1: none)");
+  if (d.eod_id >= 0 && (d.source == "jsonl" || d.source == "shards"))
+    return invalid_argument(f + "eod_id does not apply to " + f + "source = " + d.source + ": its examples are the documents");
+  MT_RETURN_IF_ERROR(one_of((f + "format").c_str(), d.format, {"auto", "text", "prompt_completion", "messages"}));
+  MT_RETURN_IF_ERROR(one_of((f + "long_examples").c_str(), d.long_examples, {"split", "truncate"}));
+  if (d.tokenizer.empty()) return invalid_argument(f + "tokenizer must name a model directory, a tokenizer.json or byte");
+  return Status::Ok();
+}
+
+Status validate_eval(const JobSpec& s) {
+  const EvalSpec& e = s.eval;
+  MT_RETURN_IF_ERROR(validate_data("eval.data", e.data));
+  if (e.data.source == "push")
+    return invalid_argument("eval.data.source = push: a held-out set is read once when the job starts; use jsonl, "
+                            "shards, tokens or text");
+  if (e.data.epochs > 1)
+    return invalid_argument("eval.data.epochs = " + std::to_string(e.data.epochs) + ": the held-out set is one pass");
+  if (e.every < 0) return invalid_argument("eval.every = " + std::to_string(e.every) + " must be >= 0 (0: at the end only)");
+  if (e.max_tokens < 1 || e.max_tokens > EvalSpec::kMaxTokens)
+    return invalid_argument("eval.max_tokens = " + std::to_string(e.max_tokens) + " must be in 1.." +
+                            std::to_string(EvalSpec::kMaxTokens));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<JobSpec> job_spec_from_json(const Json& j) {
@@ -249,19 +293,10 @@ Status validate(const JobSpec& s) {
   if (s.slots < 2 || s.slots > kMaxSlots)
     return invalid_argument("slots = " + std::to_string(s.slots) + " must be in 2.." + std::to_string(kMaxSlots));
   if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
-  MT_RETURN_IF_ERROR(one_of("data.source", s.data.source, {"synthetic", "text", "tokens", "push", "jsonl", "shards"}));
-  if (s.data.source != "synthetic" && s.data.source != "push" && s.data.path.empty())
-    return invalid_argument("data.path is required for data.source = " + s.data.source);
-  MT_RETURN_IF_ERROR(one_of("data.dtype", s.data.dtype, {"uint16", "uint32", "llmc"}));
-  if (s.data.source == "synthetic") MT_RETURN_IF_ERROR(check_synthetic_options(s.data.active_vocab, s.data.branching));
-  if (s.data.eod_id < -1 || s.data.eod_id >= ModelLimits::kVocabSize)
-    return invalid_argument("data.eod_id = " + std::to_string(s.data.eod_id) + " must be a token id (or -1: none)");
-  if (s.data.eod_id >= 0 && (s.data.source == "jsonl" || s.data.source == "shards"))
-    return invalid_argument("data.eod_id does not apply to data.source = " + s.data.source +
-                            ": its examples are the documents");
-  MT_RETURN_IF_ERROR(one_of("data.format", s.data.format, {"auto", "text", "prompt_completion", "messages"}));
-  MT_RETURN_IF_ERROR(one_of("data.long_examples", s.data.long_examples, {"split", "truncate"}));
-  if (s.data.tokenizer.empty()) return invalid_argument("data.tokenizer must name a model directory, a tokenizer.json or byte");
+  MT_RETURN_IF_ERROR(validate_data("data", s.data));
+  if (s.eval.enabled) MT_RETURN_IF_ERROR(validate_eval(s));
+  if (s.checkpoint.keep_best && !s.eval.enabled)
+    return invalid_argument("checkpoint.keep_best needs an eval section: the best checkpoint is the lowest held-out loss");
   MT_RETURN_IF_ERROR(one_of("precision", s.precision, {"auto", "bf16", "fp32"}));
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
@@ -281,6 +316,25 @@ Json unsigned_json(uint64_t v) {
   return v <= uint64_t(std::numeric_limits<int64_t>::max()) ? Json(int64_t(v)) : Json(std::to_string(v));
 }
 
+// The fields of `d` its source reads.
+Json data_json(const DataSpec& d) {
+  Json data = Json::object({{"source", d.source}, {"path", d.path}, {"dtype", d.dtype},
+                            {"seed", unsigned_json(d.seed)}, {"active_vocab", d.active_vocab},
+                            {"branching", d.branching}});
+  if (d.eod_id >= 0) data.set("eod_id", d.eod_id);  // absent = none, as before the field existed
+  if (d.source == "jsonl") {  // absent for the older sources: their hashes stay
+    data.set("tokenizer", d.tokenizer);
+    data.set("format", d.format);
+    data.set("chat_template", d.chat_template);
+  }
+  if (d.source == "jsonl" || d.source == "shards") {
+    data.set("packing", d.packing);
+    data.set("long_examples", d.long_examples);
+    data.set("epochs", unsigned_json(d.epochs));
+  }
+  return data;
+}
+
 // Every field but the priority (which only orders the daemon's queue). token_chunk changes the
 // weight gradients' summation order, so it is part of the trajectory; absent when 0, so the
 // hashes of specs written before it existed do not change.
@@ -291,27 +345,13 @@ Json job_spec_trajectory_json(const JobSpec& s) {
   if (!s.model.hf_model.empty()) model.set("hf_model", s.model.hf_model);
   Json init = Json::object({{"seed", unsigned_json(s.init.seed)}});
   if (!s.init.from.empty()) init.set("from", s.init.from);
-  Json data = Json::object({{"source", s.data.source}, {"path", s.data.path}, {"dtype", s.data.dtype},
-                            {"seed", unsigned_json(s.data.seed)}, {"active_vocab", s.data.active_vocab},
-                            {"branching", s.data.branching}});
-  if (s.data.eod_id >= 0) data.set("eod_id", s.data.eod_id);  // absent = none, as before the field existed
-  if (s.data.source == "jsonl") {  // absent for the older sources: their hashes stay
-    data.set("tokenizer", s.data.tokenizer);
-    data.set("format", s.data.format);
-    data.set("chat_template", s.data.chat_template);
-  }
-  if (s.data.source == "jsonl" || s.data.source == "shards") {
-    data.set("packing", s.data.packing);
-    data.set("long_examples", s.data.long_examples);
-    data.set("epochs", unsigned_json(s.data.epochs));
-  }
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
   Json j = Json::object({
       {"name", s.name},
       {"model", model},
       {"init", init},
-      {"data", data},
+      {"data", data_json(s.data)},
       {"seq_len", s.train.seq_len},
       {"micro_batch", s.train.micro_batch},
       {"global_batch", s.train.global_batch},
@@ -344,6 +384,15 @@ Json job_spec_to_json(const JobSpec& s) {
   if (s.shard_optimizer) j.set("shard_optimizer", true);
   if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
   if (s.logging.tensorboard) j.set("logging", Json::object({{"tensorboard", true}}));
+  if (s.checkpoint.keep_best) {  // absent when false, as before the field existed
+    Json ck = *j.find("checkpoint");
+    ck.set("keep_best", true);
+    j.set("checkpoint", ck);
+  }
+  if (s.eval.enabled)
+    j.set("eval", Json::object({{"data", data_json(s.eval.data)},
+                                {"every", int64_t(s.eval.every)},
+                                {"max_tokens", int64_t(s.eval.max_tokens)}}));
   return j;
 }
 

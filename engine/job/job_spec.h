@@ -49,6 +49,23 @@ struct LoggingSpec {
 struct CheckpointPolicy {
   long every = 0;  // steps between checkpoints; 0: only at the end and on cancel
   int keep = 2;    // checkpoints retained
+  // With eval: also keep the checkpoint of the lowest held-out loss (an evaluation that improves
+  // on every earlier one writes a checkpoint at its step), whatever `keep` would prune.
+  bool keep_best = false;
+};
+
+// Held-out evaluation (engine/job/held_out.h): every `every` steps and at the end, the mean loss
+// per counted target of the current weights over a fixed held-out set, forward only. Not part of
+// job_spec_hash: it does not change the trajectory.
+struct EvalSpec {
+  static constexpr int64_t kDefaultTokens = int64_t(1) << 20;
+  static constexpr int64_t kMaxTokens = int64_t(1) << 26;  // 12 bytes of host memory each
+  bool enabled = false;  // the spec has an `eval` section
+  DataSpec data;         // any source but push, with its own path, tokenizer and format
+  long every = 0;        // steps between evaluations; 0: only at the end of the run
+  // The set's first max_tokens token slots (whole rows of seq_len, at least one), read once
+  // when the job starts, in one pass over eval.data in its own fixed order.
+  int64_t max_tokens = kDefaultTokens;
 };
 
 // Weight slots a streaming job may ask for: more than a handful buys nothing, and each is a
@@ -63,6 +80,7 @@ struct JobSpec {
   TrainOptions train;
   long steps = 100;
   CheckpointPolicy checkpoint;
+  EvalSpec eval;
   LoggingSpec logging;
   std::string precision = "auto";  // auto | bf16 | fp32
   std::string backend = "auto";    // auto | cpu | cuda

@@ -1,0 +1,83 @@
+#include "engine/job/held_out.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/job/job.h"
+
+namespace mt {
+
+namespace {
+
+long rows_wanted(const JobSpec& spec) {
+  return std::max<long>(1, long(spec.eval.max_tokens / spec.train.seq_len));
+}
+
+// Rows [first, first + n) of `all`, completed to `padded` rows that count nothing (one
+// document each when the set has documents).
+Batch slice_rows(const Batch& all, long first, int n, int padded) {
+  const size_t T = size_t(all.seq_len), from = size_t(first) * T, len = size_t(n) * T;
+  Batch b;
+  b.num_seqs = padded;
+  b.seq_len = all.seq_len;
+  b.inputs.assign(all.inputs.begin() + long(from), all.inputs.begin() + long(from + len));
+  b.targets.assign(all.targets.begin() + long(from), all.targets.begin() + long(from + len));
+  b.inputs.resize(size_t(padded) * T, 0);
+  b.targets.resize(size_t(padded) * T, -1);
+  if (!all.positions.empty()) {
+    b.positions.assign(all.positions.begin() + long(from), all.positions.begin() + long(from + len));
+    for (int r = n; r < padded; ++r)
+      for (size_t t = 0; t < T; ++t) b.positions.push_back(int32_t(t));
+  }
+  return b;
+}
+
+}  // namespace
+
+uint64_t HeldOutSet::host_bytes(const JobSpec& spec) {
+  if (!spec.eval.enabled || spec.train.seq_len < 1 || spec.train.micro_batch < 1) return 0;
+  const uint64_t mb = uint64_t(spec.train.micro_batch);
+  const uint64_t rows = (uint64_t(rows_wanted(spec)) + mb - 1) / mb * mb;
+  return rows * uint64_t(spec.train.seq_len) * 3 * sizeof(int32_t);
+}
+
+Result<HeldOutSet> HeldOutSet::open(const JobSpec& spec, int vocab, int batch_rows) {
+  DataSpec d = spec.eval.data;
+  if (d.source == "jsonl" || d.source == "shards") d.epochs = 1;  // one pass; its end is OUT_OF_RANGE
+  auto src = make_data_source(d, vocab);
+  if (!src.ok()) return src.status().with_context("eval.data");
+  DataSource& s = **src;
+  const int T = spec.train.seq_len, mb = spec.train.micro_batch;
+  long rows = rows_wanted(spec);
+  if (const uint64_t n = s.num_sequences(T); n > 0) rows = long(std::min<uint64_t>(uint64_t(rows), n));
+  if (rows < 1)
+    return invalid_argument("eval.data (" + s.describe() + ") holds no row of seq_len " + std::to_string(T) + " tokens");
+  Batch all;
+  Status got = s.next_batch(int(rows), T, all);
+  if (!got.ok()) return got.with_context("reading eval.data (" + s.describe() + ")");
+  HeldOutSet set;
+  set.rows_ = rows;
+  set.counted_ = all.counted_targets();
+  if (set.counted_ == 0)
+    return invalid_argument("eval.data (" + s.describe() + "): its first " + std::to_string(rows) +
+                            " rows have no target that counts (every one masked)");
+  const int per = std::max(mb, batch_rows / mb * mb);
+  for (long first = 0; first < rows; first += per) {
+    const int n = int(std::min<long>(per, rows - first));
+    set.batches_.push_back(slice_rows(all, first, n, (n + mb - 1) / mb * mb));
+  }
+  set.describe_ = std::to_string(rows) + " rows of " + std::to_string(T) + " (" + std::to_string(set.counted_) +
+                  " counted targets) from " + s.describe();
+  return set;
+}
+
+Result<EvalStats> HeldOutSet::evaluate(Executor& ex) const {
+  EvalStats total;
+  for (const Batch& b : batches_) {
+    MT_ASSIGN_OR_RETURN(EvalStats e, ex.evaluate(b));
+    total.add(e);
+  }
+  return total;
+}
+
+}  // namespace mt
