@@ -30,6 +30,24 @@ void Progress::step(const ProgressEvent& e) {
   std::fflush(stdout);
 }
 
+void Progress::eval(const EvalEvent& e) {
+  if (json_) {
+    std::printf("%s\n", Json::object({{"event", "eval"}, {"step", int64_t(e.step)}, {"eval_loss", e.loss},
+                                      {"best", e.best}, {"best_eval_step", int64_t(e.best_step)},
+                                      {"best_eval_loss", e.best_loss}})
+                            .dump()
+                            .c_str());
+    std::fflush(stdout);
+    return;
+  }
+  char text[160];
+  if (e.best) std::snprintf(text, sizeof text, "eval step %ld  held-out loss %.4f  (best)", e.step, e.loss);
+  else
+    std::snprintf(text, sizeof text, "eval step %ld  held-out loss %.4f  (best %.4f at step %ld)", e.step, e.loss,
+                  e.best_loss, e.best_step);
+  message(text);
+}
+
 void Progress::message(const std::string& text) {
   if (json_) {
     std::fprintf(stderr, "%s\n", text.c_str());

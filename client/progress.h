@@ -17,10 +17,20 @@ struct ProgressEvent {
   bool grad_clipped = false;                // clipping scaled it
 };
 
+// A held-out evaluation (spec.eval) as `train` and `watch` show it.
+struct EvalEvent {
+  long step = 0;
+  double loss = 0;
+  bool best = false;      // the lowest so far
+  long best_step = 0;     // the lowest's step and loss
+  double best_loss = 0;
+};
+
 class Progress {
  public:
   explicit Progress(bool json);
   void step(const ProgressEvent& e);
+  void eval(const EvalEvent& e);  // its own line (or JSON object: "event": "eval")
   void message(const std::string& text);  // a log line that does not break the live line
   void summary(const Json& fields);       // last object (JSON) or a short report (human)
 

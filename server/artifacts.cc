@@ -47,6 +47,8 @@ Result<v1::ListCheckpointsResponse> list_job_checkpoints(const std::string& job_
     p->set_unix_ms(c.unix_ms);
     p->set_path(c.dir);
     p->set_latest(c.latest);
+    if (c.evaluated) p->set_eval_loss(c.eval_loss);
+    p->set_best(c.best);
   }
   return out;
 }

@@ -230,6 +230,26 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     ev.set_message(msg);
     emit(id, ev);
   };
+  hooks.on_eval = [&](const EvalReport& r) {
+    v1::JobEvent ev;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      JobRecord& rec = job->rec;
+      rec.eval_step = r.step;
+      rec.eval_loss = r.loss;
+      rec.best_eval_step = r.best_step;
+      rec.best_eval_loss = r.best_loss;
+      ev = event_of(*job);
+    }
+    job->log->append("info", eval_line(r));
+    metrics_.on_eval(id, r);
+    ev.set_step(r.step);
+    ev.set_eval_loss(r.loss);
+    ev.set_eval_best(r.best);
+    ev.set_best_eval_step(r.best_step);
+    ev.set_best_eval_loss(r.best_loss);
+    emit(id, ev);
+  };
   hooks.on_checkpoint = [&](const std::string& dir, long step) {
     std::vector<CheckpointDone> waiters;
     v1::JobEvent ev;

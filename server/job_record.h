@@ -32,6 +32,9 @@ struct JobRecord {
   // so is PAUSED after a restart instead of queued.
   bool pause_requested = false;
   int preemptions = 0;  // runs stopped for a higher-priority job
+  // spec.eval: the latest held-out evaluation and the lowest so far (steps 0: none yet).
+  long eval_step = 0, best_eval_step = 0;
+  double eval_loss = 0, best_eval_loss = 0;
   bool terminal() const;
 };
 

@@ -73,6 +73,14 @@ Metrics::Metrics()
                    .Name("megatrain_packing_efficiency")
                    .Help("Real tokens / slots of the batches a jsonl or shards job has trained on this run (0..1)")
                    .Register(*registry_)),
+      eval_loss_(BuildGauge()
+                     .Name("megatrain_eval_loss")
+                     .Help("Held-out loss of the latest evaluation (spec.eval), mean nats per counted target")
+                     .Register(*registry_)),
+      best_eval_loss_(BuildGauge()
+                          .Name("megatrain_best_eval_loss")
+                          .Help("Lowest held-out loss of the job's evaluations so far")
+                          .Register(*registry_)),
       jobs_(BuildGauge().Name("megatrain_jobs").Help("Jobs by state").Register(*registry_)),
       data_queue_(BuildGauge()
                       .Name("megatrain_data_queue_tokens")
@@ -128,6 +136,12 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.clipped->Set(st.clipped ? 1 : 0);
   s.lr->Set(st.lr);
   if (st.packing_efficiency >= 0) packing_.Add({{kJobLabel, job}}).Set(st.packing_efficiency);
+}
+
+void Metrics::on_eval(const std::string& job, const EvalReport& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  eval_loss_.Add({{kJobLabel, job}}).Set(r.loss);
+  best_eval_loss_.Add({{kJobLabel, job}}).Set(r.best_loss);
 }
 
 void Metrics::set_jobs(const std::map<std::string, int>& count_by_state) {

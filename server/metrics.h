@@ -18,6 +18,7 @@
 
 #include "engine/exec/engine_stats.h"
 #include "engine/exec/planner.h"
+#include "engine/job/held_out.h"
 
 namespace mt::server {
 
@@ -29,6 +30,8 @@ class Metrics {
 
   // flops_per_token: model FLOPs per trained token (6N + attention); peak_flops: device peak.
   void on_step(const std::string& job, const StepStats& s, double flops_per_token, double peak_flops);
+  // spec.eval: megatrain_eval_loss and megatrain_best_eval_loss (only for jobs that evaluate).
+  void on_eval(const std::string& job, const EvalReport& r);
   void set_jobs(const std::map<std::string, int>& count_by_state);  // keys: queued, running, ...
   void set_memory(const MemoryPlan* running);                       // nullptr: nothing resident
   void set_data_queue(const std::string& job, double tokens);
@@ -42,7 +45,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
   prometheus::Family<prometheus::Histogram>&step_seconds_, &optimizer_seconds_;
   prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &grad_norm_, &clipped_, &lr_, &host_mem_,
-      &device_mem_, &packing_, &jobs_, &data_queue_, &job_data_queue_;
+      &device_mem_, &packing_, &eval_loss_, &best_eval_loss_, &jobs_, &data_queue_, &job_data_queue_;
   prometheus::Gauge& data_queue_total_;
   prometheus::Gauge& state_dir_bytes_;
   std::mutex mu_;

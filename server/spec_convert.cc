@@ -74,23 +74,36 @@ Status require_file(const char* field, const std::string& path, bool regular) {
   return Status::Ok();
 }
 
+// A data spec's paths (`field`: data, or eval.data).
+Status resolve_data_paths(const std::string& field, DataSpec& d, const std::vector<std::string>& roots) {
+  MT_RETURN_IF_ERROR(resolve_path((field + ".path").c_str(), d.path, roots));
+  if (d.source == "jsonl" && d.tokenizer != "byte")
+    MT_RETURN_IF_ERROR(resolve_path((field + ".tokenizer").c_str(), d.tokenizer, roots));
+  return Status::Ok();
+}
+
+Status check_data_inputs(const std::string& field, const DataSpec& d) {
+  const std::string path = field + ".path", tokenizer = field + ".tokenizer";
+  if (d.source == "text" || d.source == "tokens" || d.source == "jsonl")
+    MT_RETURN_IF_ERROR(require_file(path.c_str(), d.path, true));
+  if (d.source == "shards") MT_RETURN_IF_ERROR(require_file(path.c_str(), d.path, false));
+  if (d.source == "jsonl" && d.tokenizer != "byte") MT_RETURN_IF_ERROR(require_file(tokenizer.c_str(), d.tokenizer, false));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots) {
-  MT_RETURN_IF_ERROR(resolve_path("data.path", spec.data.path, roots));
-  if (spec.data.source == "jsonl" && spec.data.tokenizer != "byte")
-    MT_RETURN_IF_ERROR(resolve_path("data.tokenizer", spec.data.tokenizer, roots));
+  MT_RETURN_IF_ERROR(resolve_data_paths("data", spec.data, roots));
+  if (spec.eval.enabled) MT_RETURN_IF_ERROR(resolve_data_paths("eval.data", spec.eval.data, roots));
   MT_RETURN_IF_ERROR(resolve_path("model.hf_config", spec.model.hf_config, roots));
   MT_RETURN_IF_ERROR(resolve_path("model.hf_model", spec.model.hf_model, roots));
   return resolve_path("init.from", spec.init.from, roots);
 }
 
 Status check_spec_inputs(const JobSpec& spec) {
-  if (spec.data.source == "text" || spec.data.source == "tokens" || spec.data.source == "jsonl")
-    MT_RETURN_IF_ERROR(require_file("data.path", spec.data.path, true));
-  if (spec.data.source == "shards") MT_RETURN_IF_ERROR(require_file("data.path", spec.data.path, false));
-  if (spec.data.source == "jsonl" && spec.data.tokenizer != "byte")
-    MT_RETURN_IF_ERROR(require_file("data.tokenizer", spec.data.tokenizer, false));
+  MT_RETURN_IF_ERROR(check_data_inputs("data", spec.data));
+  if (spec.eval.enabled) MT_RETURN_IF_ERROR(check_data_inputs("eval.data", spec.eval.data));
   if (!spec.init.from.empty()) MT_RETURN_IF_ERROR(require_file("init.from", spec.init.from, false));
   return Status::Ok();
 }

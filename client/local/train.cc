@@ -45,6 +45,12 @@ Json summary_of(const JobResult& r) {
                          "; final_loss is the loss saved in its checkpoint");
   if (r.packing_efficiency >= 0) j.set("packing_efficiency", r.packing_efficiency);
   if (r.data_exhausted) j.set("data_exhausted", true);
+  if (r.eval_step > 0) {
+    j.set("eval_loss", r.eval_loss);
+    j.set("eval_step", int64_t(r.eval_step));
+    j.set("best_eval_loss", r.best_eval_loss);
+    j.set("best_eval_step", int64_t(r.best_eval_step));
+  }
   j.set("checkpoint", r.checkpoint);
   j.set("cancelled", r.cancelled);
   return j;
@@ -70,6 +76,7 @@ int cmd_train(const Args& a) {
     progress.step(e);
     if (g_interrupted) runner_ptr->request_cancel();
   };
+  hooks.on_eval = [&](const EvalReport& r) { progress.eval({r.step, r.loss, r.best, r.best_step, r.best_loss}); };
   hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
   JobRunner runner(*spec, dir, hooks);
   runner_ptr = &runner;

@@ -16,15 +16,21 @@ int remote_checkpoints(Connection& c, const Args& a) {
   auto ctx = c.context();
   if (grpc::Status s = c.stub().ListCheckpoints(ctx.get(), req, &resp); !s.ok())
     return c.fail(s, "checkpoints " + req.job_id());
-  if (!a.json()) std::printf("%-10s %-12s %-12s %-24s %s\n", "STEP", "LOSS", "SIZE", "WRITTEN", "PATH");
+  if (!a.json())
+    std::printf("%-10s %-12s %-12s %-12s %-24s %s\n", "STEP", "LOSS", "HELD-OUT", "SIZE", "WRITTEN", "PATH");
   for (const auto& ck : resp.checkpoints()) {
-    if (a.json())
-      print_json(Json::object({{"step", ck.step()}, {"loss", ck.loss()}, {"size_bytes", int64_t(ck.size_bytes())},
-                               {"unix_ms", ck.unix_ms()}, {"path", ck.path()}, {"latest", ck.latest()}}));
-    else
-      std::printf("%-10lld %-12.6f %-12s %-24s %s%s\n", (long long)ck.step(), ck.loss(),
-                  human_bytes(ck.size_bytes()).c_str(), utc_time_text(ck.unix_ms()).c_str(), ck.path().c_str(),
-                  ck.latest() ? "  (latest)" : "");
+    if (a.json()) {
+      Json j = Json::object({{"step", ck.step()}, {"loss", ck.loss()}, {"size_bytes", int64_t(ck.size_bytes())},
+                             {"unix_ms", ck.unix_ms()}, {"path", ck.path()}, {"latest", ck.latest()}, {"best", ck.best()}});
+      if (ck.has_eval_loss()) j.set("eval_loss", ck.eval_loss());
+      print_json(j);
+      continue;
+    }
+    char held_out[32] = "-";
+    if (ck.has_eval_loss()) std::snprintf(held_out, sizeof held_out, "%.6f", ck.eval_loss());
+    const std::string tags = std::string(ck.latest() ? "  (latest)" : "") + (ck.best() ? "  (best held-out)" : "");
+    std::printf("%-10lld %-12.6f %-12s %-12s %-24s %s%s\n", (long long)ck.step(), ck.loss(), held_out,
+                human_bytes(ck.size_bytes()).c_str(), utc_time_text(ck.unix_ms()).c_str(), ck.path().c_str(), tags.c_str());
   }
   if (!a.json() && resp.checkpoints_size() == 0) std::printf("no checkpoints\n");
   return kOk;

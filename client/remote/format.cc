@@ -98,6 +98,12 @@ Json job_to_json(const v1::Job& job, bool with_spec) {
     j.set("learning_rate", job.learning_rate());
   }
   if (!job.tensorboard_dir().empty()) j.set("tensorboard_dir", job.tensorboard_dir());
+  if (job.eval_step() > 0) {  // the latest held-out evaluation and the best so far
+    j.set("eval_step", int64_t(job.eval_step()));
+    j.set("eval_loss", job.eval_loss());
+    j.set("best_eval_step", int64_t(job.best_eval_step()));
+    j.set("best_eval_loss", job.best_eval_loss());
+  }
   if (with_spec) j.set("spec", spec_json(job.spec()));
   return j;
 }
@@ -133,6 +139,9 @@ void print_job_human(const v1::Job& job) {
     std::printf("loss         %.6f (first %.6f)\n", job.loss(), job.first_loss());
     std::printf("tokens/s     %.0f\n", job.tokens_per_second());
   }
+  if (job.eval_step() > 0)
+    std::printf("held-out     loss %.6f at step %lld (best %.6f at step %lld)\n", job.eval_loss(),
+                (long long)job.eval_step(), job.best_eval_loss(), (long long)job.best_eval_step());
   if (job.grad_norm() > 0)
     std::printf("update       grad norm %.4g%s, lr %.4g (last step)\n", job.grad_norm(),
                 job.grad_clipped() ? " (clipped)" : "", job.learning_rate());

@@ -23,6 +23,8 @@ class Follower {
     last_ = ev;
     if (!ev.message().empty()) {
       progress_.message(ev.message());
+    } else if (ev.has_eval_loss()) {
+      progress_.eval({long(ev.step()), ev.eval_loss(), ev.eval_best(), long(ev.best_eval_step()), ev.best_eval_loss()});
     } else if (!ev.checkpoint().empty()) {
       checkpoint_ = ev.checkpoint();  // the job's log line has already said where
     } else if (ev.state() == v1::JOB_STATE_RUNNING && ev.step() > last_step_) {
@@ -48,6 +50,11 @@ class Follower {
     fields.set("tokens_per_second", job ? job->tokens_per_second() : last_.tokens_per_second());
     fields.set("checkpoint", job && !job->last_checkpoint().empty() ? job->last_checkpoint() : checkpoint_);
     fields.set("cancelled", state_ == v1::JOB_STATE_CANCELLED);
+    if (job && job->eval_step() > 0) {
+      fields.set("eval_loss", job->eval_loss());
+      fields.set("best_eval_loss", job->best_eval_loss());
+      fields.set("best_eval_step", int64_t(job->best_eval_step()));
+    }
     const std::string reason = job ? job->reason() : last_.reason();
     if (!reason.empty()) fields.set("reason", reason);
     progress_.summary(fields);

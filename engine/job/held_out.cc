@@ -1,6 +1,7 @@
 #include "engine/job/held_out.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "engine/job/job.h"
@@ -69,6 +70,17 @@ Result<HeldOutSet> HeldOutSet::open(const JobSpec& spec, int vocab, int batch_ro
   set.describe_ = std::to_string(rows) + " rows of " + std::to_string(T) + " (" + std::to_string(set.counted_) +
                   " counted targets) from " + s.describe();
   return set;
+}
+
+std::string eval_line(const EvalReport& r) {
+  char buf[224];
+  if (r.best)
+    std::snprintf(buf, sizeof buf, "eval step %ld loss %.6f (best) over %ld targets in %.3f s", r.step, r.loss, r.counted,
+                  r.seconds);
+  else
+    std::snprintf(buf, sizeof buf, "eval step %ld loss %.6f (best %.6f at step %ld) over %ld targets in %.3f s", r.step,
+                  r.loss, r.best_loss, r.best_step, r.counted, r.seconds);
+  return buf;
 }
 
 Result<EvalStats> HeldOutSet::evaluate(Executor& ex) const {

@@ -21,7 +21,11 @@ struct EvalReport {
   long counted = 0;      // the set's counted targets
   double seconds = 0;    // the pass's own time (streaming: on the device's clock)
   bool best = false;     // the lowest held-out loss of the run so far (ties: the earlier step)
+  long best_step = 0;    // the lowest so far (this one's when best)
+  double best_loss = 0;
 };
+// The line the job log and the CLI show for it: "eval step 40 loss 2.345678 (best) ...".
+std::string eval_line(const EvalReport& r);
 
 class HeldOutSet {
  public:

@@ -432,16 +432,13 @@ Result<JobResult> JobRunner::run() {
   // checkpointed at once (and kept).
   auto evaluate = [&]() -> Status {
     MT_ASSIGN_OR_RETURN(EvalStats e, held_out->evaluate(*ex));
-    const EvalReport r{state.step, e.loss(), e.counted, e.seconds,
-                       state.best_eval_step == 0 || e.loss() < state.best_eval_loss};
+    EvalReport r{state.step, e.loss(), e.counted, e.seconds, state.best_eval_step == 0 || e.loss() < state.best_eval_loss};
     state.eval_step = r.step;
     state.eval_loss = r.loss;
     if (r.best) state.best_eval_step = r.step, state.best_eval_loss = r.loss;
-    log(LogLevel::kInfo, "eval step " + std::to_string(r.step) + " loss " + std::to_string(r.loss) +
-                             (r.best ? " (best)" : " (best " + std::to_string(state.best_eval_loss) + " at step " +
-                                                       std::to_string(state.best_eval_step) + ")") +
-                             ", " + std::to_string(r.counted) + " targets in " + std::to_string(r.seconds) + " s");
-    if (hooks_.on_eval) hooks_.on_eval(r);
+    r.best_step = state.best_eval_step;
+    r.best_loss = state.best_eval_loss;
+    if (hooks_.on_eval) hooks_.on_eval(r);  // the front-ends log it, as they log steps
     if (tb && !tb->scalars(r.step, double(unix_ms_now()) / 1e3, {{"eval/loss", r.loss}}).ok()) {
       log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
       tb.reset();

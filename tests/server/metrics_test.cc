@@ -25,6 +25,16 @@ std::map<std::string, double> parse_exposition(const std::string& body) {
   return out;
 }
 
+// A held-out evaluation every 3 steps over 128 tokens of another chain.
+v1::JobSpec with_eval(v1::JobSpec s) {
+  v1::EvalSpec* e = s.mutable_eval();
+  e->mutable_data()->set_source("synthetic");
+  e->mutable_data()->set_seed(11);
+  e->set_every(3);
+  e->set_max_tokens(128);
+  return s;
+}
+
 double get(const std::map<std::string, double>& m, const std::string& key) {
   auto it = m.find(key);
   EXPECT_NE(it, m.end()) << "missing series " << key;
@@ -35,8 +45,9 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   Server s(test_config(fresh_dir("metrics")));
   ASSERT_TRUE(s.stub);
   ASSERT_GT(s.daemon->metrics_port(), 0);
-  const std::string id = submit(*s.stub, tiny_spec(6));
-  ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string id = submit(*s.stub, with_eval(tiny_spec(6)));
+  const v1::Job done = wait_terminal(*s.stub, id);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED);
   const std::string push = submit(*s.stub, tiny_spec(1, "push"));  // a queue for data_queue_tokens
 
   const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
@@ -57,6 +68,10 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   EXPECT_LT(loss, 10);
   EXPECT_GT(get(m, "megatrain_tokens_per_second" + j), 0);
   EXPECT_GT(get(m, "megatrain_grad_norm" + j), 0);
+  EXPECT_EQ(done.eval_step(), 6);  // every 3 steps and the end: steps 3 and 6
+  EXPECT_EQ(get(m, "megatrain_eval_loss" + j), done.eval_loss());
+  EXPECT_EQ(get(m, "megatrain_best_eval_loss" + j), done.best_eval_loss());
+  EXPECT_GT(done.eval_loss(), 0);
   const double clipped = get(m, "megatrain_grad_clipped" + j);
   EXPECT_TRUE(clipped == 0 || clipped == 1) << clipped;
   const double lr = get(m, "megatrain_learning_rate" + j);  // the spec's 3e-3, scheduled
@@ -83,7 +98,7 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
 TEST(ServerMetrics, EveryDashboardQueryNamesAnExportedSeries) {
   Server s(test_config(fresh_dir("metrics_dashboard")));
   ASSERT_TRUE(s.stub);
-  const std::string id = submit(*s.stub, tiny_spec(2));
+  const std::string id = submit(*s.stub, with_eval(tiny_spec(2)));  // the held-out loss's series
   ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
   (void)submit(*s.stub, tiny_spec(1, "push"));  // a push job: its queue series
   const std::string body = http_get(s.daemon->metrics_port(), "/metrics");

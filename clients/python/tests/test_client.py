@@ -186,3 +186,32 @@ def test_tensorboard_reads_a_jobs_curves(client):
     assert abs(ea.Scalars("train/loss")[-1].value - done.loss) <= 1e-6 * done.loss  # stored as a float
     assert all(e.value > 0 for e in ea.Scalars("train/grad_norm"))
 
+
+
+def test_held_out_evaluation_reaches_every_view(client):
+    """eval: its own event at steps 2 and 4 (the end), the job's latest and best held-out loss,
+    each checkpoint's held-out loss, megatrain_eval_loss's curve in TensorBoard as eval/loss."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    spec = tiny_spec(steps=4, eval={"data": {"source": "synthetic", "seed": 7}, "every": 2, "max_tokens": 256},
+                     checkpoint={"every": 2, "keep": 4}, logging={"tensorboard": True})
+    job = client.submit(spec)
+    events = list(client.watch(job.id))
+    assert events[-1].state == pb.JOB_STATE_SUCCEEDED
+    evals = [e for e in events if e.HasField("eval_loss")]
+    assert [e.step for e in evals] == [2, 4]
+    assert all(e.eval_loss > 0 and e.best_eval_loss <= e.eval_loss for e in evals)
+    assert evals[0].eval_best and evals[0].best_eval_step == 2
+    done = client.get(job.id)
+    assert done.eval_step == 4 and done.eval_loss == evals[-1].eval_loss
+    assert done.best_eval_loss == min(e.eval_loss for e in evals)
+    ckpts = {c.step: c for c in client.list_checkpoints(job.id)}
+    assert set(ckpts) == {2, 4}
+    assert all(c.HasField("eval_loss") for c in ckpts.values())
+    assert ckpts[4].eval_loss == done.eval_loss
+    assert sum(c.best for c in ckpts.values()) == 1 and ckpts[done.best_eval_step].best
+    ea = EventAccumulator(done.tensorboard_dir)
+    ea.Reload()
+    curve = ea.Scalars("eval/loss")
+    assert [e.step for e in curve] == [2, 4]
+    assert abs(curve[-1].value - done.eval_loss) <= 1e-6 * done.eval_loss
