@@ -2,10 +2,13 @@
 // from its checkpoint and no acknowledged token is lost or repeated.
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "engine/base/json.h"
 #include "engine/io/tensorboard.h"
+#include "engine/job/job.h"
+#include "server/spec_convert.h"
 #include "server/push_spool.h"
 #include "tests/server/daemon_process.h"
 
@@ -114,6 +117,58 @@ TEST(ServerCrash, KillNineLeavesTensorBoardCurvesWithEachStepOnce) {
   EXPECT_EQ((first_new - 1) % 7, 0) << "resumed after step " << first_new - 1 << ", not a checkpoint";
   EXPECT_GE(first_new - 1, (killed_at / 7) * 7) << "the killed run's steps up to its checkpoint are kept";
   for (long step = first_new; step <= 300; ++step) ASSERT_GE(f->events[size_t(step)].wall_time, restarted) << step;
+}
+
+// Held-out evaluations across a kill -9: the resumed job evaluates at the same steps with the
+// same numbers as the same spec run uninterrupted (in this process, by the engine alone), and
+// TensorBoard's eval/loss holds each of those steps once.
+TEST(ServerCrash, KillNineThenResumeEvaluatesAtTheSameStepsWithTheSameNumbers) {
+  if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
+  const std::string state = fresh_dir("crash_eval");
+  v1::JobSpec spec = tiny_spec(120);
+  spec.mutable_checkpoint()->set_every(7);
+  spec.mutable_logging()->set_tensorboard(true);
+  v1::EvalSpec* e = spec.mutable_eval();
+  e->mutable_data()->set_source("synthetic");
+  e->mutable_data()->set_seed(11);
+  e->set_every(10);
+  e->set_max_tokens(256);
+  auto engine_spec = spec_from_proto(spec, {state});
+  ASSERT_TRUE(engine_spec.ok()) << engine_spec.status().to_string();
+  std::map<long, double> want;
+  JobHooks hooks;
+  hooks.on_eval = [&](const EvalReport& r) { want[r.step] = r.loss; };
+  JobRunner whole(*engine_spec, fresh_dir("crash_eval_whole"), hooks);
+  ASSERT_TRUE(whole.run().ok());
+  ASSERT_EQ(want.size(), 12u);
+  std::string id;
+  {
+    Process p(state);
+    ASSERT_GT(p.port, 0);
+    id = submit(*p.stub, spec);
+    (void)wait_job(*p.stub, id, [](const v1::Job& x) { return x.eval_step() >= 20 && x.step() >= 24; });
+    p.kill9();
+  }
+  Process p(state);
+  ASSERT_GT(p.port, 0);
+  const v1::Job j = wait_terminal(*p.stub, id, 120);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.reason();
+  EXPECT_EQ(j.eval_step(), 120);
+  EXPECT_EQ(j.eval_loss(), want.at(120));
+  std::ifstream log(state + "/jobs/" + id + "/log.txt");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("resuming at step"), std::string::npos) << "the kill must interrupt the job";
+  auto f = read_tensorboard_file(j.tensorboard_dir() + "/" + kTensorBoardFile);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  std::map<long, int> seen;
+  for (const TensorBoardEvent& ev : f->events)
+    for (const auto& [tag, v] : ev.scalars)
+      if (tag == "eval/loss") {
+        ++seen[ev.step];
+        EXPECT_EQ(v, double(float(want.at(ev.step)))) << "step " << ev.step;
+      }
+  ASSERT_EQ(seen.size(), want.size());
+  for (const auto& [step, n] : seen) EXPECT_EQ(n, 1) << "eval/loss at step " << step;
 }
 
 std::string file_bytes(const std::string& path) {
