@@ -191,6 +191,22 @@ int run_step(const Flags& f) {
     if (s >= args->warmup) times.push_back(st->step_seconds), measured.push_back(*st);
     loss = st->loss;
   }
+  // Held-out evaluation of the same shape (the last batch, as many rows as one evaluation takes):
+  // forward only, where a step is forward + recompute + backward.
+  Batch held = batch;
+  held.num_seqs = std::min(opt.global_batch, (*ex)->eval_batch_rows());
+  for (auto* v : {&held.inputs, &held.targets, &held.positions})
+    if (!v->empty()) v->resize(size_t(held.num_seqs) * size_t(opt.seq_len));
+  std::vector<double> eval_times;
+  for (int s = 0; s < std::max(1, args->steps); ++s) {
+    auto e = (*ex)->evaluate(held);
+    if (!e.ok()) {
+      std::fprintf(stderr, "step: evaluation: %s\n", e.status().message().c_str());
+      return 1;
+    }
+    eval_times.push_back(e->seconds);
+  }
+  const double eval_s = median(eval_times), eval_tokens = double(held.num_seqs) * opt.seq_len;
   const double step_s = median(times), tokens = double(opt.global_batch) * opt.seq_len;
   const double fpt = model_flops_per_token(*cfg, opt.seq_len), achieved = fpt * tokens / step_s;
   // The peak this step is measured against: the GEMM of the device it ran on, in its precision.
@@ -228,7 +244,11 @@ int run_step(const Flags& f) {
                      {"peak_flops", peak},
                      {"peak_source", peak_source},
                      {"flops_fraction", achieved / peak},
-                     {"loss", loss}});
+                     {"loss", loss},
+                     {"eval_seconds", eval_s},
+                     {"eval_tokens_per_second", eval_tokens / eval_s},
+                     // The target: >= 2.5 (a step computes the forward about 3 times over).
+                     {"eval_speedup", eval_tokens / eval_s / (tokens / step_s)}});
   if (args->executor == "streaming") {
     add_streaming_keys(out, measured, step_s, args->so.link_gbps);
     const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved
