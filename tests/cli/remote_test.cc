@@ -106,6 +106,43 @@ TEST_F(RemoteTest, SubmitWatchJson) {
   EXPECT_TRUE(fs::exists(member(sum, "checkpoint")->as_string())) << sum.dump();
 }
 
+// A job with a held-out set: `watch` prints each evaluation as it arrives (a plain line, an
+// `eval` object with --json), `status` the latest and best held-out loss, `checkpoints` each
+// checkpoint's held-out loss and which is the best.
+TEST_F(RemoteTest, HeldOutEvaluationInWatchStatusAndCheckpoints) {
+  std::string text = tiny_spec_yaml(6);
+  text.replace(text.find("checkpoint: {every: 0, keep: 2}"), 31, "checkpoint: {every: 3, keep: 2}");
+  text += "eval: {data: {source: synthetic, seed: 5}, every: 3, max_tokens: 256}\n";
+  const std::string path = write_file(dir_ + "/eval.yaml", text);
+  RunResult r = daemon_->cli({"submit", path, "--watch", "--json"});
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  std::vector<long> eval_steps;
+  std::string id;
+  for (const Json& j : r.json_lines()) {
+    if (member(j, "event")->as_string() == "submitted") id = member(j, "id")->as_string();
+    if (member(j, "event")->as_string() != "eval") continue;
+    eval_steps.push_back(long(member(j, "step")->as_int()));
+    EXPECT_GT(member(j, "eval_loss")->as_double(), 0);
+    EXPECT_LE(member(j, "best_eval_loss")->as_double(), member(j, "eval_loss")->as_double());
+  }
+  EXPECT_EQ(eval_steps, (std::vector<long>{3, 6})) << r.out;
+  const Json& sum = r.json_lines().back();
+  EXPECT_GT(member(sum, "eval_loss")->as_double(), 0) << sum.dump();
+  RunResult w = daemon_->cli({"watch", id});
+  ASSERT_EQ(w.rc, 0) << describe(w);
+  RunResult status = daemon_->cli({"status", id});
+  ASSERT_EQ(status.rc, 0) << describe(status);
+  EXPECT_NE(status.out.find("held-out     loss "), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find(" at step 6 (best "), std::string::npos) << status.out;
+  RunResult sj = daemon_->cli({"status", id, "--json"});
+  ASSERT_EQ(sj.rc, 0) << describe(sj);
+  EXPECT_EQ(member(sj.json_lines()[0], "eval_step")->as_int(), 6);
+  RunResult ck = daemon_->cli({"checkpoints", id});
+  ASSERT_EQ(ck.rc, 0) << describe(ck);
+  EXPECT_NE(ck.out.find("HELD-OUT"), std::string::npos) << ck.out;
+  EXPECT_NE(ck.out.find("(best held-out)"), std::string::npos) << ck.out;
+}
+
 TEST_F(RemoteTest, ListAndStatus) {
   RunResult empty = daemon_->cli({"list"});
   EXPECT_EQ(empty.rc, 0) << describe(empty);

@@ -74,10 +74,15 @@ TEST(ServerPrometheus, PromtoolAcceptsTheMetricsText) {
   const std::string dir = fresh_dir("promtool");
   Server s(test_config(dir));
   ASSERT_TRUE(s.stub);
-  const std::string id = submit(*s.stub, tiny_spec(2));
+  v1::JobSpec spec = tiny_spec(2);  // with a held-out set: megatrain_eval_loss too
+  spec.mutable_eval()->mutable_data()->set_source("synthetic");
+  spec.mutable_eval()->set_max_tokens(128);
+  const std::string id = submit(*s.stub, spec);
   ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
   submit(*s.stub, tiny_spec(1, "push"));  // per-job series of every kind
-  std::ofstream(dir + "/metrics.txt") << metrics_body(s.daemon->metrics_port());
+  const std::string body = metrics_body(s.daemon->metrics_port());
+  EXPECT_NE(body.find("\nmegatrain_eval_loss{"), std::string::npos);
+  std::ofstream(dir + "/metrics.txt") << body;
   const std::string cmd = "promtool check metrics < " + dir + "/metrics.txt > " + dir + "/promtool.txt 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream out(dir + "/promtool.txt");
