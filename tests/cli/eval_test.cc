@@ -39,6 +39,17 @@ Json last_json(const RunResult& r) {
   return lines.empty() ? Json::object() : lines.back();
 }
 
+// `megatrain eval` of the checkpoint of `step` under RUN over the first 20 rows of `data`.
+double eval_checkpoint(const std::string& run, long step, const std::string& data) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08ld", step);
+  RunResult e = megatrain({"eval", "--model", run + "/checkpoints/" + name, "--data", data, "--format", "text",
+                           "--seq-len", "32", "--max-seqs", "20", "--json"});
+  EXPECT_EQ(e.rc, 0) << describe(e);
+  const Json* loss = last_json(e).find("loss");
+  return loss ? loss->as_double() : -1;
+}
+
 struct Curves {
   std::map<long, double> train, held_out;
   std::map<long, bool> best;
@@ -73,15 +84,8 @@ TEST(EvalCli, HeldOutLossAtItsStepsEqualsMegatrainEvalOfThatCheckpoint) {
   EXPECT_EQ(std::next(c.held_out.begin())->first, 6);
   EXPECT_EQ(c.held_out.rbegin()->first, 7) << "and at the end";
   EXPECT_EQ(c.summary.find("eval_step")->as_int(), 7);
-  for (const auto& [step, loss] : c.held_out) {
-    char name[32];
-    std::snprintf(name, sizeof name, "step-%08ld", step);
-    RunResult e = megatrain({"eval", "--model", dir + "/run/checkpoints/" + name, "--data", held, "--format", "text",
-                             "--seq-len", "32", "--max-seqs", "20", "--json"});
-    ASSERT_EQ(e.rc, 0) << describe(e);
-    const double independent = last_json(e).find("loss")->as_double();
-    EXPECT_NEAR(loss, independent, 1e-6) << "step " << step;
-  }
+  for (const auto& [step, loss] : c.held_out)
+    EXPECT_NEAR(loss, eval_checkpoint(dir + "/run", step, held), 1e-6) << "step " << step;
 }
 
 TEST(EvalCli, OverfittingShowsAndKeepBestKeepsTheLowestHeldOutLoss) {
@@ -107,10 +111,7 @@ TEST(EvalCli, OverfittingShowsAndKeepBestKeepsTheLowestHeldOutLoss) {
   for (const auto& e : fs::directory_iterator(dir + "/run/checkpoints"))
     if (e.is_directory()) kept.insert(e.path().filename().string());
   EXPECT_EQ(kept, (std::set<std::string>{name, "step-00000060"})) << "the best held-out besides the last (keep: 1)";
-  RunResult e = megatrain({"eval", "--model", dir + "/run/checkpoints/" + name, "--data", held, "--format", "text",
-                           "--seq-len", "32", "--max-seqs", "20", "--json"});
-  ASSERT_EQ(e.rc, 0) << describe(e);
-  EXPECT_NEAR(last_json(e).find("loss")->as_double(), best->second, 1e-6) << "the kept checkpoint is that evaluation's";
+  EXPECT_NEAR(eval_checkpoint(dir + "/run", best->first, held), best->second, 1e-6) << "the kept checkpoint is that evaluation's";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "engine/io/tensorboard.h"
 #include "engine/job/held_out.h"
 #include "engine/job/job.h"
+#include "tests/engine/job/spec_refusals.h"
 #include "tests/engine/temp_dir.h"
 
 namespace mt {
@@ -79,7 +80,7 @@ TEST(EvalSpec, ReadsStrictlyRoundTripsAndStaysOutOfTheHash) {
 }
 
 TEST(EvalSpec, RefusalsNameTheField) {
-  const std::pair<const char*, const char*> cases[] = {
+  testing_util::expect_spec_refusals({
       {R"("eval": {"every": 2})", "eval.data"},
       {R"("eval": {"data": {"source": "push"}})", "eval.data.source"},
       {R"("eval": {"data": {"source": "jsonl"}})", "eval.data.path"},
@@ -91,14 +92,7 @@ TEST(EvalSpec, RefusalsNameTheField) {
       {R"("eval": {"data": {"source": "shards", "path": "x", "epochs": 2}})", "eval.data.epochs"},
       {R"("eval": 3)", "eval"},
       {R"("checkpoint": {"keep_best": true})", "keep_best"},
-  };
-  for (const auto& [field, name] : cases) {
-    auto j = Json::parse(R"({"model": {"preset": "tiny"}, )" + std::string(field) + "}");
-    ASSERT_TRUE(j.ok()) << field;
-    auto s = job_spec_from_json(*j);
-    ASSERT_FALSE(s.ok()) << field << " was accepted";
-    EXPECT_NE(s.status().message().find(name), std::string::npos) << s.status().message();
-  }
+  });
 }
 
 // Every `every` steps and at the end (once, when the last step is not on the grid), with the
