@@ -25,6 +25,23 @@ Result<Bf16Uploads> parse_bf16_uploads(const std::string& name) {
   return invalid_argument("bf16_uploads = '" + name + "' is not one of shadow, convert");
 }
 
+Result<Speculation> parse_speculation(const std::string& name) {
+  if (name == "off") return Speculation::kOff;
+  if (name == "auto") return Speculation::kAuto;
+  if (name == "on") return Speculation::kOn;
+  return invalid_argument("speculative_updates = '" + name + "' is not one of off, auto, on");
+}
+
+const char* speculation_name(Speculation s) {
+  return s == Speculation::kOff ? "off" : s == Speculation::kAuto ? "auto" : "on";
+}
+
+std::vector<int> speculative_units(int num_layers, int count) {
+  std::vector<int> out;
+  for (int u = 1; u <= num_layers + 1 && int(out.size()) < count; ++u) out.push_back(u);
+  return out;
+}
+
 std::string format_bytes(uint64_t b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = double(b);
@@ -110,6 +127,45 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   return kinds;
 }
 
+// A speculated unit's restore copy: its fp32 masters and both moments in the store's layout (the
+// bf16 shadow is rewritten by the repeated update, so it needs none).
+uint64_t restore_bytes(const ParamSchema& u, MemoryLayout layout) {
+  return sat_mul(u.numel, sat_add(sizeof(float), sat_mul(2, state_elem_bytes(layout))));
+}
+
+// Which units speculate, within what the host budget leaves after the rest of the plan.
+void plan_speculation(MemoryPlan& p, const std::vector<ParamSchema>& units, const TrainOptions& o,
+                      const PlanOptions& po) {
+  const int L = int(units.size()) - 2;
+  if (po.speculation == Speculation::kOff) {
+    p.speculation = "off: every update after the step's last gradient";
+    return;
+  }
+  if (p.shard_optimizer) {
+    p.speculation = "off: the sharded optimizer updates after the norm is summed over the processes";
+    return;
+  }
+  if (o.optimizer.grad_clip <= 0) {
+    p.speculative_units = L + 1;
+    p.update_as_landed = true;
+    p.speculation = "every unit updates as its gradient lands (grad_clip 0: nothing to restore)";
+    return;
+  }
+  uint64_t copies = 0;
+  int n = 0;
+  for (int u : speculative_units(L, L + 1)) {
+    const uint64_t b = restore_bytes(units[size_t(u)], o.layout);
+    if (po.host_budget && sat_add(sat_add(p.host_bytes, copies), b) > po.host_budget) break;
+    copies = sat_add(copies, b), ++n;
+  }
+  p.speculative_units = n;
+  if (copies) p.host_by_kind.push_back({"restore_copies", copies});
+  p.host_bytes = sat_add(p.host_bytes, copies);
+  p.speculation = std::to_string(n) + " of " + std::to_string(L + 1) + " units speculate (" + speculation_name(po.speculation) +
+                  ", restore copies " + format_bytes(copies) + ")" +
+                  (n < L + 1 ? "; the host budget leaves no room for the others' copies" : "");
+}
+
 std::string budget_reason(const char* what, uint64_t need, uint64_t budget) {
   return std::string(what) + " memory: needs " + format_bytes(need) + " (" + std::to_string(need) + " bytes), budget " +
          format_bytes(budget) + " (" + std::to_string(budget) + " bytes)";
@@ -177,6 +233,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
                                 uint64_t(po.devices))});
   if (po.eval_set_bytes) p.host_by_kind.push_back({"eval_set", po.eval_set_bytes});
   p.host_bytes = sum(p.host_by_kind);
+  plan_speculation(p, units, o, po);  // within the host budget the rest leaves
   p.device_bytes = sum(p.device_by_kind);
   p.arena_bytes = p.device_bytes - po.backend_bytes;
   if (p.host_bytes == kSaturated || p.device_bytes == kSaturated)
@@ -211,6 +268,8 @@ Json memory_plan_to_json(const MemoryPlan& p) {
                          {"checkpoints_on_device", p.checkpoints_on_device},
                          {"precision", precision_name(p.precision)},
                          {"token_chunk", p.token_chunk},
+                         {"speculative_units", p.speculative_units},
+                         {"speculation", p.speculation},
                          {"host_by_kind", host},
                          {"device_by_kind", dev}});
   if (!p.fits) j.set("reason", p.reason);

@@ -30,6 +30,21 @@ Result<Bf16Uploads> parse_bf16_uploads(const std::string& name);
 inline bool keeps_bf16_shadow(Precision p, Bf16Uploads u) { return p == Precision::kBf16 && u == Bf16Uploads::kShadow; }
 Result<CheckpointPlacement> parse_checkpoint_placement(const std::string& name);
 
+// Speculative updates (streaming_pipeline.h): a unit's AdamW runs as soon as its gradient lands,
+// before the step's global norm is known, keeping a restore copy of its masters and moments in
+// case clipping then scales the step (restored and updated again: the same bits as waiting).
+//  kOff: today's schedule — every update after the last gradient.
+//  kOn: every unit whose restore copy fits the host budget, every step.
+//  kAuto: as kOn, but a step speculates only when the previous one did not clip (clipping comes
+//    in runs: early training clips every step, later rarely), so a clipping run costs no rollbacks.
+// With grad_clip 0 (or speculation not off) no copy is needed: each unit updates as it lands.
+enum class Speculation { kOff, kAuto, kOn };
+Result<Speculation> parse_speculation(const std::string& name);  // "off" | "auto" | "on"
+const char* speculation_name(Speculation s);
+// The units that speculate when `count` of them may: decoders 1.., then the head (whose
+// updates the next forward needs first); never the embedding, whose gradient lands last.
+std::vector<int> speculative_units(int num_layers, int count);
+
 struct PlanOptions {
   int slots = 2;  // K weight slots on the device
   CheckpointPlacement placement = CheckpointPlacement::kAuto;
@@ -48,6 +63,7 @@ struct PlanOptions {
   // state of its own units only (optimizer_shards.h): host bytes are the largest node's.
   int processes = 1;
   bool shard_optimizer = false;
+  Speculation speculation = Speculation::kOff;
   // Host bytes of a job's held-out set (engine/job/held_out.h), read once and kept for its
   // evaluations, which run in the step's own device buffers (no device bytes of their own).
   uint64_t eval_set_bytes = 0;
@@ -75,6 +91,12 @@ struct MemoryPlan {
   size_t workspace_bytes = 0;   // one micro-batch: acts + scratch + head scratch (layers.h)
   WorkspaceSplit workspace_split;  // the same bytes by what they grow with: tokens or the chunk
   int token_chunk = 0;          // tokens per chunk the executor runs (LayerShape); 0 = unchunked
+  // Units whose update may run before the norm is known (speculative_units(L, n)): with
+  // grad_clip > 0 each has a restore copy (host kind restore_copies); with grad_clip 0 every
+  // unit updates as it lands and needs none. `speculation` says which, and why not more.
+  int speculative_units = 0;
+  bool update_as_landed = false;  // grad_clip 0 with speculation on: no restore copies at all
+  std::string speculation;
 };
 
 // The smallest token chunk the planner picks by itself (a spec may ask for less).

@@ -46,6 +46,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   po.device_budget = so.device_budget;
   po.backend_bytes = so.backend_bytes;
   po.bf16_uploads = so.bf16_uploads;
+  po.speculation = so.speculation;
+  po.host_budget = so.host_budget;
   MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
@@ -127,8 +129,23 @@ Status StreamingExecutor::allocate() {
   const size_t C = size_t(cfg_.hidden_size), max_rows = std::min(size_t(cfg_.vocab_size), rows_tokens);
   MT_ASSIGN_OR_RETURN(host_rows_, HostBuffer::allocate(backend_->host_allocator(), max_rows * C * sizeof(float)));
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
-  PipelineConfig pc{opt_.optimizer, so_.update_during_backward, opt_.optimizer_threads, C, opt_.precision, ro_.nodes, owners,
-                    ro_.weights};
+  PipelineConfig pc;
+  pc.optimizer = opt_.optimizer;
+  pc.update_during_backward = so_.update_during_backward;
+  pc.optimizer_threads = opt_.optimizer_threads;
+  pc.embedding_width = C;
+  pc.precision = opt_.precision;
+  pc.nodes = ro_.nodes;
+  pc.owners = owners;
+  pc.weights = ro_.weights;
+  if (!ro_.leader) {  // only the leader's optimizer updates (data_parallel_executor.h)
+    pc.update_during_backward = pc.update_during_backward || plan_.update_as_landed;
+    pc.speculate.assign(units_.size(), 0);
+    if (!plan_.update_as_landed)
+      for (int u : speculative_units(cfg_.num_layers, plan_.speculative_units)) pc.speculate[size_t(u)] = 1;
+    pc.speculate_after_clip = so_.speculation == Speculation::kOn;
+  }
+  pc.optimizer_slowdown = so_.optimizer_slowdown;
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
                             plan_.slot_numel};
   pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,

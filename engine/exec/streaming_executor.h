@@ -29,6 +29,11 @@ struct StreamingOptions {
   // without global-norm clipping (refused when grad_clip > 0).
   bool update_during_backward = false;
   Bf16Uploads bf16_uploads = Bf16Uploads::kShadow;  // precision bf16 only (planner.h)
+  // Updates before the norm is known (planner.h; the plan says which units, within the host
+  // budget). The same bits as kOff, whatever clipping does.
+  Speculation speculation = Speculation::kOff;
+  uint64_t host_budget = 0;        // bytes the plan may use (restore copies fit in what is left)
+  double optimizer_slowdown = 1;   // benchmarks: PipelineConfig::optimizer_slowdown
 };
 
 class StreamingExecutor;
@@ -88,6 +93,7 @@ class StreamingExecutor final : public Executor {
            host_loss_.bytes() + host_upload_staging_.bytes();
   }
   size_t device_peak() const { return backend_->device_peak(); }
+  StreamingPipeline& pipeline() { return *pipe_; }
 
  private:
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,

@@ -13,6 +13,15 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// memcpy on the pool's threads, in 4 MiB pieces: a restore copy moves gigabytes.
+void parallel_copy(ThreadPool& pool, void* dst, const void* src, size_t bytes) {
+  constexpr size_t kPiece = size_t(4) << 20;
+  pool.parallel_for(int((bytes + kPiece - 1) / kPiece), [&](int i) {
+    const size_t o = size_t(i) * kPiece;
+    std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(kPiece, bytes - o));
+  });
+}
 }  // namespace
 
 std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
@@ -74,6 +83,12 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
       updated_(units.size(), 0),
       sumsq_(units.size()) {
   if (cfg_.nodes && store_.layout() != MemoryLayout::kExact) node_grad_.resize(staging_.slot_numel);
+  speculated_at_.assign(units.size(), 0);
+  restore_.resize(units.size());
+  const size_t se = state_elem_bytes(store_.layout());
+  for (size_t u = 1; u < units.size() && cfg_.owners.empty() && !cfg_.update_during_backward; ++u)
+    if (u < cfg_.speculate.size() && cfg_.speculate[u])  // uninitialised: touched by its first copy
+      restore_[u].reset(new char[units[u].numel * (sizeof(float) + 2 * se)]);
   uploader_ = std::thread([this] { uploader_loop(); });
   optimizer_ = std::thread([this] { optimizer_loop(); });
   if (!cfg_.owners.empty()) broadcaster_ = std::thread([this] { broadcaster_loop(); });
@@ -242,6 +257,9 @@ void StreamingPipeline::land(const Landing& g) {
   if (cfg_.update_during_backward) {
     if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
     else skip_updates(g.step);
+  } else if (!failed && restore_[u] && landed_ + 1 < int(units_.size()) && std::isfinite(sumsq_[u]) &&
+             (cfg_.speculate_after_clip || !last_step_clipped_)) {
+    speculate_unit(u, g.step, g.lr);
   }
   if (++landed_ == int(units_.size())) {
     landed_ = 0;
@@ -338,11 +356,57 @@ void StreamingPipeline::update_phase(long step, float lr) {
   double total = 0;
   for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
   const double norm = std::sqrt(total);
-  if (refuse_if(check_grad_norm(step, norm, sumsq_, units_))) return skip_updates(step);
+  if (refuse_if(check_grad_norm(step, norm, sumsq_, units_))) {
+    settle_speculation(step, lr, -1);  // the in-memory state as it was before the step
+    return skip_updates(step);
+  }
   publish_norm(step, norm);
   const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
+  last_step_clipped_ = clip != 1.0f;
   if (!cfg_.owners.empty()) return update_shards(step, lr, clip);
-  for (size_t u = 0; u < units_.size(); ++u) update_unit(u, step, lr, clip);
+  settle_speculation(step, lr, clip);
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!speculating(u, step)) update_unit(u, step, lr, clip);
+    else speculated_at_[u] = 0;
+}
+
+void StreamingPipeline::speculate_unit(size_t u, long step, float lr) {
+  const HostUnit& hu = store_.unit(u);
+  const size_t n = hu.numel, se = state_elem_bytes(store_.layout());
+  char* copy = restore_[u].get();
+  parallel_copy(pool_, copy, hu.master, n * sizeof(float));
+  parallel_copy(pool_, copy + n * sizeof(float), hu.m, n * se);
+  parallel_copy(pool_, copy + n * (sizeof(float) + se), hu.v, n * se);
+  adamw(u, step, lr, 1.0f);
+  speculated_at_[u] = step;
+  ++speculated_total_;
+}
+
+void StreamingPipeline::restore_unit(size_t u) {
+  const HostUnit& hu = store_.unit(u);
+  const size_t n = hu.numel, se = state_elem_bytes(store_.layout());
+  const char* copy = restore_[u].get();
+  parallel_copy(pool_, hu.master, copy, n * sizeof(float));
+  parallel_copy(pool_, hu.m, copy + n * sizeof(float), n * se);
+  parallel_copy(pool_, hu.v, copy + n * (sizeof(float) + se), n * se);
+  if (hu.shadow) round_to_bf16(hu.shadow, hu.master, n);  // what the shadow held before the update
+}
+
+// The speculated units of `step` once its norm is known: kept and marked (clip factor 1), or
+// restored and updated again with the step's factor (clip < 0: refused, restored only). Unit
+// order, so the next forward's first units are ready first.
+void StreamingPipeline::settle_speculation(long step, float lr, float clip) {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!speculating(u, step)) continue;
+    if (clip == 1.0f) {
+      mark_updated(u, step);
+      continue;
+    }
+    restore_unit(u);
+    ++rolled_back_total_;
+    if (clip > 0) update_unit(u, step, lr, clip);
+    else speculated_at_[u] = 0;
+  }
 }
 
 // Every node updates its own units (1/R of the optimizer's work, in parallel with the others)
@@ -415,11 +479,18 @@ Status StreamingPipeline::error() {
 }
 
 void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
+  adamw(u, step, lr, clip);
+  mark_updated(u, step);
+}
+
+void StreamingPipeline::adamw(size_t u, long step, float lr, float clip) {
+  const double t0 = cfg_.optimizer_slowdown > 1 ? now_seconds() : 0;
   const OptimizerConfig& o = cfg_.optimizer;
   cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, o.weight_decay, clip, step};
   if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
   else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
-  mark_updated(u, step);
+  if (cfg_.optimizer_slowdown > 1)  // a slower host, for benchmarks: the same work, stretched
+    std::this_thread::sleep_for(std::chrono::duration<double>((now_seconds() - t0) * (cfg_.optimizer_slowdown - 1)));
 }
 
 void StreamingPipeline::mark_updated(size_t u, long step) {

@@ -8,7 +8,12 @@
 //    from the previous step; it records an H2D event the compute side waits on.
 //  * The optimizer thread takes each unit's gradient as its D2H copy lands, computes its sum
 //    of squares, and — once all units have landed — clips by the global norm and updates the
-//    units in order 0..U-1 (or, with update_during_backward, each unit as it lands). A step
+//    units in order 0..U-1 (or, with update_during_backward, each unit as it lands). A
+//    speculating unit (PipelineConfig::speculate) is updated as it lands, with clip factor 1,
+//    after a restore copy of its masters and moments is taken; it is not marked updated (so
+//    nothing uploads it) until the norm is known: then, if clipping scales the step, it is
+//    restored from the copy and updated again with the right factor — the same bits as the
+//    plain schedule either way — else it is marked at once. A step
 //    whose loss or gradient norm is not finite is not applied, nor is any later step: the
 //    refusal is kept and returned by the executor's next step or sync. (With
 //    update_during_backward, units that landed before the non-finite one are already updated.)
@@ -62,6 +67,14 @@ struct PipelineConfig {
   // Sharded: the broadcasts of updated masters, on their own thread. Their own communicator, as
   // an owner's next step may land (and reduce) gradients while its broadcasts are still going out.
   Communicator* weights = nullptr;
+  // Per unit: may update before the norm is known (speculative_units; never the embedding).
+  // Empty: none. Refused (ignored) with a sharded optimizer.
+  std::vector<char> speculate;
+  // Speculation::kAuto: a step after one that clipped does not speculate.
+  bool speculate_after_clip = true;
+  // Benchmarks only: each unit's update takes this many times as long (the CPU backend's way to
+  // give the optimizer the share of the step it has on a GPU host; results are unchanged).
+  double optimizer_slowdown = 1;
 };
 
 // Host buffers the executor owns and the pipeline fills or reads (pinned on CUDA).
@@ -121,6 +134,9 @@ class StreamingPipeline {
   Status error();
   void mark_all_updated(long step);  // after loading a checkpoint at `step`
   double take_optimizer_seconds();
+  // Speculated updates so far, and how many of them clipping rolled back.
+  long speculated_updates() const { return speculated_total_; }
+  long rolled_back_updates() const { return rolled_back_total_; }
   // The global gradient norm (before clipping) of `step`: blocks until the step's last gradient
   // has landed and the norm is summed (before the updates it scales), or the step's update is
   // refused — then NaN. A follower asks its leader, whose optimizer saw the gradients.
@@ -146,6 +162,12 @@ class StreamingPipeline {
   Status sum_over_nodes(size_t u);  // the unit's gradient summed over the nodes (onto its owner)
   bool owns(size_t u) const { return cfg_.owners.empty() || cfg_.owners[u] == cfg_.nodes->rank(); }
   void update_unit(size_t u, long step, float lr, float clip);
+  void adamw(size_t u, long step, float lr, float clip);  // the update itself, not marked
+  // Speculation (see above): the copy, then the update with factor 1; at the norm, keep or redo.
+  void speculate_unit(size_t u, long step, float lr);
+  void restore_unit(size_t u);
+  void settle_speculation(long step, float lr, float clip);  // clip < 0: the step was refused
+  bool speculating(size_t u, long step) const { return speculated_at_[u] == step; }
   void skip_updates(long step);              // marks every unit done at `step` without updating
   bool refuse_if(const Status& why);         // records `why` (if not ok): true when updates are refused
   // One upload into `slot` on the H2D stream, after `after`: the unit, or `rows` of the embedding.
@@ -183,6 +205,12 @@ class StreamingPipeline {
   std::vector<double> opt_ready_time_;   // per use: when the unit's update was available
   EventPtr prev_step_done_;
   std::vector<long> updated_;            // per unit: last step whose update is applied
+  // Speculation (optimizer thread only): per unit, the restore copy (masters, then m and v in
+  // the store's layout) and the step it speculated at (0: none pending).
+  std::vector<std::unique_ptr<char[]>> restore_;
+  std::vector<long> speculated_at_;
+  bool last_step_clipped_ = false;
+  std::atomic<long> speculated_total_{0}, rolled_back_total_{0};
   struct Landing {  // a gradient in flight to the host
     int unit;
     EventPtr event;
