@@ -272,7 +272,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> lock(mu_);
     return !queue_.empty();
   };
-  JobRunner runner(job->spec, job->dir, hooks, opt_.budgets.device);  // the budget it was admitted under
+  JobRunner runner(job->spec, job->dir, hooks, opt_.budgets.device, opt_.budgets.host);  // the budgets it was admitted under
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->runner = &runner;

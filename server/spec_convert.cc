@@ -135,6 +135,8 @@ void plan_to_proto(const MemoryPlan& p, const Budgets& budgets, megatrain::v1::M
   out->set_checkpoints_on_device(p.checkpoints_on_device);
   out->set_precision(precision_name(p.precision));
   out->set_token_chunk(p.token_chunk);
+  out->set_speculative_units(p.speculative_units);
+  out->set_speculation(p.speculation);
   out->set_host_budget_bytes(budgets.host);
   out->set_device_budget_bytes(budgets.device);
 }

@@ -78,6 +78,7 @@ int cmd_plan_local(const Args& a) {
   std::printf("device memory  %s (%s, layer inputs on %s)\n", format_bytes(plan->device_bytes).c_str(),
               precision_name(plan->precision), plan->checkpoints_on_device ? "device" : "host");
   for (const auto& [k, b] : plan->device_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
+  std::printf("updates        %s\n", plan->speculation.c_str());
   if (*dev) std::printf("device budget  %s\n", format_bytes(*dev).c_str());
   else std::printf("device budget  none (no GPU here): --device-memory SIZE plans for a card, e.g. 140GB for an H200\n");
   std::printf("fits           %s%s%s\n", plan->fits ? "yes" : "no", plan->fits ? "" : ": ", plan->reason.c_str());

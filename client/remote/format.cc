@@ -120,6 +120,8 @@ Json plan_to_json(const v1::MemoryPlan& p) {
                          {"checkpoints_on_device", p.checkpoints_on_device()},
                          {"precision", p.precision()},
                          {"token_chunk", p.token_chunk()},
+                         {"speculative_units", p.speculative_units()},
+                         {"speculation", p.speculation()},
                          {"host_by_kind", host},
                          {"device_by_kind", dev},
                          {"host_budget_bytes", int64_t(p.host_budget_bytes())},
@@ -173,6 +175,7 @@ void print_plan_human(const v1::MemoryPlan& p) {
   std::printf("device memory  %s (%s, layer inputs on %s)\n", human_bytes(p.device_bytes()).c_str(),
               p.precision().c_str(), p.checkpoints_on_device() ? "device" : "host");
   for (const auto& [k, b] : sorted(p.device_bytes_by_kind())) std::printf("  %-14s %s\n", k.c_str(), human_bytes(b).c_str());
+  if (!p.speculation().empty()) std::printf("updates        %s\n", p.speculation().c_str());
   std::printf("server budget  host %s, device %s\n",
               p.host_budget_bytes() ? human_bytes(p.host_budget_bytes()).c_str() : "unlimited",
               p.device_budget_bytes() ? human_bytes(p.device_budget_bytes()).c_str() : "unlimited");

@@ -66,6 +66,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   p.processes = processes;
   p.shard_optimizer = spec.shard_optimizer;
   p.eval_set_bytes = HeldOutSet::host_bytes(spec);
+  if (auto s = parse_speculation(spec.speculative_updates); s.ok() && spec.executor == "streaming") p.speculation = *s;
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
     p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(cfg.hidden_size));
@@ -199,7 +200,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> device_comms(const JobSpec& s
 }
 
 Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const ModelConfig& cfg, uint64_t device_budget,
-                                                const JobHooks& hooks, NodeComms nodes) {
+                                                uint64_t host_budget, const JobHooks& hooks, NodeComms nodes) {
   if (spec.executor == "resident") {
     if (spec.backend == "cuda") return invalid_argument("executor = resident runs on the CPU only; use streaming with backend = cuda");
     if (nodes.size() > 1)  // its devices share one process's store; nodes would need a host all-reduce
@@ -209,13 +210,15 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
     return std::unique_ptr<Executor>(std::move(ex));
   }
   if (device_budget == 0 && uses_cuda(spec)) device_budget = default_device_budget();  // as the daemon plans it
-  const PlanOptions po = job_plan_options(spec, cfg, 0, device_budget);
+  const PlanOptions po = job_plan_options(spec, cfg, host_budget, device_budget);
   StreamingOptions so;
   so.slots = po.slots;
   so.placement = po.placement;
   so.device_budget = po.device_budget;
   so.backend_bytes = po.backend_bytes;
   so.link_gbps = spec.link_gbps;
+  so.speculation = po.speculation;
+  so.host_budget = po.host_budget;
   auto backend_for = [&](int d) { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec, cfg, d); };
   if (spec.devices == 1 && nodes.size() == 1) {
     MT_ASSIGN_OR_RETURN(auto backend, backend_for(0));
@@ -243,8 +246,12 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
 
 }  // namespace
 
-JobRunner::JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks, uint64_t device_budget)
-    : spec_(std::move(spec)), job_dir_(std::move(job_dir)), hooks_(std::move(hooks)), device_budget_(device_budget) {}
+JobRunner::JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks, uint64_t device_budget, uint64_t host_budget)
+    : spec_(std::move(spec)),
+      job_dir_(std::move(job_dir)),
+      hooks_(std::move(hooks)),
+      device_budget_(device_budget),
+      host_budget_(host_budget) {}
 
 void JobRunner::log(LogLevel level, const std::string& msg) const {
   if (hooks_.on_log) hooks_.on_log(level, msg);
@@ -349,7 +356,7 @@ Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
   MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
-  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, hooks_, nodes.comms()));
+  MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, host_budget_, hooks_, nodes.comms()));
   // Every node holds the same model; sharded, each holds its part of the optimizer state.
   const bool sharded = nodes.weights != nullptr;
   const bool writes_checkpoints = nodes.comms().rank() == 0 || sharded;

@@ -88,7 +88,9 @@ class JobRunner {
   // there is none reports the existing one. `device_budget` is what the job was admitted under
   // (megatraind's --device_memory); its executor places layer inputs by it. 0: the default
   // (default_device_budget() on CUDA, unlimited on the CPU).
-  JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks, uint64_t device_budget = 0);
+  // `host_budget` likewise (megatraind's --host_memory): restore copies of speculative updates
+  // are planned within it (0: unlimited).
+  JobRunner(JobSpec spec, std::string job_dir, JobHooks hooks, uint64_t device_budget = 0, uint64_t host_budget = 0);
 
   Result<JobResult> run();       // blocking
   void request_cancel() { cancel_ = true; }        // stops at the next step boundary, checkpoints
@@ -104,7 +106,7 @@ class JobRunner {
   JobSpec spec_;
   std::string job_dir_;
   JobHooks hooks_;
-  uint64_t device_budget_;
+  uint64_t device_budget_, host_budget_;
   std::atomic<bool> cancel_{false}, checkpoint_now_{false};
 };
 

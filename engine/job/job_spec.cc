@@ -215,6 +215,7 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(r.integer("slots", s.slots));
   MT_RETURN_IF_ERROR(r.number("link_gbps", s.link_gbps));
   MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
+  MT_RETURN_IF_ERROR(r.str("speculative_updates", s.speculative_updates));
   MT_RETURN_IF_ERROR(r.integer("devices", s.devices));
   MT_RETURN_IF_ERROR(r.number("comm_timeout_seconds", s.comm_timeout_seconds));
   MT_RETURN_IF_ERROR(r.boolean("shard_optimizer", s.shard_optimizer));
@@ -301,6 +302,7 @@ Status validate(const JobSpec& s) {
   MT_RETURN_IF_ERROR(one_of("backend", s.backend, {"auto", "cpu", "cuda"}));
   MT_RETURN_IF_ERROR(one_of("executor", s.executor, {"streaming", "resident"}));
   MT_RETURN_IF_ERROR(one_of("checkpoint_placement", s.checkpoint_placement, {"auto", "device", "host"}));
+  MT_RETURN_IF_ERROR(one_of("speculative_updates", s.speculative_updates, {"off", "auto", "on"}));
   if (!(s.comm_timeout_seconds > 0 && s.comm_timeout_seconds <= 86400))
     return invalid_argument("comm_timeout_seconds = " + std::to_string(s.comm_timeout_seconds) + " must be in (0, 86400]");
   MT_RETURN_IF_ERROR(check_devices(s.devices, s.train));
@@ -383,6 +385,7 @@ Json job_spec_to_json(const JobSpec& s) {
   if (s.comm_timeout_seconds != 300) j.set("comm_timeout_seconds", s.comm_timeout_seconds);
   if (s.shard_optimizer) j.set("shard_optimizer", true);
   if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
+  if (s.speculative_updates != "off") j.set("speculative_updates", s.speculative_updates);
   if (s.logging.tensorboard) j.set("logging", Json::object({{"tensorboard", true}}));
   if (s.checkpoint.keep_best) {  // absent when false, as before the field existed
     Json ck = *j.find("checkpoint");

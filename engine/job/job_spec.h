@@ -88,6 +88,9 @@ struct JobSpec {
   int slots = 2;                   // streaming weight slots (K >= 2)
   double link_gbps = 0;            // CPU backend: emulated link bandwidth per direction, 0 = off
   std::string checkpoint_placement = "auto";  // auto | device | host (layer-input checkpoints)
+  // off | auto | on (engine/exec/planner.h Speculation): streaming updates before the step's
+  // norm is known, exact either way; not part of job_spec_hash.
+  std::string speculative_updates = "off";
   // Data parallelism (engine/exec/data_parallel_executor.h; resident_executor.h for executor =
   // resident): devices of this process, each taking global_batch / devices of every step over
   // one HostStore. Not part of job_spec_hash: a checkpoint resumes on another device (or rank) count.

@@ -22,12 +22,15 @@ namespace fs = std::filesystem;
 
 using testing_util::TempDir;
 
+// executor: resident, streaming, or "speculative" (streaming with speculative_updates: on).
 JobSpec tiny_spec(const std::string& executor, long steps) {
+  const bool speculative = executor == "speculative";
   auto j = Json::parse(R"({"name": "t", "model": {"preset": "tiny"}, "init": {"seed": 3},
       "data": {"source": "synthetic", "seed": 4}, "seq_len": 32, "micro_batch": 4, "global_batch": 8,
       "optimizer": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1, "grad_clip": 1.0},
       "schedule": {"warmup_steps": 2, "decay": "cosine", "min_lr_ratio": 0.1},
-      "checkpoint": {"every": 0, "keep": 2}, "executor": ")" + executor + R"(", "steps": )" +
+      "checkpoint": {"every": 0, "keep": 2}, "executor": ")" + std::string(speculative ? "streaming" : executor) +
+                       R"(", "speculative_updates": ")" + (speculative ? "on" : "off") + R"(", "steps": )" +
                        std::to_string(steps) + "}");
   EXPECT_TRUE(j.ok());
   auto s = job_spec_from_json(*j);
@@ -154,7 +157,7 @@ TEST_P(NonFiniteJob, FailsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   EXPECT_EQ(state->find("step")->as_int(), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, NonFiniteJob, ::testing::Values("resident", "streaming"));
+INSTANTIATE_TEST_SUITE_P(Cpu, NonFiniteJob, ::testing::Values("resident", "streaming", "speculative"));
 
 TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
   const long N = 4;
@@ -184,7 +187,23 @@ TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
     EXPECT_TRUE(file_bytes(fs::path(ra->checkpoint) / f) == file_bytes(fs::path(r2->checkpoint) / f)) << f;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, ResumeExactness, ::testing::Values("resident", "streaming"));
+INSTANTIATE_TEST_SUITE_P(Cpu, ResumeExactness, ::testing::Values("resident", "streaming", "speculative"));
+
+// speculative_updates: on trains the same model as off, byte for byte (steps that clip and steps
+// that do not), and stays out of the hash: either resumes the other's checkpoints.
+TEST(JobRunner, SpeculativeUpdatesTrainTheSameModelAsThePlainSchedule) {
+  TempDir a, b;
+  auto ra = JobRunner(tiny_spec("streaming", 8), a.path, {}).run();
+  auto rb = JobRunner(tiny_spec("speculative", 8), b.path, {}).run();
+  ASSERT_TRUE(ra.ok() && rb.ok()) << rb.status().to_string();
+  EXPECT_EQ(ra->final_loss, rb->final_loss);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(file_bytes(fs::path(ra->checkpoint) / f) == file_bytes(fs::path(rb->checkpoint) / f)) << f;
+  EXPECT_EQ(job_spec_hash(tiny_spec("streaming", 8)), job_spec_hash(tiny_spec("speculative", 8)));
+  auto spec = job_spec_from_json(job_spec_to_json(tiny_spec("speculative", 8)));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->speculative_updates, "on");
+}
 
 // logging.tensorboard round-trips and, like priority, stays out of the trajectory's hash.
 TEST(JobSpec, LoggingRoundTripsAndStaysOutOfTheHash) {
