@@ -70,6 +70,14 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   a.so.link_gbps = link;
   a.so.slots = int(slots);
   MT_ASSIGN_OR_RETURN(a.so.bf16_uploads, parse_bf16_uploads(f.str("bf16-uploads", "shadow")));
+  MT_ASSIGN_OR_RETURN(a.so.speculation, parse_speculation(f.str("speculative-updates", "off")));
+  // A slower host: each unit's AdamW takes this many times as long (the CPU reproduces a GPU
+  // step's proportions, where device compute is fast next to the host's optimizer).
+  MT_ASSIGN_OR_RETURN(a.so.optimizer_slowdown, f.num("optimizer-slowdown", 1));
+  if (!(a.so.optimizer_slowdown >= 1 && a.so.optimizer_slowdown <= 1000))
+    return invalid_argument("--optimizer-slowdown must be in [1, 1000]");
+  MT_ASSIGN_OR_RETURN(double clip, f.num("grad-clip", 1.0));
+  a.opt.optimizer.grad_clip = float(clip);
   // A device budget in GiB (0: the device's own): the planner chunks and places to fit it.
   MT_ASSIGN_OR_RETURN(double device_gib, f.num("device-gib", 0));
   if (!(device_gib >= 0 && device_gib < 1e6)) return invalid_argument("--device-gib must be in [0, 1e6)");
@@ -254,6 +262,12 @@ int run_step(const Flags& f) {
     const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved
     out.set("plan_device_bytes", int64_t(plan.device_bytes));
     out.set("token_chunk", plan.token_chunk);
+    out.set("speculative_updates", speculation_name(args->so.speculation));
+    out.set("speculative_units", plan.speculative_units);
+    out.set("optimizer_slowdown", args->so.optimizer_slowdown);
+    auto& pipe = static_cast<StreamingExecutor&>(**ex).pipeline();
+    out.set("speculated_updates", int64_t(pipe.speculated_updates()));
+    out.set("rolled_back_updates", int64_t(pipe.rolled_back_updates()));
   }
   emit(out, f.json());
   return 0;

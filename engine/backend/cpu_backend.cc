@@ -68,13 +68,19 @@ class Fault {
     std::lock_guard<std::mutex> l(mu_);
     if (error_.ok()) error_ = why;
   }
-  // Called in stream order before each compute op: whether it may run.
+  // Called in stream order before each compute op (on the compute worker): whether it may run.
+  // The hook is asked without the lock held, so a test's hook may wait for other threads (the
+  // optimizer) that read error() meanwhile.
   bool admit_op(const char* name) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!error_.ok()) return false;
-    ++ops_;
+    long n = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!error_.ok()) return false;
+      n = ++ops_;
+    }
     if (!inject_ || !inject_(name)) return true;
-    error_ = internal_error("compute op " + std::to_string(ops_) + " (" + name + "): injected device fault");
+    std::lock_guard<std::mutex> l(mu_);
+    if (error_.ok()) error_ = internal_error("compute op " + std::to_string(n) + " (" + name + "): injected device fault");
     return false;
   }
 

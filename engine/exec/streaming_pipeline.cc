@@ -135,7 +135,8 @@ void StreamingPipeline::uploader_loop() {
         leader_->wait_updated(size_t(u.unit), s - 1, stopping_);
         l.lock();
       } else {
-        cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1; });
+        // The embedding's rows: ready once the rows this step reads are (update_embedding).
+        cv_.wait(l, [&] { return stop_ || updated_[size_t(u.unit)] >= s - 1 || (u.rows_only && rows_ready_ >= s - 1); });
       }
       opt_ready_time_[i] = now_seconds();
       cv_.wait(l, [&] { return stop_ || u.prev_of_slot < 0 || released_[size_t(u.prev_of_slot)]; });
@@ -366,8 +367,70 @@ void StreamingPipeline::update_phase(long step, float lr) {
   if (!cfg_.owners.empty()) return update_shards(step, lr, clip);
   settle_speculation(step, lr, clip);
   for (size_t u = 0; u < units_.size(); ++u)
-    if (!speculating(u, step)) update_unit(u, step, lr, clip);
-    else speculated_at_[u] = 0;
+    if (speculating(u, step)) speculated_at_[u] = 0;
+    else if (u == 0) update_embedding(step, lr, clip);
+    else update_unit(u, step, lr, clip);
+}
+
+// The embedding, the next step's rows first: the next forward's first upload is those rows, so
+// it waits for their update only while the rest of the table (most of it) overlaps that
+// forward. The next step's rows are known once it has begun; the table goes in chunks of rows
+// and the rows are taken ahead as soon as they are known. AdamW is elementwise, so each
+// element's update is the same whatever the order (rows are whole multiples of 16 elements,
+// so no SIMD remainder differs either).
+void StreamingPipeline::update_embedding(long step, float lr, float clip) {
+  const ParamSchema& e = units_[0];
+  const size_t C = cfg_.embedding_width;
+  if (e.tensors.size() != 1 || C == 0 || C % 16 != 0) return update_unit(0, step, lr, clip);
+  const size_t V = e.numel / C;
+  constexpr size_t kChunk = 4096;  // rows between looks for the next step's rows
+  std::vector<char> done(V, 0);
+  bool rows_first = false;
+  for (size_t first = 0; first < V; first += kChunk) {
+    if (!rows_first) {
+      EmbeddingRows next;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (step_ > step) next = rows_;  // the next step has begun: the rows it reads
+      }
+      if (next) {
+        update_rows(*next, done, step, lr, clip);
+        std::lock_guard<std::mutex> l(mu_);
+        rows_ready_ = step;
+        rows_first = true;
+        cv_.notify_all();
+      }
+    }
+    std::vector<int32_t> chunk;
+    for (size_t r = first; r < std::min(V, first + kChunk); ++r)
+      if (!done[r]) chunk.push_back(int32_t(r));
+    update_rows(chunk, done, step, lr, clip);
+  }
+  mark_updated(0, step);
+}
+
+void StreamingPipeline::update_rows(const std::vector<int32_t>& rows, std::vector<char>& done, long step, float lr,
+                                    float clip) {
+  const OptimizerConfig& o = cfg_.optimizer;
+  cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, units_[0].tensors[0].decay ? o.weight_decay : 0.0f, clip, step};
+  const size_t C = cfg_.embedding_width;
+  constexpr size_t kRows = 64;  // per parallel work item
+  const bool exact = store_.layout() == MemoryLayout::kExact;
+  pool_.parallel_for(int((rows.size() + kRows - 1) / kRows), [&](int i) {
+    for (size_t k = size_t(i) * kRows; k < std::min(rows.size(), size_t(i + 1) * kRows); ++k) {
+      const size_t r = size_t(rows[k]);
+      if (done[r]) continue;
+      const size_t off = r * C;
+      if (exact) {
+        const UnitState<float> s = store_.state<float>(0);
+        cpu::adamw_update<float>(s.master + off, s.grad + off, s.m + off, s.v + off, s.shadow ? s.shadow + off : nullptr, C, p);
+      } else {
+        const UnitState<bf16> s = store_.state<bf16>(0);
+        cpu::adamw_update<bf16>(s.master + off, s.grad + off, s.m + off, s.v + off, s.shadow ? s.shadow + off : nullptr, C, p);
+      }
+      done[r] = 1;
+    }
+  });
 }
 
 void StreamingPipeline::speculate_unit(size_t u, long step, float lr) {

@@ -166,6 +166,8 @@ class StreamingPipeline {
   // Speculation (see above): the copy, then the update with factor 1; at the norm, keep or redo.
   void speculate_unit(size_t u, long step, float lr);
   void restore_unit(size_t u);
+  void update_embedding(long step, float lr, float clip);  // the next step's rows first
+  void update_rows(const std::vector<int32_t>& rows, std::vector<char>& done, long step, float lr, float clip);
   void settle_speculation(long step, float lr, float clip);  // clip < 0: the step was refused
   bool speculating(size_t u, long step) const { return speculated_at_[u] == step; }
   void skip_updates(long step);              // marks every unit done at `step` without updating
@@ -210,6 +212,7 @@ class StreamingPipeline {
   std::vector<std::unique_ptr<char[]>> restore_;
   std::vector<long> speculated_at_;
   bool last_step_clipped_ = false;
+  long rows_ready_ = 0;  // the last step whose update of the next step's embedding rows is done (mu_)
   std::atomic<long> speculated_total_{0}, rolled_back_total_{0};
   struct Landing {  // a gradient in flight to the host
     int unit;

@@ -183,12 +183,17 @@ TEST(SpeculativeUpdates, AFailedStepRestoresWhatItSpeculated) {
   const ModelConfig cfg = spec_config(false);
   const TrainOptions opt = spec_options(1.0f, MemoryLayout::kExact, Precision::kBf16);
   StreamingExecutor* self = nullptr;
-  std::atomic<long> ops{0}, fault_at{-1};
+  std::atomic<long> ops{0}, fault_at{-1}, speculated_base{0};
   CpuBackendOptions bo;
+  std::atomic<long> faulted_at{0};
   bo.inject_fault = [&](const char*) {
-    if (++ops != fault_at.load()) return false;
-    for (int i = 0; i < 10000 && self->pipeline().speculated_updates() < 2; ++i)  // the head and decoder 3
+    const long n = ++ops;
+    if (fault_at.load() < 0 || faulted_at.load() > 0) return false;
+    // Among step 2's last ops, or as soon as the head and decoder 3 have speculated.
+    if (n < fault_at.load() && self->pipeline().speculated_updates() < 2 + speculated_base.load()) return false;
+    for (int i = 0; i < 30000 && self->pipeline().speculated_updates() < 2 + speculated_base.load(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    faulted_at = n;
     return true;
   };
   StreamingOptions so;
@@ -204,6 +209,7 @@ TEST(SpeculativeUpdates, AFailedStepRestoresWhatItSpeculated) {
   ASSERT_TRUE((*ex)->sync().ok());
   const long per_step = ops.load();
   const long speculated_before = self->pipeline().speculated_updates();
+  speculated_base = speculated_before;
   const long undone_before = self->pipeline().rolled_back_updates();
   // A copy of the state after step 1, in a second store.
   auto copy = HostStore::create(build_param_schemas(cfg), opt.layout, true, default_host_allocator());
@@ -220,7 +226,8 @@ TEST(SpeculativeUpdates, AFailedStepRestoresWhatItSpeculated) {
   auto r = (*ex)->step(b);
   ASSERT_FALSE(r.ok());
   (void)(*ex)->sync();
-  EXPECT_GE(self->pipeline().speculated_updates() - speculated_before, 2) << "the head and a decoder speculated";
+  EXPECT_GE(self->pipeline().speculated_updates() - speculated_before, 2)
+      << "the head and a decoder speculated; fault at op " << faulted_at << " of " << 2 * per_step;
   EXPECT_EQ(self->pipeline().rolled_back_updates() - undone_before,
             self->pipeline().speculated_updates() - speculated_before);
   expect_same_state(**copy, (*ex)->store());
