@@ -145,6 +145,8 @@ void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step
   out.set("compute_seconds", compute);
   out.set("transfer_seconds", transfer);
   out.set("stall_seconds", med([](const StepStats& s) { return s.stall_seconds(); }));
+  out.set("optimizer_wait_seconds", med([](const StepStats& s) { return s.optimizer_wait_seconds; }));  // of the stall
+  out.set("copy_wait_seconds", med([](const StepStats& s) { return s.copy_wait_seconds; }));
   out.set("optimizer_seconds", med([](const StepStats& s) { return s.optimizer_seconds; }));
   out.set("overlap_efficiency", std::max(compute, transfer) / step_s);
   const double floor_s = med([](const StepStats& s) { return exact_step_floor(s); });

@@ -187,6 +187,13 @@ QWEN=(step --preset qwen2.5-7b --layers 4 --backend cuda --executor streaming --
   --seq-len 2048 --micro-batch 1 --global-batch 8 --json)
 step bench_step_qwen7b_bf16_cudnn 180 "$OUT/bench_step_qwen7b_bf16_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
   "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1
+# Issue 26: the optimizer off the critical path. The same step without clipping (a random
+# model clips every step at grad_clip 1), updates after the norm, then speculative (restore
+# copies: ~18 GB more of plain host memory); the stall is the difference.
+step bench_step_qwen7b_noclip 120 "$OUT/bench_step_qwen7b_noclip.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1 --grad-clip 1e9
+step bench_step_qwen7b_speculative 120 "$OUT/bench_step_qwen7b_speculative.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1 --grad-clip 1e9 --speculative-updates auto
 # Peers on the same GPU, same shape, same tokens per step (bench/peers/, the same JSON fields):
 # PyTorch resident, the published MegaTrain (its sources carried in third_party_src/), DeepSpeed
 # ZeRO-3 offload (when carried and installed: bench/peers/deepspeed_zero3.py says how).
