@@ -11,6 +11,10 @@
 #                                             part of the units, and a checkpoint of 2 shards + index
 #   train_mpi_check.sh CLI MPIRUN sharded-resume   sharded checkpoints resume on 1 process and on 2
 #                                             replicated ranks; one of 1 process resumes sharded
+#   train_mpi_check.sh CLI MPIRUN speculative speculative_updates: on over 2 ranks: the same final
+#                                             weights, byte for byte, as the plain schedule (each
+#                                             rank speculates on its all-reduced gradients); with
+#                                             --shard-optimizer speculation is off, weights equal too
 #   train_mpi_check.sh CLI MPIRUN compact     memory.layout compact (bf16 gradients, summed over the
 #                                             ranks in fp32): within 1e-4 of 1 process (each rank's
 #                                             gradient is rounded to bf16 before the sum, one
@@ -106,6 +110,21 @@ case $mode in
     out=$(two --out "$t/b" --shard-optimizer 2>&1)
     [ "$(echo "$out" | grep -c "resuming at step 6")" -eq 2 ] || { echo "FAIL: 2 sharded ranks did not both resume"; echo "$out"; exit 1; }
     close "1 process to step 6, then 2 sharded ranks" "$(echo "$out" | loss)" "$ref"
+    ;;
+  speculative)
+    sed 's/^name: dp-check/name: dp-check\nspeculative_updates: on/' "$t/spec.yaml" > "$t/spec-spec.yaml"
+    spec2() { $mpirun --oversubscribe -np 2 "$cli" train "$t/spec-spec.yaml" --json "$@"; }
+    plain=$(two --out "$t/plain" | loss)
+    got=$(spec2 --out "$t/spec" | loss)
+    [ "$got" = "$plain" ] || { echo "FAIL: speculative $got != plain $plain"; exit 1; }
+    cmp "$t/spec/checkpoints/step-00000012/model.safetensors" "$t/plain/checkpoints/step-00000012/model.safetensors" ||
+      { echo "FAIL: speculative and plain final weights differ"; exit 1; }
+    cmp "$t/spec/checkpoints/step-00000012/optimizer.safetensors" "$t/plain/checkpoints/step-00000012/optimizer.safetensors" ||
+      { echo "FAIL: speculative and plain Adam state differ"; exit 1; }
+    sharded_plain=$(two --out "$t/shp" --shard-optimizer | loss)
+    sharded_spec=$(spec2 --out "$t/shs" --shard-optimizer | loss)
+    [ "$sharded_spec" = "$sharded_plain" ] || { echo "FAIL: sharded speculative $sharded_spec != $sharded_plain"; exit 1; }
+    echo "2 ranks: speculative = plain = $plain; sharded: $sharded_plain"
     ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac

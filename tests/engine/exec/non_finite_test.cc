@@ -37,8 +37,12 @@ void expect_unchanged(const std::vector<std::vector<float>>& before, const HostS
     EXPECT_EQ(0, std::memcmp(before[u].data(), s.unit(u).master, before[u].size() * sizeof(float))) << "unit " << u;
 }
 
-std::unique_ptr<Executor> make(bool streaming, const ModelConfig& cfg) {
-  if (streaming) return std::move(StreamingExecutor::create_cpu(cfg, options(), {}).value());
+// 0: resident, 1: streaming, 2: streaming with speculative updates (the units that land before
+// the non-finite one have been updated, and are restored).
+std::unique_ptr<Executor> make(int kind, const ModelConfig& cfg) {
+  StreamingOptions so;
+  so.speculation = kind == 2 ? Speculation::kOn : Speculation::kOff;
+  if (kind > 0) return std::move(StreamingExecutor::create_cpu(cfg, options(), so).value());
   return std::move(ResidentExecutor::create(cfg, options()).value());
 }
 
@@ -49,7 +53,7 @@ Batch batch(const ModelConfig& cfg) {
   return b;
 }
 
-class NonFinite : public ::testing::TestWithParam<bool> {};  // streaming?
+class NonFinite : public ::testing::TestWithParam<int> {};  // make()'s kind; non-zero: streaming
 
 TEST_P(NonFinite, NanWeightsFailTheStepOnTheLossWithoutUpdating) {
   const ModelConfig cfg = small();
@@ -96,8 +100,9 @@ TEST_P(NonFinite, NonFiniteGradientWithFiniteLossFailsNamingTheUnit) {
   expect_unchanged(before, ex->store());
 }
 
-INSTANTIATE_TEST_SUITE_P(Executors, NonFinite, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Streaming" : "Resident"; });
+INSTANTIATE_TEST_SUITE_P(Executors, NonFinite, ::testing::Values(0, 1, 2), [](const auto& info) {
+  return std::string(info.param == 0 ? "Resident" : info.param == 1 ? "Streaming" : "Speculative");
+});
 
 TEST(NonFinite, EvaluateRefusesANonFiniteLoss) {
   const ModelConfig cfg = small();
