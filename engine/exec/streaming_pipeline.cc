@@ -13,15 +13,6 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// memcpy on the pool's threads, in 4 MiB pieces: a restore copy moves gigabytes.
-void parallel_copy(ThreadPool& pool, void* dst, const void* src, size_t bytes) {
-  constexpr size_t kPiece = size_t(4) << 20;
-  pool.parallel_for(int((bytes + kPiece - 1) / kPiece), [&](int i) {
-    const size_t o = size_t(i) * kPiece;
-    std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(kPiece, bytes - o));
-  });
-}
 }  // namespace
 
 std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
@@ -350,171 +341,6 @@ void StreamingPipeline::scatter_embedding_grad(const EmbeddingRows& rows) {
   scattered_ = cfg_.nodes ? nullptr : rows;
 }
 
-void StreamingPipeline::update_phase(long step, float lr) {
-  // Sharded: each unit's sum of squares is on its owner alone (0 elsewhere), so the sum over
-  // nodes is the exact value, and every node then finds the same norm.
-  if (!cfg_.owners.empty() && refuse_if(cfg_.nodes->all_reduce(sumsq_.data(), sumsq_.size()))) return skip_updates(step);
-  double total = 0;
-  for (double s : sumsq_) total += s;  // unit order, as the resident executor sums
-  const double norm = std::sqrt(total);
-  if (refuse_if(check_grad_norm(step, norm, sumsq_, units_))) {
-    settle_speculation(step, lr, -1);  // the in-memory state as it was before the step
-    return skip_updates(step);
-  }
-  publish_norm(step, norm);
-  const float clip = clip_factor(norm, cfg_.optimizer.grad_clip);
-  last_step_clipped_ = clip != 1.0f;
-  if (!cfg_.owners.empty()) return update_shards(step, lr, clip);
-  settle_speculation(step, lr, clip);
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (speculating(u, step)) speculated_at_[u] = 0;
-    else if (u == 0) update_embedding(step, lr, clip);
-    else update_unit(u, step, lr, clip);
-}
-
-// The embedding, the next step's rows first: the next forward's first upload is those rows, so
-// it waits for their update only while the rest of the table (most of it) overlaps that
-// forward. The next step's rows are known once it has begun; the table goes in chunks of rows
-// and the rows are taken ahead as soon as they are known. AdamW is elementwise, so each
-// element's update is the same whatever the order (rows are whole multiples of 16 elements,
-// so no SIMD remainder differs either).
-void StreamingPipeline::update_embedding(long step, float lr, float clip) {
-  const ParamSchema& e = units_[0];
-  const size_t C = cfg_.embedding_width;
-  if (e.tensors.size() != 1 || C == 0 || C % 16 != 0) return update_unit(0, step, lr, clip);
-  const size_t V = e.numel / C;
-  constexpr size_t kChunk = 4096;  // rows between looks for the next step's rows
-  std::vector<char> done(V, 0);
-  bool rows_first = false;
-  for (size_t first = 0; first < V; first += kChunk) {
-    if (!rows_first) {
-      EmbeddingRows next;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (step_ > step) next = rows_;  // the next step has begun: the rows it reads
-      }
-      if (next) {
-        update_rows(*next, done, step, lr, clip);
-        std::lock_guard<std::mutex> l(mu_);
-        rows_ready_ = step;
-        rows_first = true;
-        cv_.notify_all();
-      }
-    }
-    std::vector<int32_t> chunk;
-    for (size_t r = first; r < std::min(V, first + kChunk); ++r)
-      if (!done[r]) chunk.push_back(int32_t(r));
-    update_rows(chunk, done, step, lr, clip);
-  }
-  mark_updated(0, step);
-}
-
-void StreamingPipeline::update_rows(const std::vector<int32_t>& rows, std::vector<char>& done, long step, float lr,
-                                    float clip) {
-  const OptimizerConfig& o = cfg_.optimizer;
-  cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, units_[0].tensors[0].decay ? o.weight_decay : 0.0f, clip, step};
-  const size_t C = cfg_.embedding_width;
-  constexpr size_t kRows = 64;  // per parallel work item
-  const bool exact = store_.layout() == MemoryLayout::kExact;
-  pool_.parallel_for(int((rows.size() + kRows - 1) / kRows), [&](int i) {
-    for (size_t k = size_t(i) * kRows; k < std::min(rows.size(), size_t(i + 1) * kRows); ++k) {
-      const size_t r = size_t(rows[k]);
-      if (done[r]) continue;
-      const size_t off = r * C;
-      if (exact) {
-        const UnitState<float> s = store_.state<float>(0);
-        cpu::adamw_update<float>(s.master + off, s.grad + off, s.m + off, s.v + off, s.shadow ? s.shadow + off : nullptr, C, p);
-      } else {
-        const UnitState<bf16> s = store_.state<bf16>(0);
-        cpu::adamw_update<bf16>(s.master + off, s.grad + off, s.m + off, s.v + off, s.shadow ? s.shadow + off : nullptr, C, p);
-      }
-      done[r] = 1;
-    }
-  });
-}
-
-void StreamingPipeline::speculate_unit(size_t u, long step, float lr) {
-  const HostUnit& hu = store_.unit(u);
-  const size_t n = hu.numel, se = state_elem_bytes(store_.layout());
-  char* copy = restore_[u].get();
-  parallel_copy(pool_, copy, hu.master, n * sizeof(float));
-  parallel_copy(pool_, copy + n * sizeof(float), hu.m, n * se);
-  parallel_copy(pool_, copy + n * (sizeof(float) + se), hu.v, n * se);
-  adamw(u, step, lr, 1.0f);
-  speculated_at_[u] = step;
-  ++speculated_total_;
-}
-
-void StreamingPipeline::restore_unit(size_t u) {
-  const HostUnit& hu = store_.unit(u);
-  const size_t n = hu.numel, se = state_elem_bytes(store_.layout());
-  const char* copy = restore_[u].get();
-  parallel_copy(pool_, hu.master, copy, n * sizeof(float));
-  parallel_copy(pool_, hu.m, copy + n * sizeof(float), n * se);
-  parallel_copy(pool_, hu.v, copy + n * (sizeof(float) + se), n * se);
-  if (hu.shadow) round_to_bf16(hu.shadow, hu.master, n);  // what the shadow held before the update
-}
-
-// The speculated units of `step` once its norm is known: kept and marked (clip factor 1), or
-// restored and updated again with the step's factor (clip < 0: refused, restored only). Unit
-// order, so the next forward's first units are ready first.
-void StreamingPipeline::settle_speculation(long step, float lr, float clip) {
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (!speculating(u, step)) continue;
-    if (clip == 1.0f) {
-      mark_updated(u, step);
-      continue;
-    }
-    restore_unit(u);
-    ++rolled_back_total_;
-    if (clip > 0) update_unit(u, step, lr, clip);
-    else speculated_at_[u] = 0;
-  }
-}
-
-// Every node updates its own units (1/R of the optimizer's work, in parallel with the others)
-// while its broadcaster moves every unit's masters in unit order — the order the next step
-// uploads them — each as soon as its owner has updated it.
-void StreamingPipeline::update_shards(long step, float lr, float clip) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    broadcast_step_ = step;
-    cv_.notify_all();
-  }
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (owns(u)) update_unit(u, step, lr, clip);
-}
-
-void StreamingPipeline::broadcaster_loop() {
-  std::unique_lock<std::mutex> l(mu_);
-  for (long done = 0;;) {
-    cv_.wait(l, [&] { return stop_ || broadcast_step_ > done; });
-    if (stop_) return;
-    done = broadcast_step_;
-    l.unlock();
-    broadcast_updates(done);
-    l.lock();
-  }
-}
-
-// The owner of a unit goes on with its next step once it has updated the unit, so these
-// broadcasts may still be going out while the optimizer thread reduces the next step's first
-// gradients: hence their own communicator (cfg_.weights), with its own order of collectives.
-void StreamingPipeline::broadcast_updates(long step) {
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (owns(u)) {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || updated_[u] >= step; });
-      if (stop_) return;
-    }
-    const HostUnit& hu = store_.unit(u);
-    if (refuse_if(cfg_.weights->broadcast(hu.master, hu.numel, cfg_.owners[u]))) return skip_updates(step);
-    if (owns(u)) continue;
-    if (hu.shadow) round_to_bf16(hu.shadow, hu.master, hu.numel);  // as the owner's optimizer wrote its own
-    mark_updated(u, step);
-  }
-}
-
 bool StreamingPipeline::refuse_if(const Status& why) {
   std::lock_guard<std::mutex> l(mu_);
   if (error_.ok() && !why.ok()) error_ = why;
@@ -539,21 +365,6 @@ void StreamingPipeline::publish_norm(long step, double norm) {
 Status StreamingPipeline::error() {
   std::lock_guard<std::mutex> l(mu_);
   return error_;
-}
-
-void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
-  adamw(u, step, lr, clip);
-  mark_updated(u, step);
-}
-
-void StreamingPipeline::adamw(size_t u, long step, float lr, float clip) {
-  const double t0 = cfg_.optimizer_slowdown > 1 ? now_seconds() : 0;
-  const OptimizerConfig& o = cfg_.optimizer;
-  cpu::AdamWParams p{lr, o.beta1, o.beta2, o.eps, o.weight_decay, clip, step};
-  if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
-  else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
-  if (cfg_.optimizer_slowdown > 1)  // a slower host, for benchmarks: the same work, stretched
-    std::this_thread::sleep_for(std::chrono::duration<double>((now_seconds() - t0) * (cfg_.optimizer_slowdown - 1)));
 }
 
 void StreamingPipeline::mark_updated(size_t u, long step) {

@@ -163,9 +163,10 @@ class StreamingPipeline {
   bool owns(size_t u) const { return cfg_.owners.empty() || cfg_.owners[u] == cfg_.nodes->rank(); }
   void update_unit(size_t u, long step, float lr, float clip);
   void adamw(size_t u, long step, float lr, float clip);  // the update itself, not marked
+  cpu::AdamWParams adamw_params(long step, float lr, float clip) const;
   // Speculation (see above): the copy, then the update with factor 1; at the norm, keep or redo.
   void speculate_unit(size_t u, long step, float lr);
-  void restore_unit(size_t u);
+  void copy_restore(size_t u, bool save);  // the unit's state into its restore buffer, or back
   void update_embedding(long step, float lr, float clip);  // the next step's rows first
   void update_rows(const std::vector<int32_t>& rows, std::vector<char>& done, long step, float lr, float clip);
   void settle_speculation(long step, float lr, float clip);  // clip < 0: the step was refused

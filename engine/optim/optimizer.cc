@@ -80,21 +80,37 @@ double unit_grad_sumsq(ThreadPool& pool, const ParamSchema& u, const S* grad) {
   return total;
 }
 
+namespace {
+template <typename S>
+void adamw_piece(const UnitState<S>& st, const cpu::AdamWParams& p, size_t o, size_t n, bool decay) {
+  cpu::AdamWParams q = p;
+  if (!decay) q.weight_decay = 0;
+  cpu::adamw_update<S>(st.master + o, st.grad + o, st.m + o, st.v + o, st.shadow ? st.shadow + o : nullptr, n, q);
+}
+}  // namespace
+
 template <typename S>
 void adamw_unit(ThreadPool& pool, const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p) {
   const auto ps = pieces(u);
   pool.parallel_for(int(ps.size()), [&](int i) {
     const Piece& pc = ps[size_t(i)];
-    cpu::AdamWParams q = p;
-    if (!pc.decay) q.weight_decay = 0;
-    const size_t o = pc.offset;
-    cpu::adamw_update<S>(st.master + o, st.grad + o, st.m + o, st.v + o, st.shadow ? st.shadow + o : nullptr, pc.n, q);
+    adamw_piece(st, p, pc.offset, pc.n, pc.decay);
   });
+}
+
+template <typename S>
+void adamw_range(const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p, size_t offset, size_t n) {
+  bool decay = false;
+  for (const auto& t : u.tensors)
+    if (offset >= t.offset && offset < t.offset + t.numel) decay = t.decay;
+  adamw_piece(st, p, offset, n, decay);
 }
 
 template double unit_grad_sumsq(ThreadPool&, const ParamSchema&, const float*);
 template double unit_grad_sumsq(ThreadPool&, const ParamSchema&, const bf16*);
 template void adamw_unit(ThreadPool&, const ParamSchema&, const UnitState<float>&, const cpu::AdamWParams&);
 template void adamw_unit(ThreadPool&, const ParamSchema&, const UnitState<bf16>&, const cpu::AdamWParams&);
+template void adamw_range(const ParamSchema&, const UnitState<float>&, const cpu::AdamWParams&, size_t, size_t);
+template void adamw_range(const ParamSchema&, const UnitState<bf16>&, const cpu::AdamWParams&, size_t, size_t);
 
 }  // namespace mt

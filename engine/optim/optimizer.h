@@ -54,5 +54,9 @@ double unit_grad_sumsq(ThreadPool& pool, const ParamSchema& u, const S* grad);
 // One AdamW step on every tensor of a unit.
 template <typename S>
 void adamw_unit(ThreadPool& pool, const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p);
+// One AdamW step on elements [offset, offset + n) of a unit, inside one tensor (whose weight-decay
+// rule applies), on the calling thread. Elementwise: the same bits as adamw_unit gives them.
+template <typename S>
+void adamw_range(const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p, size_t offset, size_t n);
 
 }  // namespace mt
