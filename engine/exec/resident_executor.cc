@@ -20,6 +20,16 @@ void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
   store.zero_grads();
 }
 
+namespace {
+// The pass's inputs, targets and document positions from the batch's token `first` on.
+template <typename T>
+void point_at(const Batch& batch, size_t first, ModelPassArgs<T>& a, LayerShape& s) {
+  a.inputs = batch.inputs.data() + first;
+  a.targets = batch.targets.data() + first;
+  s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + first;
+}
+}  // namespace
+
 ResidentExecutor::ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt)
     : cfg_(cfg), opt_(opt), units_(build_param_schemas(cfg)), pool_(opt.optimizer_threads), inv_freq_(rope_inv_freq(cfg)) {}
 
@@ -83,9 +93,7 @@ Status ResidentExecutor::accumulate_shard(int d, const Batch& batch, float grad_
   const int per = opt_.global_batch / opt_.micro_batch / devices();  // micro-batches per device
   dev.loss_sums.clear();
   for (int mb = d * per; mb < (d + 1) * per; ++mb) {
-    a.inputs = batch.inputs.data() + size_t(mb) * mb_tokens;
-    a.targets = batch.targets.data() + size_t(mb) * mb_tokens;
-    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + size_t(mb) * mb_tokens;
+    point_at(batch, size_t(mb) * mb_tokens, a, s);
     MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, dev.workspace.data(), dev.workspace.bytes()));
     dev.loss_sums.push_back(r.loss_sum);
   }
@@ -176,9 +184,7 @@ Result<EvalStats> ResidentExecutor::evaluate_in(const Batch& batch) {
   const size_t mb_tokens = size_t(s.N());
   EvalStats e;
   for (int mb = 0; mb < batch.num_seqs / opt_.micro_batch; ++mb) {
-    a.inputs = batch.inputs.data() + size_t(mb) * mb_tokens;
-    a.targets = batch.targets.data() + size_t(mb) * mb_tokens;
-    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + size_t(mb) * mb_tokens;
+    point_at(batch, size_t(mb) * mb_tokens, a, s);
     MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, ws.data(), ws.bytes()));
     e.loss_sum += r.loss_sum;
     e.counted += r.counted;
@@ -204,9 +210,7 @@ Result<double> ResidentExecutor::mean_loss_in(const Batch& batch) {
   double loss_sum = 0;
   long counted = 0;
   for (int g = 0; g < batch.num_seqs; ++g) {
-    a.inputs = batch.inputs.data() + size_t(g) * batch.seq_len;
-    a.targets = batch.targets.data() + size_t(g) * batch.seq_len;
-    s.pos = batch.positions.empty() ? nullptr : batch.positions.data() + size_t(g) * batch.seq_len;
+    point_at(batch, size_t(g) * size_t(batch.seq_len), a, s);
     MT_ASSIGN_OR_RETURN(auto r, model_pass(cpu_ops<T>(), s, a, ws.data(), ws.bytes()));
     loss_sum += r.loss_sum;
     counted += r.counted;
