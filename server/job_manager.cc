@@ -234,11 +234,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     v1::JobEvent ev;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      JobRecord& rec = job->rec;
-      rec.eval_step = r.step;
-      rec.eval_loss = r.loss;
-      rec.best_eval_step = r.best_step;
-      rec.best_eval_loss = r.best_loss;
+      job->rec.eval = {r.step, r.loss, r.best_step, r.best_loss};
       ev = event_of(*job);
     }
     job->log->append("info", eval_line(r));

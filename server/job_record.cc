@@ -60,12 +60,7 @@ Json record_to_json(const JobRecord& r) {
                        {"device_faults", int64_t(r.device_faults)},
                        {"pause_requested", r.pause_requested},
                        {"preemptions", int64_t(r.preemptions)}});
-  if (r.eval_step > 0) {  // absent without evaluation, as before the fields existed
-    j.set("eval_step", int64_t(r.eval_step));
-    j.set("eval_loss", r.eval_loss);
-    j.set("best_eval_step", int64_t(r.best_eval_step));
-    j.set("best_eval_loss", r.best_eval_loss);
-  }
+  eval_progress_to_json(r.eval, j);
   return j;
 }
 
@@ -105,10 +100,7 @@ Result<JobRecord> record_from_json(const Json& j) {
   const Json* pause = j.find("pause_requested");
   r.pause_requested = pause && pause->is_bool() && pause->as_bool();
   r.preemptions = int(std::max<int64_t>(0, i64("preemptions")));
-  r.eval_step = long(std::max<int64_t>(0, i64("eval_step")));
-  r.eval_loss = num("eval_loss");
-  r.best_eval_step = long(std::max<int64_t>(0, i64("best_eval_step")));
-  r.best_eval_loss = num("best_eval_loss");
+  r.eval = eval_progress_from_json(j);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/base/json.h"
+#include "engine/io/checkpoint.h"
 #include "megatrain/v1/trainer.pb.h"
 
 namespace mt::server {
@@ -32,9 +33,7 @@ struct JobRecord {
   // so is PAUSED after a restart instead of queued.
   bool pause_requested = false;
   int preemptions = 0;  // runs stopped for a higher-priority job
-  // spec.eval: the latest held-out evaluation and the lowest so far (steps 0: none yet).
-  long eval_step = 0, best_eval_step = 0;
-  double eval_loss = 0, best_eval_loss = 0;
+  EvalProgress eval;  // spec.eval: the latest held-out evaluation and the lowest so far
   bool terminal() const;
 };
 

@@ -72,10 +72,10 @@ v1::Job JobManager::to_proto(const Job& job) const {
   if (job.last.packing_efficiency >= 0) out.set_packing_efficiency(job.last.packing_efficiency);
   if (job.spec.logging.tensorboard) out.set_tensorboard_dir(job.dir + "/tensorboard");
   set_update(out, job.last);
-  out.set_eval_step(r.eval_step);
-  out.set_eval_loss(r.eval_loss);
-  out.set_best_eval_step(r.best_eval_step);
-  out.set_best_eval_loss(r.best_eval_loss);
+  out.set_eval_step(r.eval.step);
+  out.set_eval_loss(r.eval.loss);
+  out.set_best_eval_step(r.eval.best_step);
+  out.set_best_eval_loss(r.eval.best_loss);
   return out;
 }
 

@@ -45,12 +45,7 @@ Json summary_of(const JobResult& r) {
                          "; final_loss is the loss saved in its checkpoint");
   if (r.packing_efficiency >= 0) j.set("packing_efficiency", r.packing_efficiency);
   if (r.data_exhausted) j.set("data_exhausted", true);
-  if (r.eval_step > 0) {
-    j.set("eval_loss", r.eval_loss);
-    j.set("eval_step", int64_t(r.eval_step));
-    j.set("best_eval_loss", r.best_eval_loss);
-    j.set("best_eval_step", int64_t(r.best_eval_step));
-  }
+  eval_progress_to_json(r.eval, j);
   j.set("checkpoint", r.checkpoint);
   j.set("cancelled", r.cancelled);
   return j;

@@ -26,6 +26,37 @@ namespace mt {
 
 namespace fs = std::filesystem;
 
+bool EvalProgress::record(long at, double value) {
+  const bool best = best_step == 0 || value < best_loss;
+  step = at;
+  loss = value;
+  if (best) best_step = at, best_loss = value;
+  return best;
+}
+
+void eval_progress_to_json(const EvalProgress& e, Json& j) {
+  if (e.step <= 0) return;
+  j.set("eval_step", int64_t(e.step));
+  j.set("eval_loss", e.loss);
+  j.set("best_eval_step", int64_t(e.best_step));
+  j.set("best_eval_loss", e.best_loss);
+}
+
+EvalProgress eval_progress_from_json(const Json& j) {
+  EvalProgress e;
+  auto step_of = [&](const char* key, long& out) {
+    if (const Json* v = j.find(key); v && v->is_integer() && v->as_int() >= 0) out = long(v->as_int());
+  };
+  auto loss_of = [&](const char* key, double& out) {
+    if (const Json* v = j.find(key); v && v->is_number()) out = v->as_double();
+  };
+  step_of("eval_step", e.step);
+  loss_of("eval_loss", e.loss);
+  step_of("best_eval_step", e.best_step);
+  loss_of("best_eval_loss", e.best_loss);
+  return e;
+}
+
 namespace {
 
 constexpr const char* kFormat = "megatrain-checkpoint";
@@ -74,12 +105,7 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
   j.set("data_source", s.data_source);
   j.set("last_loss", s.last_loss);
   j.set("total_steps", int64_t(s.total_steps));
-  if (s.eval_step > 0) {  // absent without evaluation, as before the fields existed
-    j.set("eval_step", int64_t(s.eval_step));
-    j.set("eval_loss", s.eval_loss);
-    j.set("best_eval_step", int64_t(s.best_eval_step));
-    j.set("best_eval_loss", s.best_eval_loss);
-  }
+  eval_progress_to_json(s.eval, j);
   j.set("memory_layout", memory_layout_name(store.layout()));
   return j.dump(2) + "\n";
 }
@@ -107,16 +133,7 @@ Result<TrainerState> state_from_json(const std::string& path) {
   if (const Json* l = j->find("last_loss"))
     s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();
   if (const Json* t = j->find("total_steps"); t && t->is_integer()) s.total_steps = long(t->as_int());
-  auto step_of = [&](const char* key, long& out) {
-    if (const Json* v = j->find(key); v && v->is_integer() && v->as_int() >= 0) out = long(v->as_int());
-  };
-  auto loss_of = [&](const char* key, double& out) {
-    if (const Json* v = j->find(key); v && v->is_number()) out = v->as_double();
-  };
-  step_of("eval_step", s.eval_step);
-  loss_of("eval_loss", s.eval_loss);
-  step_of("best_eval_step", s.best_eval_step);
-  loss_of("best_eval_loss", s.best_eval_loss);
+  s.eval = eval_progress_from_json(*j);
   return s;
 }
 
@@ -359,9 +376,9 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
     auto state = state_from_json(join(e.path().string(), "trainer_state.json"));
     if (!state.ok()) continue;
     CheckpointInfo c{step, state->last_loss, 0, 0, e.path().string(), latest.ok() && *latest == name};
-    c.evaluated = state->eval_step == step;
-    c.eval_loss = c.evaluated ? state->eval_loss : 0;
-    if (c.latest) best_step = state->best_eval_step;
+    c.evaluated = state->eval.step == step;
+    c.eval_loss = c.evaluated ? state->eval.loss : 0;
+    if (c.latest) best_step = state->eval.best_step;
     c.size_bytes = tree_bytes(e.path());
     const auto mtime = fs::last_write_time(e.path() / "trainer_state.json", eec);
     if (!eec)

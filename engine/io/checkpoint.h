@@ -10,9 +10,25 @@
 
 #include "engine/optim/host_store.h"
 #include "engine/model/model_config.h"
+#include "engine/base/json.h"
 #include "engine/base/status.h"
 
 namespace mt {
+
+// A job's held-out evaluations so far (engine/job/held_out.h): the latest and the lowest.
+// Steps 0: none yet.
+struct EvalProgress {
+  long step = 0;
+  double loss = 0;
+  long best_step = 0;
+  double best_loss = 0;
+  // An evaluation after `at` steps; true when it is the lowest so far (ties: the earlier).
+  bool record(long at, double value);
+};
+// Its keys eval_step, eval_loss, best_eval_step, best_eval_loss into `j` (none without an
+// evaluation, as before they existed: trainer states and the daemon's job records), and back.
+void eval_progress_to_json(const EvalProgress& e, Json& j);
+EvalProgress eval_progress_from_json(const Json& j);
 
 struct TrainerState {
   long step = 0;              // optimizer steps completed
@@ -21,12 +37,7 @@ struct TrainerState {
   std::string data_source;    // DataSource::describe(), informational
   double last_loss = 0;
   long total_steps = 0;       // the job's `steps` (the LR schedule's span); 0: unknown (older checkpoint)
-  // Held-out evaluation (engine/job/held_out.h), 0 steps when none ran: the latest evaluation
-  // (at `step` itself when it evaluated there) and the lowest held-out loss so far.
-  long eval_step = 0;
-  double eval_loss = 0;
-  long best_eval_step = 0;
-  double best_eval_loss = 0;
+  EvalProgress eval;  // the latest evaluation (at `step` itself when it evaluated there), the best
 };
 
 // Writes a checkpoint of `store` under root and prunes to `keep` newest, besides the checkpoint

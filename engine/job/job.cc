@@ -375,7 +375,7 @@ Result<JobResult> JobRunner::run() {
   std::string resumed;  // the checkpoint this run resumes from, if any
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex, resumed));
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
-  if (resumed.empty()) state.eval_step = state.best_eval_step = 0;  // init.from another job: its evaluations are not ours
+  if (resumed.empty()) state.eval = {};  // init.from another job: its evaluations are not ours
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
   if (cfg.pad_token_id >= 0)
@@ -418,10 +418,16 @@ Result<JobResult> JobRunner::run() {
     else log(LogLevel::kWarning, "tensorboard: " + w.status().message() + "; the job runs without event files");
   }
   const double flops_per_token = model_flops_per_token(cfg, spec_.train.seq_len);
+  auto curve = [&](long step, const Scalars& scalars) {  // a failed write ends the event file, not the job
+    if (tb && !tb->scalars(step, double(unix_ms_now()) / 1e3, scalars).ok()) {
+      log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
+      tb.reset();
+    }
+  };
   auto checkpoint = [&]() -> Status {
     if (state.step != saved_step) {
       MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
-      const long best = spec_.checkpoint.keep_best ? state.best_eval_step : 0;  // kept besides the last `keep`
+      const long best = spec_.checkpoint.keep_best ? state.eval.best_step : 0;  // kept besides the last `keep`
       if (writes_checkpoints) {
         MT_ASSIGN_OR_RETURN(result.checkpoint,
                             sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), state,
@@ -439,17 +445,10 @@ Result<JobResult> JobRunner::run() {
   // checkpointed at once (and kept).
   auto evaluate = [&]() -> Status {
     MT_ASSIGN_OR_RETURN(EvalStats e, held_out->evaluate(*ex));
-    EvalReport r{state.step, e.loss(), e.counted, e.seconds, state.best_eval_step == 0 || e.loss() < state.best_eval_loss};
-    state.eval_step = r.step;
-    state.eval_loss = r.loss;
-    if (r.best) state.best_eval_step = r.step, state.best_eval_loss = r.loss;
-    r.best_step = state.best_eval_step;
-    r.best_loss = state.best_eval_loss;
+    const bool best = state.eval.record(state.step, e.loss());
+    const EvalReport r{state.step, e.loss(), e.counted, e.seconds, best, state.eval.best_step, state.eval.best_loss};
     if (hooks_.on_eval) hooks_.on_eval(r);  // the front-ends log it, as they log steps
-    if (tb && !tb->scalars(r.step, double(unix_ms_now()) / 1e3, {{"eval/loss", r.loss}}).ok()) {
-      log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
-      tb.reset();
-    }
+    curve(r.step, {{"eval/loss", r.loss}});
     if (r.best && spec_.checkpoint.keep_best) MT_RETURN_IF_ERROR(checkpoint());
     return Status::Ok();
   };
@@ -488,23 +487,17 @@ Result<JobResult> JobRunner::run() {
     result.steps_run += 1;
     result.final_loss = st.loss;
     if (hooks_.on_step) hooks_.on_step(st);
-    if (tb && !tb->scalars(st.step, double(unix_ms_now()) / 1e3, tensorboard_scalars(st, flops_per_token)).ok()) {
-      log(LogLevel::kWarning, "tensorboard: cannot write " + tb->path() + "; the job goes on without event files");
-      tb.reset();
-    }
+    curve(st.step, tensorboard_scalars(st, flops_per_token));
     if (held_out && spec_.eval.every > 0 && state.step % spec_.eval.every == 0) MT_RETURN_IF_ERROR(evaluate());
     // Not again when the evaluation just checkpointed this step (keep_best).
     const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0 && state.step != saved_step;
     if ((periodic && state.step < spec_.steps) || checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
   }
   // The end of training (not a cancel, pause or yield): the last weights evaluated, once.
-  if (held_out && result.steps_run > 0 && !result.cancelled && !result.starved && state.eval_step != state.step)
+  if (held_out && result.steps_run > 0 && !result.cancelled && !result.starved && state.eval.step != state.step)
     MT_RETURN_IF_ERROR(evaluate());
   MT_RETURN_IF_ERROR(checkpoint());  // final (or on cancel, or starved); none when nothing new
-  result.eval_step = state.eval_step;
-  result.eval_loss = state.eval_loss;
-  result.best_eval_step = state.best_eval_step;
-  result.best_eval_loss = state.best_eval_loss;
+  result.eval = state.eval;
   result.steps_done = state.step;
   result.packing_efficiency = data->packing_efficiency();
   if (result.packing_efficiency >= 0)

@@ -46,10 +46,7 @@ struct JobResult {
   bool starved = false;          // stopped for want of data (hooks.yield_when_starved)
   bool data_exhausted = false;   // stopped at the end of data.epochs, before `steps`
   double packing_efficiency = -1;  // real tokens / slots this run trained on (< 0: not a packing source)
-  // spec.eval: the latest held-out evaluation and the best so far (steps 0: none), as the
-  // checkpoint's trainer state records them.
-  long eval_step = 0, best_eval_step = 0;
-  double eval_loss = 0, best_eval_loss = 0;
+  EvalProgress eval;  // spec.eval: the latest held-out evaluation and the best, as the checkpoint has them
 };
 
 // Resolves the spec's model to a config (preset, config.json or HF model dir).

@@ -111,8 +111,8 @@ TEST(EvalJob, EvaluatesAtItsStepsAndAtTheEndWithTheCheckpointsNumbers) {
   EXPECT_EQ(evals.rbegin()->first, 5) << "the end of training, off the grid";
   EXPECT_EQ(evals.at(2).counted, 20 * 32) << "max_tokens 640: 20 rows of 32, every target counted";
   EXPECT_LT(evals.at(5).loss, evals.at(2).loss) << "the held-out chain is the training chain's kind";
-  EXPECT_EQ(result->eval_step, 5);
-  EXPECT_EQ(result->eval_loss, evals.at(5).loss);
+  EXPECT_EQ(result->eval.step, 5);
+  EXPECT_EQ(result->eval.loss, evals.at(5).loss);
 
   // Independently: the checkpoint at step 5 in a resident executor, over the same set.
   auto cfg = resolve_model(spec);
@@ -122,8 +122,8 @@ TEST(EvalJob, EvaluatesAtItsStepsAndAtTheEndWithTheCheckpointsNumbers) {
   ASSERT_TRUE(res.ok());
   auto st = load_checkpoint(result->checkpoint, *cfg, (*res)->store());
   ASSERT_TRUE(st.ok()) << st.status().to_string();
-  EXPECT_EQ(st->eval_step, 5);
-  EXPECT_EQ(st->eval_loss, evals.at(5).loss);
+  EXPECT_EQ(st->eval.step, 5);
+  EXPECT_EQ(st->eval.loss, evals.at(5).loss);
   auto set = HeldOutSet::open(spec, cfg->vocab_size, (*res)->eval_batch_rows());
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   auto again = set->evaluate(**res);
@@ -185,7 +185,7 @@ TEST(EvalJob, KeepBestKeepsTheLowestHeldOutLossBesidesTheLast) {
     EXPECT_EQ(r.best, r.loss < lowest) << "step " << step;
     lowest = std::min(lowest, r.loss);
   }
-  EXPECT_EQ(result->best_eval_step, best->first);
+  EXPECT_EQ(result->eval.best_step, best->first);
   EXPECT_EQ(checkpoint_steps(dir / "checkpoints"), (std::vector<long>{best->first, 8}));
   auto list = list_checkpoints(dir / "checkpoints");
   ASSERT_TRUE(list.ok());
