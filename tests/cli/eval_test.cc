@@ -72,11 +72,26 @@ Curves curves_of(const RunResult& r) {
   return c;
 }
 
+// `megatrain train --json` into DIR/run, on `train_rows` rows of 32 letters, holding out
+// `held_rows` rows of others (DIR/held.txt).
+struct EvalRun {
+  std::string dir, held;
+  RunResult result;
+};
+EvalRun train_with_eval(const std::string& name, int train_rows, int held_rows, long steps, long every,
+                        const std::string& checkpoint) {
+  EvalRun run{fresh_dir(name), "", {}};
+  const std::string train = letters(run.dir + "/train.txt", size_t(train_rows) * 32 + 1, 1);
+  run.held = letters(run.dir + "/held.txt", size_t(held_rows) * 32 + 1, 2);
+  write_file(run.dir + "/spec.yaml", eval_spec(train, run.held, steps, every, checkpoint));
+  run.result = megatrain({"train", run.dir + "/spec.yaml", "--out", run.dir + "/run", "--json"});
+  return run;
+}
+
 TEST(EvalCli, HeldOutLossAtItsStepsEqualsMegatrainEvalOfThatCheckpoint) {
-  const std::string dir = fresh_dir("eval_steps");
-  const std::string train = letters(dir + "/train.txt", 64 * 32 + 1, 1), held = letters(dir + "/held.txt", 24 * 32 + 1, 2);
-  write_file(dir + "/spec.yaml", eval_spec(train, held, 7, 3, "{every: 3, keep: 10}"));
-  RunResult r = megatrain({"train", dir + "/spec.yaml", "--out", dir + "/run", "--json"});
+  const EvalRun run = train_with_eval("eval_steps", 64, 24, 7, 3, "{every: 3, keep: 10}");
+  const RunResult& r = run.result;
+  const std::string &dir = run.dir, &held = run.held;
   ASSERT_EQ(r.rc, 0) << describe(r);
   const Curves c = curves_of(r);
   ASSERT_EQ(c.held_out.size(), 3u) << describe(r);
@@ -89,12 +104,11 @@ TEST(EvalCli, HeldOutLossAtItsStepsEqualsMegatrainEvalOfThatCheckpoint) {
 }
 
 TEST(EvalCli, OverfittingShowsAndKeepBestKeepsTheLowestHeldOutLoss) {
-  const std::string dir = fresh_dir("eval_overfit");
   // One batch of training data, seen every step: memorised; the held-out letters only share
   // their frequencies with it.
-  const std::string train = letters(dir + "/train.txt", 8 * 32 + 1, 1), held = letters(dir + "/held.txt", 20 * 32 + 1, 2);
-  write_file(dir + "/spec.yaml", eval_spec(train, held, 60, 5, "{every: 0, keep: 1, keep_best: true}"));
-  RunResult r = megatrain({"train", dir + "/spec.yaml", "--out", dir + "/run", "--json"});
+  const EvalRun run = train_with_eval("eval_overfit", 8, 20, 60, 5, "{every: 0, keep: 1, keep_best: true}");
+  const RunResult& r = run.result;
+  const std::string &dir = run.dir, &held = run.held;
   ASSERT_EQ(r.rc, 0) << describe(r);
   const Curves c = curves_of(r);
   ASSERT_EQ(c.held_out.size(), 12u);
