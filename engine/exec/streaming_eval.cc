@@ -40,8 +40,7 @@ Status StreamingExecutor::eval_uses(int count, const EmbeddingRows& rows) {
   const size_t tokens = size_t(shape_.N()), act = tokens * size_t(C);
   auto x = [&](int l) { return static_cast<T*>(ckpt_[size_t(l % 2)]); };  // x_l: two buffers suffice
   const auto acts = bind_decoder_acts<T>(shape_, work_);
-  const auto sc = bind_head_scratch<T>(shape_, static_cast<char*>(work_) + decoder_acts_bytes<T>(shape_) +
-                                                   decoder_scratch_bytes<T>(shape_));
+  const auto sc = head_scratch<T>();
   const Ops<T>& ops = backend_->ops<T>();
   for (int i = 0; i < n; ++i) {
     timeline_.wait(ready[size_t(i)]);

@@ -132,6 +132,12 @@ class StreamingExecutor final : public Executor {
     return static_cast<T*>(ckpt_[size_t(plan_.checkpoints_on_device ? l : l % 3)]);
   }
   size_t act_bytes() const { return compute_elem_bytes(opt_.precision); }
+  // The LM head's scratch: in the workspace after a decoder's activations and scratch (layers.h).
+  template <typename T>
+  HeadScratch<T> head_scratch() const {
+    return bind_head_scratch<T>(shape_, static_cast<char*>(work_) + decoder_acts_bytes<T>(shape_) +
+                                            decoder_scratch_bytes<T>(shape_));
+  }
   void prepare_output(int l);                  // x_l is about to be written
   void offload_layer_input(int l);             // host placement: x_l to host memory
   void fetch_layer_input(int l);               // host placement: x_l back to the device

@@ -77,8 +77,7 @@ void StreamingExecutor::head(int use, int tied_use) {
   const int g = acquire_grad_slot(n);
   const int gt = tied_use >= 0 ? acquire_grad_slot(units_[0].numel) : -1;
   float* dlm = gt >= 0 ? grad_slots_[size_t(gt)] : grad_slots_[size_t(g)] + C;
-  const size_t acts_bytes = decoder_acts_bytes<T>(shape_) + decoder_scratch_bytes<T>(shape_);
-  const auto sc = bind_head_scratch<T>(shape_, static_cast<char*>(work_) + acts_bytes);
+  const auto sc = head_scratch<T>();
   const T* x = layer_input<T>(L);
   T* dresid = static_cast<T*>(dresid_);
   for (int m = 0; m < mb.count; ++m)
