@@ -15,6 +15,7 @@ namespace {
 
 struct StepArgs {
   std::string preset, executor, backend;
+  std::string model;  // a config.json (file or directory) instead of the preset
   TrainOptions opt;
   StreamingOptions so;
   int steps = 5, warmup = 2;
@@ -26,6 +27,7 @@ struct StepArgs {
 Result<StepArgs> parse_step_args(const Flags& f) {
   StepArgs a;
   a.preset = f.str("preset", "tiny");
+  a.model = f.str("model", "");
   a.backend = f.str("backend", "cpu");
   // Defaults are what the choice implies: CUDA streams, and streaming always recomputes.
   a.executor = f.str("executor", a.backend == "cuda" ? "streaming" : "resident");
@@ -168,12 +170,12 @@ int run_step(const Flags& f) {
     std::fprintf(stderr, "step: %s\n", args.status().message().c_str());
     return 2;
   }
-  auto cfg = preset_config(args->preset);
+  auto cfg = args->model.empty() ? preset_config(args->preset) : load_model_config(args->model);
   if (!cfg.ok()) {
     std::fprintf(stderr, "step: %s\n", cfg.status().message().c_str());
     return 2;
   }
-  if (args->layers > 0) cfg->num_layers = args->layers;  // a real layer shape, fewer of them
+  if (args->layers > 0) cfg->set_num_layers(args->layers);  // a real layer shape, fewer of them
   const TrainOptions& opt = args->opt;
   auto ex = make_bench_executor(*cfg, *args);
   if (!ex.ok()) {
@@ -231,7 +233,8 @@ int run_step(const Flags& f) {
 #endif
   if (peak <= 0) peak = measure_sgemm_flops(2048, 3);
   Json out = Json::object({{"suite", "step"},
-                     {"preset", args->preset},
+                     {"preset", args->model.empty() ? args->preset : args->model},
+                     {"architecture", cfg->architecture},
                      {"backend", args->backend},
                      {"executor", args->executor},
                      {"precision", precision_name(opt.precision)},

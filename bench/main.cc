@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
       "  cpu-gemm [--tokens 4096 --c 2048 --oc C --reps 3 --dtype fp32|bf16|both --providers all|chosen]\n"
       "         GFLOP/s of a layer's GEMMs (forward, both backward) per CPU GEMM provider\n"
       "  adamw  [--params N --threads T --reps 5]       fused AdamW vs a threaded memcpy\n"
-      "  step   --preset P --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
+      "  step   [--preset P | --model CONFIG.json] --seq-len T --micro-batch B --global-batch G [--backend cpu|cuda (streaming)]\n"
       "         [--executor resident|streaming] [--recompute on|off (streaming: on)] [--steps 5] [--warmup 2]\n"
       "         [--link-gbps G] [--slots K] [--checkpoints auto|device|host] [--layout exact|compact]\n"
       "         [--optimizer-threads N] [--active-vocab 8192] [--precision auto|fp32|bf16]\n"

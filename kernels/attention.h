@@ -7,10 +7,21 @@
 // its document (0 at a document's first token, +1 per token after it), the same array RoPE
 // rotates by. Query t sees keys t - pos[t] .. t: causal and masked to its own document.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 namespace mt {
+
+// What a family changes in attention (engine/model/model_config.h: LayerAttention): a sliding
+// window of `window` keys — query t sees keys t - window + 1 .. t, within its document as
+// always (0 = no window: all of them) — and the score scale (0 = 1/sqrt(head_dim); Gemma's
+// query_pre_attn_scalar^-1/2 otherwise).
+struct AttentionOptions {
+  int window = 0;
+  double scale = 0;
+  bool operator==(const AttentionOptions&) const = default;
+};
 
 // The same documents as spans, for kernels that take ragged sequences (cuDNN): starts[i] is the
 // first token (b*T + t) of document i in token order, starts[count] = B*T; a document never
@@ -38,12 +49,12 @@ constexpr int kCudaAttentionMaxHeadDim = 256;
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
-                       int D);
+                       int D, AttentionOptions opt = {});
 
 // dqkv (same layout as qkv) is overwritten with the gradient w.r.t. q, k and v.
 // Recomputes the probabilities from qkv and lse; never stores them.
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
-                        const int32_t* pos, int B, int T_, int H, int KVH, int D);
+                        const int32_t* pos, int B, int T_, int H, int KVH, int D, AttentionOptions opt = {});
 
 }  // namespace mt::cpu

@@ -159,6 +159,7 @@ else
 fi
 ISSUE18='CudaFault.*:CudaBackend.*:CudaPinned.*:*Async*:*DeviceBudget*:*Stall*:*Fault*'
 export OMP_WAIT_POLICY=passive
+export MEGATRAIN_SOURCE_DIR="$ROOT"  # the tests' fixtures (tests/fixtures/families) in this copy
 
 # --- 2. tests ---------------------------------------------------------------------------
 CUDNN_TESTS='*Cudnn*'

@@ -174,12 +174,21 @@ class StreamOps final : public Ops<T> {
                        int OC) const override {
     post("matmul_backward", &Base::matmul_backward, dinp, dw, db, dout, inp, w, N, C, OC);
   }
-  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const override {
-    post("rmsnorm_forward", &Base::rmsnorm_forward, out, rstd, inp, w, N, C, eps);
+  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps,
+                       float offset) const override {
+    post("rmsnorm_forward", &Base::rmsnorm_forward, out, rstd, inp, w, N, C, eps, offset);
   }
-  void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
-                        int C) const override {
-    post("rmsnorm_backward", &Base::rmsnorm_backward, dinp, dw, dout, inp, w, rstd, N, C);
+  void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N, int C,
+                        float offset) const override {
+    post("rmsnorm_backward", &Base::rmsnorm_backward, dinp, dw, dout, inp, w, rstd, N, C, offset);
+  }
+  void qk_norm_forward(T* qkv, A* rstd, const T* raw, const T* wq, const T* wk, const QkNormShape& s, float eps,
+                       float offset) const override {
+    post("qk_norm_forward", &Base::qk_norm_forward, qkv, rstd, raw, wq, wk, s, eps, offset);
+  }
+  void qk_norm_backward(T* draw, A* dwq, A* dwk, const T* dqkv, const T* raw, const T* wq, const T* wk, const A* rstd,
+                        const QkNormShape& s, float offset) const override {
+    post("qk_norm_backward", &Base::qk_norm_backward, draw, dwq, dwk, dqkv, raw, wq, wk, rstd, s, offset);
   }
   void rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                     float scale) const override {
@@ -189,19 +198,19 @@ class StreamOps final : public Ops<T> {
                      float scale) const override {
     post("rope_backward", &Base::rope_backward, dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
-                         int D) const override {
-    post("attention_forward", &Base::attention_forward, out, lse, qkv, docs, B, T_, H, KVH, D);
+  void attention_forward(T* out, A* lse, const T* qkv, Documents docs, const AttentionOptions& opt, int B, int T_,
+                         int H, int KVH, int D) const override {
+    post("attention_forward", &Base::attention_forward, out, lse, qkv, docs, opt, B, T_, H, KVH, D);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs, int B,
-                          int T_, int H, int KVH, int D) const override {
-    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, docs, B, T_, H, KVH, D);
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
+                          const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const override {
+    post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, docs, opt, B, T_, H, KVH, D);
   }
-  void swiglu_forward(T* out, const T* gu, int N, int F) const override {
-    post("swiglu_forward", &Base::swiglu_forward, out, gu, N, F);
+  void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const override {
+    post("swiglu_forward", &Base::swiglu_forward, out, gu, N, F, act);
   }
-  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override {
-    post("swiglu_backward", &Base::swiglu_backward, dgu, dout, gu, N, F);
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const override {
+    post("swiglu_backward", &Base::swiglu_backward, dgu, dout, gu, N, F, act);
   }
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {
     post("embedding_forward", &Base::embedding_forward, out, tokens, wte, N, C);
@@ -215,6 +224,7 @@ class StreamOps final : public Ops<T> {
          totals);
   }
   void add_inplace(T* y, const T* x, size_t n) const override { post("add_inplace", &Base::add_inplace, y, x, n); }
+  void scale_inplace(T* y, float s, size_t n) const override { post("scale_inplace", &Base::scale_inplace, y, s, n); }
   void copy_bytes(void* dst, const void* src, size_t bytes) const override {
     post("copy", &Base::copy_bytes, dst, src, bytes);
   }

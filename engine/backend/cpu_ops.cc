@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/qk_norm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -23,12 +24,21 @@ class CpuOps final : public Ops<T> {
                        int OC) const override {
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
   }
-  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, float eps) const override {
-    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+  void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int N, int C, float eps,
+                       float offset) const override {
+    cpu::rmsnorm_forward(out, rstd, inp, w, N, C, eps, offset);
   }
-  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd, int N,
-                        int C) const override {
-    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd, int N, int C,
+                        float offset) const override {
+    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C, offset);
+  }
+  void qk_norm_forward(T* qkv, T* rstd, const T* raw, const T* wq, const T* wk, const QkNormShape& s, float eps,
+                       float offset) const override {
+    cpu::qk_norm_forward(qkv, rstd, raw, wq, wk, s, eps, offset);
+  }
+  void qk_norm_backward(T* draw, T* dwq, T* dwk, const T* dqkv, const T* raw, const T* wq, const T* wk, const T* rstd,
+                        const QkNormShape& s, float offset) const override {
+    cpu::qk_norm_backward(draw, dwq, dwk, dqkv, raw, wq, wk, rstd, s, offset);
   }
   void rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                     float scale) const override {
@@ -38,17 +48,19 @@ class CpuOps final : public Ops<T> {
                      float scale) const override {
     cpu::rope_backward(dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(T* out, T* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
-                         int D) const override {
-    cpu::attention_forward(out, lse, qkv, docs.pos, B, T_, H, KVH, D);
+  void attention_forward(T* out, T* lse, const T* qkv, Documents docs, const AttentionOptions& opt, int B, int T_,
+                         int H, int KVH, int D) const override {
+    cpu::attention_forward(out, lse, qkv, docs.pos, B, T_, H, KVH, D, opt);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, Documents docs, int B,
-                          int T_, int H, int KVH, int D) const override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, docs.pos, B, T_, H, KVH, D);
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, Documents docs,
+                          const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, docs.pos, B, T_, H, KVH, D, opt);
   }
-  void swiglu_forward(T* out, const T* gu, int N, int F) const override { cpu::swiglu_forward(out, gu, N, F); }
-  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override {
-    cpu::swiglu_backward(dgu, dout, gu, N, F);
+  void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const override {
+    cpu::swiglu_forward(out, gu, N, F, act);
+  }
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const override {
+    cpu::swiglu_backward(dgu, dout, gu, N, F, act);
   }
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {
     cpu::embedding_forward(out, tokens, wte, N, C);
@@ -64,6 +76,9 @@ class CpuOps final : public Ops<T> {
   }
   void add_inplace(T* y, const T* x, size_t n) const override {
     for (size_t i = 0; i < n; ++i) y[i] += x[i];
+  }
+  void scale_inplace(T* y, float s, size_t n) const override {
+    for (size_t i = 0; i < n; ++i) y[i] *= T(s);
   }
   void copy_bytes(void* dst, const void* src, size_t bytes) const override {
     if (bytes) std::memcpy(dst, src, bytes);

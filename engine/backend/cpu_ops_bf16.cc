@@ -9,6 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/qk_norm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -64,18 +65,41 @@ class CpuOpsBf16 final : public Ops<bf16> {
     if (db != nullptr)
       cpu::matmul_backward<float>(nullptr, nullptr, db, widen(1, dout, size_t(N) * OC), nullptr, nullptr, N, C, OC);
   }
-  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, float eps) const override {
+  void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* w, int N, int C, float eps,
+                       float offset) const override {
     const size_t n = size_t(N) * C;
     float* o = scratch(2, n);
-    cpu::rmsnorm_forward<float>(o, rstd, widen(0, inp, n), widen(1, w, size_t(C)), N, C, eps);
+    cpu::rmsnorm_forward<float>(o, rstd, widen(0, inp, n), widen(1, w, size_t(C)), N, C, eps, offset);
     round_to_bf16(out, o, n);
   }
   void rmsnorm_backward(bf16* dinp, float* dw, const bf16* dout, const bf16* inp, const bf16* w, const float* rstd,
-                        int N, int C) const override {
+                        int N, int C, float offset) const override {
     const size_t n = size_t(N) * C;
     float* acc = widen(0, dinp, n);
-    cpu::rmsnorm_backward<float>(acc, dw, widen(1, dout, n), widen(2, inp, n), widen(3, w, size_t(C)), rstd, N, C);
+    cpu::rmsnorm_backward<float>(acc, dw, widen(1, dout, n), widen(2, inp, n), widen(3, w, size_t(C)), rstd, N, C,
+                                 offset);
     round_to_bf16(dinp, acc, n);
+  }
+  // The weights are widened into one buffer [wq | wk].
+  void qk_norm_forward(bf16* qkv, float* rstd, const bf16* raw, const bf16* wq, const bf16* wk, const QkNormShape& s,
+                       float eps, float offset) const override {
+    const size_t n = size_t(s.N) * size_t(s.row()), nq = size_t(s.q_width()), nk = size_t(s.k_width());
+    float* o = scratch(2, n);
+    float* w = scratch(1, nq + nk);
+    widen_bf16(w, wq, nq);
+    widen_bf16(w + nq, wk, nk);
+    cpu::qk_norm_forward<float>(o, rstd, widen(0, raw, n), w, w + nq, s, eps, offset);
+    round_to_bf16(qkv, o, n);
+  }
+  void qk_norm_backward(bf16* draw, float* dwq, float* dwk, const bf16* dqkv, const bf16* raw, const bf16* wq,
+                        const bf16* wk, const float* rstd, const QkNormShape& s, float offset) const override {
+    const size_t n = size_t(s.N) * size_t(s.row()), nq = size_t(s.q_width()), nk = size_t(s.k_width());
+    float* d = scratch(0, n);
+    float* w = scratch(3, nq + nk);
+    widen_bf16(w, wq, nq);
+    widen_bf16(w + nq, wk, nk);
+    cpu::qk_norm_backward<float>(d, dwq, dwk, widen(1, dqkv, n), widen(2, raw, n), w, w + nq, rstd, s, offset);
+    round_to_bf16(draw, d, n);
   }
   void rope_forward(bf16* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                     float scale) const override {
@@ -85,31 +109,32 @@ class CpuOpsBf16 final : public Ops<bf16> {
                      float scale) const override {
     rope_in_place(cpu::rope_backward<float>, dqkv, f, pos, B, T_, H, KVH, D, scale);
   }
-  void attention_forward(bf16* out, float* lse, const bf16* qkv, Documents docs, int B, int T_, int H, int KVH,
-                         int D) const override {
+  void attention_forward(bf16* out, float* lse, const bf16* qkv, Documents docs, const AttentionOptions& opt, int B,
+                         int T_, int H, int KVH, int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* o = scratch(1, n_out);
-    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), docs.pos, B, T_, H, KVH, D);
+    cpu::attention_forward<float>(o, lse, widen(0, qkv, n_qkv), docs.pos, B, T_, H, KVH, D, opt);
     round_to_bf16(out, o, n_out);
   }
   void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                          Documents docs, int B, int T_, int H, int KVH, int D) const override {
+                          Documents docs, const AttentionOptions& opt, int B, int T_, int H, int KVH,
+                          int D) const override {
     const size_t n_qkv = size_t(B) * T_ * size_t(H + 2 * KVH) * D, n_out = size_t(B) * T_ * size_t(H) * D;
     float* d = scratch(0, n_qkv);
     cpu::attention_backward<float>(d, widen(1, dout, n_out), widen(2, qkv, n_qkv), widen(3, out, n_out), lse, docs.pos,
-                                   B, T_, H, KVH, D);
+                                   B, T_, H, KVH, D, opt);
     round_to_bf16(dqkv, d, n_qkv);
   }
-  void swiglu_forward(bf16* out, const bf16* gu, int N, int F) const override {
+  void swiglu_forward(bf16* out, const bf16* gu, int N, int F, GateActivation act) const override {
     const size_t n = size_t(N) * F;
     float* o = scratch(1, n);
-    cpu::swiglu_forward<float>(o, widen(0, gu, 2 * n), N, F);
+    cpu::swiglu_forward<float>(o, widen(0, gu, 2 * n), N, F, act);
     round_to_bf16(out, o, n);
   }
-  void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F) const override {
+  void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F, GateActivation act) const override {
     const size_t n = size_t(N) * F;
     float* d = scratch(0, 2 * n);
-    cpu::swiglu_backward<float>(d, widen(1, dout, n), widen(2, gu, 2 * n), N, F);
+    cpu::swiglu_backward<float>(d, widen(1, dout, n), widen(2, gu, 2 * n), N, F, act);
     round_to_bf16(dgu, d, 2 * n);
   }
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int N, int C) const override {
@@ -127,6 +152,9 @@ class CpuOpsBf16 final : public Ops<bf16> {
   }
   void add_inplace(bf16* y, const bf16* x, size_t n) const override {
     for (size_t i = 0; i < n; ++i) y[i] = float_to_bf16(bf16_to_float(y[i]) + bf16_to_float(x[i]));
+  }
+  void scale_inplace(bf16* y, float s, size_t n) const override {
+    for (size_t i = 0; i < n; ++i) y[i] = float_to_bf16(bf16_to_float(y[i]) * s);
   }
   void copy_bytes(void* dst, const void* src, size_t bytes) const override {
     if (bytes) std::memcpy(dst, src, bytes);

@@ -16,6 +16,8 @@
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/lm_head_loss.h"
+#include "kernels/qk_norm.h"
+#include "kernels/swiglu.h"
 
 namespace mt {
 
@@ -53,9 +55,16 @@ class Ops {
   // dinp += dout @ w; dw += dout^T @ inp; db += column sums of dout (any may be nullptr).
   virtual void matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* inp, const T* w, int N, int C,
                                int OC) const = 0;
-  virtual void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const = 0;
-  virtual void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
-                                int C) const = 0;
+  // The scale is w + offset (kernels/rmsnorm.h: 0 for Llama's norms, 1 for Gemma's).
+  virtual void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps,
+                               float offset) const = 0;
+  virtual void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N, int C,
+                                float offset) const = 0;
+  // Q/K norms (kernels/qk_norm.h): qkv = raw with q and k normalised; draw is overwritten.
+  virtual void qk_norm_forward(T* qkv, A* rstd, const T* raw, const T* wq, const T* wk, const QkNormShape& s, float eps,
+                               float offset) const = 0;
+  virtual void qk_norm_backward(T* draw, A* dwq, A* dwk, const T* dqkv, const T* raw, const T* wq, const T* wk,
+                                const A* rstd, const QkNormShape& s, float offset) const = 0;
   // pos [B*T] (device): each token's position in its document, or nullptr for one document
   // per row (kernels/attention.h). RoPE rotates by it; attention masks to the document it
   // implies. scale multiplies cos and sin (YaRN's attention factor; 1 otherwise).
@@ -63,13 +72,15 @@ class Ops {
                             float scale) const = 0;
   virtual void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                              float scale) const = 0;
-  virtual void attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
-                                 int D) const = 0;
+  // opt: the layer's sliding window and score scale (kernels/attention.h).
+  virtual void attention_forward(T* out, A* lse, const T* qkv, Documents docs, const AttentionOptions& opt, int B,
+                                 int T_, int H, int KVH, int D) const = 0;
   // dqkv is overwritten.
   virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
-                                  int B, int T_, int H, int KVH, int D) const = 0;
-  virtual void swiglu_forward(T* out, const T* gu, int N, int F) const = 0;
-  virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const = 0;
+                                  const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const = 0;
+  // out = act(gate) * up (kernels/swiglu.h).
+  virtual void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const = 0;
+  virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;
   virtual void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
   // As cpu::lm_head_loss; the result stays on the device: totals (device, 2 doubles) receives
@@ -78,6 +89,7 @@ class Ops {
   virtual void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
                             int V, int chunk, A grad_scale, void* scratch, double* totals) const = 0;
   virtual void add_inplace(T* y, const T* x, size_t n) const = 0;  // y += x
+  virtual void scale_inplace(T* y, float s, size_t n) const = 0;     // y *= s (Gemma's embedding scale)
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) const = 0;
   virtual void zero_bytes(void* dst, size_t bytes) const = 0;
 

@@ -48,7 +48,7 @@ Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s,
 
   embedding_forward(ops, s, a.weights[0], a.inputs, resid);
   for (int l = 0; l < L; ++l)
-    decoder_forward(ops, s, bind_decoder<const T>(c, a.weights[size_t(l) + 1]), resid + size_t(l) * NC,
+    decoder_forward(ops, s, l, bind_decoder<const T>(c, a.weights[size_t(l) + 1]), resid + size_t(l) * NC,
                     resid + size_t(l + 1) * NC, acts(l));
 
   const auto head = bind_head<const T>(c, a.weights[size_t(L) + 1]);
@@ -64,8 +64,8 @@ Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s,
   for (int l = L - 1; l >= 0; --l) {
     const T* x = resid + size_t(l) * NC;
     const auto w = bind_decoder<const T>(c, a.weights[size_t(l) + 1]);
-    if (a.recompute) decoder_forward<T>(ops, s, w, x, nullptr, acts(l));
-    decoder_backward(ops, s, w, bind_decoder<acc_t<T>>(c, a.grads[size_t(l) + 1]), x, acts(l), dresid, scratch);
+    if (a.recompute) decoder_forward<T>(ops, s, l, w, x, nullptr, acts(l));
+    decoder_backward(ops, s, l, w, bind_decoder<acc_t<T>>(c, a.grads[size_t(l) + 1]), x, acts(l), dresid, scratch);
   }
   embedding_backward(ops, s, a.grads[0], a.inputs, dresid);
   return loss;

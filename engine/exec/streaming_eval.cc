@@ -51,7 +51,7 @@ Status StreamingExecutor::eval_uses(int count, const EmbeddingRows& rows) {
       for (int m = 0; m < count; ++m) embedding_forward(ops, shape_, w, inputs_ + size_t(m) * tokens, x(0) + size_t(m) * act);
     } else if (u >= 1 && u <= L) {
       for (int m = 0; m < count; ++m)
-        decoder_forward(ops, micro_batch_shape(m), bind_decoder<const T>(cfg_, w), x(u - 1) + size_t(m) * act,
+        decoder_forward(ops, micro_batch_shape(m), u - 1, bind_decoder<const T>(cfg_, w), x(u - 1) + size_t(m) * act,
                         x(u) + size_t(m) * act, acts);
     } else if (u == L + 1) {
       const T* lm = cfg_.tie_word_embeddings ? static_cast<const T*>(slots_[size_t((i - 1) % K)]) : w + C;

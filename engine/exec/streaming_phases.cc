@@ -62,7 +62,7 @@ void StreamingExecutor::forward_decoder(int use, int l) {
   const auto w = bind_decoder<const T>(cfg_, pipe_->slot_of<T>(use));
   const auto acts = bind_decoder_acts<T>(shape_, work_);
   for (int m = 0; m < mb.count; ++m)
-    decoder_forward(backend_->ops<T>(), micro_batch_shape(m), w, in + size_t(m) * mb.act, out + size_t(m) * mb.act,
+    decoder_forward(backend_->ops<T>(), micro_batch_shape(m), l, w, in + size_t(m) * mb.act, out + size_t(m) * mb.act,
                     acts);
   offload_layer_input(l);
 }
@@ -109,8 +109,8 @@ void StreamingExecutor::backward_decoder(int use, int l) {
   for (int m = 0; m < mb.count; ++m) {
     const T* x = in + size_t(m) * mb.act;
     const LayerShape s = micro_batch_shape(m);
-    decoder_forward<T>(backend_->ops<T>(), s, w, x, nullptr, acts);  // recompute
-    decoder_backward(backend_->ops<T>(), s, w, dw, x, acts, dresid + size_t(m) * mb.act, sc);
+    decoder_forward<T>(backend_->ops<T>(), s, l, w, x, nullptr, acts);  // recompute
+    decoder_backward(backend_->ops<T>(), s, l, w, dw, x, acts, dresid + size_t(m) * mb.act, sc);
   }
   send_grads(l + 1, g, n, GradShare::kUnit);
 }
@@ -122,7 +122,7 @@ void StreamingExecutor::backward_embedding(StepStats& st) {
   const MicroBatches mb = micro_batches(opt_, cfg_);
   const size_t n = size_t(st.embedding_rows) * size_t(cfg_.hidden_size);
   const int g = acquire_grad_slot(n);
-  const T* dresid = static_cast<const T*>(dresid_);
+  T* dresid = static_cast<T*>(dresid_);
   for (int m = 0; m < mb.count; ++m)
     embedding_backward(backend_->ops<T>(), shape_, grad_slots_[size_t(g)], inputs_ + size_t(m) * mb.tokens,
                        dresid + size_t(m) * mb.act);

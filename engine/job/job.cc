@@ -1,5 +1,6 @@
 #include "engine/job/job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <optional>
@@ -69,7 +70,9 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   if (auto s = parse_speculation(spec.speculative_updates); s.ok() && spec.executor == "streaming") p.speculation = *s;
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
-    p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(cfg.hidden_size));
+    // the op scratch's widest norm: the hidden size, or a q/k norm over a whole projection (OLMo 2)
+    const int widest_norm = std::max({cfg.hidden_size, cfg.q_norm_width(), cfg.k_norm_width()});
+    p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(widest_norm));
   }
   return p;
 }

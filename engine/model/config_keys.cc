@@ -15,6 +15,10 @@ constexpr std::string_view kReadKeys[] = {
     "tie_word_embeddings", "hidden_act", "sliding_window", "use_sliding_window", "max_window_layers",
     "layer_types", "mlp_bias", "attention_bias", "partial_rotary_factor", "pretraining_tp",
     "attention_dropout", "use_mrope", "pad_token_id",
+    // families.cc: each family's variants
+    "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+    "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern", "use_bidirectional_attention", "clip_qkv", "resid_pdrop",
+    "embd_pdrop",
 };
 
 // Harmless for training this model, by group:
@@ -29,6 +33,10 @@ constexpr std::string_view kHarmlessKeys[] = {
     "output_attentions", "output_hidden_states", "torchscript", "use_bfloat16", "tf_legacy_loss",
     "base_model_tp_plan", "base_model_pp_plan", "gradient_checkpointing", "chunk_size_feed_forward",
     "is_decoder", "cross_attention_hidden_size",
+    // The KV cache's kind for generation (Gemma 3's "hybrid"): generation only.
+    "cache_implementation",
+    // Phi-3's top-level copy, read by transformers only for its longrope RoPE (which is refused).
+    "original_max_position_embeddings",
     // Special token ids (the data pipeline's business, data.eod_id) and the tokenizer's class.
     "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
     "tokenizer_class",
@@ -53,9 +61,6 @@ struct Refused {
 constexpr Refused kRefusedKeys[] = {
     {"quantization_config", "names quantized weights; MegaTrain trains full-precision weights only"},
     {"auto_map", "names custom modeling code (trust_remote_code), which MegaTrain does not run"},
-    {"attn_logit_softcapping", "(Gemma 2 attention soft-capping) is not supported"},
-    {"final_logit_softcapping", "(logit soft-capping) is not supported"},
-    {"query_pre_attn_scalar", "(a non-default attention scale) is not supported"},
 };
 
 template <size_t N>

@@ -35,7 +35,8 @@ void init_unit_weights(const ModelConfig& cfg, const ParamSchema& unit, float* w
     float* p = w + t.offset;
     const bool norm = ends_with(t.name, "norm.weight"), bias = ends_with(t.name, ".bias");
     if (norm || bias) {
-      for (size_t i = 0; i < t.numel; ++i) p[i] = norm ? 1.0f : 0.0f;
+      // a norm starts as the identity scale: w = 1, or 0 where the scale is 1 + w (Gemma)
+      for (size_t i = 0; i < t.numel; ++i) p[i] = norm ? 1.0f - cfg.norm_offset : 0.0f;
       continue;
     }
     const uint64_t key = mix64(seed) ^ hash_name(t.name);

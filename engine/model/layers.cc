@@ -14,6 +14,10 @@ Dims dims(const LayerShape& s) {
   return {size_t(s.N()), size_t(c.hidden_size), size_t(c.qkv_dim()), size_t(c.q_dim()),
           size_t(c.intermediate_size), size_t(c.num_heads), size_t(s.T), size_t(s.chunk())};
 }
+QkNormShape qk_norm_shape(const LayerShape& s) {
+  const ModelConfig& c = *s.cfg;
+  return {s.N(), c.num_heads, c.num_kv_heads, c.head_dim, c.qk_norm == QkNorm::kPerHead};
+}
 // Walks a workspace layout: take<U>(n, scope) returns the next kWorkspaceAlign-aligned region
 // of n Us. With a null base it only counts (the *_bytes functions); the binds carve a real base.
 // Each region's aligned size is booked to its scope: a whole micro-batch's tokens (kSequence:
@@ -30,6 +34,10 @@ class Carver {
     (scope == kSequence ? split_.sequence : split_.chunk) += bytes;
     return p;
   }
+  template <typename U>
+  U* take_if(bool present, size_t n, Scope scope) {
+    return present ? take<U>(n, scope) : nullptr;
+  }
   size_t bytes() const { return off_; }
   WorkspaceSplit split() const { return split_; }
 
@@ -42,22 +50,33 @@ class Carver {
 
 // The attention block's tensors span the micro-batch (attention reads every token's q, k, v);
 // the norms' outputs and the MLP's run one chunk at a time (LayerShape::token_chunk).
+// A family's variants add regions (the q/k norms' input, the post-norms' inputs); regions a
+// family does not have take no bytes and bind to nullptr.
 template <typename T>
 DecoderActs<T> carve_decoder_acts(const LayerShape& s, Carver& c) {
   using A = acc_t<T>;
   constexpr auto kSeq = Carver::kSequence, kChunk = Carver::kChunk;
   const Dims d = dims(s);
+  const ModelConfig& m = *s.cfg;
+  const bool pre = m.pre_norms(), post = m.post_norms(), qk = m.qk_norm != QkNorm::kNone;
+  const size_t qk_vectors = qk ? size_t(qk_norm_shape(s).vectors()) : 0;
   DecoderActs<T> a{};
-  a.xn1 = c.take<T>(d.M * d.C, kChunk);
-  a.rstd1 = c.take<A>(d.N, kSeq);
+  a.xn1 = c.take_if<T>(pre, d.M * d.C, kChunk);
+  a.rstd1 = c.take_if<A>(pre, d.N, kSeq);
+  a.qkv_raw = c.take_if<T>(qk, d.N * d.QKV, kSeq);
+  a.qk_rstd = c.take_if<A>(qk, d.N * qk_vectors, kSeq);
   a.qkv = c.take<T>(d.N * d.QKV, kSeq);
   a.att = c.take<T>(d.N * d.Q, kSeq);
   a.lse = c.take<A>(d.N * d.H, kSeq);
+  a.ao = c.take_if<T>(post, d.N * d.C, kSeq);
+  a.ao_rstd = c.take_if<A>(post, d.N, kSeq);
   a.x2 = c.take<T>(d.N * d.C, kSeq);
-  a.xn2 = c.take<T>(d.M * d.C, kChunk);
-  a.rstd2 = c.take<A>(d.M, kChunk);
+  a.xn2 = c.take_if<T>(pre, d.M * d.C, kChunk);
+  a.rstd2 = c.take_if<A>(pre, d.M, kChunk);
   a.gu = c.take<T>(d.M * 2 * d.F, kChunk);
   a.h = c.take<T>(d.M * d.F, kChunk);
+  a.mo = c.take_if<T>(post, d.M * d.C, kChunk);
+  a.mo_rstd = c.take_if<A>(post, d.M, kChunk);
   return a;
 }
 
@@ -65,12 +84,16 @@ template <typename T>
 DecoderScratch<T> carve_decoder_scratch(const LayerShape& s, Carver& c) {
   constexpr auto kSeq = Carver::kSequence, kChunk = Carver::kChunk;
   const Dims d = dims(s);
+  const bool post = s.cfg->post_norms(), qk = s.cfg->qk_norm != QkNorm::kNone;
   DecoderScratch<T> sc{};
   sc.dh = c.take<T>(d.M * d.F, kChunk);
   sc.dgu = c.take<T>(d.M * 2 * d.F, kChunk);
   sc.dxn = c.take<T>(d.M * d.C, kChunk);
+  sc.dmo = c.take_if<T>(post, d.M * d.C, kChunk);
+  sc.dao = c.take_if<T>(post, d.N * d.C, kSeq);
   sc.datt = c.take<T>(d.N * d.Q, kSeq);
   sc.dqkv = c.take<T>(d.N * d.QKV, kSeq);
+  sc.dqkv_raw = c.take_if<T>(qk, d.N * d.QKV, kSeq);
   return sc;
 }
 
@@ -131,25 +154,50 @@ HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base) { return bind_
 
 namespace {
 
-// The MLP block's forward on tokens [n0, n0 + n): xn2, rstd2, gu, h hold that chunk;
-// out (when given) receives x2 + down(silu(gate) * up) for it.
+// The RMSNorm every norm of the model is: the config's eps and scale form.
+template <typename T>
+void norm_forward(const Ops<T>& ops, const ModelConfig& c, T* out, acc_t<T>* rstd, const T* in, const T* w, int n) {
+  ops.rmsnorm_forward(out, rstd, in, w, n, c.hidden_size, float(c.rms_norm_eps), c.norm_offset);
+}
+template <typename T>
+void norm_backward(const Ops<T>& ops, const ModelConfig& c, T* din, acc_t<T>* dw, const T* dout, const T* in,
+                   const T* w, const acc_t<T>* rstd, int n) {
+  ops.rmsnorm_backward(din, dw, dout, in, w, rstd, n, c.hidden_size, c.norm_offset);
+}
+
+// A branch's input norm backward: din (the residual's gradient) += d(branch input) from dxn.
+// Without an input norm (OLMo 2) the branch read the residual stream itself.
+template <typename T>
+void input_norm_backward(const Ops<T>& ops, const ModelConfig& c, T* din, acc_t<T>* dw, const T* dxn, const T* in,
+                         const T* w, const acc_t<T>* rstd, int n) {
+  if (w) norm_backward(ops, c, din, dw, dxn, in, w, rstd, n);
+  else ops.add_inplace(din, dxn, size_t(n) * c.hidden_size);
+}
+
+// The MLP block's forward on tokens [n0, n0 + n): xn2, rstd2, gu, h (and mo) hold that chunk;
+// out (when given) receives x2 + [norm](down(act(gate) * up)) for it, the norm with post-norms.
+// With post-norms the down projection runs even for a recompute (out == nullptr): its output
+// mo is the norm's input the backward needs.
 template <typename T>
 void mlp_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const DecoderActs<T>& a,
                  int n0, int n, T* out) {
   const ModelConfig& c = *s.cfg;
   const int C = c.hidden_size, F = c.intermediate_size;
   const T* x2 = a.x2 + size_t(n0) * C;
-  ops.rmsnorm_forward(a.xn2, a.rstd2, x2, w.ln2, n, C, float(c.rms_norm_eps));
-  ops.matmul_forward(a.gu, a.xn2, w.wgu, nullptr, n, C, 2 * F);
-  ops.swiglu_forward(a.h, a.gu, n, F);
+  const T* in = x2;
+  if (w.ln2) norm_forward(ops, c, a.xn2, a.rstd2, x2, w.ln2, n), in = a.xn2;
+  ops.matmul_forward(a.gu, in, w.wgu, nullptr, n, C, 2 * F);
+  ops.swiglu_forward(a.h, a.gu, n, F, c.activation);
+  if (w.ln_mlp_out) ops.matmul_forward(a.mo, a.h, w.wdown, nullptr, n, F, C);
   if (!out) return;
   T* o = out + size_t(n0) * C;
-  ops.matmul_forward(o, a.h, w.wdown, nullptr, n, F, C);
+  if (w.ln_mlp_out) norm_forward(ops, c, o, a.mo_rstd, a.mo, w.ln_mlp_out, n);
+  else ops.matmul_forward(o, a.h, w.wdown, nullptr, n, F, C);
   ops.add_inplace(o, x2, size_t(n) * C);
 }
 
 // The MLP block's backward on tokens [n0, n0 + n), whose activations are in `a`: dw accumulates,
-// and dresid's rows n0.. (dL/dout) become dL/dx2 = dL/dout + d(norm2 input), in place.
+// and dresid's rows n0.. (dL/dout) become dL/dx2 = dL/dout + d(MLP input), in place.
 template <typename T>
 void mlp_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
                   const DecoderView<acc_t<T>>& dw, const DecoderActs<T>& a, T* dresid,
@@ -157,62 +205,87 @@ void mlp_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<cons
   const ModelConfig& c = *s.cfg;
   const int C = c.hidden_size, F = c.intermediate_size;
   const size_t off = size_t(n0) * C, nC = size_t(n) * C;
+  const T* dtop = dresid + off;  // dL/d(down projection's output)
+  if (w.ln_mlp_out) {
+    norm_forward(ops, c, sc.dmo, a.mo_rstd, a.mo, w.ln_mlp_out, n);  // its statistics (a recompute has none)
+    ops.zero(sc.dmo, nC);
+    norm_backward(ops, c, sc.dmo, dw.ln_mlp_out, dresid + off, a.mo, w.ln_mlp_out, a.mo_rstd, n);
+    dtop = sc.dmo;
+  }
   ops.zero(sc.dh, size_t(n) * F);
-  ops.matmul_backward(sc.dh, dw.wdown, nullptr, dresid + off, a.h, w.wdown, n, F, C);
-  ops.swiglu_backward(sc.dgu, sc.dh, a.gu, n, F);
+  ops.matmul_backward(sc.dh, dw.wdown, nullptr, dtop, a.h, w.wdown, n, F, C);
+  ops.swiglu_backward(sc.dgu, sc.dh, a.gu, n, F, c.activation);
   ops.zero(sc.dxn, nC);
-  ops.matmul_backward(sc.dxn, dw.wgu, nullptr, sc.dgu, a.xn2, w.wgu, n, C, 2 * F);
-  ops.rmsnorm_backward(dresid + off, dw.ln2, sc.dxn, a.x2 + off, w.ln2, a.rstd2, n, C);
+  ops.matmul_backward(sc.dxn, dw.wgu, nullptr, sc.dgu, w.ln2 ? a.xn2 : a.x2 + off, w.wgu, n, C, 2 * F);
+  input_norm_backward(ops, c, dresid + off, dw.ln2, sc.dxn, a.x2 + off, w.ln2, a.rstd2, n);
 }
 
-// norm1 and the QKV projection on tokens [n0, n0 + n): xn1 holds the chunk, qkv its rows.
+// norm1 and the QKV projection on tokens [n0, n0 + n): xn1 holds the chunk, qkv (or, with q/k
+// norms, qkv_raw) its rows.
 template <typename T>
 void qkv_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
                  const DecoderActs<T>& a, int n0, int n) {
   const ModelConfig& c = *s.cfg;
   const int C = c.hidden_size;
-  ops.rmsnorm_forward(a.xn1, a.rstd1 + n0, x + size_t(n0) * C, w.ln1, n, C, float(c.rms_norm_eps));
-  ops.matmul_forward(a.qkv + size_t(n0) * c.qkv_dim(), a.xn1, w.wqkv, w.bqkv, n, C, c.qkv_dim());
+  const T* in = x + size_t(n0) * C;
+  if (w.ln1) norm_forward(ops, c, a.xn1, a.rstd1 + n0, in, w.ln1, n), in = a.xn1;
+  T* qkv = w.qn ? a.qkv_raw : a.qkv;
+  ops.matmul_forward(qkv + size_t(n0) * c.qkv_dim(), in, w.wqkv, w.bqkv, n, C, c.qkv_dim());
 }
 
-// The QKV projection's and norm1's backward on tokens [n0, n0 + n) (xn1 holding the chunk):
-// dw accumulates, dresid's rows n0.. (dL/dx2) become dL/dx, in place.
+// The QKV projection's and norm1's backward on tokens [n0, n0 + n) (xn1 holding the chunk) from
+// dqkv: dw accumulates, dresid's rows n0.. (dL/dx2) become dL/dx, in place.
 template <typename T>
 void qkv_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
-                  const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
+                  const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid, const T* dqkv,
                   const DecoderScratch<T>& sc, int n0, int n) {
   const ModelConfig& c = *s.cfg;
   const int C = c.hidden_size, QKV = c.qkv_dim();
   const size_t off = size_t(n0) * C;
   ops.zero(sc.dxn, size_t(n) * C);
-  ops.matmul_backward(sc.dxn, dw.wqkv, dw.bqkv, sc.dqkv + size_t(n0) * QKV, a.xn1, w.wqkv, n, C, QKV);
-  ops.rmsnorm_backward(dresid + off, dw.ln1, sc.dxn, x + off, w.ln1, a.rstd1 + n0, n, C);
+  ops.matmul_backward(sc.dxn, dw.wqkv, dw.bqkv, dqkv + size_t(n0) * QKV, w.ln1 ? a.xn1 : x + off, w.wqkv, n, C, QKV);
+  input_norm_backward(ops, c, dresid + off, dw.ln1, sc.dxn, x + off, w.ln1, w.ln1 ? a.rstd1 + n0 : nullptr, n);
+}
+
+// Layer l's attention: its window and the model's scale; its RoPE table (the local one of
+// Gemma 3's sliding layers follows the global one in inv_freq).
+AttentionOptions attention_options(const ModelConfig& c, int l) { return {c.layer_attention(l).window, c.attention_scale}; }
+const float* rope_table(const LayerShape& s, int l) {
+  return s.cfg->layer_attention(l).local_rope ? s.inv_freq + s.cfg->head_dim / 2 : s.inv_freq;
 }
 
 }  // namespace
 
 template <typename T>
-void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
+void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w, const T* x,
                      T* out, const DecoderActs<T>& a) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), C = c.hidden_size, M = s.chunk();
-  // attention block: x2 = x + o_proj(attn(rope(qkv(norm(x))))), the norm and projection chunk by
-  // chunk (attention itself needs every token's q, k and v)
+  // attention block: x2 = x + [norm](o_proj(attn(rope([qk_norm](qkv([norm](x))))))), the norm and
+  // projection chunk by chunk (attention itself needs every token's q, k and v)
   for (int n0 = 0; n0 < N; n0 += M) qkv_forward(ops, s, w, x, a, n0, std::min(M, N - n0));
-  ops.rope_forward(a.qkv, s.inv_freq, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
+  if (w.qn)
+    ops.qk_norm_forward(a.qkv, a.qk_rstd, a.qkv_raw, w.qn, w.kn, qk_norm_shape(s), float(c.rms_norm_eps), c.norm_offset);
+  ops.rope_forward(a.qkv, rope_table(s, layer), s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
                    float(c.rope_attention_factor));
-  ops.attention_forward(a.att, a.lse, a.qkv, s.documents(), s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim);
-  ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
+  ops.attention_forward(a.att, a.lse, a.qkv, s.documents(), attention_options(c, layer), s.B, s.T, c.num_heads,
+                        c.num_kv_heads, c.head_dim);
+  if (w.ln_attn_out) {
+    ops.matmul_forward(a.ao, a.att, w.wo, nullptr, N, c.q_dim(), C);
+    norm_forward(ops, c, a.x2, a.ao_rstd, a.ao, w.ln_attn_out, N);
+  } else {
+    ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
+  }
   ops.add_inplace(a.x2, x, size_t(N) * C);
-  // MLP block: out = x2 + down(silu(gate(norm(x2))) * up(norm(x2))), chunk by chunk. A recompute
-  // for backward (out == nullptr) of a chunked block stops here: the backward recomputes each
-  // chunk; unchunked, the acts it leaves are what the backward reads.
+  // MLP block: out = x2 + [norm](down(act(gate(norm(x2))) * up(norm(x2)))), chunk by chunk. A
+  // recompute for backward (out == nullptr) of a chunked block stops here: the backward
+  // recomputes each chunk; unchunked, the acts it leaves are what the backward reads.
   if (!out && s.chunked()) return;
   for (int n0 = 0; n0 < N; n0 += M) mlp_forward(ops, s, w, a, n0, std::min(M, N - n0), out);
 }
 
 template <typename T>
-void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w,
                       const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
                       const DecoderScratch<T>& sc) {
   const ModelConfig& c = *s.cfg;
@@ -226,28 +299,45 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<
   }
   // attention block; then the QKV projection and norm1 chunk by chunk (a chunked block first
   // recomputes the chunk's norm), dresid becoming dL/dx
+  const T* dtop = dresid;  // dL/d(o_proj's output)
+  if (w.ln_attn_out) {
+    ops.zero(sc.dao, size_t(N) * C);
+    norm_backward(ops, c, sc.dao, dw.ln_attn_out, dresid, a.ao, w.ln_attn_out, a.ao_rstd, N);
+    dtop = sc.dao;
+  }
   ops.zero(sc.datt, size_t(N) * Q);
-  ops.matmul_backward(sc.datt, dw.wo, nullptr, dresid, a.att, w.wo, N, Q, C);
-  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.documents(), s.B, s.T, c.num_heads, c.num_kv_heads,
-                         c.head_dim);
-  ops.rope_backward(sc.dqkv, s.inv_freq, s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
+  ops.matmul_backward(sc.datt, dw.wo, nullptr, dtop, a.att, w.wo, N, Q, C);
+  ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.documents(), attention_options(c, layer), s.B, s.T,
+                         c.num_heads, c.num_kv_heads, c.head_dim);
+  ops.rope_backward(sc.dqkv, rope_table(s, layer), s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
                     float(c.rope_attention_factor));
+  const T* dqkv = sc.dqkv;
+  if (w.qn) {
+    ops.qk_norm_backward(sc.dqkv_raw, dw.qn, dw.kn, sc.dqkv, a.qkv_raw, w.qn, w.kn, a.qk_rstd, qk_norm_shape(s),
+                         c.norm_offset);
+    dqkv = sc.dqkv_raw;
+  }
   for (int n0 = 0; n0 < N; n0 += M) {
     const int n = std::min(M, N - n0);
-    if (s.chunked())
-      ops.rmsnorm_forward(a.xn1, a.rstd1 + n0, x + size_t(n0) * C, w.ln1, n, C, float(c.rms_norm_eps));
-    qkv_backward(ops, s, w, dw, x, a, dresid, sc, n0, n);
+    if (s.chunked() && w.ln1) norm_forward(ops, c, a.xn1, a.rstd1 + n0, x + size_t(n0) * C, w.ln1, n);
+    qkv_backward(ops, s, w, dw, x, a, dresid, dqkv, sc, n0, n);
   }
 }
 
+// Gemma scales the embedding's output by sqrt(hidden_size): the backward scales dx by the same
+// factor, in place (dx is the residual gradient, not read after the embedding).
 template <typename T>
 void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, const int32_t* tokens, T* out) {
-  ops.embedding_forward(out, tokens, wte, s.N(), s.cfg->hidden_size);
+  const ModelConfig& c = *s.cfg;
+  ops.embedding_forward(out, tokens, wte, s.N(), c.hidden_size);
+  if (c.embedding_scale != 1) ops.scale_inplace(out, float(c.embedding_scale), size_t(s.N()) * c.hidden_size);
 }
 
 template <typename T>
-void embedding_backward(const Ops<T>& ops, const LayerShape& s, acc_t<T>* dwte, const int32_t* tokens, const T* dx) {
-  ops.embedding_backward(dwte, dx, tokens, s.N(), s.cfg->hidden_size);
+void embedding_backward(const Ops<T>& ops, const LayerShape& s, acc_t<T>* dwte, const int32_t* tokens, T* dx) {
+  const ModelConfig& c = *s.cfg;
+  if (c.embedding_scale != 1) ops.scale_inplace(dx, float(c.embedding_scale), size_t(s.N()) * c.hidden_size);
+  ops.embedding_backward(dwte, dx, tokens, s.N(), c.hidden_size);
 }
 
 template <typename T>
@@ -256,12 +346,12 @@ void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm
                            const HeadScratch<T>& sc, double* loss_totals) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), C = c.hidden_size;
-  ops.rmsnorm_forward(sc.xn, sc.rstd, x, norm_w, N, C, float(c.rms_norm_eps));
+  norm_forward(ops, c, sc.xn, sc.rstd, x, norm_w, N);
   ops.lm_head_loss(dx ? sc.dxn : nullptr, dlm, nullptr, sc.xn, lm, targets, N, C, c.vocab_size, s.head_chunk,
                    grad_scale, sc.logits, loss_totals);
   if (dx) {
     ops.zero(dx, size_t(N) * C);
-    ops.rmsnorm_backward(dx, dnorm_w, sc.dxn, x, norm_w, sc.rstd, N, C);
+    norm_backward(ops, c, dx, dnorm_w, sc.dxn, x, norm_w, sc.rstd, N);
   }
 }
 
@@ -273,13 +363,13 @@ void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm
   template DecoderScratch<T> bind_decoder_scratch(const LayerShape&, void*);                             \
   template HeadScratch<T> bind_head_scratch(const LayerShape&, void*);                                   \
   template WorkspaceSplit layer_workspace_split<T>(const LayerShape&);                                   \
-  template void decoder_forward(const Ops<T>&, const LayerShape&, const DecoderView<const T>&, const T*, \
-                                T*, const DecoderActs<T>&);                                              \
-  template void decoder_backward(const Ops<T>&, const LayerShape&, const DecoderView<const T>&,          \
+  template void decoder_forward(const Ops<T>&, const LayerShape&, int, const DecoderView<const T>&,     \
+                                const T*, T*, const DecoderActs<T>&);                                    \
+  template void decoder_backward(const Ops<T>&, const LayerShape&, int, const DecoderView<const T>&,     \
                                  const DecoderView<acc_t<T>>&, const T*, const DecoderActs<T>&, T*,      \
                                  const DecoderScratch<T>&);                                              \
   template void embedding_forward(const Ops<T>&, const LayerShape&, const T*, const int32_t*, T*);       \
-  template void embedding_backward(const Ops<T>&, const LayerShape&, acc_t<T>*, const int32_t*, const T*); \
+  template void embedding_backward(const Ops<T>&, const LayerShape&, acc_t<T>*, const int32_t*, T*);     \
   template void head_forward_backward(const Ops<T>&, const LayerShape&, const T*, const T*, acc_t<T>*,   \
                                       acc_t<T>*, const T*, const int32_t*, acc_t<T>, T*,                 \
                                       const HeadScratch<T>&, double*);

@@ -49,16 +49,24 @@ struct WorkspaceSplit {
 template <typename T>
 WorkspaceSplit layer_workspace_split(const LayerShape& s);
 
-// Saved activations of one decoder layer for one micro-batch.
+// Saved activations of one decoder layer for one micro-batch. A region the family's variants
+// do not use is nullptr and takes no bytes: xn1/rstd1 and xn2/rstd2 (the branches' input norms)
+// without pre-norms, qkv_raw/qk_rstd (the q/k norms' input) without q/k norms, ao/mo and their
+// rstd (the branches' outputs before their norms) without post-norms.
 template <typename T>
 struct DecoderActs {
   T* xn1;
   acc_t<T>* rstd1;
+  T* qkv_raw;
+  acc_t<T>* qk_rstd;
   T *qkv, *att;
   acc_t<T>* lse;
+  T* ao;
+  acc_t<T>* ao_rstd;
   T *x2, *xn2;
   acc_t<T>* rstd2;
-  T *gu, *h;
+  T *gu, *h, *mo;
+  acc_t<T>* mo_rstd;
 };
 template <typename T>
 size_t decoder_acts_bytes(const LayerShape& s);
@@ -68,29 +76,31 @@ DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base);
 // Backward scratch of one decoder layer for one micro-batch (reused across layers).
 template <typename T>
 struct DecoderScratch {
-  T *dh, *dgu, *dxn, *datt, *dqkv;
+  T *dh, *dgu, *dxn, *dmo, *dao, *datt, *dqkv, *dqkv_raw;  // dmo, dao: post-norms; dqkv_raw: q/k norms
 };
 template <typename T>
 size_t decoder_scratch_bytes(const LayerShape& s);
 template <typename T>
 DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, void* base);
 
-// out = layer(x); fills acts. x and out are [N, C]. out == nullptr skips the last projection
-// (a recompute before backward needs only the activations).
+// out = layer(x) for decoder layer `layer` (its attention: ModelConfig::layer_attention); fills
+// acts. x and out are [N, C]. out == nullptr skips the last projection where it can (a
+// recompute before backward needs only the activations).
 template <typename T>
-void decoder_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const T* x,
+void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w, const T* x,
                      T* out, const DecoderActs<T>& a);
 
 // dresid holds dL/dout on entry and dL/dx on return; dw (full precision) accumulates (+=).
 template <typename T>
-void decoder_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w,
                       const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
                       const DecoderScratch<T>& sc);
 
 template <typename T>
 void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, const int32_t* tokens, T* out);
+// dx (dL/d(embedding output)) is scaled in place by the embedding scale (Gemma) before the scatter.
 template <typename T>
-void embedding_backward(const Ops<T>& ops, const LayerShape& s, acc_t<T>* dwte, const int32_t* tokens, const T* dx);
+void embedding_backward(const Ops<T>& ops, const LayerShape& s, acc_t<T>* dwte, const int32_t* tokens, T* dx);
 
 // Final norm + LM head + cross-entropy, forward and (when dx != nullptr) backward in one pass.
 // lm is the LM-head matrix [V, C] (the embedding when tied); dlm accumulates its gradient.

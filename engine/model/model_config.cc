@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "engine/model/config_keys.h"
+#include "engine/model/config_reader.h"
+#include "engine/model/families.h"
 #include "engine/model/param_schema.h"
 
 namespace mt {
@@ -50,71 +52,6 @@ YarnRamp yarn_ramp(const RopeScaling& s, int dim, double base) {
   return r;
 }
 
-const char* const kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
-
-class ConfigReader {
- public:
-  ConfigReader(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
-
-  Status fail(const std::string& field, const std::string& why) const {
-    return invalid_argument(source_ + ": field '" + field + "' " + why);
-  }
-
-  // A positive integer no larger than `max` (ModelLimits).
-  Status positive_int(const char* field, int& out, int max, bool required = true) const {
-    const Json* v = j_.find(field);
-    if (!v || v->is_null()) return required ? fail(field, "is required but missing") : Status::Ok();
-    if (!v->is_integer() || v->as_int() <= 0) return fail(field, "must be a positive integer, got " + v->dump());
-    if (v->as_int() > max)
-      return fail(field, "= " + v->dump() + " exceeds the limit of " + std::to_string(max) +
-                             " (the largest real models are far below it; see ModelLimits)");
-    out = int(v->as_int());
-    return Status::Ok();
-  }
-
-  Status number(const char* field, double& out) const {
-    const Json* v = j_.find(field);
-    if (!v || v->is_null()) return Status::Ok();
-    if (!v->is_number() || !(v->as_double() > 0)) return fail(field, "must be a positive number, got " + v->dump());
-    out = v->as_double();
-    return Status::Ok();
-  }
-
-  Status boolean(const char* field, bool& out) const {
-    const Json* v = j_.find(field);
-    if (!v || v->is_null()) return Status::Ok();
-    if (!v->is_bool()) return fail(field, "must be true or false, got " + v->dump());
-    out = v->as_bool();
-    return Status::Ok();
-  }
-
-  const Json* get(const char* field) const { return j_.find(field); }
-
- private:
-  const Json& j_;
-  std::string source_;
-};
-
-// What transformers assumes for a key the file leaves out, where it differs from ModelConfig's
-// own defaults (configuration_{llama,mistral,qwen2}.py, 4.x and 5.x alike): RMSNorm eps 1e-6; key/
-// value heads as many as the heads for Llama, 8 for Mistral and 32 for Qwen2.
-void apply_family_defaults(ModelConfig& c) {
-  c.rms_norm_eps = 1e-6;
-  c.num_kv_heads = c.architecture == "MistralForCausalLM" ? 8 : c.architecture == "Qwen2ForCausalLM" ? 32 : c.num_heads;
-}
-
-Status read_architecture(const ConfigReader& r, ModelConfig& c) {
-  const Json* arch = r.get("architectures");
-  if (!arch || !arch->is_array() || arch->items().size() != 1 || !arch->items()[0].is_string())
-    return r.fail("architectures", "must be a list with one architecture name");
-  c.architecture = arch->items()[0].as_string();
-  for (const char* a : kArchitectures)
-    if (c.architecture == a) return Status::Ok();
-  return r.fail("architectures", "names '" + c.architecture +
-                                     "', which is not supported (supported: LlamaForCausalLM, "
-                                     "MistralForCausalLM, Qwen2ForCausalLM)");
-}
-
 // The keys a RoPE object may hold for its type: read, never ignored (rope_theta only inside
 // transformers 5's rope_parameters, with partial_rotary_factor, which 5 moves there and which must
 // be 1). original_max_position_embeddings is accepted for every type: transformers reads it only
@@ -141,7 +78,7 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   if (s.type != "default" && s.type != "linear" && s.type != "llama3" && s.type != "yarn")
     return r.fail(name + ".rope_type",
                   "'" + s.type + "' is not supported (supported: default, linear, llama3, yarn)");
-  const bool in_parameters = name == "rope_parameters";
+  const bool in_parameters = name.rfind("rope_parameters", 0) == 0;
   for (const auto& [k, v] : rs.members())
     if (!rope_key_known(s.type, k, in_parameters))
       return r.fail(name + "." + k, "is not read for rope_type '" + s.type + "'; refused rather than ignored");
@@ -180,6 +117,28 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   return Status::Ok();
 }
 
+// transformers 5's RoPE per layer type (Gemma 3): full_attention's object is the global table,
+// sliding_attention's (default RoPE only) the local one. The top-level keys must not also be set.
+Status read_rope_per_layer_type(const ConfigReader& r, const Json& params, ModelConfig& c) {
+  for (const char* k : {"rope_theta", "rope_scaling", "rope_local_base_freq"})
+    if (const Json* v = r.get(k); v && !v->is_null())
+      return r.fail(k, "is set beside rope_parameters per layer type; which one is meant is unknown");
+  for (const auto& [k, v] : params.members()) {
+    const std::string name = "rope_parameters." + k;
+    if (k == "full_attention") {
+      MT_RETURN_IF_ERROR(read_rope_object(r, v, name, c));
+    } else if (k == "sliding_attention") {
+      ModelConfig local = c;
+      MT_RETURN_IF_ERROR(read_rope_object(r, v, name, local));
+      if (local.rope_scaling.type != "default") return r.fail(name + ".rope_type", "must be default for the local layers");
+      c.rope_local_theta = local.rope_theta;
+    } else {
+      return r.fail(name, "names no layer type (full_attention, sliding_attention)");
+    }
+  }
+  return Status::Ok();
+}
+
 // RoPE as transformers 4 writes it (top-level rope_theta and rope_scaling) and as transformers 5
 // does (rope_parameters only, flat). Both forms present must say the same, else refused naming
 // them. The per-layer-type form of rope_parameters ({"full_attention": {...}}) is refused:
@@ -196,9 +155,11 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
   }
   if (params->is_object())
     for (const auto& [k, v] : params->members())
-      if (v.is_object())
+      if (v.is_object()) {
+        if (family_has_local_rope(c.architecture)) return read_rope_per_layer_type(r, *params, c);
         return r.fail("rope_parameters." + k, "is RoPE per layer type, which transformers does not read for " +
                                                   c.architecture + " (it would use theta 10000); use the flat form");
+      }
   ModelConfig v5 = c;
   MT_RETURN_IF_ERROR(read_rope_object(r, *params, "rope_parameters", v5));
   const bool has_legacy = r.get("rope_theta") || (scaling && !scaling->is_null());
@@ -210,40 +171,11 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
-// transformers 5's per-layer attention types: every layer must be "full_attention".
-Status refuse_layer_types(const ConfigReader& r, const ModelConfig& c) {
-  const Json* types = r.get("layer_types");
-  if (!types || types->is_null()) return Status::Ok();
-  if (!types->is_array() || types->items().size() != size_t(c.num_layers))
-    return r.fail("layer_types", "must list one attention type for each of the " + std::to_string(c.num_layers) + " layers");
-  for (size_t i = 0; i < types->items().size(); ++i) {
-    const Json& t = types->items()[i];
-    if (!(t.is_string() && t.as_string() == "full_attention"))
-      return r.fail("layer_types[" + std::to_string(i) + "]", "is " + t.dump() +
-                                                              "; only full_attention is supported (sliding windows are not)");
-  }
-  return Status::Ok();
-}
-
-// Options that change the math and that we do not implement: refused, never ignored.
-Status refuse_unsupported(const ConfigReader& r, const ModelConfig& c) {
-  const Json* act = r.get("hidden_act");
-  if (act && !(act->is_string() && act->as_string() == "silu"))
-    return r.fail("hidden_act", "is " + act->dump() + "; only \"silu\" (SwiGLU) is supported");
-  const Json* sw = r.get("sliding_window");
-  const Json* use_sw = r.get("use_sliding_window");
-  if (c.architecture == "MistralForCausalLM" && !sw)  // MistralConfig's default: a window on every layer
-    return r.fail("sliding_window", "is absent, which transformers reads as 4096 (sliding-window attention, which is not "
-                                    "supported); write null for full attention");
-  bool sliding = sw && !sw->is_null();
-  if (c.architecture == "Qwen2ForCausalLM") sliding = use_sw && use_sw->is_bool() && use_sw->as_bool();
-  if (sliding) return r.fail(c.architecture == "Qwen2ForCausalLM" ? "use_sliding_window" : "sliding_window",
-                             "enables sliding-window attention, which is not supported");
+// Options of every family that change the math and that we do not implement: refused, never
+// ignored. Each family's own options are read (or refused) by families.cc.
+Status refuse_unsupported(const ConfigReader& r) {
   const Json* mlp_bias = r.get("mlp_bias");
   if (mlp_bias && mlp_bias->is_bool() && mlp_bias->as_bool()) return r.fail("mlp_bias", "true is not supported");
-  const Json* attn_bias = r.get("attention_bias");
-  if (c.architecture != "Qwen2ForCausalLM" && attn_bias && attn_bias->is_bool() && attn_bias->as_bool())
-    return r.fail("attention_bias", "true (biases on q/k/v/o) is not supported for " + c.architecture);
   const Json* prf = r.get("partial_rotary_factor");
   if (prf && !(prf->is_number() && prf->as_double() == 1.0))
     return r.fail("partial_rotary_factor", "must be 1 (partial rotary embeddings are not supported)");
@@ -256,7 +188,7 @@ Status refuse_unsupported(const ConfigReader& r, const ModelConfig& c) {
   const Json* mrope = r.get("use_mrope");
   if (mrope && !mrope->is_null() && !(mrope->is_bool() && !mrope->as_bool()))
     return r.fail("use_mrope", "enables multimodal RoPE, which is not supported");
-  return refuse_layer_types(r, c);
+  return Status::Ok();
 }
 
 Status check_shape(const ConfigReader& r, const ModelConfig& c) {
@@ -290,9 +222,10 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MT_RETURN_IF_ERROR(r.positive_int("num_key_value_heads", c.num_kv_heads, ModelLimits::kHeads, false));
   MT_RETURN_IF_ERROR(r.positive_int("intermediate_size", c.intermediate_size, ModelLimits::kIntermediateSize));
   MT_RETURN_IF_ERROR(r.positive_int("vocab_size", c.vocab_size, ModelLimits::kVocabSize));
-  if (c.hidden_size % c.num_heads != 0 && !(j.find("head_dim") && !j.find("head_dim")->is_null()))
+  const bool head_dim_given = j.find("head_dim") && !j.find("head_dim")->is_null();
+  if (c.head_dim == 0 && c.hidden_size % c.num_heads != 0 && !head_dim_given)
     return r.fail("hidden_size", "must be divisible by num_attention_heads when head_dim is absent");
-  c.head_dim = c.hidden_size / c.num_heads;
+  if (c.head_dim == 0) c.head_dim = c.hidden_size / c.num_heads;
   MT_RETURN_IF_ERROR(r.positive_int("head_dim", c.head_dim, ModelLimits::kHeadDim, false));
   int max_pos = 0;
   MT_RETURN_IF_ERROR(r.positive_int("max_position_embeddings", max_pos, ModelLimits::kMaxPositions, false));
@@ -300,10 +233,10 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MT_RETURN_IF_ERROR(r.number("rms_norm_eps", c.rms_norm_eps));
   MT_RETURN_IF_ERROR(r.number("initializer_range", c.initializer_range));
   MT_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", c.tie_word_embeddings));
-  c.attention_bias = c.architecture == "Qwen2ForCausalLM";
   MT_RETURN_IF_ERROR(read_rope(r, c));
   if (const Json* pad = j.find("pad_token_id"); pad && pad->is_integer()) c.pad_token_id = pad->as_int();
-  MT_RETURN_IF_ERROR(refuse_unsupported(r, c));
+  MT_RETURN_IF_ERROR(refuse_unsupported(r));
+  MT_RETURN_IF_ERROR(read_family_variants(r, c));
   MT_RETURN_IF_ERROR(check_shape(r, c));
   return c;
 }
@@ -338,13 +271,20 @@ Json model_config_to_json(const ModelConfig& cfg) {
   j.set("architectures", Json::array({Json(cfg.architecture)}));
   j.set("hidden_size", cfg.hidden_size);
   j.set("num_hidden_layers", cfg.num_layers);
+  if (j.find("layer_types") && !j.find("layer_types")->is_null()) {  // as deep as the model
+    Json types = Json::array({});
+    for (int l = 0; l < cfg.num_layers; ++l)
+      types.items().push_back(Json(cfg.layer_attention(l).window > 0 ? "sliding_attention" : "full_attention"));
+    j.set("layer_types", types);
+  }
   j.set("num_attention_heads", cfg.num_heads);
   j.set("num_key_value_heads", cfg.num_kv_heads);
   j.set("head_dim", cfg.head_dim);
   j.set("intermediate_size", cfg.intermediate_size);
   j.set("vocab_size", cfg.vocab_size);
   j.set("rms_norm_eps", cfg.rms_norm_eps);
-  j.set("rope_theta", cfg.rope_theta);
+  // transformers 5's rope_parameters (kept from the original) already holds the theta(s)
+  if (!j.find("rope_parameters") || j.find("rope_parameters")->is_null()) j.set("rope_theta", cfg.rope_theta);
   j.set("tie_word_embeddings", cfg.tie_word_embeddings);
   j.set("torch_dtype", "float32");
   return j;
@@ -376,7 +316,18 @@ std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
     }
     out[size_t(i)] = float(inv);
   }
+  for (int i = 0; cfg.rope_local_theta > 0 && i < half; ++i)
+    out.push_back(float(1.0 / std::pow(cfg.rope_local_theta, double(2 * i) / cfg.head_dim)));
   return out;
+}
+
+void ModelConfig::set_num_layers(int n) {
+  if (!layers.empty()) {
+    std::vector<LayerAttention> out;
+    for (int l = 0; l < n; ++l) out.push_back(layers[size_t(l) % layers.size()]);
+    layers = std::move(out);
+  }
+  num_layers = n;
 }
 
 int64_t ModelConfig::num_params() const {

@@ -1,6 +1,7 @@
-// ModelConfig: the decoder-only Llama-family shape read from a Hugging Face config.json
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM). Anything we do not implement is
-// refused with a message naming the field; nothing is silently ignored.
+// ModelConfig: one decoder-only transformer read from a Hugging Face config.json — the Llama
+// shape plus the variants by which the families differ from it (engine/model/families.cc says
+// which family sets which). Anything we do not implement is refused with a message naming the
+// field; nothing is silently ignored.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "engine/base/json.h"
 #include "engine/base/status.h"
+#include "kernels/swiglu.h"
 
 namespace mt {
 
@@ -42,6 +44,22 @@ struct ModelLimits {
   static constexpr int kMaxPositions = 1 << 30;
 };
 
+// Where a decoder layer's RMSNorms sit around its two branches (attention, MLP):
+//   kPre        x + f(norm(x))          Llama, Mistral, Qwen, Phi
+//   kPreAndPost x + norm'(f(norm(x)))   Gemma 2/3 (input, post-attention, pre- and post-feedforward)
+//   kPost       x + norm(f(x))          OLMo 2 (post-attention and post-feedforward only)
+enum class NormPlacement { kPre, kPreAndPost, kPost };
+// RMSNorm of the queries and keys before RoPE: none, per head over head_dim (Qwen3, Gemma 3),
+// or over each whole projection (OLMo 2).
+enum class QkNorm { kNone, kPerHead, kWhole };
+
+// How one layer's attention differs from full causal attention with the model's RoPE table.
+struct LayerAttention {
+  int window = 0;           // sliding window in keys (kernels/attention.h), 0 = full causal
+  bool local_rope = false;  // rotates by the local RoPE table (Gemma 3's sliding layers)
+  bool operator==(const LayerAttention&) const = default;
+};
+
 struct ModelConfig {
   std::string architecture;   // e.g. "LlamaForCausalLM"
   std::string model_type;     // e.g. "llama"
@@ -64,7 +82,27 @@ struct ModelConfig {
   // transformers builds the embedding with padding_idx = pad_token_id: that row gets no gradient
   // there. We train it like any row; the job says so (JobRunner) when the config sets one.
   int64_t pad_token_id = -1;  // -1: none
-  Json raw;                     // the config.json as read, for export
+
+  // The family's variants (Llama's values by default).
+  NormPlacement norm_placement = NormPlacement::kPre;
+  float norm_offset = 0;               // RMSNorms scale by w + offset: Gemma's 1 + w
+  QkNorm qk_norm = QkNorm::kNone;
+  double attention_scale = 0;          // 0: 1/sqrt(head_dim); Gemma: query_pre_attn_scalar^-1/2
+  GateActivation activation = GateActivation::kSilu;
+  double embedding_scale = 1;          // the embedding's output times this: Gemma's sqrt(hidden_size)
+  bool fused_projections = false;      // Phi-3: one qkv_proj and one gate_up_proj tensor
+  double rope_local_theta = 0;         // the local RoPE table's base (Gemma 3), 0: no local table
+  std::vector<LayerAttention> layers;  // per layer; empty: every layer full causal, global RoPE
+  Json raw;                            // the config.json as read, for export
+
+  LayerAttention layer_attention(int l) const { return layers.empty() ? LayerAttention{} : layers[size_t(l)]; }
+  // The same layer shape n times (benches): the first n layers' attention, the pattern repeated
+  // past the original depth.
+  void set_num_layers(int n);
+  bool pre_norms() const { return norm_placement != NormPlacement::kPost; }
+  bool post_norms() const { return norm_placement != NormPlacement::kPre; }
+  int q_norm_width() const { return qk_norm == QkNorm::kWhole ? q_dim() : head_dim; }
+  int k_norm_width() const { return qk_norm == QkNorm::kWhole ? kv_dim() : head_dim; }
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
@@ -85,7 +123,8 @@ std::vector<std::string> preset_names();
 // The config as an HF config.json (the original keys plus ours), for export.
 Json model_config_to_json(const ModelConfig& cfg);
 
-// Rotary inverse frequencies [head_dim / 2], with the config's rope scaling applied.
+// Rotary inverse frequencies, with the config's rope scaling applied: [head_dim / 2], followed
+// by the local table's [head_dim / 2] (default RoPE, base rope_local_theta) when it has one.
 std::vector<float> rope_inv_freq(const ModelConfig& cfg);
 
 }  // namespace mt

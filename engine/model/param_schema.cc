@@ -28,24 +28,43 @@ void add(ParamSchema& u, std::string name, std::vector<int64_t> shape, bool deca
   u.numel += n;
 }
 
+// A decoder layer's tensors in the order of its flat buffer (bind_decoder walks the same
+// order), under the family's own names: the pre-MLP norm is Llama's post_attention_layernorm
+// but Gemma's pre_feedforward_layernorm; Gemma's and OLMo 2's post_attention_layernorm is the
+// attention output's norm. Phi-3 stores q/k/v and gate/up fused, as our buffer does anyway.
 ParamSchema decoder_schema(const ModelConfig& c, int l) {
   ParamSchema u{UnitKind::kDecoder, l, {}, 0};
   const std::string p = "model.layers." + std::to_string(l) + ".";
   const int64_t C = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
-  add(u, p + "input_layernorm.weight", {C}, false);
-  add(u, p + "self_attn.q_proj.weight", {Q, C}, true);  // q, k, v adjacent: one qkv matrix
-  add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
-  add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
+  if (c.pre_norms()) add(u, p + "input_layernorm.weight", {C}, false);
+  if (c.fused_projections) {
+    add(u, p + "self_attn.qkv_proj.weight", {Q + 2 * KV, C}, true);
+  } else {
+    add(u, p + "self_attn.q_proj.weight", {Q, C}, true);  // q, k, v adjacent: one qkv matrix
+    add(u, p + "self_attn.k_proj.weight", {KV, C}, true);
+    add(u, p + "self_attn.v_proj.weight", {KV, C}, true);
+  }
   if (c.attention_bias) {
     add(u, p + "self_attn.q_proj.bias", {Q}, false);
     add(u, p + "self_attn.k_proj.bias", {KV}, false);
     add(u, p + "self_attn.v_proj.bias", {KV}, false);
   }
+  if (c.qk_norm != QkNorm::kNone) {
+    add(u, p + "self_attn.q_norm.weight", {c.q_norm_width()}, false);
+    add(u, p + "self_attn.k_norm.weight", {c.k_norm_width()}, false);
+  }
   add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
-  add(u, p + "post_attention_layernorm.weight", {C}, false);
-  add(u, p + "mlp.gate_proj.weight", {F, C}, true);  // gate, up adjacent: one [2F, C] matrix
-  add(u, p + "mlp.up_proj.weight", {F, C}, true);
+  if (c.post_norms()) add(u, p + "post_attention_layernorm.weight", {C}, false);
+  if (c.pre_norms())
+    add(u, p + (c.post_norms() ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {C}, false);
+  if (c.fused_projections) {
+    add(u, p + "mlp.gate_up_proj.weight", {2 * F, C}, true);
+  } else {
+    add(u, p + "mlp.gate_proj.weight", {F, C}, true);  // gate, up adjacent: one [2F, C] matrix
+    add(u, p + "mlp.up_proj.weight", {F, C}, true);
+  }
   add(u, p + "mlp.down_proj.weight", {C, F}, true);
+  if (c.post_norms()) add(u, p + "post_feedforward_layernorm.weight", {C}, false);
   return u;
 }
 
@@ -70,14 +89,22 @@ DecoderView<T> bind_decoder(const ModelConfig& c, T* base) {
   const size_t F = size_t(c.intermediate_size);
   DecoderView<T> v{};
   T* p = base;
-  v.ln1 = p, p += C;
-  v.wqkv = p, p += QKV * C;
-  v.bqkv = c.attention_bias ? p : nullptr;
-  if (c.attention_bias) p += QKV;
-  v.wo = p, p += C * Q;
-  v.ln2 = p, p += C;
-  v.wgu = p, p += 2 * F * C;
-  v.wdown = p;
+  auto take = [&p](bool present, size_t n) {
+    T* at = present ? p : nullptr;
+    if (present) p += n;
+    return at;
+  };
+  v.ln1 = take(c.pre_norms(), C);
+  v.wqkv = take(true, QKV * C);
+  v.bqkv = take(c.attention_bias, QKV);
+  v.qn = take(c.qk_norm != QkNorm::kNone, size_t(c.q_norm_width()));
+  v.kn = take(c.qk_norm != QkNorm::kNone, size_t(c.k_norm_width()));
+  v.wo = take(true, C * Q);
+  v.ln_attn_out = take(c.post_norms(), C);
+  v.ln2 = take(c.pre_norms(), C);
+  v.wgu = take(true, 2 * F * C);
+  v.wdown = take(true, C * F);
+  v.ln_mlp_out = take(c.post_norms(), C);
   return v;
 }
 

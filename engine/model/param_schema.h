@@ -36,16 +36,21 @@ struct ParamSchema {
 std::vector<ParamSchema> build_param_schemas(const ModelConfig& cfg);
 
 // Views of a unit's weights (or gradients: same layout) at `base`. q, k and v projections
-// are adjacent, so they are one [qkv_dim, C] matrix; gate and up likewise one [2F, C].
+// are adjacent, so they are one [qkv_dim, C] matrix; gate and up likewise one [2F, C]. A
+// tensor the family does not have is nullptr (ModelConfig's variants say which).
 template <typename T>
 struct DecoderView {
-  T* ln1;    // [C]
-  T* wqkv;   // [q_dim + 2 kv_dim, C]
-  T* bqkv;   // [q_dim + 2 kv_dim] or nullptr
-  T* wo;     // [C, q_dim]
-  T* ln2;    // [C]
-  T* wgu;    // [2F, C]
-  T* wdown;  // [C, F]
+  T* ln1;          // [C] the attention branch's input norm (pre-norms)
+  T* wqkv;         // [q_dim + 2 kv_dim, C]
+  T* bqkv;         // [q_dim + 2 kv_dim] (attention_bias)
+  T* qn;           // [q_norm_width] (qk_norm)
+  T* kn;           // [k_norm_width] (qk_norm)
+  T* wo;           // [C, q_dim]
+  T* ln_attn_out;  // [C] the attention branch's output norm (post-norms)
+  T* ln2;          // [C] the MLP branch's input norm (pre-norms)
+  T* wgu;          // [2F, C]
+  T* wdown;        // [C, F]
+  T* ln_mlp_out;   // [C] the MLP branch's output norm (post-norms)
 };
 
 template <typename T>

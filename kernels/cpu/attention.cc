@@ -3,8 +3,9 @@
 // micro-kernel; no T x T matrix exists. Forward is parallel over (b, h); backward over
 // (b, kv head), so each thread owns dK/dV of its kv head and dQ of the heads in its group.
 // Every output is produced by one thread in a fixed order: results are bit-reproducible.
-// Packed documents (pos != nullptr): query t sees keys [t - pos[t], t]; key tiles wholly
-// outside every query's document are skipped, so cost falls with the documents' lengths.
+// Packed documents (pos != nullptr): query t sees keys [t - pos[t], t]; a sliding window
+// narrows that to its last `window` keys. Key tiles no query of a tile sees are skipped, so cost
+// falls with the documents' lengths and the window.
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -67,22 +68,35 @@ void load_cols(T* dst, const T* src, long stride, int t0, int n, int D, int Dp) 
 // Number of keys k0 + j (j < kn) visible to query q (causal), clamped to [0, kn].
 inline int visible(int q, int k0, int kn) { return std::clamp(q - k0 + 1, 0, kn); }
 
-// First key query t may see: the start of its document (0 without documents).
-inline int doc_start(const int32_t* pos, int t) { return pos ? std::clamp(t - pos[t], 0, t) : 0; }
+// Which keys a query sees beyond causality: its document's (pos, nullptr = the whole row) and,
+// with a sliding window, only the last `window` of those.
+struct Sight {
+  const int32_t* pos;
+  int window;
+  // First key query t may see.
+  int first(int t) const {
+    const int doc = pos ? std::clamp(t - pos[t], 0, t) : 0;
+    return window > 0 ? std::max(doc, t - window + 1) : doc;
+  }
+  // Smallest first key among queries [q0, q0 + qn): keys before it are seen by none.
+  int tile_start(int q0, int qn) const {
+    int lo = q0;
+    for (int i = 0; i < qn; ++i) lo = std::min(lo, first(q0 + i));
+    return lo;
+  }
+};
 
-// Keys k0 + j with lo <= j < hi are visible to query q (causal and inside q's document).
+// Keys k0 + j with lo <= j < hi are visible to query q.
 struct Window {
   int lo, hi;
 };
-inline Window window(const int32_t* pos, int q, int k0, int kn) {
-  return {std::clamp(doc_start(pos, q) - k0, 0, kn), visible(q, k0, kn)};
+inline Window window(const Sight& v, int q, int k0, int kn) {
+  return {std::clamp(v.first(q) - k0, 0, kn), visible(q, k0, kn)};
 }
 
-// Smallest document start among queries [q0, q0 + qn): keys before it are seen by none.
-inline int tile_start(const int32_t* pos, int q0, int qn) {
-  int lo = q0;
-  for (int i = 0; i < qn; ++i) lo = std::min(lo, doc_start(pos, q0 + i));
-  return lo;
+template <typename T>
+T score_scale(const AttentionOptions& o, int D) {
+  return o.scale > 0 ? T(o.scale) : T(1) / std::sqrt(T(D));
 }
 
 template <typename T>
@@ -96,11 +110,11 @@ struct FwdBuffers {
 // Online-softmax update of rows [0, qn) with the raw scores in f.s; leaves P in f.s.
 // A row that sees no key of this tile (another document) is left unchanged.
 template <typename T>
-void softmax_update(FwdBuffers<T>& f, const int32_t* pos, int q0, int qn, int k0, int kn, int Dp, T scale) {
+void softmax_update(FwdBuffers<T>& f, const Sight& v, int q0, int qn, int k0, int kn, int Dp, T scale) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int i = 0; i < kTile; ++i) {
     T* s = f.s.data() + i * kTile;
-    const Window w = i < qn ? window(pos, q0 + i, k0, kn) : Window{0, 0};
+    const Window w = i < qn ? window(v, q0 + i, k0, kn) : Window{0, 0};
     if (w.hi <= w.lo) {
       std::fill(s, s + kTile, T(0));
       continue;
@@ -121,25 +135,25 @@ void softmax_update(FwdBuffers<T>& f, const int32_t* pos, int q0, int qn, int k0
 }
 
 template <typename T>
-void forward_head(T* out, T* lse, const T* qkv, const int32_t* pos, const Geometry& g, int b, int h,
-                  FwdBuffers<T>& f) {
+void forward_head(T* out, T* lse, const T* qkv, const int32_t* pos, const AttentionOptions& opt, const Geometry& g,
+                  int b, int h, FwdBuffers<T>& f) {
   const int kvh = h / (g.H / g.KVH), D = g.D, Dp = g.Dp;
-  const T scale = T(1) / std::sqrt(T(D));
+  const T scale = score_scale<T>(opt, D);
   const T* base = qkv + long(b) * g.T * g.row;
   const long out_row = long(g.H) * D;
-  const int32_t* pb = pos ? pos + long(b) * g.T : nullptr;
+  const Sight sight{pos ? pos + long(b) * g.T : nullptr, opt.window};
   for (int q0 = 0; q0 < g.T; q0 += kTile) {
     const int qn = std::min(kTile, g.T - q0);
     load_rows(f.q.data(), base + g.q_off(h), g.row, q0, qn, D, Dp);
     std::fill(f.o.begin(), f.o.end(), T(0));
     std::fill(f.m.begin(), f.m.end(), -std::numeric_limits<T>::infinity());
     std::fill(f.l.begin(), f.l.end(), T(0));
-    for (int k0 = tile_start(pb, q0, qn) / kTile * kTile; k0 < q0 + qn; k0 += kTile) {
+    for (int k0 = sight.tile_start(q0, qn) / kTile * kTile; k0 < q0 + qn; k0 += kTile) {
       const int kn = std::min(kTile, g.T - k0);
       load_cols(f.kt.data(), base + g.k_off(kvh), g.row, k0, kn, D, Dp);
       load_rows(f.v.data(), base + g.v_off(kvh), g.row, k0, kn, D, Dp);
       tile_mm<false>(f.q.data(), Dp, f.kt.data(), kTile, Dp, f.s.data(), kTile, kTile, kTile);
-      softmax_update(f, pb, q0, qn, k0, kn, Dp, scale);
+      softmax_update(f, sight, q0, qn, k0, kn, Dp, scale);
       tile_mm<true>(f.s.data(), kTile, f.v.data(), Dp, kTile, f.o.data(), Dp, kTile, Dp);
     }
     for (int i = 0; i < qn; ++i) {
@@ -173,12 +187,12 @@ struct BwdBuffers {
 // P = exp(scale * S - lse) on visible entries (0 elsewhere); dS = scale * P * (dP - D_i).
 // f.p holds S on entry and P on exit; f.ds holds dP on entry and dS on exit. Also transposes.
 template <typename T>
-void probs_and_dscores(BwdBuffers<T>& f, const T* lse, const int32_t* pos, int q0, int qn, int k0, int kn,
+void probs_and_dscores(BwdBuffers<T>& f, const T* lse, const Sight& v, int q0, int qn, int k0, int kn,
                        T scale) {
   for (int i = 0; i < kTile; ++i) {
     T* p = f.p.data() + i * kTile;
     T* ds = f.ds.data() + i * kTile;
-    const Window w = i < qn ? window(pos, q0 + i, k0, kn) : Window{0, 0};
+    const Window w = i < qn ? window(v, q0 + i, k0, kn) : Window{0, 0};
     const T l = i < qn ? lse[q0 + i] : T(0);
     const T di = f.di[q0 + i];
     for (int j = 0; j < kTile; ++j) p[j] *= scale;
@@ -196,15 +210,15 @@ void probs_and_dscores(BwdBuffers<T>& f, const T* lse, const int32_t* pos, int q
 // Accumulates into f.dq (zeroed here) and f.dk/f.dv the gradients from query head h.
 template <typename T>
 void backward_head(const T* dout, const T* qkv, const T* out, const T* lse, const int32_t* pos,
-                   const Geometry& g, int b, int h, int kvh, BwdBuffers<T>& f) {
+                   const AttentionOptions& opt, const Geometry& g, int b, int h, int kvh, BwdBuffers<T>& f) {
   const int D = g.D, Dp = g.Dp;
-  const T scale = T(1) / std::sqrt(T(D));
+  const T scale = score_scale<T>(opt, D);
   const T* base = qkv + long(b) * g.T * g.row;
   const long orow = long(g.H) * D;
   const T* dob = dout + long(b) * g.T * orow + long(h) * D;
   const T* ob = out + long(b) * g.T * orow + long(h) * D;
   const T* lse_h = lse + (long(b) * g.H + h) * g.T;
-  const int32_t* pb = pos ? pos + long(b) * g.T : nullptr;
+  const Sight sight{pos ? pos + long(b) * g.T : nullptr, opt.window};
   std::fill(f.dq.begin(), f.dq.end(), T(0));
   std::fill(f.di.begin(), f.di.end(), T(0));
   for (int t = 0; t < g.T; ++t) {  // D_t = dO_t . O_t
@@ -219,13 +233,13 @@ void backward_head(const T* dout, const T* qkv, const T* out, const T* lse, cons
     load_cols(f.vt.data(), base + g.v_off(kvh), g.row, k0, kn, D, Dp);
     for (int q0 = k0; q0 < g.T; q0 += kTile) {
       const int qn = std::min(kTile, g.T - q0);
-      if (tile_start(pb, q0, qn) >= k0 + kn) continue;  // no query here sees these keys
+      if (sight.tile_start(q0, qn) >= k0 + kn) continue;  // no query here sees these keys
       load_rows(f.q.data(), base + g.q_off(h), g.row, q0, qn, D, Dp);
       load_rows(f.dout.data(), dob, orow, q0, qn, D, Dp);
       tile_mm<false>(f.q.data(), Dp, f.kt.data(), kTile, Dp, f.p.data(), kTile, kTile, kTile);
       tile_mm<false>(f.dout.data(), Dp, f.vt.data(), kTile, Dp, f.ds.data(), kTile, kTile,
                      kTile);
-      probs_and_dscores(f, lse_h, pb, q0, qn, k0, kn, scale);
+      probs_and_dscores(f, lse_h, sight, q0, qn, k0, kn, scale);
       T* dv = f.dv.data() + long(k0) * Dp;
       T* dk = f.dk.data() + long(k0) * Dp;
       tile_mm<true>(f.pt.data(), kTile, f.dout.data(), Dp, kTile, dv, Dp, kTile, Dp);
@@ -246,20 +260,20 @@ void store_rows(T* dst, long row, const std::vector<T>& acc, int T_, int D, int 
 
 template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
-                       int D) {
+                       int D, AttentionOptions opt) {
   const Geometry g = make_geometry<T>(T_, H, KVH, D);
   const int tasks = B * H;
   MT_OMP(parallel if (detail::worth_parallel(long(tasks) * T_ * T_ * D / 2)))
   {
     FwdBuffers<T> f(g.Dp);
     MT_OMP(for schedule(static))
-    for (int task = 0; task < tasks; ++task) forward_head(out, lse, qkv, pos, g, task / H, task % H, f);
+    for (int task = 0; task < tasks; ++task) forward_head(out, lse, qkv, pos, opt, g, task / H, task % H, f);
   }
 }
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
-                        const int32_t* pos, int B, int T_, int H, int KVH, int D) {
+                        const int32_t* pos, int B, int T_, int H, int KVH, int D, AttentionOptions opt) {
   const Geometry g = make_geometry<T>(T_, H, KVH, D);
   const int group = H / KVH, tasks = B * KVH;
   const int Tp = (T_ + kTile - 1) / kTile * kTile;
@@ -273,7 +287,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
       std::fill(f.dk.begin(), f.dk.end(), T(0));
       std::fill(f.dv.begin(), f.dv.end(), T(0));
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        backward_head(dout, qkv, out, lse, pos, g, b, h, kvh, f);
+        backward_head(dout, qkv, out, lse, pos, opt, g, b, h, kvh, f);
         store_rows(base + g.q_off(h), g.row, f.dq, T_, D, g.Dp);
       }
       store_rows(base + g.k_off(kvh), g.row, f.dk, T_, D, g.Dp);
@@ -283,9 +297,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
 }
 
 #define MT_INSTANTIATE(T)                                                                  \
-  template void attention_forward<T>(T*, T*, const T*, const int32_t*, int, int, int, int, int); \
+  template void attention_forward<T>(T*, T*, const T*, const int32_t*, int, int, int, int, int, \
+                                     AttentionOptions);                                           \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, const int32_t*, \
-                                      int, int, int, int, int);
+                                      int, int, int, int, int, AttentionOptions);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(double)
 #undef MT_INSTANTIATE

@@ -10,7 +10,8 @@
 namespace mt::cpu {
 
 template <typename T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps) {
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, float eps, float offset) {
+  const T off = T(offset);
   MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(N) * C)))
   for (int n = 0; n < N; ++n) {
     const T* x = inp + long(n) * C;
@@ -19,13 +20,14 @@ void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int 
     for (int c = 0; c < C; ++c) ss += double(x[c]) * double(x[c]);
     const T r = T(1.0 / std::sqrt(ss / C + double(eps)));
     rstd[n] = r;
-    for (int c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+    for (int c = 0; c < C; ++c) y[c] = x[c] * r * (weight[c] + off);
   }
 }
 
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
-                      const T* rstd, int N, int C) {
+                      const T* rstd, int N, int C, float offset) {
+  const T off = T(offset);
   if (dinp != nullptr) {
     MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(N) * C)))
     for (int n = 0; n < N; ++n) {
@@ -34,9 +36,9 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
       T* dx = dinp + long(n) * C;
       const T r = rstd[n];
       double dot = 0;  // sum_c dy * w * x
-      for (int c = 0; c < C; ++c) dot += double(dy[c]) * double(weight[c]) * double(x[c]);
+      for (int c = 0; c < C; ++c) dot += double(dy[c]) * double(weight[c] + off) * double(x[c]);
       const T k = T(dot * double(r) * double(r) * double(r) / C);
-      for (int c = 0; c < C; ++c) dx[c] += dy[c] * weight[c] * r - k * x[c];
+      for (int c = 0; c < C; ++c) dx[c] += dy[c] * (weight[c] + off) * r - k * x[c];
     }
   }
   if (dweight == nullptr) return;
@@ -57,9 +59,9 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
 }
 
 #define MT_INSTANTIATE(T)                                                               \
-  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int, int, float);        \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int, int, float, float); \
   template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int, \
-                                    int);
+                                    int, float);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(double)
 #undef MT_INSTANTIATE

@@ -1,28 +1,52 @@
-// SwiGLU: out = silu(gate) * up, gu rows [gate (F) | up (F)]. Elementwise, parallel over rows.
+// Gated activations: out = act(gate) * up, gu rows [gate (F) | up (F)]. Elementwise, parallel
+// over rows.
 #include "kernels/swiglu.h"
 
 #include <cmath>
 
 #include "kernels/cpu/common.h"
 
-namespace mt::cpu {
+namespace mt {
+const char* gate_activation_name(GateActivation a) {
+  return a == GateActivation::kGeluTanh ? "gelu_pytorch_tanh" : "silu";
+}
+}  // namespace mt
 
+namespace mt::cpu {
+namespace {
+
+// act(g) and its derivative.
 template <typename T>
-void swiglu_forward(T* out, const T* gu, int N, int F) {
+struct Gate {
+  T value, slope;
+};
+template <typename T>
+Gate<T> silu(T g) {
+  const T s = T(1) / (T(1) + detail::fast_exp(-g));
+  return {g * s, s + g * s * (T(1) - s)};
+}
+// 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), as torch's gelu(approximate="tanh").
+template <typename T>
+Gate<T> gelu_tanh(T g) {
+  const T k = T(0.7978845608028654), c = T(0.044715);
+  const T t = std::tanh(k * (g + c * g * g * g));
+  return {T(0.5) * g * (T(1) + t), T(0.5) * (T(1) + t) + T(0.5) * g * (T(1) - t * t) * k * (T(1) + T(3) * c * g * g)};
+}
+// The loops are written once per activation (a template argument), so each stays a plain,
+// vectorisable loop with no per-element branch.
+template <typename T, Gate<T> (*act)(T)>
+void forward_rows(T* out, const T* gu, int N, int F) {
   MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(N) * F)))
   for (int n = 0; n < N; ++n) {
     const T* g = gu + long(n) * 2 * F;
     const T* u = g + F;
     T* y = out + long(n) * F;
-    for (int f = 0; f < F; ++f) {
-      const T s = T(1) / (T(1) + detail::fast_exp(-g[f]));
-      y[f] = g[f] * s * u[f];
-    }
+    for (int f = 0; f < F; ++f) y[f] = act(g[f]).value * u[f];
   }
 }
 
-template <typename T>
-void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) {
+template <typename T, Gate<T> (*act)(T)>
+void backward_rows(T* dgu, const T* dout, const T* gu, int N, int F) {
   MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(N) * F)))
   for (int n = 0; n < N; ++n) {
     const T* g = gu + long(n) * 2 * F;
@@ -31,17 +55,30 @@ void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) {
     T* dg = dgu + long(n) * 2 * F;
     T* du = dg + F;
     for (int f = 0; f < F; ++f) {
-      const T s = T(1) / (T(1) + detail::fast_exp(-g[f]));
-      const T silu = g[f] * s;
-      dg[f] = dy[f] * u[f] * (s + silu * (T(1) - s));
-      du[f] = dy[f] * silu;
+      const Gate<T> a = act(g[f]);
+      dg[f] = dy[f] * u[f] * a.slope;
+      du[f] = dy[f] * a.value;
     }
   }
 }
 
-#define MT_INSTANTIATE(T)                                   \
-  template void swiglu_forward<T>(T*, const T*, int, int); \
-  template void swiglu_backward<T>(T*, const T*, const T*, int, int);
+}  // namespace
+
+template <typename T>
+void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) {
+  if (act == GateActivation::kGeluTanh) forward_rows<T, gelu_tanh<T>>(out, gu, N, F);
+  else forward_rows<T, silu<T>>(out, gu, N, F);
+}
+
+template <typename T>
+void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) {
+  if (act == GateActivation::kGeluTanh) backward_rows<T, gelu_tanh<T>>(dgu, dout, gu, N, F);
+  else backward_rows<T, silu<T>>(dgu, dout, gu, N, F);
+}
+
+#define MT_INSTANTIATE(T)                                                   \
+  template void swiglu_forward<T>(T*, const T*, int, int, GateActivation); \
+  template void swiglu_backward<T>(T*, const T*, const T*, int, int, GateActivation);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(double)
 #undef MT_INSTANTIATE

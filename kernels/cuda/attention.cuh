@@ -13,19 +13,21 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/cuda/status.cuh"
 
 namespace mt::cuda {
 
-// pos [B*T]: positions within documents (kernels/attention.h), or nullptr for one per row.
+// pos [B*T]: positions within documents (kernels/attention.h), or nullptr for one per row;
+// opt: the sliding window and score scale.
 template <typename T>
 CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
-                             int D, cudaStream_t stream);
+                             int D, cudaStream_t stream, AttentionOptions opt = {});
 
 // dqkv (same layout as qkv) is overwritten.
 template <typename T>
 CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const int32_t* pos,
-                              int B, int T_, int H, int KVH, int D, cudaStream_t stream);
+                              int B, int T_, int H, int KVH, int D, cudaStream_t stream, AttentionOptions opt = {});
 
 // Which kernel bf16 attention uses. The default is read once, at the first call, from the
 // environment: MEGATRAIN_ATTENTION=cudnn selects kCudnn (cuDNN's fused SDPA, through

@@ -171,10 +171,10 @@ CudaStatus launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, c
 
 template <typename T>
 CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const int32_t* pos,
-                              int B, int T_, int H, int KVH, int D, cudaStream_t stream) {
+                              int B, int T_, int H, int KVH, int D, cudaStream_t stream, AttentionOptions opt) {
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
-  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D))), pos};
+  const Geo g{B, T_, H, KVH, D, float(opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(D))), pos, opt.window};
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     if (attn::mma_supports(g, {dqkv, dout, qkv, out})) return attn::mma_backward(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 32) return launch_backward<T, 1>(dqkv, dout, qkv, out, lse, g, stream);
@@ -185,7 +185,7 @@ CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
 
 #define MT_INSTANTIATE(T)                                                                                       \
   template CudaStatus attention_backward<T>(T*, const T*, const T*, const T*, const float*, const int32_t*, int, int, \
-                                            int, int, int, cudaStream_t);
+                                            int, int, int, cudaStream_t, AttentionOptions);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

@@ -12,9 +12,11 @@ struct Geo {
   int B, T, H, KVH, D;
   float scale;
   const int32_t* pos;  // [B*T] positions within documents, or nullptr (one document per row)
-  // First key query t of sequence b may see: the start of its document.
+  int window = 0;      // sliding window of keys per query (kernels/attention.h), 0 = none
+  // First key query t of sequence b may see: the start of its document, or of its window.
   __device__ int start(int b, int t) const {
-    return pos ? min(max(t - pos[long(b) * T + t], 0), t) : 0;
+    const int doc = pos ? min(max(t - pos[long(b) * T + t], 0), t) : 0;
+    return window > 0 ? max(doc, t - window + 1) : doc;
   }
   // Smallest start among queries [t0, t0 + n) clamped to T: keys before it are seen by none.
   __device__ int min_start(int b, int t0, int n) const {

@@ -28,7 +28,9 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeq
 struct Key {
   int b, s, T, H, KVH, D;
   bool ragged;
-  auto tie() const { return std::tie(b, s, T, H, KVH, D, ragged); }
+  int window = 0;     // keys per query's band (AttentionOptions::window), 0 = none
+  double scale = 0;   // 0 = 1/sqrt(D)
+  auto tie() const { return std::tie(b, s, T, H, KVH, D, ragged, window, scale); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -79,7 +81,15 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
   return g;
 }
 
-float scale_of(const Key& k) { return float(1.0 / std::sqrt(double(k.D))); }
+float scale_of(const Key& k) { return float(k.scale > 0 ? k.scale : 1.0 / std::sqrt(double(k.D))); }
+
+// Causal, and with a window of W keys the band's left bound W (the diagonal counted, as
+// transformers' sliding window and TransformerEngine's window_size_left + 1).
+template <typename Attributes>
+void set_mask(Attributes& opt, const Key& k) {
+  opt.set_causal_mask(true);
+  if (k.window > 0) opt.set_diagonal_band_left_bound(k.window);
+}
 
 // Q, K and V of a graph: views of the fused qkv rows, the same in the forward and the backward.
 struct Qkv {
@@ -96,7 +106,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
   auto g = new_graph();
   auto [Q, K, V] = qkv_inputs(*g, v);
   auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale_of(k));
-  opt.set_causal_mask(true);
+  set_mask(opt, k);
   Ragged r;
   if (k.ragged) {
     r = ragged_inputs(*g, k);
@@ -121,7 +131,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k) {
                  .set_name("attention_backward")
                  .set_attn_scale(scale_of(k))
                  .set_deterministic_algorithm(true);
-  opt.set_causal_mask(true);
+  set_mask(opt, k);
   Ragged r;
   if (k.ragged) {
     r = ragged_inputs(*g, k);
@@ -219,10 +229,10 @@ struct RowCall {
   int row, first, count;  // row b (-1: the dense call), its documents starts[first .. first + count)
 };
 std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* docs) {
-  if (!docs) return {{Key{s.B, s.T, s.T, s.H, s.KVH, s.D, false}, -1, 0, 0}};
+  if (!docs) return {{Key{s.B, s.T, s.T, s.H, s.KVH, s.D, false, s.opt.window, s.opt.scale}, -1, 0, 0}};
   std::vector<RowCall> calls;
   for (const ragged::RowCall& r : ragged::row_calls(s.B, s.T, *docs))
-    calls.push_back({Key{r.batch, r.seq, s.T, s.H, s.KVH, s.D, true}, r.row, r.first, r.count});
+    calls.push_back({Key{r.batch, r.seq, s.T, s.H, s.KVH, s.D, true, s.opt.window, s.opt.scale}, r.row, r.first, r.count});
   return calls;
 }
 

@@ -44,6 +44,7 @@ uint64_t cudnn_attention_calls();
 
 struct AttentionShape {
   int B, T, H, KVH, D;
+  AttentionOptions opt = {};  // sliding window (cuDNN's diagonal band) and score scale
 };
 
 class CudnnAttention {

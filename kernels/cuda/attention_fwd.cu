@@ -84,10 +84,10 @@ CudaStatus launch_forward(T* out, float* lse, const T* qkv, const Geo& g, cudaSt
 
 template <typename T>
 CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* pos, int B, int T_, int H, int KVH,
-                             int D, cudaStream_t stream) {
+                             int D, cudaStream_t stream, AttentionOptions opt) {
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_forward: bad head geometry");
-  const Geo g{B, T_, H, KVH, D, float(1.0 / std::sqrt(double(D))), pos};
+  const Geo g{B, T_, H, KVH, D, float(opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(D))), pos, opt.window};
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     if (attn::mma_supports(g, {out, qkv})) return attn::mma_forward(out, lse, qkv, g, stream);
   if (D <= 32) return launch_forward<T, 1>(out, lse, qkv, g, stream);
@@ -97,7 +97,7 @@ CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* po
 }
 
 #define MT_INSTANTIATE(T) \
-  template CudaStatus attention_forward<T>(T*, float*, const T*, const int32_t*, int, int, int, int, int, cudaStream_t);
+  template CudaStatus attention_forward<T>(T*, float*, const T*, const int32_t*, int, int, int, int, int, cudaStream_t, AttentionOptions);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

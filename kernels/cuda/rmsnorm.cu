@@ -23,7 +23,8 @@ int rows_per_part(int N) {
 }
 
 template <typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps) {
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps,
+                                       float off) {
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
@@ -36,12 +37,12 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const 
   const float r = float(1.0 / sqrt(ss / C + double(eps)));
   if (lane == 0) rstd[row] = r;
   T* y = out + size_t(row) * C;
-  for (int c = lane; c < C; c += 32) y[c] = st<T>(ld(x[c]) * r * ld(w[c]));
+  for (int c = lane; c < C; c += 32) y[c] = st<T>(ld(x[c]) * r * (ld(w[c]) + off));
 }
 
 template <typename T>
 __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd, int N,
-                                             int C) {
+                                             int C, float off) {
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (row >= N) return;
   const T* x = inp + size_t(row) * C;
@@ -49,10 +50,11 @@ __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* in
   T* dx = dinp + size_t(row) * C;
   const float r = rstd[row];
   double dot = 0;
-  for (int c = lane; c < C; c += 32) dot += double(ld(dy[c])) * double(ld(w[c])) * double(ld(x[c]));
+  for (int c = lane; c < C; c += 32) dot += double(ld(dy[c])) * double(ld(w[c]) + off) * double(ld(x[c]));
   dot = detail::warp_sum(dot);
   const float k = float(dot * double(r) * double(r) * double(r) / C);
-  for (int c = lane; c < C; c += 32) dx[c] = st<T>(ld(dx[c]) + (ld(dy[c]) * ld(w[c]) * r - k * ld(x[c])));
+  for (int c = lane; c < C; c += 32)
+    dx[c] = st<T>(ld(dx[c]) + (ld(dy[c]) * (ld(w[c]) + off) * r - k * ld(x[c])));
 }
 
 // partial[p][c] = sum over rows of part p (in order) of dy * x * rstd.
@@ -86,20 +88,21 @@ size_t rmsnorm_backward_scratch(int N, int C) {
 
 template <typename T>
 CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, float offset) {
   if (N <= 0) return {};
   clear_last_error();
-  rmsnorm_forward_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(out, rstd, inp, w, N, C, eps);
+  rmsnorm_forward_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(out, rstd, inp, w, N, C, eps, offset);
   return launched("rmsnorm_forward_kernel");
 }
 
 template <typename T, typename G>
 CudaStatus rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* w, const float* rstd, int N,
-                            int C, float* scratch, cudaStream_t stream) {
+                            int C, float* scratch, cudaStream_t stream, float offset) {
   if (N <= 0) return {};
   if (dinp) {
     clear_last_error();
-    rmsnorm_backward_dinp_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
+    rmsnorm_backward_dinp_kernel<<<(N + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, rstd, N, C,
+                                                                                         offset);
     MT_CUDA_TRY(launched("rmsnorm_backward_dinp_kernel"));
   }
   if (!dweight) return {};
@@ -115,9 +118,9 @@ CudaStatus rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, co
 }
 
 #define MT_INSTANTIATE(T, G)                                                                                \
-  template CudaStatus rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float, cudaStream_t);    \
+  template CudaStatus rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float, cudaStream_t, float); \
   template CudaStatus rmsnorm_backward<T, G>(T*, G*, const T*, const T*, const T*, const float*, int, int, float*, \
-                                             cudaStream_t);
+                                             cudaStream_t, float);
 MT_INSTANTIATE(float, float)
 MT_INSTANTIATE(__nv_bfloat16, float)
 #undef MT_INSTANTIATE

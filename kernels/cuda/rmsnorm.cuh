@@ -9,9 +9,10 @@
 
 namespace mt::cuda {
 
+// offset: the scale is weight + offset (kernels/rmsnorm.h).
 template <typename T>
 CudaStatus rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps,
-                           cudaStream_t stream);
+                           cudaStream_t stream, float offset = 0);
 
 // Floats of scratch rmsnorm_backward needs for the deterministic dweight reduction.
 size_t rmsnorm_backward_scratch(int N, int C);
@@ -23,6 +24,6 @@ size_t rmsnorm_backward_scratch(int N, int C);
 // (float, float) and (bf16, float).
 template <typename T, typename G>
 CudaStatus rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
-                            int N, int C, float* scratch, cudaStream_t stream);
+                            int N, int C, float* scratch, cudaStream_t stream, float offset = 0);
 
 }  // namespace mt::cuda

@@ -10,31 +10,42 @@ namespace {
 using detail::ld;
 using detail::st;
 
+// act(g) and its derivative (kernels/cpu/swiglu.cc has the same formulas).
+struct Gate {
+  float value, slope;
+};
+__device__ __forceinline__ Gate gate(float g, GateActivation act) {
+  if (act == GateActivation::kGeluTanh) {
+    const float k = 0.7978845608028654f, c = 0.044715f;
+    const float t = tanhf(k * (g + c * g * g * g));
+    return {0.5f * g * (1.f + t), 0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * k * (1.f + 3.f * c * g * g)};
+  }
+  const float s = 1.f / (1.f + expf(-g));
+  return {g * s, s + g * s * (1.f - s)};
+}
+
 template <typename T>
-__global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F) {
+__global__ void swiglu_forward_kernel(T* out, const T* gu, int N, int F, GateActivation act) {
   MT_FOR_ROWS(n, N) {
     const T* g_row = gu + size_t(n) * 2 * F;  // [gate | up]
     T* o = out + size_t(n) * F;
     MT_FOR_COLS(f, F) {
-      const float g = ld(g_row[f]), u = ld(g_row[F + f]);
-      const float s = 1.f / (1.f + expf(-g));
-      o[f] = st<T>(g * s * u);
+      o[f] = st<T>(gate(ld(g_row[f]), act).value * ld(g_row[F + f]));
     }
   }
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F) {
+__global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) {
   MT_FOR_ROWS(n, N) {
     const T* g_row = gu + size_t(n) * 2 * F;
     const T* dy_row = dout + size_t(n) * F;
     T* d_row = dgu + size_t(n) * 2 * F;
     MT_FOR_COLS(f, F) {
       const float g = ld(g_row[f]), u = ld(g_row[F + f]), dy = ld(dy_row[f]);
-      const float s = 1.f / (1.f + expf(-g));
-      const float silu = g * s;
-      d_row[f] = st<T>(dy * u * (s + silu * (1.f - s)));
-      d_row[F + f] = st<T>(dy * silu);
+      const Gate a = gate(g, act);
+      d_row[f] = st<T>(dy * u * a.slope);
+      d_row[F + f] = st<T>(dy * a.value);
     }
   }
 }
@@ -42,24 +53,25 @@ __global__ void swiglu_backward_kernel(T* dgu, const T* dout, const T* gu, int N
 }  // namespace
 
 template <typename T>
-CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream) {
+CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream, GateActivation act) {
   if (N <= 0 || F <= 0) return {};
   clear_last_error();
-  swiglu_forward_kernel<<<detail::rows_grid(N, F, 256), 256, 0, stream>>>(out, gu, N, F);
+  swiglu_forward_kernel<<<detail::rows_grid(N, F, 256), 256, 0, stream>>>(out, gu, N, F, act);
   return launched("swiglu_forward_kernel");
 }
 
 template <typename T>
-CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream) {
+CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream,
+                           GateActivation act) {
   if (N <= 0 || F <= 0) return {};
   clear_last_error();
-  swiglu_backward_kernel<<<detail::rows_grid(N, F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F);
+  swiglu_backward_kernel<<<detail::rows_grid(N, F, 256), 256, 0, stream>>>(dgu, dout, gu, N, F, act);
   return launched("swiglu_backward_kernel");
 }
 
 #define MT_INSTANTIATE(T)                                                                  \
-  template CudaStatus swiglu_forward<T>(T*, const T*, int, int, cudaStream_t); \
-  template CudaStatus swiglu_backward<T>(T*, const T*, const T*, int, int, cudaStream_t);
+  template CudaStatus swiglu_forward<T>(T*, const T*, int, int, cudaStream_t, GateActivation); \
+  template CudaStatus swiglu_backward<T>(T*, const T*, const T*, int, int, cudaStream_t, GateActivation);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

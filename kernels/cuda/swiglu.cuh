@@ -1,15 +1,18 @@
-// CUDA SwiGLU (kernels/swiglu.h contract): out = silu(gate) * up, gu rows [gate | up].
+// CUDA gated activations (kernels/swiglu.h contract): out = act(gate) * up, gu rows [gate | up].
 #pragma once
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/status.cuh"
+#include "kernels/swiglu.h"
 
 namespace mt::cuda {
 
 template <typename T>
-CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream);
+CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream,
+                          GateActivation act = GateActivation::kSilu);
 // dgu is overwritten.
 template <typename T>
-CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream);
+CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream,
+                           GateActivation act = GateActivation::kSilu);
 
 }  // namespace mt::cuda

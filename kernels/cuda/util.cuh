@@ -1,4 +1,4 @@
-// Small CUDA utilities for the op table and the backend: y += x, copy, zero, fp32 -> bf16.
+// Small CUDA utilities for the op table and the backend: y += x, y *= s, copy, zero, fp32 -> bf16.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,9 @@ namespace mt::cuda {
 // y = round(y + x): one fp32 add per element, rounded once to T.
 template <typename T>
 CudaStatus add_inplace(T* y, const T* x, size_t n, cudaStream_t stream);
+// y = round(y * s).
+template <typename T>
+CudaStatus scale_inplace(T* y, float s, size_t n, cudaStream_t stream);
 // Device-to-device copy and zero fill, stream-ordered, in bytes (any dtype).
 CudaStatus copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 CudaStatus zero_bytes(void* dst, size_t bytes, cudaStream_t stream);

@@ -95,7 +95,7 @@ TEST(CudaBackend, FailedCallBecomesStickyErrorNamingIt) {
   auto d = b->device_alloc(1024);
   ASSERT_TRUE(d.ok());
   // head_dim 320 is refused by the attention kernel: the op records it, nothing aborts.
-  b->ops().attention_forward(static_cast<float*>(*d), static_cast<float*>(*d), static_cast<float*>(*d), nullptr, 1, 1, 1, 1, 320);
+  b->ops().attention_forward(static_cast<float*>(*d), static_cast<float*>(*d), static_cast<float*>(*d), nullptr, {}, 1, 1, 1, 1, 320);
   const Status e = b->error();
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.message().find("attention_forward"), std::string::npos) << e.message();

@@ -21,6 +21,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "kernels/cuda/attention_cudnn.cuh"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace mt {
@@ -152,13 +153,13 @@ TEST_F(CudaBf16Ops, RmsnormForwardBackward) {
     const auto dw0 = cudatest::random_floats(size_t(s.C), 5);
     std::vector<bf16> out(n), dx = dx0;
     std::vector<float> rstd(size_t(s.N)), dw = dw0;
-    cpu().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-5f);
-    cpu().rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), s.N, s.C);
+    cpu().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), s.N, s.C, 1e-5f, 0.f);
+    cpu().rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), s.N, s.C, 0.f);
     DeviceBuf<bf16> gx(x), gw(w), gdy(dy), gout(n), gdx(dx0);
     DeviceBuf<float> grstd(size_t(s.N)), grstd_ref(rstd), gdw(dw0);
     settle();
-    gpu().rmsnorm_forward(gout.get(), grstd.get(), gx.get(), gw.get(), s.N, s.C, 1e-5f);
-    gpu().rmsnorm_backward(gdx.get(), gdw.get(), gdy.get(), gx.get(), gw.get(), grstd_ref.get(), s.N, s.C);
+    gpu().rmsnorm_forward(gout.get(), grstd.get(), gx.get(), gw.get(), s.N, s.C, 1e-5f, 0.f);
+    gpu().rmsnorm_backward(gdx.get(), gdw.get(), gdy.get(), gx.get(), gw.get(), grstd_ref.get(), s.N, s.C, 0.f);
     expect_no_device_error();
     // rstd: a double sum of squares rounded to fp32 on both: at most an fp32 ulp or two.
     expect_f32_near(grstd.download(), rstd, 1e-6, "rstd (fp32)");
@@ -211,13 +212,13 @@ TEST_F(CudaBf16Ops, AttentionForwardBackward) {
     const auto qkv = rnd16(nqkv, 1, -2, 2), dout = rnd16(nout, 2);
     std::vector<bf16> out(nout), dqkv(nqkv);
     std::vector<float> lse(nlse);
-    cpu().attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
-    cpu().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
+    cpu().attention_forward(out.data(), lse.data(), qkv.data(), nullptr, {}, s.B, s.T, s.H, s.KVH, s.D);
+    cpu().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, {}, s.B, s.T, s.H, s.KVH, s.D);
     DeviceBuf<bf16> gqkv(qkv), gdout(dout), gout(nout), gout_ref(out), gdqkv(nqkv);
     DeviceBuf<float> glse(nlse), glse_ref(lse);
     settle();
-    gpu().attention_forward(gout.get(), glse.get(), gqkv.get(), nullptr, s.B, s.T, s.H, s.KVH, s.D);
-    gpu().attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout_ref.get(), glse_ref.get(), nullptr, s.B, s.T, s.H,
+    gpu().attention_forward(gout.get(), glse.get(), gqkv.get(), nullptr, {}, s.B, s.T, s.H, s.KVH, s.D);
+    gpu().attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout_ref.get(), glse_ref.get(), nullptr, {}, s.B, s.T, s.H,
                              s.KVH, s.D);
     expect_no_device_error();
     // Sums over up to T keys in fp32, in tiles of 32 (GPU) or the CPU's tiles.
@@ -233,12 +234,12 @@ TEST_F(CudaBf16Ops, SwigluForwardBackward) {
   const size_t n = size_t(N) * F;
   const auto gu = rnd16(2 * n, 11, -6, 6), dy = rnd16(n, 12);
   std::vector<bf16> out(n), dgu(2 * n);
-  cpu().swiglu_forward(out.data(), gu.data(), N, F);
-  cpu().swiglu_backward(dgu.data(), dy.data(), gu.data(), N, F);
+  cpu().swiglu_forward(out.data(), gu.data(), N, F, GateActivation::kSilu);
+  cpu().swiglu_backward(dgu.data(), dy.data(), gu.data(), N, F, GateActivation::kSilu);
   DeviceBuf<bf16> ggu(gu), gdy(dy), gout(n), gdgu(2 * n);
   settle();
-  gpu().swiglu_forward(gout.get(), ggu.get(), N, F);
-  gpu().swiglu_backward(gdgu.get(), gdy.get(), ggu.get(), N, F);
+  gpu().swiglu_forward(gout.get(), ggu.get(), N, F, GateActivation::kSilu);
+  gpu().swiglu_backward(gdgu.get(), gdy.get(), ggu.get(), N, F, GateActivation::kSilu);
   expect_no_device_error();
   // Elementwise; the two sides' fp32 exp differ by an fp32 ulp or two: an ulp flip at most.
   expect_bf16_near(gout.download(), out, 2, 1.0 / 4096, "swiglu out");
@@ -340,6 +341,139 @@ TEST_F(CudaBf16Ops, AddCopyZero) {
   for (size_t i = 0; i + 2 < n; ++i) nonzero += z[i].bits != 0;
   EXPECT_EQ(nonzero, 0) << "zero";
   EXPECT_EQ(z[n - 2].bits, 0xffff) << "zero wrote past its n";
+}
+
+// ---- the model families' variants (engine/model/families.cc) ---------------------------------
+
+// Gemma's 1 + w scale: the same rounding points as w.
+TEST_F(CudaBf16Ops, RmsnormOnePlusWeight) {
+  const int N = 129, C = 257;
+  const size_t n = size_t(N) * C;
+  const auto x = rnd16(n, 21, -2, 2), w = rnd16(size_t(C), 22, -0.5, 0.5), dy = rnd16(n, 23), dx0 = rnd16(n, 24);
+  const auto dw0 = cudatest::random_floats(size_t(C), 25);
+  std::vector<bf16> out(n), dx = dx0;
+  std::vector<float> rstd(static_cast<size_t>(N)), dw = dw0;
+  cpu().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f, 1.f);
+  cpu().rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C, 1.f);
+  DeviceBuf<bf16> gx(x), gw(w), gdy(dy), gout(n), gdx(dx0);
+  DeviceBuf<float> grstd(static_cast<size_t>(N)), grstd_ref(rstd), gdw(dw0);
+  settle();
+  gpu().rmsnorm_forward(gout.get(), grstd.get(), gx.get(), gw.get(), N, C, 1e-6f, 1.f);
+  gpu().rmsnorm_backward(gdx.get(), gdw.get(), gdy.get(), gx.get(), gw.get(), grstd_ref.get(), N, C, 1.f);
+  expect_no_device_error();
+  expect_f32_near(grstd.download(), rstd, 1e-6, "rstd (fp32)");
+  expect_bf16_near(gout.download(), out, 2, 1.0 / 4096, "out");
+  expect_bf16_near(gdx.download(), dx, 2, 1.0 / 4096, "dinp (+=)");
+  expect_f32_near(gdw.download(), dw, 1e-5, "dweight (fp32, +=)");
+}
+
+// Per head (Qwen3, Gemma 3) and over the whole projections (OLMo 2): rows of vectors inside the
+// qkv rows, v copied through; weight gradients fp32 sums over every vector of every row.
+TEST_F(CudaBf16Ops, QkNormPerHeadAndWholeProjection) {
+  for (const bool per_head : {true, false}) {
+    SCOPED_TRACE(per_head ? "per head" : "whole projection");
+    const QkNormShape s{301, 6, 2, 40, per_head};
+    const size_t n = size_t(s.N) * size_t(s.row());
+    const auto raw = rnd16(n, 31, -2, 2), dy = rnd16(n, 32);
+    const auto wq = rnd16(size_t(s.q_width()), 33, 0.5, 1.5), wk = rnd16(size_t(s.k_width()), 34, 0.5, 1.5);
+    const auto dwq0 = cudatest::random_floats(wq.size(), 35), dwk0 = cudatest::random_floats(wk.size(), 36);
+    std::vector<bf16> out(n), draw(n);
+    std::vector<float> rstd(size_t(s.N) * s.vectors()), dwq = dwq0, dwk = dwk0;
+    cpu().qk_norm_forward(out.data(), rstd.data(), raw.data(), wq.data(), wk.data(), s, 1e-6f, 0.f);
+    cpu().qk_norm_backward(draw.data(), dwq.data(), dwk.data(), dy.data(), raw.data(), wq.data(), wk.data(), rstd.data(),
+                           s, 0.f);
+    DeviceBuf<bf16> graw(raw), gdy(dy), gwq(wq), gwk(wk), gout(n), gdraw(n);
+    DeviceBuf<float> grstd(rstd.size()), grstd_ref(rstd), gdwq(dwq0), gdwk(dwk0);
+    settle();
+    gpu().qk_norm_forward(gout.get(), grstd.get(), graw.get(), gwq.get(), gwk.get(), s, 1e-6f, 0.f);
+    gpu().qk_norm_backward(gdraw.get(), gdwq.get(), gdwk.get(), gdy.get(), graw.get(), gwq.get(), gwk.get(),
+                           grstd_ref.get(), s, 0.f);
+    expect_no_device_error();
+    expect_f32_near(grstd.download(), rstd, 1e-6, "rstd (fp32)");
+    expect_bf16_near(gout.download(), out, 2, 1.0 / 4096, "qkv (v copied)");
+    expect_bf16_near(gdraw.download(), draw, 2, 1.0 / 4096, "draw (overwritten)");
+    expect_f32_near(gdwq.download(), dwq, 1e-5, "dwq (fp32, +=)");
+    expect_f32_near(gdwk.download(), dwk, 1e-5, "dwk (fp32, +=)");
+  }
+}
+
+TEST_F(CudaBf16Ops, GegluForwardBackward) {
+  const int N = 37, F = 129;
+  const size_t n = size_t(N) * F;
+  const auto gu = rnd16(2 * n, 41, -6, 6), dy = rnd16(n, 42);
+  std::vector<bf16> out(n), dgu(2 * n);
+  cpu().swiglu_forward(out.data(), gu.data(), N, F, GateActivation::kGeluTanh);
+  cpu().swiglu_backward(dgu.data(), dy.data(), gu.data(), N, F, GateActivation::kGeluTanh);
+  DeviceBuf<bf16> ggu(gu), gdy(dy), gout(n), gdgu(2 * n);
+  settle();
+  gpu().swiglu_forward(gout.get(), ggu.get(), N, F, GateActivation::kGeluTanh);
+  gpu().swiglu_backward(gdgu.get(), gdy.get(), ggu.get(), N, F, GateActivation::kGeluTanh);
+  expect_no_device_error();
+  // fp32 tanh on both sides (libm and CUDA's tanhf, a few ulps apart): an ulp flip at most.
+  expect_bf16_near(gout.download(), out, 2, 1.0 / 4096, "geglu out");
+  expect_bf16_near(gdgu.download(), dgu, 2, 1.0 / 4096, "geglu dgu (overwritten)");
+}
+
+// One fp32 product rounded once on both sides: bit-identical.
+TEST_F(CudaBf16Ops, ScaleInPlaceIsBitExact) {
+  const auto y = rnd16(1001, 51, -3, 3);
+  std::vector<bf16> ref = y;
+  cpu().scale_inplace(ref.data(), 33.941125f, ref.size());
+  DeviceBuf<bf16> g(y);
+  settle();
+  gpu().scale_inplace(g.get(), 33.941125f, y.size());
+  expect_no_device_error();
+  expect_bits(g.download(), ref, "scale_inplace");
+}
+
+// Sliding windows (shorter than a document, spanning tiles) with a non-default scale, packed
+// documents or not, on every attention kernel: the SIMT one within the bounds of
+// AttentionForwardBackward, the tensor-core and cuDNN ones (a bf16 P matrix) within
+// attention_cases.h's kOut / kGrad of the tensor's rms. cuDNN must take the calls itself.
+TEST_F(CudaBf16Ops, SlidingWindowAttentionOnEveryKernel) {
+  const int B = 2, T = 150, H = 4, KVH = 2, D = 64;
+  const size_t rows = size_t(B) * T, nqkv = rows * size_t(H + 2 * KVH) * D, nout = rows * H * D, nlse = size_t(B) * H * T;
+  std::vector<int32_t> pos;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) pos.push_back(b == 0 ? t : t < 70 ? t : t - 70);  // row 1: documents of 70, 80
+  const std::vector<int32_t> starts = document_starts(pos.data(), B, T);
+  const auto qkv = rnd16(nqkv, 61, -2, 2), dout = rnd16(nout, 62);
+  for (const cuda::AttentionKernel kernel :
+       {cuda::AttentionKernel::kSimt, cuda::AttentionKernel::kTensorCore, cuda::AttentionKernel::kCudnn})
+    for (const AttentionOptions opt : {AttentionOptions{7, 0}, AttentionOptions{64, 0.1}})
+      for (const bool docs : {false, true}) {
+        SCOPED_TRACE(testing::Message() << cuda::attention_kernel_name(kernel) << " window " << opt.window << " scale "
+                                        << opt.scale << (docs ? " documents" : ""));
+        const cudatest::AttentionKernelScope scope(kernel);
+        CudaBackendOptions o;
+        o.attention_workspace_bytes = cuda_attention_workspace_bytes(rows, H, KVH, D);
+        auto b = make_cuda_backend(o);
+        ASSERT_TRUE(b.ok()) << b.status().to_string();
+        DeviceBuf<int32_t> gpos(pos), gstarts(starts);
+        const DocumentSpans spans{starts.data(), gstarts.get(), int(starts.size()) - 1};
+        const Documents cpu_docs(docs ? pos.data() : nullptr), gpu_docs(docs ? gpos.get() : nullptr, docs ? &spans : nullptr);
+        std::vector<bf16> out(nout), dqkv(nqkv);
+        std::vector<float> lse(nlse);
+        cpu().attention_forward(out.data(), lse.data(), qkv.data(), cpu_docs, opt, B, T, H, KVH, D);
+        cpu().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), cpu_docs, opt, B, T, H, KVH, D);
+        DeviceBuf<bf16> gqkv(qkv), gdout(dout), gout(nout), gout_ref(out), gdqkv(nqkv);
+        DeviceBuf<float> glse(nlse), glse_ref(lse);
+        settle();
+        const uint64_t cudnn_before = cuda::cudnn_attention_calls();
+        const Ops<bf16>& ops = (*b)->ops<bf16>();
+        ops.attention_forward(gout.get(), glse.get(), gqkv.get(), gpu_docs, opt, B, T, H, KVH, D);
+        ops.attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout_ref.get(), glse_ref.get(), gpu_docs, opt, B, T,
+                               H, KVH, D);
+        ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+        EXPECT_TRUE((*b)->error().ok()) << (*b)->error().to_string();
+        if (kernel == cuda::AttentionKernel::kCudnn && cuda_attention_kernel_name() == "cudnn") {
+          EXPECT_GT(cuda::cudnn_attention_calls(), cudnn_before) << "cuDNN refused: " << cuda_attention_warning();
+        }
+        const bool simt = kernel == cuda::AttentionKernel::kSimt;
+        expect_f32_near(glse.download(), lse, simt ? 1e-5 : 1e-3, "lse (fp32)");
+        expect_bf16_near(gout.download(), out, 2, simt ? 1.0 / 1024 : 1.0 / 128, "out");
+        expect_bf16_near(gdqkv.download(), dqkv, 2, simt ? 1.0 / 1024 : 1.0 / 64, "dqkv");
+      }
 }
 
 }  // namespace

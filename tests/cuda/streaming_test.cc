@@ -21,6 +21,7 @@
 #include "engine/exec/streaming_executor.h"
 #include "kernels/cuda/attention_cudnn.cuh"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/engine/model/family_fixture.h"
 #include "tests/engine/test_model.h"
 
 namespace mt {
@@ -51,6 +52,7 @@ struct Case {
   Precision precision = Precision::kFp32;
   bool cudnn = false;  // attention through cuDNN (MEGATRAIN_ATTENTION=cudnn), checked to have run
   bool docs = false;   // packed documents: every row holds documents of 1, 7, 12 and 20 tokens
+  const char* family = nullptr;  // a family fixture's config (tests/fixtures/families) instead of tiny()
 };
 
 // Positions of documents of 1, 7, 12, 20, 1, 7, ... tokens in every row of the batch.
@@ -68,7 +70,7 @@ std::vector<int32_t> packed_positions(size_t tokens, int T) {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<double> run(const Case& c, bool cuda, int steps) {
-  const ModelConfig cfg = tiny(c.tied, c.qwen);
+  const ModelConfig cfg = c.family ? testing_util::family_config(c.family) : tiny(c.tied, c.qwen);
   const TrainOptions opt = options(c.layout, c.precision);
   StreamingOptions so;
   so.placement = c.placement;
@@ -108,7 +110,7 @@ std::vector<double> run(const Case& c, bool cuda, int steps) {
   EXPECT_TRUE(raw->error().ok()) << raw->error().to_string();
   // 3 layers x 3 micro-batches x (forward, backward) per step at least: no call fell back.
   if (cuda && c.cudnn) {
-    EXPECT_GE(cuda::cudnn_attention_calls() - cudnn_calls, uint64_t(steps) * 3 * 3 * 2);
+    EXPECT_GE(cuda::cudnn_attention_calls() - cudnn_calls, uint64_t(steps) * cfg.num_layers * 3 * 2);
   }
   return losses;
 }
@@ -159,5 +161,27 @@ INSTANTIATE_TEST_SUITE_P(
                            MemoryLayout::kCompact, Precision::kBf16, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+// The families' variants on the GPU (their fixture configs: sliding windows of 4 keys, q/k norms,
+// post-norms, 1 + w, GeGLU, local RoPE, fused projections), fp32 and bf16, with documents.
+INSTANTIATE_TEST_SUITE_P(
+    Families, CudaStreaming,
+    ::testing::Values(Case{"qwen3", true, false, CheckpointPlacement::kDevice, MemoryLayout::kExact, Precision::kFp32,
+                           false, true, "qwen3"},
+                      Case{"olmo2", false, false, CheckpointPlacement::kHost, MemoryLayout::kExact, Precision::kFp32,
+                           false, false, "olmo2"},
+                      Case{"gemma3_documents", true, false, CheckpointPlacement::kDevice, MemoryLayout::kExact,
+                           Precision::kFp32, false, true, "gemma3"},
+                      Case{"Bf16_gemma3", true, false, CheckpointPlacement::kAuto, MemoryLayout::kExact,
+                           Precision::kBf16, false, false, "gemma3"},
+                      Case{"Bf16_phi3", false, false, CheckpointPlacement::kDevice, MemoryLayout::kExact,
+                           Precision::kBf16, false, false, "phi3"},
+                      Case{"Cudnn_bf16_mistral_documents", false, false, CheckpointPlacement::kDevice,
+                           MemoryLayout::kExact, Precision::kBf16, true, true, "mistral"}),
+    [](const auto& info) { return std::string(info.param.name); });
 }  // namespace
 }  // namespace mt

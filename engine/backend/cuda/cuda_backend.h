@@ -49,7 +49,7 @@ uint64_t cuda_free_device_memory();
 // Device memory the CUDA backend allocates outside its arena, which the planner counts: the
 // cuBLASLt workspace, the bf16 staging of copy_d2h_bf16, cuDNN attention's workspace, and the op scratch the op tables grow
 // on demand (one CudaOpContext, shared by the fp32 and bf16 tables) for a micro-batch of
-// `tokens` rows of width `hidden` (RMSNorm's dweight partials, at most kRmsnormMaxParts x hidden
+// `tokens` rows of width `hidden` — the widest norm — (RMSNorm's and the q/k norms' dweight partials, at most kRmsnormMaxParts x hidden
 // floats in either precision; the head's per-token loss rows, tokens + 2 doubles), with the
 // 1.5x headroom it grows by.
 inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t tokens, uint64_t hidden) {

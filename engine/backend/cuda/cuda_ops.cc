@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/lm_head_loss.cuh"
+#include "kernels/cuda/qk_norm.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
@@ -78,21 +79,43 @@ void CudaOps<T>::matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* 
             "matmul_backward");
 }
 template <typename T>
-void CudaOps<T>::rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const {
+void CudaOps<T>::rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps,
+                                 float offset) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::rmsnorm_forward(dev(out), rstd, dev(inp), dev(w), N, C, eps, ctx_.stream()), "rmsnorm_forward");
+  ctx_.note(cuda::rmsnorm_forward(dev(out), rstd, dev(inp), dev(w), N, C, eps, ctx_.stream(), offset),
+            "rmsnorm_forward");
 }
 template <typename T>
-void CudaOps<T>::rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
-                                  int C) const {
+void CudaOps<T>::rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N, int C,
+                                  float offset) const {
   if (!ctx_.bind()) return;
   float* s = nullptr;
   if (dw) {
     s = static_cast<float*>(ctx_.temp(cuda::rmsnorm_backward_scratch(N, C) * sizeof(float)));
     if (!s) return;
   }
-  ctx_.note(cuda::rmsnorm_backward(dev(dinp), dw, dev(dout), dev(inp), dev(w), rstd, N, C, s, ctx_.stream()),
+  ctx_.note(cuda::rmsnorm_backward(dev(dinp), dw, dev(dout), dev(inp), dev(w), rstd, N, C, s, ctx_.stream(), offset),
             "rmsnorm_backward");
+}
+template <typename T>
+void CudaOps<T>::qk_norm_forward(T* qkv, A* rstd, const T* raw, const T* wq, const T* wk, const QkNormShape& s,
+                                 float eps, float offset) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::qk_norm_forward(dev(qkv), rstd, dev(raw), dev(wq), dev(wk), s, eps, offset, ctx_.stream()),
+            "qk_norm_forward");
+}
+template <typename T>
+void CudaOps<T>::qk_norm_backward(T* draw, A* dwq, A* dwk, const T* dqkv, const T* raw, const T* wq, const T* wk,
+                                  const A* rstd, const QkNormShape& s, float offset) const {
+  if (!ctx_.bind()) return;
+  float* scratch = nullptr;
+  if (dwq || dwk) {
+    scratch = static_cast<float*>(ctx_.temp(cuda::qk_norm_backward_scratch(s) * sizeof(float)));
+    if (!scratch) return;
+  }
+  ctx_.note(cuda::qk_norm_backward(dev(draw), dwq, dwk, dev(dqkv), dev(raw), dev(wq), dev(wk), rstd, s, offset, scratch,
+                                   ctx_.stream()),
+            "qk_norm_backward");
 }
 template <typename T>
 void CudaOps<T>::rope_forward(T* qkv, const float* f, const int32_t* pos, int B, int T_, int H, int KVH, int D,
@@ -107,25 +130,25 @@ void CudaOps<T>::rope_backward(T* dqkv, const float* f, const int32_t* pos, int 
   ctx_.note(cuda::rope_backward(dev(dqkv), f, pos, B, T_, H, KVH, D, scale, ctx_.stream()), "rope_backward");
 }
 template <typename T>
-void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
-                                   int D) const {
+void CudaOps<T>::attention_forward(T* out, A* lse, const T* qkv, Documents docs, const AttentionOptions& opt, int B,
+                                   int T_, int H, int KVH, int D) const {
   if (!ctx_.bind()) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    const cuda::AttentionShape s{B, T_, H, KVH, D};
+    const cuda::AttentionShape s{B, T_, H, KVH, D, opt};
     if (cuda::CudnnAttention* c = ctx_.cudnn_for(s, docs)) {
       ctx_.note(c->forward(dev(out), lse, dev(qkv), s, docs.spans, ctx_.stream()), "attention_forward (cuDNN)");
       return;
     }
   }
-  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), docs.pos, B, T_, H, KVH, D, ctx_.stream()),
+  ctx_.note(cuda::attention_forward(dev(out), lse, dev(qkv), docs.pos, B, T_, H, KVH, D, ctx_.stream(), opt),
             "attention_forward");
 }
 template <typename T>
 void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
-                                    int B, int T_, int H, int KVH, int D) const {
+                                    const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const {
   if (!ctx_.bind()) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    const cuda::AttentionShape s{B, T_, H, KVH, D};
+    const cuda::AttentionShape s{B, T_, H, KVH, D, opt};
     if (cuda::CudnnAttention* c = ctx_.cudnn_for(s, docs)) {
       ctx_.note(c->backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, s, docs.spans, ctx_.stream()),
                 "attention_backward (cuDNN)");
@@ -133,18 +156,18 @@ void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const 
     }
   }
   ctx_.note(cuda::attention_backward(dev(dqkv), dev(dout), dev(qkv), dev(out), lse, docs.pos, B, T_, H, KVH, D,
-                                     ctx_.stream()),
+                                     ctx_.stream(), opt),
             "attention_backward");
 }
 template <typename T>
-void CudaOps<T>::swiglu_forward(T* out, const T* gu, int N, int F) const {
+void CudaOps<T>::swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::swiglu_forward(dev(out), dev(gu), N, F, ctx_.stream()), "swiglu_forward");
+  ctx_.note(cuda::swiglu_forward(dev(out), dev(gu), N, F, ctx_.stream(), act), "swiglu_forward");
 }
 template <typename T>
-void CudaOps<T>::swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const {
+void CudaOps<T>::swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::swiglu_backward(dev(dgu), dev(dout), dev(gu), N, F, ctx_.stream()), "swiglu_backward");
+  ctx_.note(cuda::swiglu_backward(dev(dgu), dev(dout), dev(gu), N, F, ctx_.stream(), act), "swiglu_backward");
 }
 template <typename T>
 void CudaOps<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const {
@@ -172,6 +195,11 @@ template <typename T>
 void CudaOps<T>::add_inplace(T* y, const T* x, size_t n) const {
   if (!ctx_.bind()) return;
   ctx_.note(cuda::add_inplace(dev(y), dev(x), n, ctx_.stream()), "add_inplace");
+}
+template <typename T>
+void CudaOps<T>::scale_inplace(T* y, float s, size_t n) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::scale_inplace(dev(y), s, n, ctx_.stream()), "scale_inplace");
 }
 template <typename T>
 void CudaOps<T>::copy_bytes(void* dst, const void* src, size_t bytes) const {

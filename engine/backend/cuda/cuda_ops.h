@@ -66,25 +66,31 @@ class CudaOps final : public Ops<T> {
   void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) const override;
   void matmul_backward(T* dinp, A* dw, A* db, const T* dout, const T* inp, const T* w, int N, int C,
                        int OC) const override;
-  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps) const override;
-  void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N,
-                        int C) const override;
+  void rmsnorm_forward(T* out, A* rstd, const T* inp, const T* w, int N, int C, float eps,
+                       float offset) const override;
+  void rmsnorm_backward(T* dinp, A* dw, const T* dout, const T* inp, const T* w, const A* rstd, int N, int C,
+                        float offset) const override;
+  void qk_norm_forward(T* qkv, A* rstd, const T* raw, const T* wq, const T* wk, const QkNormShape& s, float eps,
+                       float offset) const override;
+  void qk_norm_backward(T* draw, A* dwq, A* dwk, const T* dqkv, const T* raw, const T* wq, const T* wk, const A* rstd,
+                        const QkNormShape& s, float offset) const override;
   void rope_forward(T* qkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                     float scale) const override;
   void rope_backward(T* dqkv, const float* inv_freq, const int32_t* pos, int B, int T_, int H, int KVH, int D,
                      float scale) const override;
-  void attention_forward(T* out, A* lse, const T* qkv, Documents docs, int B, int T_, int H, int KVH,
-                         int D) const override;
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs, int B,
-                          int T_, int H, int KVH, int D) const override;
-  void swiglu_forward(T* out, const T* gu, int N, int F) const override;
-  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) const override;
+  void attention_forward(T* out, A* lse, const T* qkv, Documents docs, const AttentionOptions& opt, int B, int T_,
+                         int H, int KVH, int D) const override;
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
+                          const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const override;
+  void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const override;
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const override;
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override;
   void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const override;
   // Leaves the totals on the device (no synchronisation).
   void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
                     int chunk, A grad_scale, void* scratch, double* totals) const override;
   void add_inplace(T* y, const T* x, size_t n) const override;
+  void scale_inplace(T* y, float s, size_t n) const override;
   void copy_bytes(void* dst, const void* src, size_t bytes) const override;
   void zero_bytes(void* dst, size_t bytes) const override;
 

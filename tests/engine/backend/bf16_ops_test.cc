@@ -102,15 +102,15 @@ TEST(Bf16Ops, RmsnormForwardAndBackward) {
   auto x = random_bf16(size_t(kN) * kC, rng, 3.0f), w = random_bf16(kC, rng), dout = random_bf16(size_t(kN) * kC, rng);
   auto out = nan_bf16(size_t(kN) * kC);
   auto rstd = nan_f32(kN), out_ref = nan_f32(out.size()), rstd_ref = nan_f32(kN);
-  B().rmsnorm_forward(out.data(), rstd.data(), x.b.data(), w.b.data(), kN, kC, 1e-5f);
-  F().rmsnorm_forward(out_ref.data(), rstd_ref.data(), x.f.data(), w.f.data(), kN, kC, 1e-5f);
+  B().rmsnorm_forward(out.data(), rstd.data(), x.b.data(), w.b.data(), kN, kC, 1e-5f, 0.f);
+  F().rmsnorm_forward(out_ref.data(), rstd_ref.data(), x.f.data(), w.f.data(), kN, kC, 1e-5f, 0.f);
   expect_close(out, out_ref, kHalfUlp, "out");
   expect_close(rstd, rstd_ref, 0, "rstd (fp32)");
   auto dinp0 = random_bf16(size_t(kN) * kC, rng);
   std::vector<bf16> dinp = dinp0.b;
   std::vector<float> dinp_ref = dinp0.f, dw(kC, 0.125f), dw_ref = dw;
-  B().rmsnorm_backward(dinp.data(), dw.data(), dout.b.data(), x.b.data(), w.b.data(), rstd.data(), kN, kC);
-  F().rmsnorm_backward(dinp_ref.data(), dw_ref.data(), dout.f.data(), x.f.data(), w.f.data(), rstd_ref.data(), kN, kC);
+  B().rmsnorm_backward(dinp.data(), dw.data(), dout.b.data(), x.b.data(), w.b.data(), rstd.data(), kN, kC, 0.f);
+  F().rmsnorm_backward(dinp_ref.data(), dw_ref.data(), dout.f.data(), x.f.data(), w.f.data(), rstd_ref.data(), kN, kC, 0.f);
   expect_close(dinp, dinp_ref, kHalfUlp, "dinp");
   expect_close(dw, dw_ref, 0, "dw (fp32)");
 }
@@ -136,8 +136,8 @@ TEST(Bf16Ops, AttentionForwardAndBackwardKeepFp32LogSumExp) {
   auto qkv = random_bf16(size_t(kN) * kQKV, rng, 2.0f), dout = random_bf16(size_t(kN) * kQ, rng);
   auto out = nan_bf16(size_t(kN) * kQ);
   auto lse = nan_f32(size_t(kN) * kH), out_ref = nan_f32(out.size()), lse_ref = nan_f32(lse.size());
-  B().attention_forward(out.data(), lse.data(), qkv.b.data(), nullptr, kB, kT, kH, kKVH, kD);
-  F().attention_forward(out_ref.data(), lse_ref.data(), qkv.f.data(), nullptr, kB, kT, kH, kKVH, kD);
+  B().attention_forward(out.data(), lse.data(), qkv.b.data(), nullptr, {}, kB, kT, kH, kKVH, kD);
+  F().attention_forward(out_ref.data(), lse_ref.data(), qkv.f.data(), nullptr, {}, kB, kT, kH, kKVH, kD);
   expect_close(out, out_ref, kHalfUlp, "out");
   expect_close(lse, lse_ref, 0, "lse (fp32)");
   // The backward reads the bf16 output the forward stored (the reference reads it widened).
@@ -145,8 +145,8 @@ TEST(Bf16Ops, AttentionForwardAndBackwardKeepFp32LogSumExp) {
   for (size_t i = 0; i < out.size(); ++i) out_w[i] = bf16_to_float(out[i]);
   auto dqkv = nan_bf16(size_t(kN) * kQKV);
   auto dqkv_ref = nan_f32(dqkv.size());
-  B().attention_backward(dqkv.data(), dout.b.data(), qkv.b.data(), out.data(), lse.data(), nullptr, kB, kT, kH, kKVH, kD);
-  F().attention_backward(dqkv_ref.data(), dout.f.data(), qkv.f.data(), out_w.data(), lse.data(), nullptr, kB, kT, kH, kKVH, kD);
+  B().attention_backward(dqkv.data(), dout.b.data(), qkv.b.data(), out.data(), lse.data(), nullptr, {}, kB, kT, kH, kKVH, kD);
+  F().attention_backward(dqkv_ref.data(), dout.f.data(), qkv.f.data(), out_w.data(), lse.data(), nullptr, {}, kB, kT, kH, kKVH, kD);
   expect_close(dqkv, dqkv_ref, kHalfUlp, "dqkv");
 }
 
@@ -155,13 +155,13 @@ TEST(Bf16Ops, SwigluForwardAndBackward) {
   auto gu = random_bf16(size_t(kN) * 2 * kF, rng, 3.0f), dout = random_bf16(size_t(kN) * kF, rng);
   auto out = nan_bf16(size_t(kN) * kF);
   auto out_ref = nan_f32(out.size());
-  B().swiglu_forward(out.data(), gu.b.data(), kN, kF);
-  F().swiglu_forward(out_ref.data(), gu.f.data(), kN, kF);
+  B().swiglu_forward(out.data(), gu.b.data(), kN, kF, GateActivation::kSilu);
+  F().swiglu_forward(out_ref.data(), gu.f.data(), kN, kF, GateActivation::kSilu);
   expect_close(out, out_ref, kHalfUlp, "out");
   auto dgu = nan_bf16(gu.b.size());
   auto dgu_ref = nan_f32(dgu.size());
-  B().swiglu_backward(dgu.data(), dout.b.data(), gu.b.data(), kN, kF);
-  F().swiglu_backward(dgu_ref.data(), dout.f.data(), gu.f.data(), kN, kF);
+  B().swiglu_backward(dgu.data(), dout.b.data(), gu.b.data(), kN, kF, GateActivation::kSilu);
+  F().swiglu_backward(dgu_ref.data(), dout.f.data(), gu.f.data(), kN, kF, GateActivation::kSilu);
   expect_close(dgu, dgu_ref, kHalfUlp, "dgu");
 }
 

@@ -107,14 +107,14 @@ void attention_equals_each_document_alone() {
   const auto qkv = random_values<S>(N * kRow, 1), dout = random_values<S>(N * kOut, 2);
   std::vector<S> out(N * kOut), dqkv(N * kRow);
   std::vector<A> lse(size_t(kB) * kH * kT);
-  ops.attention_forward(out.data(), lse.data(), qkv.data(), p.pos.data(), kB, kT, kH, kKVH, kD);
-  ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), p.pos.data(), kB, kT, kH,
+  ops.attention_forward(out.data(), lse.data(), qkv.data(), p.pos.data(), {}, kB, kT, kH, kKVH, kD);
+  ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), p.pos.data(), {}, kB, kT, kH,
                          kKVH, kD);
   for (const Segment& d : p.docs) {
     const auto q1 = rows_of(qkv, d, kRow), do1 = rows_of(dout, d, kOut), o_packed = rows_of(out, d, kOut);
     std::vector<S> o1(size_t(d.len) * kOut), dq1(size_t(d.len) * kRow);
     std::vector<A> l1(size_t(kH) * d.len), l_packed(size_t(kH) * d.len);
-    ops.attention_forward(o1.data(), l1.data(), q1.data(), nullptr, 1, d.len, kH, kKVH, kD);
+    ops.attention_forward(o1.data(), l1.data(), q1.data(), nullptr, {}, 1, d.len, kH, kKVH, kD);
     expect_rows(out, o1, d, kOut, "out", tolerance<S>());
     for (int h = 0; h < kH; ++h)
       for (int t = 0; t < d.len; ++t) {
@@ -123,7 +123,7 @@ void attention_equals_each_document_alone() {
         ASSERT_NEAR(got, ref, 1e-5 * (1 + std::abs(ref))) << "lse, head " << h << " token " << t;
       }
     // Backward from the packed forward's own out and lse: the same function of the same inputs.
-    ops.attention_backward(dq1.data(), do1.data(), q1.data(), o_packed.data(), l_packed.data(), nullptr, 1, d.len, kH,
+    ops.attention_backward(dq1.data(), do1.data(), q1.data(), o_packed.data(), l_packed.data(), nullptr, {}, 1, d.len, kH,
                            kKVH, kD);
     expect_rows(dqkv, dq1, d, kRow, "dqkv", tolerance<S>());
   }
@@ -141,10 +141,10 @@ TEST(VarlenAttention, EarlierDocumentsDoNotLeakIntoLaterOnes) {
   const size_t N = size_t(kB) * kT;
   auto qkv = random_values<float>(N * kRow, 3);
   std::vector<float> out(N * kOut), out2(N * kOut), lse(size_t(kB) * kH * kT);
-  ops.attention_forward(out.data(), lse.data(), qkv.data(), p.pos.data(), kB, kT, kH, kKVH, kD);
+  ops.attention_forward(out.data(), lse.data(), qkv.data(), p.pos.data(), {}, kB, kT, kH, kKVH, kD);
   for (int t = 0; t < 70; ++t)
     for (int e = 0; e < kRow; ++e) qkv[size_t(t) * kRow + size_t(e)] *= -3.0f;  // row 0's first document
-  ops.attention_forward(out2.data(), lse.data(), qkv.data(), p.pos.data(), kB, kT, kH, kKVH, kD);
+  ops.attention_forward(out2.data(), lse.data(), qkv.data(), p.pos.data(), {}, kB, kT, kH, kKVH, kD);
   for (size_t i = size_t(70) * kOut; i < N * kOut; ++i) ASSERT_EQ(out[i], out2[i]) << "element " << i;
 }
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/exec/model_pass.h"
+#include "tests/engine/model/family_fixture.h"
 #include "tests/engine/test_model.h"
 
 namespace mt {
@@ -17,11 +18,14 @@ struct Case {
   const char* arch;
   bool tied;
   int heads, kv_heads, T;
+  const char* family = nullptr;  // a family fixture's config (tests/fixtures/families) instead
+  bool packed = false;           // documents of 5, 4 and the rest per row
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 ModelConfig make_config(const Case& c) {
+  if (c.family) return testing_util::family_config(c.family);
   return testing_util::test_model_config({c.arch, 16, 2, c.heads, c.kv_heads, 24, 11, c.tied, 4, 100.0});
 }
 
@@ -40,13 +44,17 @@ TEST_P(GradCheckModel, MatchesFiniteDifferences) {
     g[u].assign(units[u].numel, 0.0);
     for (auto& x : w[u]) x = nd(rng);
   }
-  std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T));
+  const uint32_t V = uint32_t(cfg.vocab_size);
+  std::vector<int32_t> inputs(size_t(B * T)), targets(size_t(B * T)), pos(size_t(B * T));
   for (int i = 0; i < B * T; ++i) {
-    inputs[size_t(i)] = int32_t(rng() % 11);
-    targets[size_t(i)] = (i % 5 == 3) ? -1 : int32_t(rng() % 11);  // some positions masked
+    inputs[size_t(i)] = int32_t(rng() % V);
+    targets[size_t(i)] = (i % 5 == 3) ? -1 : int32_t(rng() % V);  // some positions masked
+    const int t = i % T;
+    pos[size_t(i)] = t < 5 ? t : t < 9 ? t - 5 : t - 9;
   }
   auto inv_freq_f = rope_inv_freq(cfg);
   LayerShape s{&cfg, B, T, inv_freq_f.data(), 3};  // head chunk 3 does not divide B*T
+  if (c.packed) s.pos = pos.data();
   std::vector<double> tied(cfg.tie_word_embeddings ? units[0].numel : 0, 0.0);
   Workspace ws(model_pass_workspace_bytes<double>(s, true));
 
@@ -93,7 +101,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"llama_gqa_untied", "LlamaForCausalLM", false, 4, 2, 7},
                       Case{"llama_mha_tied", "LlamaForCausalLM", true, 2, 2, 5},
                       Case{"qwen_bias_gqa_tied", "Qwen2ForCausalLM", true, 4, 1, 9},
-                      Case{"qwen_bias_untied_long", "Qwen2ForCausalLM", false, 2, 1, 67}),
+                      Case{"qwen_bias_untied_long", "Qwen2ForCausalLM", false, 2, 1, 67},
+                      // The families' variants (their fixture configs: sliding windows of 4 keys
+                      // in a sequence of 13, q/k norms, post-norms, 1 + w, GeGLU, local RoPE).
+                      Case{"qwen3_packed", nullptr, true, 0, 0, 13, "qwen3", true},
+                      Case{"olmo2", nullptr, false, 0, 0, 13, "olmo2"},
+                      Case{"gemma3_packed", nullptr, true, 0, 0, 13, "gemma3", true},
+                      Case{"phi3", nullptr, false, 0, 0, 13, "phi3"},
+                      Case{"mistral_packed", nullptr, false, 0, 0, 13, "mistral", true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

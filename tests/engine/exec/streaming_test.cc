@@ -11,6 +11,7 @@
 #include "engine/exec/resident_executor.h"
 #include "engine/exec/streaming_executor.h"
 #include "engine/exec/streaming_pipeline.h"
+#include "tests/engine/model/family_fixture.h"
 #include "tests/engine/test_model.h"
 
 namespace mt {
@@ -55,6 +56,7 @@ struct Case {
   Precision precision = Precision::kFp32;
   Bf16Uploads uploads = Bf16Uploads::kShadow;
   int token_chunk = 0;  // MLP block in chunks of this many tokens (48 per micro-batch here)
+  const char* family = nullptr;  // a family fixture's config (tests/fixtures/families), `tied` as it says
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -63,7 +65,8 @@ class StreamingVsResident : public ::testing::TestWithParam<Case> {};
 
 TEST_P(StreamingVsResident, BitForBitOverSeveralSteps) {
   const Case& c = GetParam();
-  const ModelConfig cfg = small_config(c.tied, 4, c.qwen);
+  const ModelConfig cfg = c.family ? testing_util::family_config(c.family) : small_config(c.tied, 4, c.qwen);
+  ASSERT_EQ(cfg.tie_word_embeddings, c.tied);
   TrainOptions opt = small_options();
   opt.precision = c.precision;
   opt.token_chunk = c.token_chunk;
@@ -144,7 +147,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"Chunk7_untied_k2_device", false, false, 2, CheckpointPlacement::kDevice, false,
                            Precision::kFp32, Bf16Uploads::kShadow, 7},
                       Case{"Bf16_Chunk7_qwen_tied_k3_host", true, true, 3, CheckpointPlacement::kHost, false,
-                           Precision::kBf16, Bf16Uploads::kShadow, 7}),
+                           Precision::kBf16, Bf16Uploads::kShadow, 7},
+                      // The families' variants (their fixture configs, sliding windows of 4 keys).
+                      Case{"qwen3_k2_device", true, false, 2, CheckpointPlacement::kDevice, false, Precision::kFp32,
+                           Bf16Uploads::kShadow, 0, "qwen3"},
+                      Case{"olmo2_Chunk7_k3_host", false, false, 3, CheckpointPlacement::kHost, false,
+                           Precision::kFp32, Bf16Uploads::kShadow, 7, "olmo2"},
+                      Case{"gemma3_k2_host", true, false, 2, CheckpointPlacement::kHost, false, Precision::kFp32,
+                           Bf16Uploads::kShadow, 0, "gemma3"},
+                      Case{"Bf16_Chunk7_gemma3_k3_device", true, false, 3, CheckpointPlacement::kDevice, false,
+                           Precision::kBf16, Bf16Uploads::kShadow, 7, "gemma3"},
+                      Case{"phi3_k3_device", false, false, 3, CheckpointPlacement::kDevice, false, Precision::kFp32,
+                           Bf16Uploads::kShadow, 0, "phi3"},
+                      Case{"Bf16_mistral_k2_host", false, false, 2, CheckpointPlacement::kHost, false,
+                           Precision::kBf16, Bf16Uploads::kShadow, 0, "mistral"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Forward 0..L fetches every unit; the head follows; the backward runs L..1, reusing what the

@@ -41,7 +41,9 @@ TEST(ModelConfig, AllPresetsLoadWithExpectedSizes) {
   const std::pair<const char*, double> expected[] = {
       {"tiny", 0.82e6},       {"small", 42e6},        {"llama3-8b", 8.03e9},  {"llama3-70b", 70.6e9},
       {"qwen2.5-7b", 7.62e9}, {"qwen2.5-14b", 14.8e9}, {"qwen2.5-32b", 32.8e9}, {"qwen2.5-72b", 72.7e9},
-      {"dense-120b", 120e9}};
+      {"dense-120b", 120e9},  {"qwen3-0.6b", 0.60e9}, {"qwen3-8b", 8.19e9}, {"qwen3-32b", 32.8e9},
+      {"gemma-3-1b", 1.00e9}, {"gemma-3-27b", 27.0e9}, {"phi-4", 14.7e9}, {"olmo-2-13b", 13.7e9},
+      {"mistral-nemo", 12.2e9}, {"llama3.2-1b", 1.24e9}, {"llama3.2-3b", 3.21e9}};
   for (auto [name, params] : expected) {
     auto r = preset_config(name);
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().to_string();
@@ -113,16 +115,32 @@ TEST(ModelConfigRefusal, UnsupportedRopeScalingType) {
   EXPECT_NE(m.find("longrope"), std::string::npos) << m;
 }
 
-TEST(ModelConfigRefusal, MistralSlidingWindow) {
-  auto m = refusal(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
-      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "sliding_window": 4096})");
-  EXPECT_NE(m.find("'sliding_window'"), std::string::npos) << m;
+// Sliding windows as transformers derives them: Mistral's on every layer; Qwen2's only with
+// use_sliding_window, 4096 keys when sliding_window is absent, from max_window_layers on.
+TEST(ModelConfig, SlidingWindowsFollowTheFamilysKeys) {
+  auto m = parse_model_config(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "intermediate_size": 128, "vocab_size": 100, "sliding_window": 4096})", "m.json");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->layer_attention(0).window, 4096);
+  EXPECT_EQ(m->layer_attention(1).window, 4096);
+  auto q = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 3,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100,
+      "use_sliding_window": true, "max_window_layers": 1})", "q.json");
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ(q->layer_attention(0).window, 0);
+  EXPECT_EQ(q->layer_attention(1).window, 4096);
+  EXPECT_EQ(q->layer_attention(2).window, 4096);
+  auto off = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100,
+      "use_sliding_window": false, "sliding_window": 4096})", "q.json");
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_TRUE(off->layers.empty());
 }
 
-TEST(ModelConfigRefusal, QwenSlidingWindowEnabled) {
-  auto m = refusal(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
-      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "use_sliding_window": true})");
-  EXPECT_NE(m.find("'use_sliding_window'"), std::string::npos) << m;
+TEST(ModelConfigRefusal, AnotherFamilysOptionIsRefused) {
+  auto m = refusal(llama(R"(, "query_pre_attn_scalar": 144)"));
+  EXPECT_NE(m.find("'query_pre_attn_scalar'"), std::string::npos) << m;
+  EXPECT_NE(m.find("LlamaForCausalLM does not have"), std::string::npos) << m;
 }
 
 TEST(ModelConfigRefusal, ActivationOtherThanSilu) {

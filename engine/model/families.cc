@@ -1,0 +1,290 @@
+#include "engine/model/families.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+namespace mt {
+namespace {
+
+// A family's variant reader: sets the ModelConfig fields in which the family differs from Llama.
+using Variants = Status (*)(const ConfigReader&, ModelConfig&);
+
+struct Family {
+  const char* architecture;
+  std::vector<std::string_view> own_keys;  // of kFamilyKeys, the ones this family reads
+  // transformers' defaults for keys the file may leave out (configuration_*.py, 4.x and 5.x).
+  double rms_norm_eps;
+  int kv_heads;  // 0: as many as the heads
+  bool tied;     // tie_word_embeddings
+  int head_dim;  // 0: hidden_size / heads
+  Variants variants;
+};
+
+bool is_null(const Json* v) { return !v || v->is_null(); }
+
+// "hidden_act" (or Gemma's "hidden_activation") must name the activation the family's MLP uses
+// and we implement.
+Status read_activation(const ConfigReader& r, const char* field, ModelConfig& c) {
+  const Json* v = r.get(field);
+  if (is_null(v)) return Status::Ok();
+  if (v->is_string() && v->as_string() == "silu") return c.activation = GateActivation::kSilu, Status::Ok();
+  if (v->is_string() && v->as_string() == "gelu_pytorch_tanh")
+    return c.activation = GateActivation::kGeluTanh, Status::Ok();
+  return r.fail(field, "is " + v->dump() + "; supported: \"silu\" (SwiGLU), \"gelu_pytorch_tanh\" (GeGLU)");
+}
+
+// sliding_window in keys: null = none (0); `absent` when the key is missing (the family's default).
+Result<int> read_window(const ConfigReader& r, int absent = 0) {
+  const char* field = "sliding_window";
+  const Json* v = r.get(field);
+  if (!v) return absent;
+  if (v->is_null()) return 0;
+  if (!v->is_integer() || v->as_int() <= 0 || v->as_int() > ModelLimits::kMaxPositions)
+    return r.fail(field, "must be null or a positive number of tokens, got " + v->dump());
+  return int(v->as_int());
+}
+
+// Every layer with window w.
+void every_layer(ModelConfig& c, int w) {
+  c.layers.assign(size_t(c.num_layers), LayerAttention{w, false});
+  if (w == 0) c.layers.clear();
+}
+
+// transformers 5's layer_types, when present, says which layers slide (by `window`) — and
+// overrides what the family would derive from its other keys.
+Result<bool> read_layer_types(const ConfigReader& r, ModelConfig& c, int window, bool local_rope) {
+  const Json* types = r.get("layer_types");
+  if (is_null(types)) return false;
+  if (!types->is_array() || types->items().size() != size_t(c.num_layers))
+    return r.fail("layer_types", "must list one attention type for each of the " + std::to_string(c.num_layers) + " layers");
+  c.layers.assign(size_t(c.num_layers), LayerAttention{});
+  for (size_t i = 0; i < types->items().size(); ++i) {
+    const Json& t = types->items()[i];
+    const std::string field = "layer_types[" + std::to_string(i) + "]";
+    if (t.is_string() && t.as_string() == "full_attention") continue;
+    if (!(t.is_string() && t.as_string() == "sliding_attention"))
+      return r.fail(field, "is " + t.dump() + "; supported: \"full_attention\", \"sliding_attention\"");
+    if (window == 0) return r.fail(field, "is " + t.dump() + ", but " + c.architecture + " has no sliding_window set");
+    c.layers[i] = LayerAttention{window, local_rope};
+  }
+  return true;
+}
+
+Status refuse_true(const ConfigReader& r, const char* field, const std::string& why) {
+  const Json* v = r.get(field);
+  if (v && !(v->is_null() || (v->is_bool() && !v->as_bool()))) return r.fail(field, "is " + v->dump() + ": " + why);
+  return Status::Ok();
+}
+
+Status refuse_non_null(const ConfigReader& r, const char* field, const std::string& why) {
+  const Json* v = r.get(field);
+  if (!is_null(v)) return r.fail(field, "is " + v->dump() + ": " + why);
+  return Status::Ok();
+}
+
+// Dropout probabilities must be 0: training without them would be a different model.
+Status refuse_dropout(const ConfigReader& r, const char* field) {
+  const Json* v = r.get(field);
+  if (is_null(v) || (v->is_number() && v->as_double() == 0)) return Status::Ok();
+  return r.fail(field, "is " + v->dump() + "; dropout is not implemented (only 0)");
+}
+
+Status no_sliding_window(const ConfigReader& r) {
+  return refuse_non_null(r, "sliding_window", "this family has no sliding-window attention in transformers");
+}
+
+Status llama(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported for " + c.architecture));
+  MT_RETURN_IF_ERROR(no_sliding_window(r));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, 0, false));
+  (void)typed;
+  return Status::Ok();
+}
+
+// MistralConfig's sliding_window: absent means 4096 on every layer, null none.
+Status mistral(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported for " + c.architecture));
+  MT_ASSIGN_OR_RETURN(const int w, read_window(r, 4096));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
+  if (!typed) every_layer(c, w);
+  return Status::Ok();
+}
+
+// Qwen2/Qwen3: a window (4096 when absent) only with use_sliding_window, on the layers from
+// max_window_layers (28 when absent) on.
+Status qwen_windows(const ConfigReader& r, ModelConfig& c) {
+  bool use = false;
+  MT_RETURN_IF_ERROR(r.boolean("use_sliding_window", use));
+  int w = 0;
+  if (use) {
+    MT_ASSIGN_OR_RETURN(w, read_window(r, 4096));
+  }
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
+  if (typed || w == 0) return Status::Ok();
+  int from = 28;
+  MT_RETURN_IF_ERROR(r.positive_int("max_window_layers", from, ModelLimits::kLayers, false));
+  c.layers.assign(size_t(c.num_layers), LayerAttention{});
+  for (int l = from; l < c.num_layers; ++l) c.layers[size_t(l)].window = w;
+  return Status::Ok();
+}
+
+Status qwen2(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o)
+  return qwen_windows(r, c);
+}
+
+Status qwen3(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o (o_proj's too) are not supported"));
+  c.qk_norm = QkNorm::kPerHead;
+  return qwen_windows(r, c);
+}
+
+// Phi-3 / Phi-4: Llama's blocks with fused projection tensors and an optional window.
+Status phi3(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on qkv/o are not supported"));
+  MT_RETURN_IF_ERROR(refuse_dropout(r, "resid_pdrop"));
+  MT_RETURN_IF_ERROR(refuse_dropout(r, "embd_pdrop"));
+  c.fused_projections = true;
+  MT_ASSIGN_OR_RETURN(const int w, read_window(r));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
+  if (!typed) every_layer(c, w);
+  return Status::Ok();
+}
+
+// OLMo 2: norms on the branch outputs, q/k norms over the whole projections.
+Status olmo2(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported"));
+  MT_RETURN_IF_ERROR(refuse_non_null(r, "clip_qkv", "clipping q/k/v is not implemented"));
+  MT_RETURN_IF_ERROR(no_sliding_window(r));
+  c.norm_placement = NormPlacement::kPost;
+  c.qk_norm = QkNorm::kWhole;
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, 0, false));
+  (void)typed;
+  return Status::Ok();
+}
+
+// Gemma 3 (text): pre- and post-norms with 1 + w, per-head q/k norms, GeGLU, the embedding
+// scaled by sqrt(hidden_size), query_pre_attn_scalar, and local sliding layers (every
+// sliding_window_pattern-th layer global) with their own RoPE base.
+Status gemma3(const ConfigReader& r, ModelConfig& c) {
+  c.activation = GateActivation::kGeluTanh;
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_activation", c));
+  if (r.get("hidden_act")) MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported"));
+  MT_RETURN_IF_ERROR(refuse_true(r, "use_bidirectional_attention", "only causal attention is supported"));
+  MT_RETURN_IF_ERROR(refuse_non_null(r, "attn_logit_softcapping", "attention logit soft-capping is not implemented"));
+  MT_RETURN_IF_ERROR(refuse_non_null(r, "final_logit_softcapping", "final logit soft-capping is not implemented"));
+  c.norm_placement = NormPlacement::kPreAndPost;
+  c.norm_offset = 1;
+  c.qk_norm = QkNorm::kPerHead;
+  c.embedding_scale = std::sqrt(double(c.hidden_size));
+  double scalar = 256;
+  MT_RETURN_IF_ERROR(r.number("query_pre_attn_scalar", scalar));
+  c.attention_scale = 1.0 / std::sqrt(scalar);
+  if (c.rope_local_theta == 0) c.rope_local_theta = 10000;
+  MT_RETURN_IF_ERROR(r.number("rope_local_base_freq", c.rope_local_theta));
+  MT_ASSIGN_OR_RETURN(const int w, read_window(r, 4096));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, true));
+  if (typed) return Status::Ok();
+  // transformers derives the types from sliding_window_pattern (6 when absent); the
+  // _sliding_window_pattern it writes beside layer_types is then not read.
+  int pattern = 6, written = 6;
+  MT_RETURN_IF_ERROR(r.positive_int("sliding_window_pattern", pattern, ModelLimits::kLayers, false));
+  MT_RETURN_IF_ERROR(r.positive_int("_sliding_window_pattern", written, ModelLimits::kLayers, false));
+  if (r.get("_sliding_window_pattern") && written != pattern)
+    return r.fail("_sliding_window_pattern", "disagrees with sliding_window_pattern (" + std::to_string(pattern) +
+                                                 ", which transformers reads) and layer_types is absent");
+  c.layers.assign(size_t(c.num_layers), LayerAttention{});
+  for (int l = 0; l < c.num_layers; ++l)
+    if ((l + 1) % pattern != 0) c.layers[size_t(l)] = LayerAttention{w, true};
+  return Status::Ok();
+}
+
+// Keys only some families read (config_keys.cc lists them as read). Set (not null, false or 0)
+// in the config of a family that does not read them, they are refused: transformers would
+// ignore them there, and a file that sets them was most likely meant for another family.
+constexpr std::string_view kFamilyKeys[] = {
+    "sliding_window", "use_sliding_window", "max_window_layers", "hidden_activation", "query_pre_attn_scalar",
+    "attn_logit_softcapping", "final_logit_softcapping", "rope_local_base_freq", "sliding_window_pattern",
+    "_sliding_window_pattern", "use_bidirectional_attention", "clip_qkv", "resid_pdrop", "embd_pdrop",
+};
+
+const std::vector<std::string_view> kQwenKeys = {"sliding_window", "use_sliding_window", "max_window_layers"};
+const std::vector<std::string_view> kGemmaKeys = {
+    "sliding_window", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
+    "final_logit_softcapping", "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern",
+    "use_bidirectional_attention"};
+
+const Family kFamilies[] = {
+    {"LlamaForCausalLM", {}, 1e-6, 0, false, 0, llama},
+    {"MistralForCausalLM", {"sliding_window"}, 1e-6, 8, false, 0, mistral},
+    {"Qwen2ForCausalLM", kQwenKeys, 1e-6, 32, false, 0, qwen2},
+    {"Qwen3ForCausalLM", kQwenKeys, 1e-6, 32, false, 128, qwen3},
+    {"Phi3ForCausalLM", {"sliding_window", "resid_pdrop", "embd_pdrop"}, 1e-5, 0, false, 0, phi3},
+    {"Olmo2ForCausalLM", {"clip_qkv"}, 1e-5, 0, false, 0, olmo2},
+    {"Gemma3ForCausalLM", kGemmaKeys, 1e-6, 4, true, 256, gemma3},
+};
+
+bool is_off(const Json& v) {
+  return v.is_null() || (v.is_bool() && !v.as_bool()) || (v.is_number() && v.as_double() == 0);
+}
+
+Status refuse_other_families_keys(const ConfigReader& r, const Family& f) {
+  for (std::string_view k : kFamilyKeys) {
+    const Json* v = r.get(std::string(k).c_str());
+    if (!v || is_off(*v) || std::find(f.own_keys.begin(), f.own_keys.end(), k) != f.own_keys.end()) continue;
+    return r.fail(std::string(k), "is " + v->dump() + ", an option " + f.architecture +
+                                      " does not have in transformers; refused rather than ignored");
+  }
+  return Status::Ok();
+}
+
+const Family* find_family(const std::string& architecture) {
+  for (const Family& f : kFamilies)
+    if (architecture == f.architecture) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const Family& f : kFamilies) out.emplace_back(f.architecture);
+  return out;
+}
+
+Status read_architecture(const ConfigReader& r, ModelConfig& c) {
+  const Json* arch = r.get("architectures");
+  if (!arch || !arch->is_array() || arch->items().size() != 1 || !arch->items()[0].is_string())
+    return r.fail("architectures", "must be a list with one architecture name");
+  c.architecture = arch->items()[0].as_string();
+  if (find_family(c.architecture)) return Status::Ok();
+  std::string names;
+  for (const std::string& a : supported_architectures()) names += (names.empty() ? "" : ", ") + a;
+  return r.fail("architectures", "names '" + c.architecture + "', which is not supported (supported: " + names + ")");
+}
+
+void apply_family_defaults(ModelConfig& c) {
+  const Family& f = *find_family(c.architecture);
+  c.rms_norm_eps = f.rms_norm_eps;
+  c.num_kv_heads = f.kv_heads ? f.kv_heads : c.num_heads;
+  c.tie_word_embeddings = f.tied;
+  if (f.head_dim) c.head_dim = f.head_dim;
+}
+
+Status read_family_variants(const ConfigReader& r, ModelConfig& c) {
+  const Family& f = *find_family(c.architecture);
+  MT_RETURN_IF_ERROR(refuse_other_families_keys(r, f));
+  return f.variants(r, c);
+}
+
+bool family_has_local_rope(const std::string& architecture) { return architecture == "Gemma3ForCausalLM"; }
+
+}  // namespace mt
