@@ -29,7 +29,7 @@ Gate<T> silu(T g) {
 template <typename T>
 Gate<T> gelu_tanh(T g) {
   const T k = T(0.7978845608028654), c = T(0.044715);
-  const T t = std::tanh(k * (g + c * g * g * g));
+  const T t = detail::fast_tanh(k * (g + c * g * g * g));
   return {T(0.5) * g * (T(1) + t), T(0.5) * (T(1) + t) + T(0.5) * g * (T(1) - t * t) * k * (T(1) + T(3) * c * g * g)};
 }
 // The loops are written once per activation (a template argument), so each stays a plain,
