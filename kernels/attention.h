@@ -15,11 +15,13 @@ namespace mt {
 
 // What a family changes in attention (engine/model/model_config.h: LayerAttention): a sliding
 // window of `window` keys — query t sees keys t - window + 1 .. t, within its document as
-// always (0 = no window: all of them) — and the score scale (0 = 1/sqrt(head_dim); Gemma's
-// query_pre_attn_scalar^-1/2 otherwise).
+// always (0 = no window: all of them) —, the score scale (0 = 1/sqrt(head_dim); Gemma's
+// query_pre_attn_scalar^-1/2 otherwise) and Gemma 2's soft cap of the scaled scores,
+// s -> softcap * tanh(s / softcap) (0 = none).
 struct AttentionOptions {
   int window = 0;
   double scale = 0;
+  double softcap = 0;
   bool operator==(const AttentionOptions&) const = default;
 };
 

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:?usage: scripts/family_export_check.sh PYTHON [FAMILY ...]}
 shift
-FAMILIES=${*:-qwen3 olmo2 gemma3 phi3 mistral}
+FAMILIES=${*:-qwen3 olmo2 gemma3 gemma2 phi3 mistral}
 BIN=${BIN:-build/bin}
 WORK=$(mktemp -d /tmp/mt-family-check-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -34,7 +34,7 @@ SPEC
   "$BIN/megatrain" export "$WORK/$f-run/checkpoints" "$WORK/$f-export" --dtype fp32 >/dev/null
   ours=$("$BIN/megatrain" eval --model "$WORK/$f-export" --data "$WORK/tokens.bin" --format uint16 --seq-len 12 --json |
     "$PY" -c 'import json, sys; print("%.6f" % json.load(sys.stdin)["loss"])')
-  theirs=$("$PY" scripts/hf_check.py "$WORK/$f-export" "$WORK/tokens.bin" 12 2>/dev/null | tail -1)
+  theirs=$("$PY" scripts/hf_check.py "$WORK/$f-export" "$WORK/tokens.bin" 12 2>"$WORK/$f-hf.log" | tail -1) || { tail -5 "$WORK/$f-hf.log"; true; }
   verdict=equal
   [ "$ours" = "$theirs" ] || verdict=DIFFERENT status=1
   echo "$f: megatrain eval $ours, transformers $theirs: $verdict"

@@ -4,11 +4,12 @@
 Run by hand, like scripts/make_tokenizer_fixtures.py; it needs torch and transformers from PyPI
 (any venv: python3 -m venv V && V/bin/pip install torch transformers safetensors):
 
-    V/bin/python scripts/make_family_fixtures.py tests/fixtures/families
+    V/bin/python scripts/make_family_fixtures.py tests/fixtures/families [FAMILY ...]
 
 For each family it builds a tiny random model with that family's variants switched on (a
 sliding window shorter than the sequence, q/k norms, GQA, head_dim != hidden / heads, tied and
-untied heads, Gemma's local/global layers with two RoPE bases and a scaled global table) and
+untied heads, Gemma's local/global layers with two RoPE bases and a scaled global table, Gemma
+2's soft caps) and
 writes, under OUT/FAMILY/:
 
     config.json, model.safetensors   the model as transformers saves it (fp32)
@@ -52,6 +53,11 @@ FAMILIES = {
                  embd_pdrop=0.0, attention_dropout=0.0),
     "mistral": dict(model_type="mistral", architectures=["MistralForCausalLM"], num_hidden_layers=2, head_dim=12,
                     tie_word_embeddings=False, sliding_window=WINDOW, rope_theta=15000.0),
+    # soft caps small enough to bend these scores and logits
+    "gemma2": dict(model_type="gemma2", architectures=["Gemma2ForCausalLM"], num_hidden_layers=3, head_dim=12,
+                   tie_word_embeddings=True, sliding_window=WINDOW, query_pre_attn_scalar=10,
+                   attn_logit_softcapping=2.0, final_logit_softcapping=3.0, hidden_activation="gelu_pytorch_tanh",
+                   rope_theta=12000.0),
 }
 
 
@@ -113,10 +119,11 @@ def make(out, name, cfg_kwargs, seed):
     print(f"{name}: loss {float(loss):.6f} over {count} targets, {len(grads)} tensors")
 
 
-def main(out):
+def main(out, only):
     for i, (name, kw) in enumerate(FAMILIES.items()):
-        make(out, name, kw, 1234 + i)
+        if not only or name in only:
+            make(out, name, kw, 1234 + i)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])

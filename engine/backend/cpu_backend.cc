@@ -219,9 +219,9 @@ class StreamOps final : public Ops<T> {
     post("embedding_backward", &Base::embedding_backward, dwte, dout, tokens, N, C);
   }
   void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
-                    int chunk, A grad_scale, void* scratch, double* totals) const override {
-    post("lm_head_loss", &Base::lm_head_loss, dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch,
-         totals);
+                    int chunk, A grad_scale, float softcap, void* scratch, double* totals) const override {
+    post("lm_head_loss", &Base::lm_head_loss, dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, softcap,
+         scratch, totals);
   }
   void add_inplace(T* y, const T* x, size_t n) const override { post("add_inplace", &Base::add_inplace, y, x, n); }
   void scale_inplace(T* y, float s, size_t n) const override { post("scale_inplace", &Base::scale_inplace, y, s, n); }

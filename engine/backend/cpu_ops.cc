@@ -69,8 +69,9 @@ class CpuOps final : public Ops<T> {
     cpu::embedding_backward(dwte, dout, tokens, N, C);
   }
   void lm_head_loss(T* dx, T* dW, T* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
-                    int chunk, T grad_scale, void* scratch, double* totals) const override {
-    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, static_cast<T*>(scratch));
+                    int chunk, T grad_scale, float softcap, void* scratch, double* totals) const override {
+    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, static_cast<T*>(scratch),
+                                     softcap);
     totals[0] = r.loss_sum;
     totals[1] = double(r.counted);
   }

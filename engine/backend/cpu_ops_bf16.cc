@@ -145,8 +145,9 @@ class CpuOpsBf16 final : public Ops<bf16> {
     cpu::embedding_backward<float>(dwte, widen(0, dout, size_t(N) * C), tokens, N, C);
   }
   void lm_head_loss(bf16* dx, float* dW, float* losses, const bf16* x, const bf16* W, const int32_t* targets, int N,
-                    int C, int V, int chunk, float grad_scale, void* scratch_bytes, double* totals) const override {
-    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch_bytes);
+                    int C, int V, int chunk, float grad_scale, float softcap, void* scratch_bytes,
+                    double* totals) const override {
+    const auto r = cpu::lm_head_loss(dx, dW, losses, x, W, targets, N, C, V, chunk, grad_scale, scratch_bytes, softcap);
     totals[0] = r.loss_sum;
     totals[1] = double(r.counted);
   }

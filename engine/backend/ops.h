@@ -83,11 +83,11 @@ class Ops {
   virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;
   virtual void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
-  // As cpu::lm_head_loss; the result stays on the device: totals (device, 2 doubles) receives
-  // {sum of losses in token order, counted targets}, for the host to read after an event.
-  // scratch holds lm_head_scratch_bytes<T>(chunk, V) bytes.
+  // As cpu::lm_head_loss (softcap: the final logits' soft cap, 0 = none); the result stays on
+  // the device: totals (device, 2 doubles) receives {sum of losses in token order, counted
+  // targets}, for the host to read after an event. scratch holds lm_head_scratch_bytes<T>(chunk, V) bytes.
   virtual void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
-                            int V, int chunk, A grad_scale, void* scratch, double* totals) const = 0;
+                            int V, int chunk, A grad_scale, float softcap, void* scratch, double* totals) const = 0;
   virtual void add_inplace(T* y, const T* x, size_t n) const = 0;  // y += x
   virtual void scale_inplace(T* y, float s, size_t n) const = 0;     // y *= s (Gemma's embedding scale)
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) const = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -83,6 +84,7 @@ void Json::dump_to(std::string& out, int indent, int depth) const {
       else if (!std::isfinite(num_)) std::snprintf(buf, sizeof buf, "null");
       else std::snprintf(buf, sizeof buf, "%.17g", num_);
       out += buf;
+      if (written_real_ && !std::strpbrk(buf, ".eEn")) out += ".0";
       break;
     }
     case Type::kString: dump_string(out, str_); break;
@@ -310,7 +312,9 @@ Result<Json> Json::parse_number(std::string_view text) {
     d = std::strtod(std::string(first, last).c_str(), nullptr);
     if (std::isinf(d)) return Status(StatusCode::kOutOfRange, "number '" + std::string(text) + "' is out of range");
   }
-  return Json(d);
+  Json j(d);
+  j.written_real_ = true;
+  return j;
 }
 
 Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {

@@ -70,6 +70,10 @@ class Json {
   double num_ = 0;
   int64_t int_ = 0;
   bool is_int_ = false;
+  // A number the parsed text wrote as a fraction or with an exponent ("3.0", "1e4"): dump() keeps
+  // it one ("3.0", never "3"), so a config.json round-trips with its float fields floats
+  // (transformers validates their types). Numbers built from a double print as before.
+  bool written_real_ = false;
   std::string str_;
   std::shared_ptr<Array> arr_;
   std::shared_ptr<Object> obj_;

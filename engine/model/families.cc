@@ -170,24 +170,51 @@ Status olmo2(const ConfigReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
-// Gemma 3 (text): pre- and post-norms with 1 + w, per-head q/k norms, GeGLU, the embedding
-// scaled by sqrt(hidden_size), query_pre_attn_scalar, and local sliding layers (every
-// sliding_window_pattern-th layer global) with their own RoPE base.
-Status gemma3(const ConfigReader& r, ModelConfig& c) {
+// A soft cap: null = none (0), a positive number, or `absent` when the key is missing.
+Result<double> read_softcap(const ConfigReader& r, const char* field, double absent) {
+  const Json* v = r.get(field);
+  if (!v) return absent;
+  if (v->is_null()) return 0.0;
+  if (!v->is_number() || !(v->as_double() > 0)) return r.fail(field, "must be null or a positive number, got " + v->dump());
+  return v->as_double();
+}
+
+// What Gemma 2 and Gemma 3 share: pre- and post-norms with 1 + w, GeGLU, the embedding scaled
+// by sqrt(hidden_size), query_pre_attn_scalar, soft caps (transformers' defaults differ).
+Status gemma_common(const ConfigReader& r, ModelConfig& c, double attn_softcap, double final_softcap) {
   c.activation = GateActivation::kGeluTanh;
   MT_RETURN_IF_ERROR(read_activation(r, "hidden_activation", c));
   if (r.get("hidden_act")) MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
   MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported"));
   MT_RETURN_IF_ERROR(refuse_true(r, "use_bidirectional_attention", "only causal attention is supported"));
-  MT_RETURN_IF_ERROR(refuse_non_null(r, "attn_logit_softcapping", "attention logit soft-capping is not implemented"));
-  MT_RETURN_IF_ERROR(refuse_non_null(r, "final_logit_softcapping", "final logit soft-capping is not implemented"));
+  MT_ASSIGN_OR_RETURN(c.attention_softcap, read_softcap(r, "attn_logit_softcapping", attn_softcap));
+  MT_ASSIGN_OR_RETURN(c.final_softcap, read_softcap(r, "final_logit_softcapping", final_softcap));
   c.norm_placement = NormPlacement::kPreAndPost;
   c.norm_offset = 1;
-  c.qk_norm = QkNorm::kPerHead;
   c.embedding_scale = std::sqrt(double(c.hidden_size));
   double scalar = 256;
   MT_RETURN_IF_ERROR(r.number("query_pre_attn_scalar", scalar));
   c.attention_scale = 1.0 / std::sqrt(scalar);
+  return Status::Ok();
+}
+
+// Gemma 2: soft caps of 50 (attention) and 30 (final logits) unless set; every other layer
+// (the even ones) slides.
+Status gemma2(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(gemma_common(r, c, 50.0, 30.0));
+  MT_ASSIGN_OR_RETURN(const int w, read_window(r, 4096));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
+  if (typed) return Status::Ok();
+  c.layers.assign(size_t(c.num_layers), LayerAttention{});
+  for (int l = 0; l < c.num_layers; l += 2) c.layers[size_t(l)].window = w;
+  return Status::Ok();
+}
+
+// Gemma 3 (text): Gemma's blocks with per-head q/k norms, no soft caps unless set, and local
+// sliding layers (every sliding_window_pattern-th layer global) with their own RoPE base.
+Status gemma3(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(gemma_common(r, c, 0.0, 0.0));
+  c.qk_norm = QkNorm::kPerHead;
   if (c.rope_local_theta == 0) c.rope_local_theta = 10000;
   MT_RETURN_IF_ERROR(r.number("rope_local_base_freq", c.rope_local_theta));
   MT_ASSIGN_OR_RETURN(const int w, read_window(r, 4096));
@@ -217,6 +244,9 @@ constexpr std::string_view kFamilyKeys[] = {
 };
 
 const std::vector<std::string_view> kQwenKeys = {"sliding_window", "use_sliding_window", "max_window_layers"};
+const std::vector<std::string_view> kGemma2Keys = {
+    "sliding_window", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
+    "final_logit_softcapping", "use_bidirectional_attention"};
 const std::vector<std::string_view> kGemmaKeys = {
     "sliding_window", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
     "final_logit_softcapping", "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern",
@@ -229,6 +259,7 @@ const Family kFamilies[] = {
     {"Qwen3ForCausalLM", kQwenKeys, 1e-6, 32, false, 128, qwen3},
     {"Phi3ForCausalLM", {"sliding_window", "resid_pdrop", "embd_pdrop"}, 1e-5, 0, false, 0, phi3},
     {"Olmo2ForCausalLM", {"clip_qkv"}, 1e-5, 0, false, 0, olmo2},
+    {"Gemma2ForCausalLM", kGemma2Keys, 1e-6, 4, true, 256, gemma2},
     {"Gemma3ForCausalLM", kGemmaKeys, 1e-6, 4, true, 256, gemma3},
 };
 

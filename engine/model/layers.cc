@@ -249,7 +249,9 @@ void qkv_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<cons
 
 // Layer l's attention: its window and the model's scale; its RoPE table (the local one of
 // Gemma 3's sliding layers follows the global one in inv_freq).
-AttentionOptions attention_options(const ModelConfig& c, int l) { return {c.layer_attention(l).window, c.attention_scale}; }
+AttentionOptions attention_options(const ModelConfig& c, int l) {
+  return {c.layer_attention(l).window, c.attention_scale, c.attention_softcap};
+}
 const float* rope_table(const LayerShape& s, int l) {
   return s.cfg->layer_attention(l).local_rope ? s.inv_freq + s.cfg->head_dim / 2 : s.inv_freq;
 }
@@ -348,7 +350,7 @@ void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm
   const int N = s.N(), C = c.hidden_size;
   norm_forward(ops, c, sc.xn, sc.rstd, x, norm_w, N);
   ops.lm_head_loss(dx ? sc.dxn : nullptr, dlm, nullptr, sc.xn, lm, targets, N, C, c.vocab_size, s.head_chunk,
-                   grad_scale, sc.logits, loss_totals);
+                   grad_scale, float(c.final_softcap), sc.logits, loss_totals);
   if (dx) {
     ops.zero(dx, size_t(N) * C);
     norm_backward(ops, c, dx, dnorm_w, sc.dxn, x, norm_w, sc.rstd, N);

@@ -88,6 +88,8 @@ struct ModelConfig {
   float norm_offset = 0;               // RMSNorms scale by w + offset: Gemma's 1 + w
   QkNorm qk_norm = QkNorm::kNone;
   double attention_scale = 0;          // 0: 1/sqrt(head_dim); Gemma: query_pre_attn_scalar^-1/2
+  double attention_softcap = 0;        // scores -> cap * tanh(scores / cap) (Gemma 2), 0: none
+  double final_softcap = 0;            // the LM head's logits likewise (Gemma 2), 0: none
   GateActivation activation = GateActivation::kSilu;
   double embedding_scale = 1;          // the embedding's output times this: Gemma's sqrt(hidden_size)
   bool fused_projections = false;      // Phi-3: one qkv_proj and one gate_up_proj tensor

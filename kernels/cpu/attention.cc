@@ -109,8 +109,14 @@ struct FwdBuffers {
 
 // Online-softmax update of rows [0, qn) with the raw scores in f.s; leaves P in f.s.
 // A row that sees no key of this tile (another document) is left unchanged.
+// s -> cap * tanh(s / cap) (Gemma 2), on a tile row.
 template <typename T>
-void softmax_update(FwdBuffers<T>& f, const Sight& v, int q0, int qn, int k0, int kn, int Dp, T scale) {
+void soft_cap(T* s, int n, T cap) {
+  for (int j = 0; j < n; ++j) s[j] = cap * detail::fast_tanh(s[j] / cap);
+}
+
+template <typename T>
+void softmax_update(FwdBuffers<T>& f, const Sight& v, int q0, int qn, int k0, int kn, int Dp, T scale, T cap) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int i = 0; i < kTile; ++i) {
     T* s = f.s.data() + i * kTile;
@@ -120,6 +126,7 @@ void softmax_update(FwdBuffers<T>& f, const Sight& v, int q0, int qn, int k0, in
       continue;
     }
     for (int j = 0; j < kTile; ++j) s[j] *= scale;
+    if (cap > 0) soft_cap(s, kTile, cap);
     for (int j = 0; j < kTile; ++j) s[j] = j >= w.lo && j < w.hi ? s[j] : neg_inf;  // causal / document mask
     T mx = f.m[i];
     for (int j = 0; j < kTile; ++j) mx = std::max(mx, s[j]);
@@ -153,7 +160,7 @@ void forward_head(T* out, T* lse, const T* qkv, const int32_t* pos, const Attent
       load_cols(f.kt.data(), base + g.k_off(kvh), g.row, k0, kn, D, Dp);
       load_rows(f.v.data(), base + g.v_off(kvh), g.row, k0, kn, D, Dp);
       tile_mm<false>(f.q.data(), Dp, f.kt.data(), kTile, Dp, f.s.data(), kTile, kTile, kTile);
-      softmax_update(f, sight, q0, qn, k0, kn, Dp, scale);
+      softmax_update(f, sight, q0, qn, k0, kn, Dp, scale, T(opt.softcap));
       tile_mm<true>(f.s.data(), kTile, f.v.data(), Dp, kTile, f.o.data(), Dp, kTile, Dp);
     }
     for (int i = 0; i < qn; ++i) {
@@ -184,11 +191,13 @@ struct BwdBuffers {
         pt(kTile * kTile), ds(kTile * kTile), dst(kTile * kTile) {}
 };
 
-// P = exp(scale * S - lse) on visible entries (0 elsewhere); dS = scale * P * (dP - D_i).
-// f.p holds S on entry and P on exit; f.ds holds dP on entry and dS on exit. Also transposes.
+// P = exp(z - lse), z = scale * S (soft-capped: cap * tanh(scale * S / cap)), on visible
+// entries (0 elsewhere); dS = scale * P * (dP - D_i) (times dz/d(scale S) = 1 - (z / cap)^2 when
+// capped). f.p holds S on entry and P on exit; f.ds holds dP on entry and dS on exit. Also
+// transposes (f.dst holds the cap's derivative in between).
 template <typename T>
 void probs_and_dscores(BwdBuffers<T>& f, const T* lse, const Sight& v, int q0, int qn, int k0, int kn,
-                       T scale) {
+                       T scale, T cap) {
   for (int i = 0; i < kTile; ++i) {
     T* p = f.p.data() + i * kTile;
     T* ds = f.ds.data() + i * kTile;
@@ -196,9 +205,16 @@ void probs_and_dscores(BwdBuffers<T>& f, const T* lse, const Sight& v, int q0, i
     const T l = i < qn ? lse[q0 + i] : T(0);
     const T di = f.di[q0 + i];
     for (int j = 0; j < kTile; ++j) p[j] *= scale;
+    T* slope = f.dst.data() + i * kTile;
+    if (cap > 0) {
+      soft_cap(p, kTile, cap);
+      for (int j = 0; j < kTile; ++j) slope[j] = T(1) - (p[j] / cap) * (p[j] / cap);
+    }
     detail::exp_shifted(p, kTile, l);
     for (int j = 0; j < kTile; ++j) p[j] = j >= w.lo && j < w.hi ? p[j] : T(0);  // causal / document mask
     for (int j = 0; j < kTile; ++j) ds[j] = scale * p[j] * (ds[j] - di);
+    if (cap > 0)
+      for (int j = 0; j < kTile; ++j) ds[j] *= slope[j];
   }
   for (int i = 0; i < kTile; ++i)
     for (int j = 0; j < kTile; ++j) {
@@ -239,7 +255,7 @@ void backward_head(const T* dout, const T* qkv, const T* out, const T* lse, cons
       tile_mm<false>(f.q.data(), Dp, f.kt.data(), kTile, Dp, f.p.data(), kTile, kTile, kTile);
       tile_mm<false>(f.dout.data(), Dp, f.vt.data(), kTile, Dp, f.ds.data(), kTile, kTile,
                      kTile);
-      probs_and_dscores(f, lse_h, sight, q0, qn, k0, kn, scale);
+      probs_and_dscores(f, lse_h, sight, q0, qn, k0, kn, scale, T(opt.softcap));
       T* dv = f.dv.data() + long(k0) * Dp;
       T* dk = f.dk.data() + long(k0) * Dp;
       tile_mm<true>(f.pt.data(), kTile, f.dout.data(), Dp, kTile, dv, Dp, kTile, Dp);

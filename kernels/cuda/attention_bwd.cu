@@ -42,10 +42,10 @@ __device__ __forceinline__ void p_ds(const float* q_w, const float* do_w, const 
   const int j = threadIdx.x & 31, key = k0 + j;
   p = ds = 0.f;
   if (t >= g.T || key > t || key < g.start(b, t)) return;
-  const float s = attn::dot_row(q_w, k_s + j * (g.D + 1), g.D) * g.scale;
+  const float s = g.score(attn::dot_row(q_w, k_s + j * (g.D + 1), g.D));
   p = expf(s - l);
   const float dp = attn::dot_row(do_w, v_s + j * (g.D + 1), g.D);
-  ds = p * (dp - di) * g.scale;
+  ds = p * (dp - di) * g.scale * g.score_slope(s);
 }
 
 template <int kDL>
@@ -174,7 +174,8 @@ CudaStatus attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out
                               int B, int T_, int H, int KVH, int D, cudaStream_t stream, AttentionOptions opt) {
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_backward: bad head geometry");
-  const Geo g{B, T_, H, KVH, D, float(opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(D))), pos, opt.window};
+  const Geo g{B, T_, H, KVH, D, float(opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(D))), pos, opt.window,
+              float(opt.softcap)};
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     if (attn::mma_supports(g, {dqkv, dout, qkv, out})) return attn::mma_backward(dqkv, dout, qkv, out, lse, g, stream);
   if (D <= 32) return launch_backward<T, 1>(dqkv, dout, qkv, out, lse, g, stream);

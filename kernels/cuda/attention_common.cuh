@@ -13,6 +13,15 @@ struct Geo {
   float scale;
   const int32_t* pos;  // [B*T] positions within documents, or nullptr (one document per row)
   int window = 0;      // sliding window of keys per query (kernels/attention.h), 0 = none
+  float softcap = 0;   // s -> softcap * tanh(s / softcap) of the scaled score, 0 = none
+  // The scaled (and capped) score of a raw dot product, and d(score)/d(scaled dot).
+  __device__ float score(float dot) const {
+    const float s = dot * scale;
+    return softcap > 0 ? softcap * tanhf(s / softcap) : s;
+  }
+  __device__ float score_slope(float z) const {
+    return softcap > 0 ? 1.f - (z / softcap) * (z / softcap) : 1.f;
+  }
   // First key query t of sequence b may see: the start of its document, or of its window.
   __device__ int start(int b, int t) const {
     const int doc = pos ? min(max(t - pos[long(b) * T + t], 0), t) : 0;

@@ -315,6 +315,7 @@ bool CudnnAttention::supports(const AttentionShape& s, const DocumentSpans* docs
   };
   if (s.B <= 0 || s.T <= 0 || s.KVH <= 0 || s.H % s.KVH) return refuse("cuDNN attention: bad head geometry");
   if (s.D % 8) return refuse("cuDNN attention needs head_dim a multiple of 8, not " + std::to_string(s.D));
+  if (s.opt.softcap > 0) return refuse("cuDNN's SDPA has no score soft-capping (Gemma 2): our own kernel runs it");
   if (docs && (docs->count < s.B || !docs->starts || !docs->device_starts))
     return refuse("cuDNN attention: the documents are not spans of every row");
   for (const RowCall& c : row_calls(s, docs)) {

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(32 * kRows) attention_forward_kernel(T* out, f
     __syncthreads();
     if (!valid || k0 > t || k0 + kKeys <= first) continue;  // causal / another document: warp-uniform
     const bool vis = k0 + lane <= t && k0 + lane >= first;
-    const float s = vis ? attn::dot_row(q_s + w * D, k_s + lane * (D + 1), D) * g.scale : -INFINITY;
+    const float s = vis ? g.score(attn::dot_row(q_s + w * D, k_s + lane * (D + 1), D)) : -INFINITY;
     const float m_new = fmaxf(m, detail::warp_max(s));
     const float p = vis ? expf(s - m_new) : 0.f;
     const float alpha = expf(m - m_new);  // m = -inf on the first tile: alpha = 0
@@ -87,7 +87,8 @@ CudaStatus attention_forward(T* out, float* lse, const T* qkv, const int32_t* po
                              int D, cudaStream_t stream, AttentionOptions opt) {
   if (B <= 0 || T_ <= 0) return {};
   if (D <= 0 || D > cpu::kCudaAttentionMaxHeadDim || KVH <= 0 || H % KVH) return invalid_value("attention_forward: bad head geometry");
-  const Geo g{B, T_, H, KVH, D, float(opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(D))), pos, opt.window};
+  const Geo g{B, T_, H, KVH, D, float(opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(D))), pos, opt.window,
+              float(opt.softcap)};
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     if (attn::mma_supports(g, {out, qkv})) return attn::mma_forward(out, lse, qkv, g, stream);
   if (D <= 32) return launch_forward<T, 1>(out, lse, qkv, g, stream);

@@ -57,7 +57,8 @@ bool parse_attention_kernel(const char* name, AttentionKernel* kernel) {
 namespace attn {
 
 bool mma_supports(const Geo& g, std::initializer_list<const void*> tensors) {
-  if (attention_kernel() != AttentionKernel::kTensorCore || (g.D != 64 && g.D != 128)) return false;
+  // soft-capped scores (Gemma 2) run on the SIMT kernel only
+  if (attention_kernel() != AttentionKernel::kTensorCore || (g.D != 64 && g.D != 128) || g.softcap > 0) return false;
   for (const void* p : tensors)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   return true;

@@ -18,12 +18,15 @@ constexpr int kThreads = 512;
 // d(logits) = (softmax - onehot(target)) * grad_scale (zeros for an ignored target) goes to
 // dlogits, rounded once to D. In fp32 dlogits is the logits row itself (in place: each thread
 // reads then writes its own elements, and z[target] is read by all before any write).
+// With a soft cap the row's logits are capped first, in place (the cap's slope 1 - (z/cap)^2 is a
+// function of the capped value, so nothing else is kept).
 template <typename D>
-__global__ void lm_head_softmax_ce_kernel(const float* logits, D* dlogits, double* row_loss, float* losses,
-                                          const int32_t* targets, int V, bool backward, float grad_scale) {
+__global__ void lm_head_softmax_ce_kernel(float* logits, D* dlogits, double* row_loss, float* losses,
+                                          const int32_t* targets, int V, bool backward, float grad_scale,
+                                          float cap) {
   __shared__ float red[32];
   const int row = blockIdx.x;
-  const float* z = logits + size_t(row) * V;
+  float* z = logits + size_t(row) * V;
   D* dz = dlogits + size_t(row) * V;
   const int32_t target = targets[row];
   const bool counted = target >= 0 && target < V;
@@ -33,6 +36,10 @@ __global__ void lm_head_softmax_ce_kernel(const float* logits, D* dlogits, doubl
     if (threadIdx.x == 0) row_loss[row] = 0.0;
     if (threadIdx.x == 0 && losses) losses[row] = 0.f;
     return;
+  }
+  if (cap > 0) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x) z[v] = cap * tanhf(z[v] / cap);
+    __syncthreads();  // z[target] is read by every thread below
   }
   float mx = -INFINITY;
   for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
@@ -49,7 +56,8 @@ __global__ void lm_head_softmax_ce_kernel(const float* logits, D* dlogits, doubl
   const float k = (1.f / sum) * grad_scale;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
     const float g = expf(z[v] - mx) * k;
-    dz[v] = st<D>(v == target ? g - grad_scale : g);
+    const float slope = cap > 0 ? 1.f - (z[v] / cap) * (z[v] / cap) : 1.f;
+    dz[v] = st<D>((v == target ? g - grad_scale : g) * slope);
   }
 }
 
@@ -80,7 +88,7 @@ T* dlogits_of(float* logits, int chunk, int V) {
 template <typename T>
 CudaStatus lm_head_loss(T* dx, float* dW, float* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
                         int V, int chunk, float grad_scale, void* scratch, double* row_loss, double* totals,
-                        GemmContext& ctx, cudaStream_t stream) {
+                        GemmContext& ctx, cudaStream_t stream, float softcap) {
   const bool backward = dx != nullptr;
   chunk = std::max(1, chunk);
   float* logits = static_cast<float*>(scratch);
@@ -93,7 +101,7 @@ CudaStatus lm_head_loss(T* dx, float* dW, float* losses, const T* x, const T* W,
     clear_last_error();
     lm_head_softmax_ce_kernel<<<rows, kThreads, 0, stream>>>(logits, dlogits, row_loss + n0,
                                                              losses ? losses + n0 : nullptr, targets + n0, V, backward,
-                                                             grad_scale);
+                                                             grad_scale, softcap);
     MT_CUDA_TRY(launched("lm_head_softmax_ce_kernel"));
     if (!backward) continue;
     MT_CUDA_TRY(gemm<T>(false, false, rows, C, V, 1.f, dlogits, V, W, C, 0.f, dx + long(n0) * C, C, ctx, stream));
@@ -106,7 +114,7 @@ CudaStatus lm_head_loss(T* dx, float* dW, float* losses, const T* x, const T* W,
 
 #define MT_INSTANTIATE(T)                                                                                         \
   template CudaStatus lm_head_loss<T>(T*, float*, float*, const T*, const T*, const int32_t*, int, int, int, int, \
-                                      float, void*, double*, double*, GemmContext&, cudaStream_t);
+                                      float, void*, double*, double*, GemmContext&, cudaStream_t, float);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 #undef MT_INSTANTIATE

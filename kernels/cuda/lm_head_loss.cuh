@@ -19,9 +19,10 @@ namespace mt::cuda {
 // chunk * V bf16, the chunk's d(logits) * grad_scale rounded once to bf16, which the dx GEMM
 // (bf16 output, rounded once) and the dW GEMM (fp32 C, beta = 1) read — the rounding points of
 // mt::cpu::lm_head_loss for bf16. For T = float d(logits) overwrite the logits in place.
+// softcap: as mt::cpu::lm_head_loss's (0 = none).
 template <typename T>
 CudaStatus lm_head_loss(T* dx, float* dW, float* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
                         int V, int chunk, float grad_scale, void* scratch, double* row_loss, double* totals,
-                        GemmContext& ctx, cudaStream_t stream);
+                        GemmContext& ctx, cudaStream_t stream, float softcap = 0);
 
 }  // namespace mt::cuda

@@ -288,7 +288,7 @@ TEST_F(CudaBf16Ops, LmHeadLoss) {
     std::vector<float> dW = dW0, losses(size_t(s.N));
     std::vector<float> cpu_scratch(scratch / sizeof(float) + 1);
     double totals[2] = {0, 0};
-    cpu().lm_head_loss(dx.data(), dW.data(), losses.data(), x.data(), W.data(), tg.data(), s.N, s.C, s.V, s.chunk, gs,
+    cpu().lm_head_loss(dx.data(), dW.data(), losses.data(), x.data(), W.data(), tg.data(), s.N, s.C, s.V, s.chunk, gs, 0.f,
                        cpu_scratch.data(), totals);
     DeviceBuf<bf16> gx(x), gW(W), gdx(dx.size());
     DeviceBuf<float> gdW(dW0), glosses(size_t(s.N));
@@ -296,7 +296,7 @@ TEST_F(CudaBf16Ops, LmHeadLoss) {
     DeviceBuf<int32_t> gtg(tg);
     DeviceBuf<double> gtotals(2);
     settle();
-    gpu().lm_head_loss(gdx.get(), gdW.get(), glosses.get(), gx.get(), gW.get(), gtg.get(), s.N, s.C, s.V, s.chunk, gs,
+    gpu().lm_head_loss(gdx.get(), gdW.get(), glosses.get(), gx.get(), gW.get(), gtg.get(), s.N, s.C, s.V, s.chunk, gs, 0.f,
                        gscr.get(), gtotals.get());
     expect_no_device_error();
     const auto t = gtotals.download();
@@ -312,7 +312,7 @@ TEST_F(CudaBf16Ops, LmHeadLoss) {
     DeviceBuf<double> gtotals_fwd(2);
     const auto dW_after = gdW.download();
     settle();
-    gpu().lm_head_loss(nullptr, nullptr, nullptr, gx.get(), gW.get(), gtg.get(), s.N, s.C, s.V, s.chunk, gs,
+    gpu().lm_head_loss(nullptr, nullptr, nullptr, gx.get(), gW.get(), gtg.get(), s.N, s.C, s.V, s.chunk, gs, 0.f,
                        gscr.get(), gtotals_fwd.get());
     expect_no_device_error();
     const auto tf = gtotals_fwd.download();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/lm_head_loss.h"
 #include "kernels/qk_norm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
@@ -29,7 +30,7 @@ struct Shape {
 };
 
 // Naive attention in double: query t of row b sees keys j <= t with j in its document
-// (pos: t - pos[t] <= j) and, with a window W, t - j < W.
+// (pos: t - pos[t] <= j) and, with a window W, t - j < W; scores soft-capped when asked.
 void reference(const Shape& s, const Vec& qkv, const std::vector<int32_t>* pos, AttentionOptions o, Vec& out) {
   const double scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(double(s.D));
   out.assign(s.out(), 0.0);
@@ -45,7 +46,8 @@ void reference(const Shape& s, const Vec& qkv, const std::vector<int32_t>* pos, 
           double d = 0;
           for (int c = 0; c < s.D; ++c)
             d += qkv[size_t((b * s.T + t) * s.row() + h * s.D + c)] * qkv[size_t((b * s.T + j) * s.row() + (s.H + g) * s.D + c)];
-          sc.push_back(d * scale);
+          const double z = d * scale;
+          sc.push_back(o.softcap > 0 ? o.softcap * std::tanh(z / o.softcap) : z);
           mx = std::max(mx, sc.back());
         }
         double sum = 0;
@@ -59,11 +61,12 @@ void reference(const Shape& s, const Vec& qkv, const std::vector<int32_t>* pos, 
       }
 }
 
-// Row 0 one document; row 1 documents of 5, 40 and the rest (positions restart at each).
+// Row 0 one document; the other rows documents of 5, 40 and the rest (positions restart at each).
 std::vector<int32_t> packed_positions(const Shape& s) {
   std::vector<int32_t> pos(size_t(s.B) * s.T);
   for (int t = 0; t < s.T; ++t) pos[size_t(t)] = t;
-  for (int t = 0; t < s.T; ++t) pos[size_t(s.T + t)] = t < 5 ? t : t < 45 ? t - 5 : t - 45;
+  for (int b = 1; b < s.B; ++b)
+    for (int t = 0; t < s.T; ++t) pos[size_t(b * s.T + t)] = t < 5 ? t : t < 45 ? t - 5 : t - 45;
   return pos;
 }
 
@@ -103,6 +106,14 @@ TEST(SlidingWindowAttention, MatchesNaiveAndFiniteDifferences) {
   check_window({2, 70, 2, 1, 6}, {5, 0.37}, false);  // past one tile, Gemma-style scale
   check_window({2, 70, 2, 2, 8}, {64, 0}, true);     // the window spans tiles; packed documents
   check_window({2, 70, 4, 2, 4}, {17, 0}, true);
+}
+
+// Gemma 2's soft cap of the scaled scores (cap 5 on scores that reach past it), with and
+// without a window and documents.
+TEST(SoftCappedAttention, MatchesNaiveAndFiniteDifferences) {
+  check_window({2, 9, 4, 2, 8}, {0, 0.9, 5.0}, false);
+  check_window({2, 70, 2, 1, 6}, {5, 0.8, 3.0}, true);
+  check_window({1, 67, 4, 4, 8}, {0, 0, 2.0}, false);
 }
 
 TEST(SlidingWindowAttention, AWindowAsLongAsTheSequenceIsFullCausal) {
@@ -165,6 +176,40 @@ TEST(GradCheckQkNorm, PerHeadAndWholeProjection) {
   check_qk_norm(true, 0.f);
   check_qk_norm(false, 0.f);
   check_qk_norm(true, 1.f);  // Gemma 3's
+}
+
+// Final logit soft-capping in the fused head: the loss against a direct computation, dx and dW
+// against finite differences (the loss is the objective: grad_scale 1).
+TEST(GradCheckLmHeadLoss, SoftCappedLogits) {
+  const int N = 5, C = 6, V = 11, chunk = 2;
+  const double cap = 1.5;
+  Vec x = random_vec(N * C, 91, -2, 2), W = random_vec(V * C, 92, -2, 2);
+  const std::vector<int32_t> targets = {3, -1, 10, 0, 7};
+  Vec scratch(size_t(chunk) * V);
+  auto f = [&] {
+    return lm_head_loss<double>(nullptr, nullptr, nullptr, x.data(), W.data(), targets.data(), N, C, V, chunk, 1.0,
+                                scratch.data(), float(cap)).loss_sum;
+  };
+  double want = 0;
+  for (int n = 0; n < N; ++n) {
+    if (targets[size_t(n)] < 0) continue;
+    std::vector<double> z(V);
+    double mx = -1e300, sum = 0;
+    for (int v = 0; v < V; ++v) {
+      double d = 0;
+      for (int c = 0; c < C; ++c) d += x[size_t(n * C + c)] * W[size_t(v * C + c)];
+      z[size_t(v)] = cap * std::tanh(d / cap);
+      mx = std::max(mx, z[size_t(v)]);
+    }
+    for (double e : z) sum += std::exp(e - mx);
+    want += mx + std::log(sum) - z[size_t(targets[size_t(n)])];
+  }
+  EXPECT_NEAR(f(), want, 1e-12);
+  Vec dx(N * C, 1e30), dW(V * C, 0.0);
+  lm_head_loss<double>(dx.data(), dW.data(), nullptr, x.data(), W.data(), targets.data(), N, C, V, chunk, 1.0,
+                       scratch.data(), float(cap));
+  expect_grad_matches(x, dx, f, "dx");
+  expect_grad_matches(W, dW, f, "dW");
 }
 
 TEST(GradCheckGeglu, GeluTanhGate) {

@@ -182,12 +182,12 @@ void CudaOps<T>::embedding_backward(A* dwte, const T* dout, const int32_t* token
 
 template <typename T>
 void CudaOps<T>::lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C,
-                              int V, int chunk, A grad_scale, void* scratch, double* totals) const {
+                              int V, int chunk, A grad_scale, float softcap, void* scratch, double* totals) const {
   if (!ctx_.bind()) return;
   auto* rows = N > 0 ? static_cast<double*>(ctx_.temp(size_t(N) * sizeof(double))) : nullptr;
   if (N > 0 && !rows) return;
   ctx_.note(cuda::lm_head_loss(dev(dx), dW, losses, dev(x), dev(W), targets, N, C, V, chunk, grad_scale, scratch, rows,
-                               totals, ctx_.gemm(), ctx_.stream()),
+                               totals, ctx_.gemm(), ctx_.stream(), softcap),
             "lm_head_loss");
 }
 

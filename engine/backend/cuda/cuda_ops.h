@@ -88,7 +88,7 @@ class CudaOps final : public Ops<T> {
   void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const override;
   // Leaves the totals on the device (no synchronisation).
   void lm_head_loss(T* dx, A* dW, A* losses, const T* x, const T* W, const int32_t* targets, int N, int C, int V,
-                    int chunk, A grad_scale, void* scratch, double* totals) const override;
+                    int chunk, A grad_scale, float softcap, void* scratch, double* totals) const override;
   void add_inplace(T* y, const T* x, size_t n) const override;
   void scale_inplace(T* y, float s, size_t n) const override;
   void copy_bytes(void* dst, const void* src, size_t bytes) const override;

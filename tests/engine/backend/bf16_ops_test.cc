@@ -213,14 +213,14 @@ TEST(Bf16Ops, LmHeadLossInFp32WithBf16DLogits) {
   std::vector<float> dW(size_t(kV) * kC, 0.5f), losses = nan_f32(kN);
   std::vector<char> scratch(lm_head_scratch_bytes<bf16>(chunk, kV));
   double totals[2];
-  B().lm_head_loss(dx.data(), dW.data(), losses.data(), x.b.data(), W.b.data(), targets.data(), kN, kC, kV, chunk, gs,
+  B().lm_head_loss(dx.data(), dW.data(), losses.data(), x.b.data(), W.b.data(), targets.data(), kN, kC, kV, chunk, gs, 0.f,
                    scratch.data(), totals);
   auto dx_ref = nan_f32(dx.size());
   std::vector<float> dW_ref(dW.size(), 0.5f), losses_ref = nan_f32(kN);
   std::vector<float> scratch_ref(size_t(kN) * kV);  // one chunk of all rows: the reference's d(logits), kept
   double totals_ref[2];
   F().lm_head_loss(dx_ref.data(), dW_ref.data(), losses_ref.data(), x.f.data(), W.f.data(), targets.data(), kN, kC, kV,
-                   kN, gs, scratch_ref.data(), totals_ref);
+                   kN, gs, 0.f, scratch_ref.data(), totals_ref);
   EXPECT_EQ(totals[1], totals_ref[1]);
   ASSERT_TRUE(std::abs(totals[0] - totals_ref[0]) <= kOrder * std::abs(totals_ref[0])) << totals[0] << " vs " << totals_ref[0];
   expect_close(losses, losses_ref, 0, "losses (fp32)");

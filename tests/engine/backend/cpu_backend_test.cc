@@ -103,7 +103,7 @@ TEST(CpuBackendAsync, LossTotalsAreWrittenOnTheDevice) {
   d.b->copy_h2d(dev_w, W.data(), W.size() * sizeof(float));
   d.b->copy_h2d(dev_t, targets.data(), targets.size() * sizeof(int32_t));
   d.b->stream_wait(StreamKind::kCompute, d.b->record(StreamKind::kH2D));
-  d.b->ops().lm_head_loss(dx, nullptr, nullptr, dev_x, dev_w, dev_t, N, C, V, 2, 1.0f, scratch, totals);
+  d.b->ops().lm_head_loss(dx, nullptr, nullptr, dev_x, dev_w, dev_t, N, C, V, 2, 1.0f, 0.f, scratch, totals);
   double got[2] = {-1, -1};
   d.b->stream_wait(StreamKind::kD2H, d.b->record(StreamKind::kCompute));
   d.b->copy_d2h(got, totals, sizeof got);

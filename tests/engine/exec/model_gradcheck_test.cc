@@ -107,6 +107,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3_packed", nullptr, true, 0, 0, 13, "qwen3", true},
                       Case{"olmo2", nullptr, false, 0, 0, 13, "olmo2"},
                       Case{"gemma3_packed", nullptr, true, 0, 0, 13, "gemma3", true},
+                      Case{"gemma2_softcaps_packed", nullptr, true, 0, 0, 13, "gemma2", true},
                       Case{"phi3", nullptr, false, 0, 0, 13, "phi3"},
                       Case{"mistral_packed", nullptr, false, 0, 0, 13, "mistral", true}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -159,6 +159,8 @@ INSTANTIATE_TEST_SUITE_P(
                            Precision::kBf16, Bf16Uploads::kShadow, 7, "gemma3"},
                       Case{"phi3_k3_device", false, false, 3, CheckpointPlacement::kDevice, false, Precision::kFp32,
                            Bf16Uploads::kShadow, 0, "phi3"},
+                      Case{"gemma2_Chunk7_k2_device", true, false, 2, CheckpointPlacement::kDevice, false,
+                           Precision::kFp32, Bf16Uploads::kShadow, 7, "gemma2"},
                       Case{"Bf16_mistral_k2_host", false, false, 2, CheckpointPlacement::kHost, false,
                            Precision::kBf16, Bf16Uploads::kShadow, 0, "mistral"}),
     [](const auto& info) { return std::string(info.param.name); });

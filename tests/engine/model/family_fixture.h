@@ -14,7 +14,7 @@
 namespace mt::testing_util {
 
 inline const std::vector<std::string>& family_fixtures() {
-  static const std::vector<std::string> names = {"qwen3", "olmo2", "gemma3", "phi3", "mistral"};
+  static const std::vector<std::string> names = {"qwen3", "olmo2", "gemma3", "gemma2", "phi3", "mistral"};
   return names;
 }
 

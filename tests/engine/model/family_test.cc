@@ -233,6 +233,22 @@ TEST(FamilyVariants, FixturesDeriveTheirVariants) {
   EXPECT_NE(build_param_schemas(p)[1].find("model.layers.0.self_attn.qkv_proj.weight"), nullptr);
   EXPECT_NE(build_param_schemas(p)[1].find("model.layers.0.mlp.gate_up_proj.weight"), nullptr);
   EXPECT_EQ(family_config("mistral").layer_attention(1).window, 4);
+  const ModelConfig g2 = family_config("gemma2");
+  EXPECT_EQ(g2.attention_softcap, 2.0);
+  EXPECT_EQ(g2.final_softcap, 3.0);
+  EXPECT_EQ(g2.qk_norm, QkNorm::kNone);
+  EXPECT_EQ(g2.layer_attention(0), (LayerAttention{4, false}));  // the even layers slide
+  EXPECT_EQ(g2.layer_attention(1), (LayerAttention{0, false}));
+  // transformers' Gemma 2 caps by default: a config without the keys has them on
+  Json j = Json::parse(read_file(family_fixture_dir("gemma2") + "/config.json").value()).value();
+  std::erase_if(j.members(), [](const auto& kv) {
+    return kv.first == "attn_logit_softcapping" || kv.first == "final_logit_softcapping" || kv.first == "layer_types";
+  });
+  auto d = parse_model_config(j.dump(), "gemma2 without caps");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->attention_softcap, 50.0);
+  EXPECT_EQ(d->final_softcap, 30.0);
+  EXPECT_EQ(d->layer_attention(2).window, 4);
 }
 
 // A config with an option we do not implement fails naming the field.
@@ -244,8 +260,9 @@ TEST(FamilyVariants, UnimplementedOptionsAreRefusedByName) {
     const char* named;
   };
   const Case cases[] = {
-      {"gemma3", "attn_logit_softcapping", "50.0", "attn_logit_softcapping"},
-      {"gemma3", "final_logit_softcapping", "30.0", "final_logit_softcapping"},
+      {"gemma3", "attn_logit_softcapping", "-50.0", "attn_logit_softcapping"},
+      {"gemma2", "final_logit_softcapping", R"("30")", "final_logit_softcapping"},
+      {"qwen3", "final_logit_softcapping", "30.0", "final_logit_softcapping"},  // another family's option
       {"gemma3", "use_bidirectional_attention", "true", "use_bidirectional_attention"},
       {"gemma3", "rope_parameters", R"({"full_attention": {"rope_type": "longrope", "factor": 2.0}})",
        "rope_parameters.full_attention.rope_type"},
@@ -288,6 +305,7 @@ TEST(FamilyPresets, RealShapesLoadWithTheirVariants) {
       {"gemma-3-27b", "Gemma3ForCausalLM", 26.5, 27.5}, {"phi-4", "Phi3ForCausalLM", 14.5, 14.9},
       {"olmo-2-13b", "Olmo2ForCausalLM", 13.5, 13.9},   {"mistral-nemo", "MistralForCausalLM", 12.0, 12.5},
       {"llama3.2-1b", "LlamaForCausalLM", 1.2, 1.3},     {"llama3.2-3b", "LlamaForCausalLM", 3.1, 3.3},
+      {"gemma-2-9b", "Gemma2ForCausalLM", 9.1, 9.3},
   };
   for (const Case& c : cases) {
     auto cfg = preset_config(c.preset);
