@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/cpu/common.h"
+#include "kernels/rmsnorm.h"
 
 namespace mt::cpu {
 namespace {
@@ -27,22 +28,18 @@ Vec<T> vec(const QkNormShape& s, int j, const T* wq, const T* wk) {
 
 }  // namespace
 
+// Each vector is one RMSNorm row (kernels/cpu/rmsnorm.cc: the same formula, so a q/k norm is
+// bit-identical to rmsnorm_forward on that vector alone).
 template <typename T>
 void qk_norm_forward(T* qkv, T* rstd, const T* raw, const T* wq, const T* wk, const QkNormShape& s, float eps,
                      float offset) {
-  const T off = T(offset);
   const long row = s.row(), kv = long(s.KVH) * s.D, v0 = row - kv;
   MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(s.N) * row)))
   for (int n = 0; n < s.N; ++n) {
     for (int j = 0; j < s.vectors(); ++j) {
       const Vec<T> v = vec(s, j, wq, wk);
-      const T* x = raw + n * row + v.off;
-      T* y = qkv + n * row + v.off;
-      double ss = 0;
-      for (int c = 0; c < v.width; ++c) ss += double(x[c]) * double(x[c]);
-      const T r = T(1.0 / std::sqrt(ss / v.width + double(eps)));
-      rstd[long(n) * s.vectors() + j] = r;
-      for (int c = 0; c < v.width; ++c) y[c] = x[c] * r * (v.w[c] + off);
+      rmsnorm_forward(qkv + n * row + v.off, rstd + long(n) * s.vectors() + j, raw + n * row + v.off, v.w, 1, v.width,
+                      eps, offset);
     }
     std::copy_n(raw + n * row + v0, kv, qkv + n * row + v0);
   }
@@ -51,20 +48,15 @@ void qk_norm_forward(T* qkv, T* rstd, const T* raw, const T* wq, const T* wk, co
 template <typename T>
 void qk_norm_backward(T* draw, T* dwq, T* dwk, const T* dqkv, const T* raw, const T* wq, const T* wk, const T* rstd,
                       const QkNormShape& s, float offset) {
-  const T off = T(offset);
   const long row = s.row(), kv = long(s.KVH) * s.D, v0 = row - kv;
   MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(s.N) * row)))
   for (int n = 0; n < s.N; ++n) {
     for (int j = 0; j < s.vectors(); ++j) {
       const Vec<T> v = vec(s, j, wq, wk);
-      const T* x = raw + n * row + v.off;
-      const T* dy = dqkv + n * row + v.off;
       T* dx = draw + n * row + v.off;
-      const T r = rstd[long(n) * s.vectors() + j];
-      double dot = 0;
-      for (int c = 0; c < v.width; ++c) dot += double(dy[c]) * double(v.w[c] + off) * double(x[c]);
-      const T k = T(dot * double(r) * double(r) * double(r) / v.width);
-      for (int c = 0; c < v.width; ++c) dx[c] = dy[c] * (v.w[c] + off) * r - k * x[c];
+      std::fill(dx, dx + v.width, T(0));  // rmsnorm_backward accumulates; draw is overwritten
+      rmsnorm_backward(dx, static_cast<T*>(nullptr), dqkv + n * row + v.off, raw + n * row + v.off, v.w,
+                       rstd + long(n) * s.vectors() + j, 1, v.width, offset);
     }
     std::copy_n(dqkv + n * row + v0, kv, draw + n * row + v0);
   }
