@@ -99,6 +99,21 @@ PassResult run_pass(const ModelConfig& cfg, const std::vector<std::vector<float>
   return r;
 }
 
+// A family's fixture read once: its config, weights, transformers' gradients and batch.
+struct Fixture {
+  explicit Fixture(const std::string& family)
+      : cfg(family_config(family)), units(build_param_schemas(cfg)),
+        weights(open_or_die(family_fixture_dir(family) + "/model.safetensors")),
+        expected(open_or_die(family_fixture_dir(family) + "/grads.safetensors")), batch(family_batch(family)) {
+    if (weights && expected) w = read_units(*weights, units), ref = read_units(*expected, units);
+  }
+  ModelConfig cfg;
+  std::vector<ParamSchema> units;
+  std::unique_ptr<SafetensorsFile> weights, expected;
+  std::vector<std::vector<float>> w, ref;
+  testing_util::FamilyBatch batch;
+};
+
 class FamilyParity : public ::testing::TestWithParam<std::string> {};
 
 // fp32 against transformers' fp32: the loss within 1e-5 relative. Each gradient within 1e-4 of
@@ -109,18 +124,17 @@ class FamilyParity : public ::testing::TestWithParam<std::string> {};
 // percents. Checked unchunked with saved activations and chunked (5 tokens) with recompute.
 TEST_P(FamilyParity, LossAndEveryGradientEqualTransformers) {
   const std::string family = GetParam();
-  const ModelConfig cfg = family_config(family);
-  const auto units = build_param_schemas(cfg);
-  auto weights = open_or_die(family_fixture_dir(family) + "/model.safetensors");
-  auto expected = open_or_die(family_fixture_dir(family) + "/grads.safetensors");
-  ASSERT_TRUE(weights && expected);
+  const Fixture f(family);
+  ASSERT_TRUE(f.weights && f.expected);
+  const ModelConfig& cfg = f.cfg;
+  const auto& units = f.units;
   // every tensor transformers saved is one we train (nothing read and then ignored)
-  std::set<std::string> saved = file_names(*weights);
+  std::set<std::string> saved = file_names(*f.weights);
   if (cfg.tie_word_embeddings) saved.erase("lm_head.weight");
   EXPECT_EQ(saved, schema_names(units));
-  const auto w = read_units(*weights, units);
-  const auto ref = read_units(*expected, units);
-  const auto b = family_batch(family);
+  const auto& w = f.w;
+  const auto& ref = f.ref;
+  const auto& b = f.batch;
   for (const auto& [recompute, chunk] : {std::pair{false, 0}, std::pair{true, 5}}) {
     SCOPED_TRACE(recompute ? "recompute, token chunks of 5" : "saved activations");
     const PassResult r = run_pass(cfg, w, b, recompute, chunk);
@@ -150,14 +164,13 @@ double rel_l2(const float* got, const float* ref, size_t n) {
 // bf16 against fp32: the loss within 1%, each unit's gradient within 5% relative L2.
 TEST_P(FamilyParity, Bf16TracksTransformersFp32) {
   const std::string family = GetParam();
-  const ModelConfig cfg = family_config(family);
-  const auto units = build_param_schemas(cfg);
-  auto weights = open_or_die(family_fixture_dir(family) + "/model.safetensors");
-  auto expected = open_or_die(family_fixture_dir(family) + "/grads.safetensors");
-  ASSERT_TRUE(weights && expected);
-  const auto w = read_units(*weights, units);
-  const auto ref = read_units(*expected, units);
-  const auto b = family_batch(family);
+  const Fixture f(family);
+  ASSERT_TRUE(f.weights && f.expected);
+  const ModelConfig& cfg = f.cfg;
+  const auto& units = f.units;
+  const auto& w = f.w;
+  const auto& ref = f.ref;
+  const auto& b = f.batch;
   const PassResult r = run_pass<bf16>(cfg, w, b, true, 0);
   EXPECT_LT(std::abs(r.loss - b.loss), 0.01 * b.loss) << "bf16 " << r.loss << ", transformers fp32 " << b.loss;
   for (size_t u = 0; u < units.size(); ++u) {
