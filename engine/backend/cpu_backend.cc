@@ -206,10 +206,10 @@ class StreamOps final : public Ops<T> {
                           const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const override {
     post("attention_backward", &Base::attention_backward, dqkv, dout, qkv, out, lse, docs, opt, B, T_, H, KVH, D);
   }
-  void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const override {
+  void swiglu_forward(T* out, const T* gu, int N, int F, Activation act) const override {
     post("swiglu_forward", &Base::swiglu_forward, out, gu, N, F, act);
   }
-  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const override {
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const override {
     post("swiglu_backward", &Base::swiglu_backward, dgu, dout, gu, N, F, act);
   }
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {

@@ -125,13 +125,13 @@ class CpuOpsBf16 final : public Ops<bf16> {
                                    B, T_, H, KVH, D, opt);
     round_to_bf16(dqkv, d, n_qkv);
   }
-  void swiglu_forward(bf16* out, const bf16* gu, int N, int F, GateActivation act) const override {
+  void swiglu_forward(bf16* out, const bf16* gu, int N, int F, Activation act) const override {
     const size_t n = size_t(N) * F;
     float* o = scratch(1, n);
     cpu::swiglu_forward<float>(o, widen(0, gu, 2 * n), N, F, act);
     round_to_bf16(out, o, n);
   }
-  void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F, GateActivation act) const override {
+  void swiglu_backward(bf16* dgu, const bf16* dout, const bf16* gu, int N, int F, Activation act) const override {
     const size_t n = size_t(N) * F;
     float* d = scratch(0, 2 * n);
     cpu::swiglu_backward<float>(d, widen(1, dout, n), widen(2, gu, 2 * n), N, F, act);

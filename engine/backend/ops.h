@@ -79,8 +79,8 @@ class Ops {
   virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
                                   const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const = 0;
   // out = act(gate) * up (kernels/swiglu.h).
-  virtual void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const = 0;
-  virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const = 0;
+  virtual void swiglu_forward(T* out, const T* gu, int N, int F, Activation act) const = 0;
+  virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;
   virtual void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
   // As cpu::lm_head_loss (softcap: the final logits' soft cap, 0 = none); the result stays on

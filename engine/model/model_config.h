@@ -90,7 +90,7 @@ struct ModelConfig {
   double attention_scale = 0;          // 0: 1/sqrt(head_dim); Gemma: query_pre_attn_scalar^-1/2
   double attention_softcap = 0;        // scores -> cap * tanh(scores / cap) (Gemma 2), 0: none
   double final_softcap = 0;            // the LM head's logits likewise (Gemma 2), 0: none
-  GateActivation activation = GateActivation::kSilu;
+  Activation activation;               // the MLP's (and experts') gate activation
   double embedding_scale = 1;          // the embedding's output times this: Gemma's sqrt(hidden_size)
   bool fused_projections = false;      // Phi-3: one qkv_proj and one gate_up_proj tensor
   double rope_local_theta = 0;         // the local RoPE table's base (Gemma 3), 0: no local table

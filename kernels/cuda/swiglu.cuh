@@ -9,10 +9,10 @@ namespace mt::cuda {
 
 template <typename T>
 CudaStatus swiglu_forward(T* out, const T* gu, int N, int F, cudaStream_t stream,
-                          GateActivation act = GateActivation::kSilu);
+                          Activation act = {});
 // dgu is overwritten.
 template <typename T>
 CudaStatus swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, cudaStream_t stream,
-                           GateActivation act = GateActivation::kSilu);
+                           Activation act = {});
 
 }  // namespace mt::cuda

@@ -160,12 +160,12 @@ void CudaOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const 
             "attention_backward");
 }
 template <typename T>
-void CudaOps<T>::swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const {
+void CudaOps<T>::swiglu_forward(T* out, const T* gu, int N, int F, Activation act) const {
   if (!ctx_.bind()) return;
   ctx_.note(cuda::swiglu_forward(dev(out), dev(gu), N, F, ctx_.stream(), act), "swiglu_forward");
 }
 template <typename T>
-void CudaOps<T>::swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const {
+void CudaOps<T>::swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const {
   if (!ctx_.bind()) return;
   ctx_.note(cuda::swiglu_backward(dev(dgu), dev(dout), dev(gu), N, F, ctx_.stream(), act), "swiglu_backward");
 }

@@ -82,8 +82,8 @@ class CudaOps final : public Ops<T> {
                          int H, int KVH, int D) const override;
   void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const A* lse, Documents docs,
                           const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const override;
-  void swiglu_forward(T* out, const T* gu, int N, int F, GateActivation act) const override;
-  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, GateActivation act) const override;
+  void swiglu_forward(T* out, const T* gu, int N, int F, Activation act) const override;
+  void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const override;
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override;
   void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const override;
   // Leaves the totals on the device (no synchronisation).
