@@ -2,7 +2,8 @@
 # scripts/gpu_check.sh — what a lent GPU machine (one H200, ~8 minutes) runs, in one go:
 #   1. configure + build the engine, the CUDA kernels, mt_cuda_tests (no daemon: that machine
 #      has no gRPC/protobuf/spdlog/prometheus, so -DMEGATRAIN_SERVER=OFF);
-#   2. the cuDNN attention tests first (issue 25: cuDNN SDPA against the CPU reference and the
+#   2. the op table test (issue 27: every op of both CUDA tables against the CPU reference), the
+#      cuDNN attention tests (issue 25: cuDNN SDPA against the CPU reference and the
 #      simt kernel, dense and ragged, and the streaming executor on it), then the issue-18 CUDA
 #      tests (points 2-7: faults and DEVICE_LOST, copy accounting from
 #      two threads, device binding, device budget, stalls, multi-chunk bf16 copies), then the
@@ -162,12 +163,16 @@ export OMP_WAIT_POLICY=passive
 export MEGATRAIN_SOURCE_DIR="$ROOT"  # the tests' fixtures (tests/fixtures/families) in this copy
 
 # --- 2. tests ---------------------------------------------------------------------------
+# The op table test first (issue 27: every Ops<T> method of the fp32 and bf16 tables against the
+# CPU reference in double, tests/cuda/ops_table_test.cc); the later filters leave it out.
+OPS_TABLE='*OpsTable*'
+step tests_ops_table 60 - "$T" --gtest_filter="$OPS_TABLE" --gtest_output="json:$OUT/tests_ops_table.json"
 CUDNN_TESTS='*Cudnn*'
 step tests_cudnn 120 - "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
 BF16='*Bf16*:*MixedPrecision*:CudaAttention.*:*AttentionMma*'
-step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16" --gtest_output="json:$OUT/tests_bf16_attention.json"
-step tests_rest 150 - "$T" --gtest_filter="-$CUDNN_TESTS:$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
+step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16-$OPS_TABLE" --gtest_output="json:$OUT/tests_bf16_attention.json"
+step tests_rest 150 - "$T" --gtest_filter="-$OPS_TABLE:$CUDNN_TESTS:$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 
 # --- 3. benchmarks ------------------------------------------------------------------------
 [ "$PREBUILT" = 1 ] || step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench

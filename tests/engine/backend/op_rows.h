@@ -1,0 +1,670 @@
+// The op table test (ggml's test-backend-ops in miniature; STYLE.md section 4): one row per
+// Ops<T> method and variant, each building random inputs at odd shapes, and the harness that
+// runs a row on any op table, in that table's memory, and checks it against the CPU reference
+// in double (cpu_ops<double>()) run on the very same inputs — each input rounded to what the
+// table under test stores (bf16 weights and activations, fp32 statistics and gradients).
+// tests/engine/backend/ops_table_test.cc runs the rows on the CPU tables (bare, and behind
+// CpuBackend), tests/cuda/ops_table_test.cc on CudaBackend's; OpsTable.EveryOpHasARow checks
+// that the rows name kOpCount (engine/backend/ops.h) distinct methods.
+//
+// Each tensor of a row has the role its op's contract (kernels/*.h, ops.h) gives it:
+//  * in: read only, and checked unchanged after the op (bit for bit);
+//  * out (=, overwritten): poisoned with NaN first, so an element the op does not write fails;
+//    where the reference leaves elements alone (a copy or zeroing of a prefix: `untouched`
+//    counts them) they must still be NaN, so an op that writes past its extent fails too;
+//  * acc (+=, accumulated): prefilled with random values, and the increment is checked (the
+//    tolerance scales with the increment, not with the prefill; a table that overwrites, or
+//    does nothing, misses by the rms of one of the two, far outside it);
+//  * inout: updated in place (RoPE, scale, zero) from random values.
+//
+// Tolerances, per element: |got - ref| <= round |ref| + rel (|inc| + scale), NaN failing, where
+// inc is what the op contributed to the element (ref itself, or ref - prefill for +=) and scale
+// the rms of inc over the tensor (elements that cancel to far below the tensor's own scale are
+// not asked for relative accuracy):
+//  * rel = kFp32 = 2e-5 on every table: every output is a short computation in fp32 (or fp32
+//    inside a bf16 op) on the exact inputs — a sum of at most ~40 products, one softmax over at
+//    most 37 keys, one norm over at most 60 values — whose error is a few fp32 ulps (2^-24) of
+//    the terms, ~1e-6 of the scale; 2e-5 is the CUDA kernel tests' bound (matmul_test.cc,
+//    attention_test.cc), still far below one missing or misplaced term (~scale / sqrt(K));
+//  * round = 0 for fp32 storage; 2^-8 for an output stored in bf16: a bf16 table computes in
+//    fp32 and rounds each bf16 output once, to nearest (docs/ARCHITECTURE.md, "Mixed
+//    precision"), which moves it by at most half an ulp, 2^-8 of its value (8 significant
+//    bits); statistics, weight gradients, losses (acc_t<bf16> = fp32) get no such term;
+//  * bf16_slack: the one op that rounds an intermediate to bf16 as well — the LM head rounds
+//    d(logits) to bf16 before its backward GEMMs (kernels/lm_head_loss.h) — adds a stated
+//    fraction of (|inc| + scale) to dx and dW in a bf16 table;
+//  * exact: copies (copy_bytes, the embedding lookup, zeroing) are bit-exact on every table.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/ops.h"
+#include "kernels/attention.h"
+#include "kernels/bf16.h"
+#include "tests/kernels/test_util.h"
+
+namespace mt::optest {
+
+// ---- tensors and cases ------------------------------------------------------------------------
+
+// Storage of a tensor in a table of element type T.
+enum class Kind {
+  kT,        // T: weights and activations
+  kA,        // acc_t<T>: statistics, weight gradients, losses
+  kI32,      // tokens, targets, positions, document starts
+  kF32,      // RoPE's inverse frequencies (float in every table)
+  kF64,      // the LM head's totals
+  kScratch,  // the LM head's scratch for n = chunk * V logits: lm_head_scratch_bytes<T>; never compared
+};
+enum class Role { kIn, kOut, kAcc, kInOut };
+
+struct Tensor {
+  std::string name;
+  Kind kind;
+  Role role;
+  size_t n;                  // elements (logits, for the scratch)
+  std::vector<double> data;  // initial contents: random, or NaN for an out
+  size_t untouched = 0;      // out: elements the op leaves alone
+  bool exact = false;        // compared bit for bit (copies)
+  double bf16_slack = 0;     // in a bf16 table, added to the relative tolerance
+};
+
+inline constexpr int kNone = -1;  // a tensor index that passes nullptr
+
+// A case's device pointers, read by tensor index as the tensor's kind; kNone gives nullptr.
+template <typename T>
+class Bufs {
+ public:
+  Bufs(const std::vector<Tensor>& t, std::vector<void*> p) : t_(t), p_(std::move(p)) {}
+  T* t(int i) const { return as<T>(i, Kind::kT); }
+  acc_t<T>* a(int i) const { return as<acc_t<T>>(i, Kind::kA); }
+  int32_t* i32(int i) const { return as<int32_t>(i, Kind::kI32); }
+  float* f32(int i) const { return as<float>(i, Kind::kF32); }
+  double* f64(int i) const { return as<double>(i, Kind::kF64); }
+  void* scratch(int i) const { return as<void>(i, Kind::kScratch); }
+
+ private:
+  template <typename S>
+  S* as(int i, Kind k) const {
+    if (i == kNone) return nullptr;
+    EXPECT_EQ(int(t_[size_t(i)].kind), int(k)) << t_[size_t(i)].name << " read as another kind";
+    return static_cast<S*>(p_[size_t(i)]);
+  }
+  const std::vector<Tensor>& t_;
+  std::vector<void*> p_;
+};
+
+template <typename T>
+using Call = std::function<void(const Ops<T>&, const Bufs<T>&)>;
+
+// One call of one op: its tensors and the call, written once as a generic lambda and kept for
+// the reference table (double) and the tables under test (float, bf16).
+class Case {
+ public:
+  int in(std::string name, Kind k, std::vector<double> v) { return add(std::move(name), k, Role::kIn, std::move(v)); }
+  int out(std::string name, Kind k, size_t n, size_t untouched = 0) {
+    const int i = add(std::move(name), k, Role::kOut, std::vector<double>(n, std::nan("")));
+    tensors_.back().untouched = untouched;
+    return i;
+  }
+  int acc(std::string name, Kind k, size_t n) { return add(std::move(name), k, Role::kAcc, random(n)); }
+  int inout(std::string name, Kind k, std::vector<double> v) {
+    return add(std::move(name), k, Role::kInOut, std::move(v));
+  }
+  int scratch(size_t logits) { return add("scratch", Kind::kScratch, Role::kOut, std::vector<double>(logits)); }
+  Tensor& operator[](int i) { return tensors_[size_t(i)]; }
+
+  // Seeded data: uniform reals, or integers in [lo, hi].
+  std::vector<double> random(size_t n, double lo = -1, double hi = 1) { return test::random_vec(n, seed_++, lo, hi); }
+  std::vector<double> integers(size_t n, int lo, int hi) {
+    std::vector<double> v = random(n, lo, hi + 1);
+    for (double& x : v) x = std::min(std::floor(x), double(hi));
+    return v;
+  }
+
+  template <typename F>
+  void run(F f) {
+    f64_ = f;
+    f32_ = f;
+    bf16_ = f;
+  }
+  template <typename T>
+  void call(const Ops<T>& ops, const Bufs<T>& p) const {
+    if constexpr (std::is_same_v<T, double>) f64_(ops, p);
+    else if constexpr (std::is_same_v<T, float>) f32_(ops, p);
+    else bf16_(ops, p);
+  }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+
+ private:
+  int add(std::string name, Kind k, Role r, std::vector<double> v) {
+    const size_t n = v.size();
+    tensors_.push_back({std::move(name), k, r, n, std::move(v)});
+    return int(tensors_.size()) - 1;
+  }
+  std::vector<Tensor> tensors_;
+  uint32_t seed_ = 1;
+  Call<double> f64_;
+  Call<float> f32_;
+  Call<bf16> bf16_;
+};
+
+struct Row {
+  const char* op;       // the Ops<T> method (MT_OP: a name that is not one fails to compile)
+  const char* variant;  // what this row's arguments exercise
+  std::function<Case()> build;
+};
+#define MT_OP(method) (static_cast<void>(&::mt::Ops<double>::method), #method)
+
+// ---- memory: the host (bare op tables) or a Backend's device arena and copy streams ---------
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual void* alloc(size_t bytes) = 0;
+  // Ordered before any op issued after it; `src` stays alive until the next download returns.
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  // After every op issued before it; complete on return.
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status error() const { return Status::Ok(); }
+};
+
+class HostDevice final : public Device {
+ public:
+  void* alloc(size_t bytes) override { return blocks_.emplace_back((bytes + 7) / 8 + 1).data(); }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+ private:
+  std::deque<std::vector<uint64_t>> blocks_;  // 8-byte aligned
+};
+
+// A Backend's arena (reserved once: allocations only bump it), its H2D and D2H streams, and
+// events that order them around the compute stream, as the executor uses them.
+class BackendDevice final : public Device {
+ public:
+  explicit BackendDevice(Backend& b, size_t arena_bytes = size_t(256) << 20) : b_(b) {
+    const Status s = b_.reserve_device(arena_bytes);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  void* alloc(size_t bytes) override {
+    Result<void*> p = b_.device_alloc(bytes);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    return p.ok() ? *p : nullptr;
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    b_.copy_h2d(dst, src, bytes);
+    b_.stream_wait(StreamKind::kCompute, b_.record(StreamKind::kH2D));
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    b_.stream_wait(StreamKind::kD2H, b_.record(StreamKind::kCompute));
+    b_.copy_d2h(dst, src, bytes);
+    b_.host_wait(b_.record(StreamKind::kD2H));
+  }
+  Status error() const override { return b_.error(); }
+
+ private:
+  Backend& b_;
+};
+
+// ---- storage: a tensor's values as table T stores them ----------------------------------------
+
+// Calls f(S{}) with S the storage type of kind k in table T (not for kScratch).
+template <typename T, typename F>
+decltype(auto) with_storage(Kind k, F&& f) {
+  switch (k) {
+    case Kind::kT: return f(T{});
+    case Kind::kA: return f(acc_t<T>{});
+    case Kind::kI32: return f(int32_t{});
+    case Kind::kF32: return f(float{});
+    default: return f(double{});
+  }
+}
+
+template <typename T>
+std::vector<char> encode(const Tensor& t, const std::vector<double>& v) {
+  if (t.kind == Kind::kScratch) return std::vector<char>(lm_head_scratch_bytes<T>(int(t.n), 1), char(0xff));
+  return with_storage<T>(t.kind, [&](auto tag) {
+    using S = decltype(tag);
+    std::vector<char> bytes(v.size() * sizeof(S));
+    for (size_t i = 0; i < v.size(); ++i) {
+      S s;
+      if constexpr (std::is_same_v<S, bf16>) s = float_to_bf16(float(v[i]));
+      else s = S(v[i]);
+      std::memcpy(bytes.data() + i * sizeof(S), &s, sizeof(S));
+    }
+    return bytes;
+  });
+}
+
+template <typename T>
+std::vector<double> decode(const Tensor& t, const std::vector<char>& bytes) {
+  if (t.kind == Kind::kScratch) return {};
+  return with_storage<T>(t.kind, [&](auto tag) {
+    using S = decltype(tag);
+    std::vector<double> v(bytes.size() / sizeof(S));
+    for (size_t i = 0; i < v.size(); ++i) {
+      S s;
+      std::memcpy(&s, bytes.data() + i * sizeof(S), sizeof(S));
+      if constexpr (std::is_same_v<S, bf16>) v[i] = bf16_to_float(s);
+      else v[i] = double(s);
+    }
+    return v;
+  });
+}
+
+// Runs the case's call on `ops` in `dev`'s memory from the given initial contents; returns every
+// tensor's contents afterwards (empty for the scratch).
+template <typename T>
+std::vector<std::vector<double>> run(const Case& c, const Ops<T>& ops, Device& dev,
+                                     const std::vector<std::vector<double>>& init) {
+  const std::vector<Tensor>& ts = c.tensors();
+  std::vector<std::vector<char>> host(ts.size());
+  std::vector<void*> p(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    host[i] = encode<T>(ts[i], init[i]);
+    p[i] = dev.alloc(host[i].size());
+    dev.upload(p[i], host[i].data(), host[i].size());
+  }
+  c.call<T>(ops, Bufs<T>(ts, p));
+  std::vector<std::vector<double>> after(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].kind == Kind::kScratch) continue;
+    std::vector<char> back(host[i].size());
+    dev.download(back.data(), p[i], back.size());
+    after[i] = decode<T>(ts[i], back);
+  }
+  return after;
+}
+
+// ---- comparison -------------------------------------------------------------------------------
+
+inline constexpr double kFp32 = 2e-5;
+inline constexpr double kBf16Round = 1.0 / 256;
+
+inline void expect_close(const Tensor& t, const std::vector<double>& got, const std::vector<double>& ref,
+                         const std::vector<double>& before, double round, double rel) {
+  ASSERT_EQ(got.size(), ref.size()) << t.name;
+  auto inc = [&](size_t i) { return t.role == Role::kAcc ? ref[i] - before[i] : ref[i]; };
+  double ss = 0;
+  size_t untouched = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i])) ++untouched;
+    else ss += inc(i) * inc(i);
+  }
+  ASSERT_EQ(untouched, t.untouched) << t.name << ": elements the reference leaves alone (NaN)";
+  const double scale = untouched < ref.size() ? std::sqrt(ss / double(ref.size() - untouched)) : 0;
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(ref[i])) {
+      if (!std::isnan(got[i]) && ++bad <= 5)
+        ADD_FAILURE() << t.name << "[" << i << "]: " << got[i] << " written where the op must not write";
+      continue;
+    }
+    const double tol = t.exact ? 0 : round * std::fabs(ref[i]) + rel * (std::fabs(inc(i)) + scale);
+    if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5)  // written so that NaN fails
+      ADD_FAILURE() << t.name << "[" << i << "]: got " << got[i] << ", want " << ref[i] << " (tol " << tol
+                    << (t.role == Role::kAcc ? ", += onto " + std::to_string(before[i]) : std::string()) << ")";
+  }
+  EXPECT_EQ(bad, 0) << t.name << ": " << bad << " of " << ref.size() << " elements out of tolerance (scale " << scale
+                    << ")";
+}
+
+// The row on `ops` (in `dev`'s memory) against cpu_ops<double>() on the same rounded inputs.
+template <typename T>
+void expect_row_matches(const Row& row, const Ops<T>& ops, Device& dev) {
+  const Case c = row.build();
+  const std::vector<Tensor>& ts = c.tensors();
+  std::vector<std::vector<double>> init(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) init[i] = decode<T>(ts[i], encode<T>(ts[i], ts[i].data));
+  const auto got = run<T>(c, ops, dev, init);
+  const Status s = dev.error();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  HostDevice host;
+  const auto ref = run<double>(c, cpu_ops<double>(), host, init);
+  constexpr bool bf16_table = std::is_same_v<T, bf16>;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    if (t.kind == Kind::kScratch) continue;
+    if (t.role == Role::kIn) {
+      EXPECT_TRUE(got[i] == init[i]) << "the op wrote its input " << t.name;
+      continue;
+    }
+    const bool bf16_storage = bf16_table && t.kind == Kind::kT;
+    expect_close(t, got[i], ref[i], init[i], bf16_storage ? kBf16Round : 0, kFp32 + (bf16_table ? t.bf16_slack : 0));
+  }
+}
+
+// ---- the rows ---------------------------------------------------------------------------------
+
+// Odd shapes, nothing dividing anything: N tokens of width C, OC outputs, F gate width, V
+// vocabulary (LM head; kEmbV for the embedding, small so tokens repeat), chunk 4 of 13 tokens.
+// Attention and RoPE: B rows of T = 37 tokens (past the CUDA kernels' 32-key tiles), 6 query
+// heads on 2 KV heads (GQA), head_dim 10 — neither a multiple of 8 (cuDNN) nor 64/128 (the
+// tensor-core kernel), so every CUDA table runs the SIMT kernel, whatever MEGATRAIN_ATTENTION
+// says; those kernels have their own tests (attention_cudnn_test.cc, attention_mma_test.cc).
+inline constexpr int kN = 13, kC = 33, kOC = 19, kF = 19, kV = 37, kEmbV = 7, kChunk = 4;
+inline constexpr int kB = 2, kT = 37, kH = 6, kKVH = 2, kD = 10;
+inline constexpr size_t kQkv = size_t(kB) * kT * (kH + 2 * kKVH) * kD, kAttnOut = size_t(kB) * kT * kH * kD;
+inline constexpr size_t kLse = size_t(kB) * kH * kT, kFlat = 1001;
+
+// Packed documents (kernels/attention.h): row 0 holds documents of 20, 1 and 16 tokens, row 1 of
+// 36 and 1 (a boundary at the last token).
+inline std::vector<int32_t> document_positions() {
+  std::vector<int32_t> pos;
+  for (const auto& row : {std::vector<int>{20, 1, 16}, std::vector<int>{36, 1}})
+    for (int len : row)
+      for (int i = 0; i < len; ++i) pos.push_back(i);
+  return pos;
+}
+
+inline std::vector<double> doubles(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }
+
+// Attention's documents as the executor passes them: positions (device) and spans (host starts,
+// and the same starts on the device), or one document per row.
+struct AttentionVariant {
+  const char* name;
+  bool documents;
+  AttentionOptions opt;
+};
+struct AttentionInputs {
+  std::vector<int32_t> pos, starts;
+  int pos_i = kNone, starts_i = kNone;
+  AttentionInputs(Case& c, bool documents) {
+    if (!documents) return;
+    pos = document_positions();
+    starts = document_starts(pos.data(), kB, kT);
+    pos_i = c.in("pos", Kind::kI32, doubles(pos));
+    starts_i = c.in("document starts", Kind::kI32, doubles(starts));
+  }
+  const int32_t* host_pos() const { return pos.empty() ? nullptr : pos.data(); }
+  // The documents of a call on p's memory; `spans` must outlive the call.
+  template <typename P>
+  Documents docs(const P& p, DocumentSpans& spans) const {
+    if (pos_i == kNone) return Documents();
+    spans = {starts.data(), p.i32(starts_i), int(starts.size()) - 1};
+    return Documents(p.i32(pos_i), &spans);
+  }
+};
+
+inline std::vector<double> inv_freq(int D) {
+  std::vector<double> f(size_t(D / 2));
+  for (int i = 0; i < D / 2; ++i) f[size_t(i)] = double(float(std::pow(10000.0, -2.0 * i / D)));
+  return f;
+}
+
+inline std::vector<Row> make_op_rows() {
+  std::vector<Row> r;
+  auto add = [&r](const char* op, const char* variant, std::function<Case()> build) {
+    r.push_back({op, variant, std::move(build)});
+  };
+  // out[N, OC] = inp[N, C] @ w[OC, C]^T (+ bias), and the backward into any of its three outputs.
+  for (const bool bias : {true, false}) {
+    add(MT_OP(matmul_forward), bias ? "bias" : "no bias", [=] {
+      Case c;
+      const int x = c.in("inp", Kind::kT, c.random(kN * kC)), w = c.in("w", Kind::kT, c.random(kOC * kC));
+      const int b = bias ? c.in("bias", Kind::kT, c.random(kOC)) : kNone, out = c.out("out", Kind::kT, kN * kOC);
+      c.run([=](const auto& ops, const auto& p) { ops.matmul_forward(p.t(out), p.t(x), p.t(w), p.t(b), kN, kC, kOC); });
+      return c;
+    });
+    add(MT_OP(matmul_backward), bias ? "dinp, dweight, dbias" : "dweight only", [=] {
+      Case c;
+      const int x = c.in("inp", Kind::kT, c.random(kN * kC)), w = c.in("w", Kind::kT, c.random(kOC * kC));
+      const int dout = c.in("dout", Kind::kT, c.random(kN * kOC)), dw = c.acc("dweight", Kind::kA, kOC * kC);
+      const int dinp = bias ? c.acc("dinp", Kind::kT, kN * kC) : kNone;
+      const int db = bias ? c.acc("dbias", Kind::kA, kOC) : kNone;
+      c.run([=](const auto& ops, const auto& p) {
+        ops.matmul_backward(p.t(dinp), p.a(dw), p.a(db), p.t(dout), p.t(x), p.t(w), kN, kC, kOC);
+      });
+      return c;
+    });
+  }
+  // RMSNorm with Llama's scale w (offset 0) and Gemma's 1 + w (offset 1); the backward reads the
+  // forward's rstd (computed here in double).
+  for (const float offset : {0.f, 1.f}) {
+    const char* variant = offset == 0 ? "scale w" : "scale 1 + w";
+    const double w_lo = offset == 0 ? 0.5 : -0.5;
+    add(MT_OP(rmsnorm_forward), variant, [=] {
+      Case c;
+      const int x = c.in("inp", Kind::kT, c.random(kN * kC, -2, 2));
+      const int w = c.in("w", Kind::kT, c.random(kC, w_lo, w_lo + 1));
+      const int out = c.out("out", Kind::kT, kN * kC), rstd = c.out("rstd", Kind::kA, kN);
+      c.run([=](const auto& ops, const auto& p) {
+        ops.rmsnorm_forward(p.t(out), p.a(rstd), p.t(x), p.t(w), kN, kC, 1e-5f, offset);
+      });
+      return c;
+    });
+    add(MT_OP(rmsnorm_backward), variant, [=] {
+      Case c;
+      const auto xv = c.random(kN * kC, -2, 2), wv = c.random(kC, w_lo, w_lo + 1);
+      std::vector<double> o(xv.size()), rs(kN);
+      cpu_ops<double>().rmsnorm_forward(o.data(), rs.data(), xv.data(), wv.data(), kN, kC, 1e-5f, offset);
+      const int x = c.in("inp", Kind::kT, xv), w = c.in("w", Kind::kT, wv), rstd = c.in("rstd", Kind::kA, rs);
+      const int dout = c.in("dout", Kind::kT, c.random(kN * kC));
+      const int dinp = c.acc("dinp", Kind::kT, kN * kC), dw = c.acc("dweight", Kind::kA, kC);
+      c.run([=](const auto& ops, const auto& p) {
+        ops.rmsnorm_backward(p.t(dinp), p.a(dw), p.t(dout), p.t(x), p.t(w), p.a(rstd), kN, kC, offset);
+      });
+      return c;
+    });
+  }
+  // Q/K norms per head (Qwen3; Gemma 3's with 1 + w) and over the whole projections (OLMo 2).
+  for (const bool per_head : {true, false}) {
+    const char* variant = per_head ? "per head, scale 1 + w" : "whole projections, scale w";
+    const float offset = per_head ? 1.f : 0.f;
+    const QkNormShape s{kN, kH, kKVH, kD, per_head};
+    const size_t n = size_t(kN) * size_t(s.row()), nq = size_t(s.q_width()), nk = size_t(s.k_width());
+    const size_t nrstd = size_t(kN) * size_t(s.vectors());
+    add(MT_OP(qk_norm_forward), variant, [=] {
+      Case c;
+      const int raw = c.in("raw", Kind::kT, c.random(n, -2, 2));
+      const int wq = c.in("wq", Kind::kT, c.random(nq, offset - 0.5, offset + 0.5));
+      const int wk = c.in("wk", Kind::kT, c.random(nk, offset - 0.5, offset + 0.5));
+      const int qkv = c.out("qkv", Kind::kT, n), rstd = c.out("rstd", Kind::kA, nrstd);
+      c.run([=](const auto& ops, const auto& p) {
+        ops.qk_norm_forward(p.t(qkv), p.a(rstd), p.t(raw), p.t(wq), p.t(wk), s, 1e-6f, offset);
+      });
+      return c;
+    });
+    add(MT_OP(qk_norm_backward), variant, [=] {
+      Case c;
+      const auto rv = c.random(n, -2, 2), wqv = c.random(nq, offset - 0.5, offset + 0.5),
+                 wkv = c.random(nk, offset - 0.5, offset + 0.5);
+      std::vector<double> o(n), rs(nrstd);
+      cpu_ops<double>().qk_norm_forward(o.data(), rs.data(), rv.data(), wqv.data(), wkv.data(), s, 1e-6f, offset);
+      const int raw = c.in("raw", Kind::kT, rv), wq = c.in("wq", Kind::kT, wqv), wk = c.in("wk", Kind::kT, wkv);
+      const int rstd = c.in("rstd", Kind::kA, rs), dqkv = c.in("dqkv", Kind::kT, c.random(n));
+      const int draw = c.out("draw", Kind::kT, n), dwq = c.acc("dwq", Kind::kA, nq), dwk = c.acc("dwk", Kind::kA, nk);
+      c.run([=](const auto& ops, const auto& p) {
+        ops.qk_norm_backward(p.t(draw), p.a(dwq), p.a(dwk), p.t(dqkv), p.t(raw), p.t(wq), p.t(wk), p.a(rstd), s,
+                             offset);
+      });
+      return c;
+    });
+  }
+  // RoPE in place: each row one sequence, or packed documents with YaRN's scale on cos and sin.
+  for (const bool documents : {false, true}) {
+    const char* variant = documents ? "documents, YaRN scale" : "one sequence per row";
+    const float scale = documents ? 1.1386294f : 1.f;
+    for (const bool forward : {true, false})
+      add(forward ? MT_OP(rope_forward) : MT_OP(rope_backward), variant, [=] {
+        Case c;
+        const int f = c.in("inv_freq", Kind::kF32, inv_freq(kD));
+        const int pos = documents ? c.in("pos", Kind::kI32, doubles(document_positions())) : kNone;
+        const int qkv = c.inout("qkv", Kind::kT, c.random(kQkv, -3, 3));
+        c.run([=](const auto& ops, const auto& p) {
+          if (forward) ops.rope_forward(p.t(qkv), p.f32(f), p.i32(pos), kB, kT, kH, kKVH, kD, scale);
+          else ops.rope_backward(p.t(qkv), p.f32(f), p.i32(pos), kB, kT, kH, kKVH, kD, scale);
+        });
+        return c;
+      });
+  }
+  // Causal GQA attention: plain; packed documents with a sliding window; and with Gemma 2's score
+  // scale and soft cap as well (a cap of 1.5 that bends scores of up to ~2). The backward reads
+  // the forward's out and lse (computed here in double).
+  for (const AttentionVariant v : {AttentionVariant{"causal", false, {}},
+                                   AttentionVariant{"documents, sliding window", true, {5, 0, 0}},
+                                   AttentionVariant{"documents, window, scale, soft cap", true, {9, 0.3, 1.5}}}) {
+    add(MT_OP(attention_forward), v.name, [=] {
+      Case c;
+      const AttentionInputs packed(c, v.documents);
+      const int qkv = c.in("qkv", Kind::kT, c.random(kQkv, -2, 2));
+      const int out = c.out("out", Kind::kT, kAttnOut), lse = c.out("lse", Kind::kA, kLse);
+      c.run([=](const auto& ops, const auto& p) {
+        DocumentSpans spans;
+        ops.attention_forward(p.t(out), p.a(lse), p.t(qkv), packed.docs(p, spans), v.opt, kB, kT, kH, kKVH, kD);
+      });
+      return c;
+    });
+    add(MT_OP(attention_backward), v.name, [=] {
+      Case c;
+      const AttentionInputs packed(c, v.documents);
+      const auto qv = c.random(kQkv, -2, 2);
+      std::vector<double> o(kAttnOut), l(kLse);
+      cpu_ops<double>().attention_forward(o.data(), l.data(), qv.data(), packed.host_pos(), v.opt, kB, kT, kH, kKVH,
+                                          kD);
+      const int qkv = c.in("qkv", Kind::kT, qv), out = c.in("out", Kind::kT, o), lse = c.in("lse", Kind::kA, l);
+      const int dout = c.in("dout", Kind::kT, c.random(kAttnOut)), dqkv = c.out("dqkv", Kind::kT, kQkv);
+      c.run([=](const auto& ops, const auto& p) {
+        DocumentSpans spans;
+        ops.attention_backward(p.t(dqkv), p.t(dout), p.t(qkv), p.t(out), p.a(lse), packed.docs(p, spans), v.opt, kB, kT,
+                               kH, kKVH, kD);
+      });
+      return c;
+    });
+  }
+  // Gated MLP activations on gates well into both tails: SiLU (SwiGLU), GELU-tanh (GeGLU), and
+  // gpt-oss's clamped SwiGLU with a limit of 2.9 that clamps about a quarter of the gates and ups
+  // (2.9 is no bf16 value, so no input sits on the clamp's kink).
+  struct GateVariant {
+    const char* name;
+    Activation act;
+  };
+  for (const GateVariant g : {GateVariant{"SiLU", GateActivation::kSilu},
+                              GateVariant{"GELU tanh", GateActivation::kGeluTanh},
+                              GateVariant{"clamped SwiGLU", {GateActivation::kClampedSwiglu, 1.702f, 2.9f}}}) {
+    const char* variant = g.name;
+    const Activation act = g.act;
+    const size_t n = size_t(kN) * kF;
+    add(MT_OP(swiglu_forward), variant, [=] {
+      Case c;
+      const int gu = c.in("gu", Kind::kT, c.random(2 * n, -4, 4)), out = c.out("out", Kind::kT, n);
+      c.run([=](const auto& ops, const auto& p) { ops.swiglu_forward(p.t(out), p.t(gu), kN, kF, act); });
+      return c;
+    });
+    add(MT_OP(swiglu_backward), variant, [=] {
+      Case c;
+      const int gu = c.in("gu", Kind::kT, c.random(2 * n, -4, 4)), dout = c.in("dout", Kind::kT, c.random(n));
+      const int dgu = c.out("dgu", Kind::kT, 2 * n);
+      c.run([=](const auto& ops, const auto& p) { ops.swiglu_backward(p.t(dgu), p.t(dout), p.t(gu), kN, kF, act); });
+      return c;
+    });
+  }
+  // The embedding lookup (an exact row copy) and its backward, tokens repeating (rows accumulate).
+  add(MT_OP(embedding_forward), "repeated tokens", [] {
+    Case c;
+    const int tok = c.in("tokens", Kind::kI32, c.integers(kN, 0, kEmbV - 1));
+    const int wte = c.in("wte", Kind::kT, c.random(kEmbV * kC)), out = c.out("out", Kind::kT, kN * kC);
+    c[out].exact = true;
+    c.run([=](const auto& ops, const auto& p) { ops.embedding_forward(p.t(out), p.i32(tok), p.t(wte), kN, kC); });
+    return c;
+  });
+  add(MT_OP(embedding_backward), "repeated tokens", [] {
+    Case c;
+    const int tok = c.in("tokens", Kind::kI32, c.integers(kN, 0, kEmbV - 1));
+    const int dout = c.in("dout", Kind::kT, c.random(kN * kC)), dwte = c.acc("dwte", Kind::kA, kEmbV * kC);
+    c.run([=](const auto& ops, const auto& p) { ops.embedding_backward(p.a(dwte), p.t(dout), p.i32(tok), kN, kC); });
+    return c;
+  });
+  // The fused LM head, every fourth target ignored, chunks of 4 over 13 tokens: plain; with Gemma
+  // 2's final soft cap (2, where the logits reach ~3); forward only (evaluation: the totals).
+  // In bf16, d(logits) is rounded to bf16 before the dx and dW GEMMs: each term of their sums
+  // (over 37 logits, over 10 counted tokens) moves by up to 2^-8 of itself, and the terms'
+  // magnitudes add up to a few times the sum's scale where they cancel: 2^-6 of (|inc| + scale)
+  // (the CPU bf16 table's worst is a third of that at these shapes).
+  struct HeadVariant {
+    const char* name;
+    float softcap;
+    bool backward;
+  };
+  for (const HeadVariant v : {HeadVariant{"ignored targets", 0.f, true}, HeadVariant{"final soft cap", 2.f, true},
+                              HeadVariant{"forward only, soft cap", 2.f, false}}) {
+    add(MT_OP(lm_head_loss), v.name, [=] {
+      Case c;
+      const int x = c.in("x", Kind::kT, c.random(kN * kC, -2, 2));
+      const int W = c.in("W", Kind::kT, c.random(kV * kC, -0.5, 0.5));
+      std::vector<double> tv = c.integers(kN, 0, kV - 1);
+      for (size_t i = 1; i < tv.size(); i += 4) tv[i] = -1;
+      const int targets = c.in("targets", Kind::kI32, tv);
+      const int dx = v.backward ? c.out("dx", Kind::kT, kN * kC) : kNone;
+      const int dW = v.backward ? c.acc("dW", Kind::kA, kV * kC) : kNone;
+      const int losses = v.backward ? c.out("losses", Kind::kA, kN) : kNone;
+      const int totals = c.out("totals", Kind::kF64, 2), scratch = c.scratch(size_t(kChunk) * kV);
+      if (v.backward) c[dx].bf16_slack = c[dW].bf16_slack = 1.0 / 64;
+      c.run([=](const auto& ops, const auto& p) {
+        ops.lm_head_loss(p.t(dx), p.a(dW), p.a(losses), p.t(x), p.t(W), p.i32(targets), kN, kC, kV, kChunk, 1.0f / 11,
+                         v.softcap, p.scratch(scratch), p.f64(totals));
+      });
+      return c;
+    });
+  }
+  // Elementwise and memory ops on 1001 elements; copy and zero stop short of the end, which must
+  // stay as it was.
+  add(MT_OP(add_inplace), "y += x", [] {
+    Case c;
+    const int x = c.in("x", Kind::kT, c.random(kFlat)), y = c.acc("y", Kind::kT, kFlat);
+    c.run([=](const auto& ops, const auto& p) { ops.add_inplace(p.t(y), p.t(x), kFlat); });
+    return c;
+  });
+  add(MT_OP(scale_inplace), "Gemma's embedding scale", [] {
+    Case c;
+    const int y = c.inout("y", Kind::kT, c.random(kFlat, -3, 3));
+    c.run([=](const auto& ops, const auto& p) { ops.scale_inplace(p.t(y), 33.941125f, kFlat); });
+    return c;
+  });
+  add(MT_OP(copy_bytes), "all but the last 3", [] {
+    Case c;
+    const int src = c.in("src", Kind::kT, c.random(kFlat)), dst = c.out("dst", Kind::kT, kFlat, 3);
+    c[dst].exact = true;
+    c.run([=](const auto& ops, const auto& p) { ops.copy_bytes(p.t(dst), p.t(src), (kFlat - 3) * sizeof(*p.t(dst))); });
+    return c;
+  });
+  add(MT_OP(zero_bytes), "all but the last 2", [] {
+    Case c;
+    const int y = c.inout("y", Kind::kT, c.random(kFlat));
+    c[y].exact = true;
+    c.run([=](const auto& ops, const auto& p) { ops.zero_bytes(p.t(y), (kFlat - 2) * sizeof(*p.t(y))); });
+    return c;
+  });
+  return r;
+}
+
+inline const std::vector<Row>& op_rows() {
+  static const std::vector<Row> rows = make_op_rows();
+  return rows;
+}
+
+// Row i's test name: its op and variant, each run of other characters one '_'
+// ("rmsnorm_forward_scale_1_w").
+inline std::string row_name(const ::testing::TestParamInfo<size_t>& info) {
+  const Row& row = op_rows()[info.param];
+  std::string s;
+  for (const char ch : std::string(row.op) + " " + row.variant) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) s += ch;
+    else if (s.back() != '_') s += '_';
+  }
+  return s;
+}
+
+}  // namespace mt::optest
