@@ -26,6 +26,11 @@ TEMPLATES = {
     "qwen2.5-instruct.jinja": ("qwen2", {"bos_token": None, "eos_token": "<|im_end|>"}),
     "chatml.jinja": ("chatml", {"bos_token": None, "eos_token": "<|im_end|>"}),
     "mistral-v3.jinja": ("mistral", {"bos_token": "<s>", "eos_token": "</s>"}),
+    "qwen3.jinja": ("qwen3", {"bos_token": None, "eos_token": "<|im_end|>"}),
+    "qwen3-first-release.jinja": ("qwen3", {"bos_token": None, "eos_token": "<|im_end|>"}),
+    "gemma-3-it.jinja": ("gemma", {"bos_token": "<bos>", "eos_token": "<eos>"}),
+    "gemma-2-it.jinja": ("gemma2", {"bos_token": "<bos>", "eos_token": "<eos>"}),
+    "phi-4.jinja": ("phi4", {"bos_token": "<|endoftext|>", "eos_token": "<|im_end|>"}),
 }
 
 
@@ -44,12 +49,23 @@ def fnv1a64(data: bytes) -> int:
     return h
 
 
-def render(template_text, tokens, messages):
+def render(template_text, tokens, messages, **kwargs):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
     env.globals["raise_exception"] = raise_exception
     template = env.from_string(template_text)
-    return template.render(messages=messages, add_generation_prompt=False, **tokens)
+    return template.render(messages=messages, add_generation_prompt=False, **tokens, **kwargs)
+
+
+def render_checked(template_text, tokens, messages):
+    """The rendering, and for a template that reads enable_thinking (Qwen3) a check that the flag
+    changes nothing here: it only shapes the generation prompt, and training conversations are
+    rendered without one."""
+    text = render(template_text, tokens, messages)
+    if "enable_thinking" in template_text:
+        for flag in (True, False):
+            assert render(template_text, tokens, messages, enable_thinking=flag) == text
+    return text
 
 
 def main():
@@ -60,7 +76,7 @@ def main():
         renders = []
         for conv in conversations:
             try:
-                renders.append({"name": conv["name"], "text": render(text, tokens, conv["messages"])})
+                renders.append({"name": conv["name"], "text": render_checked(text, tokens, conv["messages"])})
             except TemplateRefused as e:
                 renders.append({"name": conv["name"], "text": None, "refused": str(e)})
         out["templates"].append({"file": file, "name": name, "renders": renders})

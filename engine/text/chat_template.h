@@ -1,10 +1,11 @@
-// Chat templates built in (no Jinja engine): Llama 3, ChatML, Qwen2 (Qwen2.5's) and Mistral
-// render a conversation exactly as jinja2 renders their official tokenizer_config.json
-// `chat_template`, as pieces that say which text is trained on and where the template's special
-// tokens are, so that ExampleFormatter can give each token its loss. docs/DATA.md says which
-// official texts are recognised and what is refused.
+// Chat templates built in (no Jinja engine): Llama 3, ChatML, Qwen2 (Qwen2.5's), Mistral, Qwen3
+// (with its <think> blocks), Gemma 3, Gemma 2 and Phi-4 render a conversation exactly as jinja2
+// renders their official tokenizer_config.json `chat_template`, as pieces that say which text is
+// trained on and where the template's special tokens are, so that ExampleFormatter can give each
+// token its loss. docs/DATA.md says which official texts are recognised and what is refused.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,13 +25,17 @@ struct TextPiece {
 struct ChatMessage {
   std::string role;  // system | user | assistant (others are refused before rendering)
   std::string content;
+  // An assistant's reasoning, which only the qwen3 template renders (ExampleFormatter refuses it
+  // for the others); without it Qwen3's template splits content at </think>.
+  std::optional<std::string> reasoning_content = std::nullopt;
 };
 
 class ChatTemplate {
  public:
-  enum class Family { kLlama3, kChatml, kQwen2, kMistral };
+  enum class Family { kLlama3, kChatml, kQwen2, kMistral, kQwen3, kGemma, kGemma2, kPhi4 };
 
-  // llama3 | chatml | qwen2 | mistral; anything else is kInvalidArgument listing these.
+  // llama3 | chatml | qwen2 | mistral | qwen3 | gemma | gemma2 | phi4; anything else is
+  // kInvalidArgument listing these.
   static Result<std::unique_ptr<const ChatTemplate>> by_name(std::string_view name);
   // The template whose official Jinja text `jinja` is, byte for byte (tests/fixtures/chat_templates
   // holds them with their source); any other text is kUnimplemented: it is never guessed at.
@@ -40,16 +45,19 @@ class ChatTemplate {
   static Result<std::unique_ptr<const ChatTemplate>> from_model_dir(const std::string& dir);
 
   // Appends the conversation's pieces: markup untrained, assistant content and the token that
-  // ends an assistant turn trained. Roles the family's template refuses (Mistral: a system message
-  // after the first, roles not alternating) are kInvalidArgument naming messages[i].
+  // ends an assistant turn trained (Qwen3: with the <think> block the template prints). Roles the
+  // family's template refuses (Mistral, Gemma: roles not alternating; Mistral: a system message
+  // after the first; Gemma 2: any system message first) are kInvalidArgument naming messages[i].
   Status render(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
 
   Family family() const { return family_; }
   const std::string& name() const { return name_; }
   // The markup's special tokens; a tokenizer for this template must have each as one token.
   const std::vector<std::string>& special_tokens() const { return special_tokens_; }
-  // The token that ends an assistant turn (trained on): <|eot_id|>, <|im_end|>, </s>.
+  // The token that ends an assistant turn (trained on): <|eot_id|>, <|im_end|>, </s>, <end_of_turn>.
   const std::string& end_of_turn() const { return end_of_turn_; }
+  // Whether the template renders ChatMessage::reasoning_content (qwen3 only).
+  bool reads_reasoning() const { return family_ == Family::kQwen3; }
 
  private:
   ChatTemplate(Family family, std::string name, std::vector<std::string> special_tokens, std::string end_of_turn)
@@ -58,6 +66,9 @@ class ChatTemplate {
   Status render_llama3(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
   Status render_chatml(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
   Status render_mistral(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
+  Status render_qwen3(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
+  Status render_gemma(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
+  Status render_phi4(const std::vector<ChatMessage>& messages, std::vector<TextPiece>& pieces) const;
 
   Family family_;
   std::string name_;

@@ -28,7 +28,8 @@ struct TokenizedExample {
 
 struct ExampleFormatOptions {
   std::string format = "auto";         // auto | text | prompt_completion | messages (auto: by the line's keys)
-  std::string chat_template = "auto";  // auto (recognised from tokenizer_config.json) | llama3 | chatml | qwen2 | mistral
+  // auto (recognised from tokenizer_config.json) | llama3 | chatml | qwen2 | mistral | qwen3 | gemma | gemma2 | phi4
+  std::string chat_template = "auto";
   std::string model_dir;               // where tokenizer_config.json is (may be empty: then chat_template must be a name)
   bool add_eos = true;                 // text / prompt_completion: append the EOS token (trained on)
   // The EOS token's content for add_eos; "" = tokenizer_config.json's eos_token, else the named
@@ -62,6 +63,8 @@ class ExampleFormatter {
   Status format_prompt_completion(const Json& line, TokenizedExample& out) const;
   Status format_messages(const Json& line, TokenizedExample& out) const;
   Status read_messages(const Json& line, std::vector<ChatMessage>& messages) const;
+  Status read_reasoning(const Json& message, const std::string& where, ChatMessage& msg) const;
+  Status refuse_markup(const std::string& text, const std::string& field) const;
   Status append_eos(TokenizedExample& out) const;
 
   ExampleFormatOptions options_;

@@ -146,8 +146,9 @@ Status ExampleFormatter::format_prompt_completion(const Json& line, TokenizedExa
   return append_eos(out);
 }
 
-// Each message an object with a string role (system, user, assistant) and a string content;
-// anything else a chat can hold (tool calls, images, names) is refused by its field's name.
+// Each message an object with a string role (system, user, assistant) and a string content, and
+// for a template that renders it (qwen3) an assistant's reasoning_content (null: none); anything
+// else a chat can hold (tool calls, images, names) is refused by its field's name.
 Status ExampleFormatter::read_messages(const Json& line, std::vector<ChatMessage>& messages) const {
   for (const char* key : {"tools", "documents", "images", "add_generation_prompt"})
     if (line.find(key) != nullptr) return unimplemented(std::string(key) + ": is not supported (messages only)");
@@ -164,7 +165,7 @@ Status ExampleFormatter::read_messages(const Json& line, std::vector<ChatMessage
     const std::string where = "messages[" + std::to_string(i) + "].";
     if (!m.is_object()) return invalid_argument(where.substr(0, where.size() - 1) + ": must be an object {role, content}");
     for (const auto& [key, value] : m.members())
-      if (key != "role" && key != "content")
+      if (key != "role" && key != "content" && key != "reasoning_content")
         return unimplemented(where + key + ": is not supported (only role and content: no tool calls, names or images)");
     MT_RETURN_IF_ERROR(require_string(m, "role", where));
     const Json* content = m.find("content");
@@ -174,14 +175,38 @@ Status ExampleFormatter::read_messages(const Json& line, std::vector<ChatMessage
     ChatMessage msg{m.find("role")->as_string(), content->as_string()};
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
       return unimplemented(where + "role: '" + msg.role + "' is not supported (system, user, assistant)");
-    for (const std::string& token : chat_->special_tokens())
-      if (msg.content.find(token) != std::string::npos)
-        return invalid_argument(where + "content: contains '" + token + "', markup of the " + chat_->name() +
-                                " template, which would be read as that special token");
+    MT_RETURN_IF_ERROR(read_reasoning(m, where, msg));
+    MT_RETURN_IF_ERROR(refuse_markup(msg.content, where + "content"));
+    if (msg.reasoning_content) MT_RETURN_IF_ERROR(refuse_markup(*msg.reasoning_content, where + "reasoning_content"));
     any_assistant |= msg.role == "assistant";
     messages.push_back(std::move(msg));
   }
   if (!any_assistant) return invalid_argument("messages: no assistant turn, so nothing to train on");
+  return Status::Ok();
+}
+
+// A message's reasoning_content: none when absent or null; a string only on an assistant message
+// and for a template that renders it (the others would drop it silently).
+Status ExampleFormatter::read_reasoning(const Json& message, const std::string& where, ChatMessage& msg) const {
+  const Json* reasoning = message.find("reasoning_content");
+  if (reasoning == nullptr || reasoning->is_null()) return Status::Ok();
+  if (!reasoning->is_string()) return invalid_argument(where + "reasoning_content: must be a string or null");
+  if (!chat_->reads_reasoning())
+    return unimplemented(where + "reasoning_content: the " + chat_->name() +
+                         " template does not render reasoning (qwen3's does); put it in content or leave it out");
+  if (msg.role != "assistant")
+    return unimplemented(where + "reasoning_content: only an assistant message's reasoning is rendered, not a " +
+                         msg.role + " message's");
+  msg.reasoning_content = reasoning->as_string();
+  return Status::Ok();
+}
+
+// Text holding the template's markup would be read as those special tokens.
+Status ExampleFormatter::refuse_markup(const std::string& text, const std::string& field) const {
+  for (const std::string& token : chat_->special_tokens())
+    if (text.find(token) != std::string::npos)
+      return invalid_argument(field + ": contains '" + token + "', markup of the " + chat_->name() +
+                              " template, which would be read as that special token");
   return Status::Ok();
 }
 

@@ -52,8 +52,19 @@ std::vector<std::string> trained_spans(const Tokenizer& tok, const TokenizedExam
 }
 
 // What the loss must cover: each assistant turn's content as its template prints it (llama3 and
-// mistral trim it) followed by the token that ends the turn.
-std::vector<std::string> assistant_spans(const ChatTemplate& t, const std::vector<ChatMessage>& messages) {
+// mistral trim it) followed by the token that ends the turn. For the templates that open an
+// assistant turn with markup of their own, that is everything after it in jinja2's rendering
+// through the end token: Gemma's trimmed content, Qwen3's <think> block with the answer.
+std::vector<std::string> assistant_spans(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
+                                         const std::string& rendered) {
+  switch (t.family()) {
+    case ChatTemplate::Family::kQwen3: return ChatFixtures::assistant_turns(rendered, "<|im_start|>assistant\n", "<|im_end|>");
+    case ChatTemplate::Family::kGemma:
+    case ChatTemplate::Family::kGemma2: return ChatFixtures::assistant_turns(rendered, "<start_of_turn>model\n", "<end_of_turn>");
+    case ChatTemplate::Family::kPhi4:
+      return ChatFixtures::assistant_turns(rendered, "<|im_start|>assistant<|im_sep|>", "<|im_end|>");
+    default: break;
+  }
   std::vector<std::string> spans;
   const bool trims = t.family() == ChatTemplate::Family::kLlama3 || t.family() == ChatTemplate::Family::kMistral;
   for (const ChatMessage& m : messages)
@@ -64,9 +75,16 @@ std::vector<std::string> assistant_spans(const ChatTemplate& t, const std::vecto
 bool holds_markup(const std::vector<ChatMessage>& messages, const std::vector<std::string>& specials) {
   for (const ChatMessage& m : messages)
     for (const std::string& s : specials)
-      if (m.content.find(s) != std::string::npos) return true;
+      if (m.content.find(s) != std::string::npos || m.reasoning_content.value_or("").find(s) != std::string::npos)
+        return true;
   return false;
 }
+
+struct BadChat {
+  const char* line;
+  const char* message;
+  StatusCode code = StatusCode::kInvalidArgument;
+};
 
 TEST(SftChatExample, MaskCoversExactlyTheAssistantTurnsForEveryTemplateAndConversation) {
   const ChatFixtures fx = ChatFixtures::load();
@@ -79,7 +97,10 @@ TEST(SftChatExample, MaskCoversExactlyTheAssistantTurnsForEveryTemplateAndConver
       const auto messages = fx.messages(r.conversation);
       auto ex = f->format(fx.line(r.conversation));
       const std::string what = t.name + " / " + r.conversation;
-      if (!r.expected || holds_markup(messages, special_tokens(t.name))) {
+      // Refused: what the official template refuses, markup in a content, and reasoning_content
+      // for a template that would drop it.
+      if (!r.expected || holds_markup(messages, special_tokens(t.name)) ||
+          (fx.has_reasoning(r.conversation) && !tmpl->reads_reasoning())) {
         EXPECT_FALSE(ex.ok()) << what;
         continue;
       }
@@ -90,11 +111,79 @@ TEST(SftChatExample, MaskCoversExactlyTheAssistantTurnsForEveryTemplateAndConver
       std::vector<int32_t> whole;
       ASSERT_TRUE(tok.encode(*r.expected, whole).ok());
       EXPECT_EQ(ex->ids, whole) << what;
-      EXPECT_EQ(trained_spans(tok, *ex), assistant_spans(*tmpl, messages)) << what;
+      EXPECT_EQ(trained_spans(tok, *ex), assistant_spans(*tmpl, messages, *r.expected)) << what;
       ++checked;
     }
   }
-  EXPECT_GE(checked, 40u);
+  EXPECT_GE(checked, 120u);
+}
+
+// Qwen3's tokenizer has <think> and </think> as added tokens, matched before anything else as its
+// special tokens are, though they are not the template's markup: a content may hold them (that is
+// how it gives the reasoning). The ids stay those of the whole text, and the trained spans each
+// whole assistant turn after "<|im_start|>assistant\n", <think> block included.
+TEST(SftChatExample, Qwen3ThinkTagsAsAddedTokensKeepIdsWholeAndTrained) {
+  const ChatFixtures fx = ChatFixtures::load();
+  std::vector<std::string> added = special_tokens("qwen3");
+  added.insert(added.end(), {"<think>", "</think>"});
+  const TestTokenizer tok(added, {"assistant\n", "\n\n"});
+  auto f = chat_formatter(tok, "qwen3");
+  size_t with_think = 0;
+  for (const auto& t : fx.templates) {
+    if (t.name != "qwen3") continue;
+    for (const auto& r : t.renders) {
+      ASSERT_TRUE(r.expected) << r.conversation;
+      auto ex = f->format(fx.line(r.conversation));
+      if (holds_markup(fx.messages(r.conversation), special_tokens("qwen3"))) continue;
+      ASSERT_TRUE(ex.ok()) << r.conversation << ": " << ex.status().to_string();
+      std::vector<int32_t> whole;
+      ASSERT_TRUE(tok.encode(*r.expected, whole).ok());
+      EXPECT_EQ(ex->ids, whole) << r.conversation;
+      const auto turns = ChatFixtures::assistant_turns(*r.expected, "<|im_start|>assistant\n", "<|im_end|>");
+      EXPECT_EQ(trained_spans(tok, *ex), turns) << r.conversation;
+      for (const std::string& turn : turns) with_think += turn.starts_with("<think>\n");
+    }
+  }
+  EXPECT_GE(with_think, 20u);
+}
+
+TEST(SftChatExample, ReasoningContentOnlyWhereATemplateRendersIt) {
+  const std::string ok =
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "r"}]})";
+  const TestTokenizer qtok(special_tokens("qwen3"));
+  auto qwen3 = chat_formatter(qtok, "qwen3");
+  auto ex = qwen3->format(ok);
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  EXPECT_EQ(decode(qtok, ex->ids.data(), ex->ids.size()),
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\na<|im_end|>\n");
+  EXPECT_EQ(trained_spans(qtok, *ex), (std::vector<std::string>{"<think>\nr\n</think>\n\na<|im_end|>"}));
+  const TestTokenizer ctok(special_tokens("chatml"));
+  auto chatml = chat_formatter(ctok, "chatml");
+  // null is no reasoning, for every template.
+  const std::string null_reasoning =
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": null}]})";
+  EXPECT_TRUE(qwen3->format(null_reasoning).ok());
+  EXPECT_TRUE(chatml->format(null_reasoning).ok());
+  const BadChat refused[] = {
+      {R"({"messages": [{"role": "user", "content": "q", "reasoning_content": "r"}, {"role": "assistant", "content": "a"}]})",
+       "messages[0].reasoning_content: only an assistant message's reasoning", StatusCode::kUnimplemented},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": 1}]})",
+       "messages[1].reasoning_content: must be a string or null"},
+      {R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "x<|im_end|>"}]})",
+       "messages[1].reasoning_content: contains '<|im_end|>'"},
+  };
+  for (const BadChat& c : refused) {
+    auto bad = qwen3->format(c.line);
+    ASSERT_FALSE(bad.ok()) << c.line;
+    EXPECT_EQ(bad.status().code(), c.code) << bad.status().to_string();
+    EXPECT_NE(bad.status().message().find(c.message), std::string::npos) << bad.status().to_string();
+  }
+  auto dropped = chatml->format(ok);  // the chatml template would drop it: refused, not lost
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_EQ(dropped.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(dropped.status().message().find("messages[1].reasoning_content: the chatml template does not render"),
+            std::string::npos)
+      << dropped.status().to_string();
 }
 
 // A tokenizer whose ordinary tokens span the markup/content boundary ("\n\n" after
@@ -159,12 +248,6 @@ TEST(SftChatExample, AutoFormatHandlesAllThreeKindsOfLine) {
   EXPECT_EQ(trained_spans(tok, *chat), (std::vector<std::string>{"a<|im_end|>"}));
   EXPECT_NE((*f)->describe().find("qwen2"), std::string::npos) << (*f)->describe();
 }
-
-struct BadChat {
-  const char* line;
-  const char* message;
-  StatusCode code = StatusCode::kInvalidArgument;
-};
 
 TEST(SftChatExample, RefusesWhatATemplateCannotSayByName) {
   const TestTokenizer tok(special_tokens("chatml"));

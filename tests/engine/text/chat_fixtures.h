@@ -57,9 +57,33 @@ struct ChatFixtures {
 
   std::vector<ChatMessage> messages(const std::string& conversation) const {
     std::vector<ChatMessage> out;
-    for (const Json& m : conversations.at(conversation).items())
+    for (const Json& m : conversations.at(conversation).items()) {
       out.push_back({m.find("role")->as_string(), m.find("content")->as_string()});
+      const Json* reasoning = m.find("reasoning_content");
+      if (reasoning != nullptr && reasoning->is_string()) out.back().reasoning_content = reasoning->as_string();
+    }
     return out;
+  }
+  // Whether a message of the conversation gives reasoning_content (which only qwen3 renders).
+  bool has_reasoning(const std::string& conversation) const {
+    for (const ChatMessage& m : messages(conversation))
+      if (m.reasoning_content) return true;
+    return false;
+  }
+  // Each assistant turn of a rendered text as the loss must cover it: from the end of `header` (the
+  // markup that opens an assistant turn) through the end-of-turn token.
+  static std::vector<std::string> assistant_turns(const std::string& rendered, const std::string& header,
+                                                  const std::string& end) {
+    std::vector<std::string> turns;
+    for (size_t at = rendered.find(header); at != std::string::npos; at = rendered.find(header, at)) {
+      at += header.size();
+      const size_t stop = rendered.find(end, at);
+      EXPECT_NE(stop, std::string::npos) << rendered;
+      if (stop == std::string::npos) break;
+      turns.push_back(rendered.substr(at, stop + end.size() - at));
+      at = stop;
+    }
+    return turns;
   }
   // One jsonl line holding the conversation.
   std::string line(const std::string& conversation) const {

@@ -248,8 +248,9 @@ TEST(SftExample, MutatedLinesNeverCrash) {
       R"({"text": "héllo wörld 🙂"})",
       R"({"prompt": "Q: x?\nA:", "completion": " y"})",
       R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u\u00e9"}, {"role": "assistant", "content": " a "}]})",
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>\nr</think>\n\na", "reasoning_content": null}, {"role": "assistant", "content": "b", "reasoning_content": "\nc"}]})",
   };
-  for (const char* name : {"llama3", "qwen2", "chatml", "mistral"}) {
+  for (const char* name : {"llama3", "qwen2", "chatml", "mistral", "qwen3", "gemma", "gemma2", "phi4"}) {
     const TestTokenizer tok((*ChatTemplate::by_name(name))->special_tokens(), {"he", "\n\n", " a"});
     ExampleFormatOptions o;
     o.chat_template = name;
@@ -260,7 +261,7 @@ TEST(SftExample, MutatedLinesNeverCrash) {
     const auto next = [&state] { return state = state * 6364136223846793005ull + 1442695040888963407ull, state >> 33; };
     size_t ok = 0;
     for (int i = 0; i < 3000; ++i) {
-      std::string line = seeds[next() % 3];
+      std::string line = seeds[next() % std::size(seeds)];
       for (int m = 0, n = int(next() % 4) + 1; m < n && !line.empty(); ++m) {
         const size_t at = next() % line.size();
         switch (next() % 4) {
