@@ -59,4 +59,15 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
                         const int32_t* pos, int B, int T_, int H, int KVH, int D, AttentionOptions opt = {});
 
+// Attention sinks (gpt-oss): one learned logit per query head joins every softmax as an extra
+// key with no value, so lse' = log(exp(lse) + exp(sink[h])) and out' = out * exp(lse - lse').
+// In place on attention_forward's out [B*T, H*D] and lse [B, H, T]; attention_backward given
+// out' and lse' is then exactly the sinks' attention backward for q, k and v.
+template <typename T>
+void attention_sinks_forward(T* out, T* lse, const T* sinks, int B, int T_, int H, int D);
+// dsinks [H] += d(loss)/d(sink[h]) = -sum over queries of exp(sink[h] - lse') (dout . out').
+template <typename T>
+void attention_sinks_backward(T* dsinks, const T* dout, const T* out, const T* lse, const T* sinks, int B, int T_,
+                              int H, int D);
+
 }  // namespace mt::cpu

@@ -212,6 +212,39 @@ class StreamOps final : public Ops<T> {
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const override {
     post("swiglu_backward", &Base::swiglu_backward, dgu, dout, gu, N, F, act);
   }
+  void attention_sinks_forward(T* out, A* lse, const T* sinks, int B, int T_, int H, int D) const override {
+    post("attention_sinks_forward", &Base::attention_sinks_forward, out, lse, sinks, B, T_, H, D);
+  }
+  void attention_sinks_backward(A* dsinks, const T* dout, const T* out, const A* lse, const T* sinks, int B, int T_,
+                                int H, int D) const override {
+    post("attention_sinks_backward", &Base::attention_sinks_backward, dsinks, dout, out, lse, sinks, B, T_, H, D);
+  }
+  void moe_route_forward(int32_t* idx, A* w, A* stats, const T* logits, const RouterShape& s) const override {
+    post("moe_route_forward", &Base::moe_route_forward, idx, w, stats, logits, s);
+  }
+  void moe_route_backward(T* dlogits, const A* dw, const T* logits, const int32_t* idx, const A* w, const A* counts,
+                          A aux_scale, const RouterShape& s) const override {
+    post("moe_route_backward", &Base::moe_route_backward, dlogits, dw, logits, idx, w, counts, aux_scale, s);
+  }
+  void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const override {
+    post("moe_sort", &Base::moe_sort, rows, offsets, idx, N, E, k);
+  }
+  void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const override {
+    post("moe_gather", &Base::moe_gather, out, x, rows, n, C, k);
+  }
+  void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const override {
+    post("moe_scatter", &Base::moe_scatter, out, y, rows, w, n, C, k);
+  }
+  void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n, int C,
+                            int k) const override {
+    post("moe_scatter_backward", &Base::moe_scatter_backward, dy, dw, dout, y, rows, w, n, C, k);
+  }
+  void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const override {
+    post("sigmoid_gate_forward", &Base::sigmoid_gate_forward, out, y, g, N, C);
+  }
+  void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const override {
+    post("sigmoid_gate_backward", &Base::sigmoid_gate_backward, dy, dg, dout, y, g, N, C);
+  }
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {
     post("embedding_forward", &Base::embedding_forward, out, tokens, wte, N, C);
   }

@@ -6,6 +6,7 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/qk_norm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -61,6 +62,39 @@ class CpuOps final : public Ops<T> {
   }
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const override {
     cpu::swiglu_backward(dgu, dout, gu, N, F, act);
+  }
+  void attention_sinks_forward(T* out, T* lse, const T* sinks, int B, int T_, int H, int D) const override {
+    cpu::attention_sinks_forward(out, lse, sinks, B, T_, H, D);
+  }
+  void attention_sinks_backward(T* dsinks, const T* dout, const T* out, const T* lse, const T* sinks, int B, int T_,
+                                int H, int D) const override {
+    cpu::attention_sinks_backward(dsinks, dout, out, lse, sinks, B, T_, H, D);
+  }
+  void moe_route_forward(int32_t* idx, T* w, T* stats, const T* logits, const RouterShape& s) const override {
+    cpu::moe_route_forward(idx, w, stats, logits, s);
+  }
+  void moe_route_backward(T* dlogits, const T* dw, const T* logits, const int32_t* idx, const T* w, const T* counts,
+                          T aux_scale, const RouterShape& s) const override {
+    cpu::moe_route_backward(dlogits, dw, logits, idx, w, counts, aux_scale, s);
+  }
+  void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const override {
+    cpu::moe_sort(rows, offsets, idx, N, E, k);
+  }
+  void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const override {
+    cpu::moe_gather(out, x, rows, n, C, k);
+  }
+  void moe_scatter(T* out, const T* y, const int32_t* rows, const T* w, int n, int C, int k) const override {
+    cpu::moe_scatter(out, y, rows, w, n, C, k);
+  }
+  void moe_scatter_backward(T* dy, T* dw, const T* dout, const T* y, const int32_t* rows, const T* w, int n, int C,
+                            int k) const override {
+    cpu::moe_scatter_backward(dy, dw, dout, y, rows, w, n, C, k);
+  }
+  void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const override {
+    cpu::sigmoid_gate_forward(out, y, g, N, C);
+  }
+  void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const override {
+    cpu::sigmoid_gate_backward(dy, dg, dout, y, g, N, C);
   }
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override {
     cpu::embedding_forward(out, tokens, wte, N, C);

@@ -2,6 +2,7 @@
 // reference kernel (kernels/cpu) and rounds each bf16 output once — the rounding points of the
 // CUDA bf16 kernels, so the two differ only in summation order. GEMMs take bf16 inputs directly
 // (cpu::gemm_bf16: fp32 products and sums). Statistics, weight gradients and the loss stay fp32.
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/qk_norm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -136,6 +138,71 @@ class CpuOpsBf16 final : public Ops<bf16> {
     float* d = scratch(0, 2 * n);
     cpu::swiglu_backward<float>(d, widen(1, dout, n), widen(2, gu, 2 * n), N, F, act);
     round_to_bf16(dgu, d, 2 * n);
+  }
+  void attention_sinks_forward(bf16* out, float* lse, const bf16* sinks, int B, int T_, int H, int D) const override {
+    const size_t n = size_t(B) * T_ * size_t(H) * D;
+    float* o = widen(0, out, n);
+    cpu::attention_sinks_forward<float>(o, lse, widen(1, sinks, size_t(H)), B, T_, H, D);
+    round_to_bf16(out, o, n);
+  }
+  void attention_sinks_backward(float* dsinks, const bf16* dout, const bf16* out, const float* lse, const bf16* sinks,
+                                int B, int T_, int H, int D) const override {
+    const size_t n = size_t(B) * T_ * size_t(H) * D;
+    cpu::attention_sinks_backward<float>(dsinks, widen(0, dout, n), widen(1, out, n), lse, widen(2, sinks, size_t(H)),
+                                         B, T_, H, D);
+  }
+  void moe_route_forward(int32_t* idx, float* w, float* stats, const bf16* logits, const RouterShape& s) const override {
+    cpu::moe_route_forward<float, float>(idx, w, stats, widen(0, logits, size_t(s.N) * s.E), s);
+  }
+  void moe_route_backward(bf16* dlogits, const float* dw, const bf16* logits, const int32_t* idx, const float* w,
+                          const float* counts, float aux_scale, const RouterShape& s) const override {
+    const size_t n = size_t(s.N) * s.E;
+    float* d = scratch(1, n);
+    cpu::moe_route_backward<float, float>(d, dw, widen(0, logits, n), idx, w, counts, aux_scale, s);
+    round_to_bf16(dlogits, d, n);
+  }
+  void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const override {
+    cpu::moe_sort(rows, offsets, idx, N, E, k);
+  }
+  void moe_gather(bf16* out, const bf16* x, const int32_t* rows, int n, int C, int k) const override {
+    cpu::moe_gather(out, x, rows, n, C, k);
+  }
+  // Row by row (out is the whole micro-batch; an expert touches only its tokens' rows): each
+  // output rounded once per call.
+  void moe_scatter(bf16* out, const bf16* y, const int32_t* rows, const float* w, int n, int C, int k) const override {
+    for (int i = 0; i < n; ++i) {
+      bf16* o = out + size_t(rows[i] / k) * C;
+      const bf16* yi = y + size_t(i) * C;
+      const float wi = w ? w[rows[i]] : 1.0f;
+      for (int c = 0; c < C; ++c) o[c] = float_to_bf16(bf16_to_float(o[c]) + wi * bf16_to_float(yi[c]));
+    }
+  }
+  void moe_scatter_backward(bf16* dy, float* dw, const bf16* dout, const bf16* y, const int32_t* rows, const float* w,
+                            int n, int C, int k) const override {
+    for (int i = 0; i < n; ++i) {
+      const bf16* d = dout + size_t(rows[i] / k) * C;
+      const bf16* yi = y + size_t(i) * C;
+      float dot = 0;
+      for (int c = 0; c < C; ++c) {
+        dy[size_t(i) * C + c] = float_to_bf16(w[rows[i]] * bf16_to_float(d[c]));
+        dot += bf16_to_float(d[c]) * bf16_to_float(yi[c]);
+      }
+      dw[rows[i]] = dot;
+    }
+  }
+  void sigmoid_gate_forward(bf16* out, const bf16* y, const bf16* g, int N, int C) const override {
+    const size_t n = size_t(N) * C;
+    float* o = widen(0, out, n);
+    cpu::sigmoid_gate_forward<float>(o, widen(1, y, n), widen(2, g, size_t(N)), N, C);
+    round_to_bf16(out, o, n);
+  }
+  void sigmoid_gate_backward(bf16* dy, bf16* dg, const bf16* dout, const bf16* y, const bf16* g, int N,
+                             int C) const override {
+    const size_t n = size_t(N) * C;
+    float* d = scratch(3, n + size_t(N));
+    cpu::sigmoid_gate_backward<float>(d, d + n, widen(0, dout, n), widen(1, y, n), widen(2, g, size_t(N)), N, C);
+    round_to_bf16(dy, d, n);
+    round_to_bf16(dg, d + n, size_t(N));
   }
   void embedding_forward(bf16* out, const int32_t* tokens, const bf16* wte, int N, int C) const override {
     for (int i = 0; i < N; ++i)

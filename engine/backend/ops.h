@@ -16,6 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/bf16.h"
 #include "kernels/lm_head_loss.h"
+#include "kernels/moe.h"
 #include "kernels/qk_norm.h"
 #include "kernels/swiglu.h"
 
@@ -81,6 +82,26 @@ class Ops {
   // out = act(gate) * up (kernels/swiglu.h).
   virtual void swiglu_forward(T* out, const T* gu, int N, int F, Activation act) const = 0;
   virtual void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const = 0;
+  // Attention sinks (gpt-oss; kernels/attention.h): folded into out and lse after
+  // attention_forward; the backward before attention_backward (dsinks +=).
+  virtual void attention_sinks_forward(T* out, A* lse, const T* sinks, int B, int T_, int H, int D) const = 0;
+  virtual void attention_sinks_backward(A* dsinks, const T* dout, const T* out, const A* lse, const T* sinks, int B,
+                                        int T_, int H, int D) const = 0;
+  // Mixture of experts (kernels/moe.h): the router's choice and its backward (dlogits
+  // overwritten; counts nullptr: no load-balancing gradient), the permutation of tokens to
+  // experts (rows, offsets overwritten), the gather (=) and weighted scatter (+=) around an
+  // expert's MLP and the scatter's backward (dy, dw overwritten).
+  virtual void moe_route_forward(int32_t* idx, A* w, A* stats, const T* logits, const RouterShape& s) const = 0;
+  virtual void moe_route_backward(T* dlogits, const A* dw, const T* logits, const int32_t* idx, const A* w,
+                                  const A* counts, A aux_scale, const RouterShape& s) const = 0;
+  virtual void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const = 0;
+  virtual void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const = 0;
+  virtual void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const = 0;
+  virtual void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n,
+                                    int C, int k) const = 0;
+  // Qwen2-MoE's shared expert: out += sigmoid(g) * y per token; dy, dg overwritten.
+  virtual void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const = 0;
+  virtual void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const = 0;
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const = 0;
   virtual void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const = 0;
   // As cpu::lm_head_loss (softcap: the final logits' soft cap, 0 = none); the result stays on
