@@ -2,6 +2,7 @@
 // them to Prometheus, the bench to JSON; the engine itself knows neither.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace mt {
 
@@ -38,6 +39,15 @@ struct StepStats {
   // Set by the job runner for sources that pack or pad examples: real tokens / slots over the
   // batches this run has trained on (< 0: every slot is a real token).
   double packing_efficiency = -1;
+  // A mixture of experts: the load-balancing loss (the mean over micro-batches, before its
+  // coefficient; -1: a dense model), the experts the step routed tokens to (and so uploaded,
+  // updated) of all of them, their bytes moved to the device against what uploading every
+  // expert for the forward and the backward would have moved, and per MoE layer the load of
+  // its busiest expert over the mean (tokens routed; 1 = perfectly balanced).
+  double aux_loss = -1;
+  long experts_routed = 0, experts_total = 0;
+  uint64_t expert_h2d_bytes = 0, dense_expert_h2d_bytes = 0;
+  std::vector<double> expert_load;
   double stall_seconds() const { return copy_wait_seconds + optimizer_wait_seconds; }
   double tokens_per_second() const { return step_seconds > 0 ? double(tokens) / step_seconds : 0; }
   // Link bandwidth while each copy engine was busy, bytes/s (0 when it did not copy).

@@ -21,6 +21,12 @@ struct ModelPassArgs {
   const int32_t* targets = nullptr;  // < 0: excluded from the loss
   acc_t<T> grad_scale = 1;           // d(total loss)/d(sum of token losses), e.g. 1/count
   bool recompute = false;            // keep only layer inputs; recompute activations in backward
+  // A mixture of experts: the micro-batches of the step this pass is one of (the load-balancing
+  // loss is their mean); per unit, set to 1 for each expert the pass routed a token to (when
+  // given); the pass's load-balancing loss, before its coefficient, added (when given).
+  int micro_batches = 1;
+  std::vector<char>* routed = nullptr;
+  double* aux_loss = nullptr;
 };
 
 // Bytes of workspace model_pass needs for this shape, dtype and activation policy.

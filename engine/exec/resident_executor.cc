@@ -89,6 +89,11 @@ Status ResidentExecutor::accumulate_shard(int d, const Batch& batch, float grad_
   a.tied_head_grad = dev.tied_head_grad.empty() ? nullptr : dev.tied_head_grad.data();
   a.grad_scale = grad_scale;
   a.recompute = opt_.recompute;
+  a.micro_batches = opt_.global_batch / opt_.micro_batch;
+  dev.routed.assign(units_.size(), 0);
+  dev.aux_loss = 0;
+  a.routed = &dev.routed;
+  a.aux_loss = &dev.aux_loss;
   const size_t mb_tokens = size_t(opt_.micro_batch) * opt_.seq_len;
   const int per = opt_.global_batch / opt_.micro_batch / devices();  // micro-batches per device
   dev.loss_sums.clear();
@@ -147,6 +152,16 @@ Result<StepStats> ResidentExecutor::step(const Batch& batch) {
     for (double s : d.loss_sums) loss_sum += s;
   st.loss = counted > 0 ? loss_sum / double(counted) : 0.0;
   MT_RETURN_IF_ERROR(check_step_loss(st.step, st.loss));
+  routed_.assign(units_.size(), 0);
+  for (const Device& d : devices_)
+    for (size_t u = 0; u < units_.size(); ++u) routed_[u] |= d.routed[u];
+  if (cfg_.has_experts()) {
+    st.aux_loss = 0;
+    for (const Device& d : devices_) st.aux_loss += d.aux_loss;  // each micro-batch's, over their count
+    st.aux_loss /= double(opt_.global_batch / opt_.micro_batch);
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].kind == UnitKind::kExpert) st.experts_routed += routed_[u], ++st.experts_total;
+  }
   const auto t1 = std::chrono::steady_clock::now();
   st.compute_seconds = std::chrono::duration<double>(t1 - t0).count();
   MT_ASSIGN_OR_RETURN(st.grad_norm, clip_and_update(st.step, st.lr, st));
@@ -168,7 +183,12 @@ Result<double> ResidentExecutor::clip_and_update(long step, float lr, StepStats&
   MT_RETURN_IF_ERROR(check_grad_norm(step, norm, unit_sumsq, units_));
   cpu::AdamWParams p{lr, opt_.optimizer.beta1, opt_.optimizer.beta2, opt_.optimizer.eps,
                      opt_.optimizer.weight_decay, clip_factor(norm, opt_.optimizer.grad_clip), steps_ + 1};
-  for (size_t u = 0; u < units_.size(); ++u) adamw_unit(pool_, units_[u], store_->state<float>(u), p);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].kind == UnitKind::kExpert && !routed_[u]) continue;  // no token, no gradient: no update
+    p.step = store_->adam_step(u, steps_ + 1);
+    adamw_unit(pool_, units_[u], store_->state<float>(u), p);
+    store_->count_update(u);
+  }
   st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return norm;
 }

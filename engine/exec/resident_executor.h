@@ -58,6 +58,8 @@ class ResidentExecutor final : public Executor {
     std::vector<float> tied_head_grad;          // tied embeddings: the LM head's share of d(embedding)
     Workspace workspace;
     std::vector<double> loss_sums;
+    std::vector<char> routed;  // per unit: an expert its micro-batches routed a token to
+    double aux_loss = 0;       // its micro-batches' load-balancing losses, summed
   };
 
   ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt);
@@ -84,6 +86,7 @@ class ResidentExecutor final : public Executor {
   ThreadPool pool_;
   std::vector<float> inv_freq_;
   std::vector<Device> devices_;  // [0] accumulates into the store
+  std::vector<char> routed_;     // per unit: an expert this step routed a token to (only they update)
   long steps_ = 0;
 };
 

@@ -19,6 +19,12 @@ constexpr std::string_view kReadKeys[] = {
     "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
     "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern", "use_bidirectional_attention", "clip_qkv", "resid_pdrop",
     "embd_pdrop",
+    // families.cc: mixtures of experts
+    "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "qkv_bias", "swiglu_alpha", "swiglu_limit",
+    // model_config.cc: refused unless it names gpt-oss's MXFP4 experts (dequantized on load)
+    "quantization_config",
 };
 
 // Harmless for training this model, by group:
@@ -59,7 +65,6 @@ struct Refused {
   std::string_view key, why;
 };
 constexpr Refused kRefusedKeys[] = {
-    {"quantization_config", "names quantized weights; MegaTrain trains full-precision weights only"},
     {"auto_map", "names custom modeling code (trust_remote_code), which MegaTrain does not run"},
 };
 

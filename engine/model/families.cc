@@ -19,6 +19,8 @@ struct Family {
   bool tied;     // tie_word_embeddings
   int head_dim;  // 0: hidden_size / heads
   Variants variants;
+  double rope_theta = 10000;            // default_theta
+  const char* default_rope = nullptr;   // the RoPE object when the file has none (gpt-oss: YaRN)
 };
 
 bool is_null(const Json* v) { return !v || v->is_null(); }
@@ -234,6 +236,140 @@ Status gemma3(const ConfigReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
+// ---- mixtures of experts -------------------------------------------------------------------------
+
+// An integer key >= 0 and <= max (absent: `out` unchanged).
+Status count_key(const ConfigReader& r, const char* field, int& out, int max) {
+  const Json* v = r.get(field);
+  if (is_null(v)) return Status::Ok();
+  if (!v->is_integer() || v->as_int() < 0 || v->as_int() > max)
+    return r.fail(field, "must be an integer in 0.." + std::to_string(max) + ", got " + v->dump());
+  out = int(v->as_int());
+  return Status::Ok();
+}
+
+// What every MoE family shares: the experts (num_local_experts or num_experts: transformers writes
+// Qwen3-MoE's num_experts as num_local_experts, its attribute_map; both must agree when both are
+// given) and the router's k, the load-balancing loss (trained on only when output_router_logits
+// is true, as transformers adds it to the loss only then), no router jitter; the experts' width.
+Status read_moe(const ConfigReader& r, ModelConfig& c, int experts, int top_k, int ffn) {
+  MoeConfig& m = c.moe;
+  m.num_experts = experts, m.top_k = top_k, m.expert_ffn = ffn;
+  int local = -1, plain = -1;
+  MT_RETURN_IF_ERROR(count_key(r, "num_local_experts", local, ModelLimits::kExperts));
+  MT_RETURN_IF_ERROR(count_key(r, "num_experts", plain, ModelLimits::kExperts));
+  if (local >= 0 && plain >= 0 && local != plain)
+    return r.fail("num_local_experts", "(" + std::to_string(local) + ") and num_experts (" + std::to_string(plain) + ") disagree");
+  if (local >= 0) m.num_experts = local;
+  if (plain >= 0) m.num_experts = plain;
+  MT_RETURN_IF_ERROR(count_key(r, "num_experts_per_tok", m.top_k, ModelLimits::kExperts));
+  if (m.num_experts > 0 && (m.top_k < 1 || m.top_k > m.num_experts))
+    return r.fail("num_experts_per_tok", "= " + std::to_string(m.top_k) + " must be in 1.." + std::to_string(m.num_experts));
+  bool aux = false;
+  double coef = 0.001;
+  MT_RETURN_IF_ERROR(r.boolean("output_router_logits", aux));
+  if (const Json* v = r.get("router_aux_loss_coef"); !is_null(v)) {
+    if (!v->is_number() || v->as_double() < 0) return r.fail("router_aux_loss_coef", "must be a number >= 0, got " + v->dump());
+    coef = v->as_double();
+  }
+  m.aux_coef = aux ? coef : 0;
+  return refuse_dropout(r, "router_jitter_noise");  // a noise of 0 is the only exact one
+}
+
+// Qwen's MoE layers: every decoder_sparse_step-th layer not listed in mlp_only_layers.
+Status read_qwen_moe_layers(const ConfigReader& r, ModelConfig& c) {
+  int step = 1;
+  MT_RETURN_IF_ERROR(r.positive_int("decoder_sparse_step", step, ModelLimits::kLayers, false));
+  c.moe.dense_layers.assign(size_t(c.num_layers), 0);
+  for (int l = 0; l < c.num_layers; ++l) c.moe.dense_layers[size_t(l)] = (l + 1) % step != 0;
+  const Json* only = r.get("mlp_only_layers");
+  if (!is_null(only)) {
+    if (!only->is_array()) return r.fail("mlp_only_layers", "must be a list of layer indices");
+    for (const Json& v : only->items()) {
+      if (!v.is_integer() || v.as_int() < 0 || v.as_int() >= c.num_layers)
+        return r.fail("mlp_only_layers", "lists " + v.dump() + ", not a layer of " + std::to_string(c.num_layers));
+      c.moe.dense_layers[size_t(v.as_int())] = 1;
+    }
+  }
+  return r.positive_int("moe_intermediate_size", c.moe.expert_ffn, ModelLimits::kIntermediateSize, false);
+}
+
+// Qwen2/3-MoE's sliding windows follow another pattern than Qwen2's; not implemented.
+Status no_qwen_moe_windows(const ConfigReader& r) {
+  MT_RETURN_IF_ERROR(refuse_true(r, "use_sliding_window", "sliding windows are not implemented for this family"));
+  return Status::Ok();
+}
+
+// Mixtral: softmax router, the top k renormalised; experts of intermediate_size.
+Status mixtral(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported for " + c.architecture));
+  MT_ASSIGN_OR_RETURN(const int w, read_window(r));  // Mistral's attention, no window unless set
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
+  if (!typed) every_layer(c, w);
+  MT_RETURN_IF_ERROR(read_moe(r, c, 8, 2, c.intermediate_size));
+  c.moe.renormalize = true;
+  c.moe.names = MoeNames::kMixtral;
+  return Status::Ok();
+}
+
+// Qwen2-MoE: q/k/v biases (qkv_bias), a shared expert with a sigmoid gate in every MoE layer.
+Status qwen2_moe(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  c.attention_bias = true;
+  MT_RETURN_IF_ERROR(r.boolean("qkv_bias", c.attention_bias));
+  MT_RETURN_IF_ERROR(no_qwen_moe_windows(r));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, 0, false));
+  (void)typed;
+  MT_RETURN_IF_ERROR(read_moe(r, c, 60, 4, 1408));
+  MT_RETURN_IF_ERROR(r.boolean("norm_topk_prob", c.moe.renormalize));
+  MT_RETURN_IF_ERROR(read_qwen_moe_layers(r, c));
+  c.moe.shared_ffn = 5632;
+  MT_RETURN_IF_ERROR(r.positive_int("shared_expert_intermediate_size", c.moe.shared_ffn, ModelLimits::kIntermediateSize, false));
+  return Status::Ok();
+}
+
+// Qwen3-MoE: Qwen3's attention (per-head q/k norms) with Qwen's MoE layers, no shared expert.
+Status qwen3_moe(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
+  MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported"));
+  MT_RETURN_IF_ERROR(no_qwen_moe_windows(r));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, 0, false));
+  (void)typed;
+  c.qk_norm = QkNorm::kPerHead;
+  MT_RETURN_IF_ERROR(read_moe(r, c, 128, 8, 768));
+  MT_RETURN_IF_ERROR(r.boolean("norm_topk_prob", c.moe.renormalize));
+  return read_qwen_moe_layers(r, c);
+}
+
+// gpt-oss: attention with biases (o_proj's too) and sinks, alternating sliding and full layers;
+// a biased router whose top k logits are softmaxed; experts with biases and the clamped SwiGLU.
+// Its hidden_act is not read by transformers (the experts' activation is fixed): only "silu".
+Status gpt_oss(const ConfigReader& r, ModelConfig& c) {
+  if (const Json* act = r.get("hidden_act"); !is_null(act) && !(act->is_string() && act->as_string() == "silu"))
+    return r.fail("hidden_act", "is " + act->dump() + "; gpt-oss's experts use their clamped SwiGLU (\"silu\")");
+  bool bias = true;
+  MT_RETURN_IF_ERROR(r.boolean("attention_bias", bias));
+  c.attention_bias = c.o_bias = bias;
+  c.attention_sinks = true;
+  MT_ASSIGN_OR_RETURN(const int w, read_window(r, 128));
+  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
+  if (!typed) {
+    c.layers.assign(size_t(c.num_layers), LayerAttention{});
+    for (int l = 0; l < c.num_layers; l += 2) c.layers[size_t(l)].window = w;
+  }
+  MT_RETURN_IF_ERROR(read_moe(r, c, 128, 4, c.intermediate_size));
+  MoeConfig& m = c.moe;
+  m.router = RouterKind::kTopKSoftmax;
+  m.router_bias = m.expert_bias = true;
+  m.names = MoeNames::kGptOss;
+  double alpha = 1.702, limit = 7.0;
+  MT_RETURN_IF_ERROR(r.number("swiglu_alpha", alpha));
+  MT_RETURN_IF_ERROR(r.number("swiglu_limit", limit));
+  c.activation = Activation(GateActivation::kClampedSwiglu, float(alpha), float(limit));
+  return Status::Ok();
+}
+
 // Keys only some families read (config_keys.cc lists them as read). Set (not null, false or 0)
 // in the config of a family that does not read them, they are refused: transformers would
 // ignore them there, and a file that sets them was most likely meant for another family.
@@ -241,6 +377,9 @@ constexpr std::string_view kFamilyKeys[] = {
     "sliding_window", "use_sliding_window", "max_window_layers", "hidden_activation", "query_pre_attn_scalar",
     "attn_logit_softcapping", "final_logit_softcapping", "rope_local_base_freq", "sliding_window_pattern",
     "_sliding_window_pattern", "use_bidirectional_attention", "clip_qkv", "resid_pdrop", "embd_pdrop",
+    "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "qkv_bias", "swiglu_alpha", "swiglu_limit",
 };
 
 const std::vector<std::string_view> kQwenKeys = {"sliding_window", "use_sliding_window", "max_window_layers"};
@@ -252,6 +391,18 @@ const std::vector<std::string_view> kGemmaKeys = {
     "final_logit_softcapping", "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern",
     "use_bidirectional_attention"};
 
+const std::vector<std::string_view> kMoeKeys = {"num_experts_per_tok", "output_router_logits", "router_aux_loss_coef",
+                                                "num_local_experts", "num_experts"};
+std::vector<std::string_view> keys(std::vector<std::string_view> a, const std::vector<std::string_view>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+const std::vector<std::string_view> kQwenMoeKeys = keys(
+    kQwenKeys, keys(kMoeKeys, {"moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"}));
+constexpr const char* kGptOssRope =
+    R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+        "original_max_position_embeddings": 4096})";
+
 const Family kFamilies[] = {
     {"LlamaForCausalLM", {}, 1e-6, 0, false, 0, llama},
     {"MistralForCausalLM", {"sliding_window"}, 1e-6, 8, false, 0, mistral},
@@ -261,6 +412,13 @@ const Family kFamilies[] = {
     {"Olmo2ForCausalLM", {"clip_qkv"}, 1e-5, 0, false, 0, olmo2},
     {"Gemma2ForCausalLM", kGemma2Keys, 1e-6, 4, true, 256, gemma2},
     {"Gemma3ForCausalLM", kGemmaKeys, 1e-6, 4, true, 256, gemma3},
+    {"MixtralForCausalLM", keys(kMoeKeys, {"sliding_window", "router_jitter_noise"}), 1e-5, 8,
+     false, 0, mixtral, 1e6},
+    {"Qwen2MoeForCausalLM", keys(kQwenMoeKeys, {"shared_expert_intermediate_size", "qkv_bias"}), 1e-6, 16, false, 0,
+     qwen2_moe},
+    {"Qwen3MoeForCausalLM", kQwenMoeKeys, 1e-6, 4, false, 0, qwen3_moe},
+    {"GptOssForCausalLM", keys(kMoeKeys, {"sliding_window", "swiglu_alpha", "swiglu_limit"}), 1e-5,
+     8, false, 64, gpt_oss, 150000, kGptOssRope},
 };
 
 bool is_off(const Json& v) {
@@ -305,6 +463,7 @@ Status read_architecture(const ConfigReader& r, ModelConfig& c) {
 void apply_family_defaults(ModelConfig& c) {
   const Family& f = *find_family(c.architecture);
   c.rms_norm_eps = f.rms_norm_eps;
+  c.rope_theta = f.rope_theta;
   c.num_kv_heads = f.kv_heads ? f.kv_heads : c.num_heads;
   c.tie_word_embeddings = f.tied;
   if (f.head_dim) c.head_dim = f.head_dim;
@@ -317,5 +476,10 @@ Status read_family_variants(const ConfigReader& r, ModelConfig& c) {
 }
 
 bool family_has_local_rope(const std::string& architecture) { return architecture == "Gemma3ForCausalLM"; }
+
+const char* family_default_rope(const std::string& architecture) {
+  const Family* f = find_family(architecture);
+  return f ? f->default_rope : nullptr;
+}
 
 }  // namespace mt

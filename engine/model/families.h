@@ -21,6 +21,9 @@ Status read_family_variants(const ConfigReader& r, ModelConfig& c);
 // True when the family reads RoPE per layer type (transformers 5's {"full_attention": {...},
 // "sliding_attention": {...}} rope_parameters): Gemma 3.
 bool family_has_local_rope(const std::string& architecture);
+// The family's RoPE object (JSON) when a file has neither rope_scaling nor rope_parameters, as
+// transformers fills it in (gpt-oss: YaRN); nullptr: default RoPE.
+const char* family_default_rope(const std::string& architecture);
 std::vector<std::string> supported_architectures();
 
 }  // namespace mt

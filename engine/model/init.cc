@@ -33,7 +33,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 void init_unit_weights(const ModelConfig& cfg, const ParamSchema& unit, float* w, uint64_t seed) {
   for (const auto& t : unit.tensors) {
     float* p = w + t.offset;
-    const bool norm = ends_with(t.name, "norm.weight"), bias = ends_with(t.name, ".bias");
+    const bool norm = ends_with(t.name, "norm.weight"), bias = ends_with(t.name, ".bias") || ends_with(t.name, "_bias");
     if (norm || bias) {
       // a norm starts as the identity scale: w = 1, or 0 where the scale is 1 + w (Gemma)
       for (size_t i = 0; i < t.numel; ++i) p[i] = norm ? 1.0f - cfg.norm_offset : 0.0f;

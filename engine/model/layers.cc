@@ -7,12 +7,18 @@ namespace mt {
 
 namespace {
 struct Dims {
-  size_t N, C, QKV, Q, F, H, T, M;  // M: tokens per MLP chunk
+  size_t N, C, QKV, Q, F, H, T, M;  // F: the widest dense MLP (0: none); M: tokens per MLP chunk
+  size_t E, K, FE;                  // experts, experts per token, an expert's width (0: dense model)
 };
 Dims dims(const LayerShape& s) {
   const ModelConfig& c = *s.cfg;
-  return {size_t(s.N()), size_t(c.hidden_size), size_t(c.qkv_dim()), size_t(c.q_dim()),
-          size_t(c.intermediate_size), size_t(c.num_heads), size_t(s.T), size_t(s.chunk())};
+  return {size_t(s.N()),         size_t(c.hidden_size), size_t(c.qkv_dim()),      size_t(c.q_dim()),
+          size_t(c.max_dense_ffn()), size_t(c.num_heads),   size_t(s.T),              size_t(s.chunk()),
+          size_t(c.moe.num_experts), size_t(c.moe.top_k),   size_t(c.moe.expert_ffn)};
+}
+RouterShape router_shape(const LayerShape& s) {
+  const MoeConfig& m = s.cfg->moe;
+  return {s.N(), m.num_experts, m.top_k, m.router, m.renormalize};
 }
 QkNormShape qk_norm_shape(const LayerShape& s) {
   const ModelConfig& c = *s.cfg;
@@ -60,6 +66,9 @@ DecoderActs<T> carve_decoder_acts(const LayerShape& s, Carver& c) {
   const ModelConfig& m = *s.cfg;
   const bool pre = m.pre_norms(), post = m.post_norms(), qk = m.qk_norm != QkNorm::kNone;
   const size_t qk_vectors = qk ? size_t(qk_norm_shape(s).vectors()) : 0;
+  // An MoE layer normalises the whole micro-batch at once (its router and experts read every
+  // token); its shared expert's output waits for the gate in mo.
+  const bool moe = m.has_experts(), mlp = d.F > 0, mo = post || (moe && m.moe.shared_ffn > 0);
   DecoderActs<T> a{};
   a.xn1 = c.take_if<T>(pre, d.M * d.C, kChunk);
   a.rstd1 = c.take_if<A>(pre, d.N, kSeq);
@@ -72,10 +81,10 @@ DecoderActs<T> carve_decoder_acts(const LayerShape& s, Carver& c) {
   a.ao_rstd = c.take_if<A>(post, d.N, kSeq);
   a.x2 = c.take<T>(d.N * d.C, kSeq);
   a.xn2 = c.take_if<T>(pre, d.M * d.C, kChunk);
-  a.rstd2 = c.take_if<A>(pre, d.M, kChunk);
-  a.gu = c.take<T>(d.M * 2 * d.F, kChunk);
-  a.h = c.take<T>(d.M * d.F, kChunk);
-  a.mo = c.take_if<T>(post, d.M * d.C, kChunk);
+  a.rstd2 = c.take_if<A>(pre, moe ? d.N : d.M, moe ? kSeq : kChunk);
+  a.gu = c.take_if<T>(mlp, d.M * 2 * d.F, kChunk);
+  a.h = c.take_if<T>(mlp, d.M * d.F, kChunk);
+  a.mo = c.take_if<T>(mo, d.M * d.C, kChunk);
   a.mo_rstd = c.take_if<A>(post, d.M, kChunk);
   return a;
 }
@@ -84,17 +93,49 @@ template <typename T>
 DecoderScratch<T> carve_decoder_scratch(const LayerShape& s, Carver& c) {
   constexpr auto kSeq = Carver::kSequence, kChunk = Carver::kChunk;
   const Dims d = dims(s);
-  const bool post = s.cfg->post_norms(), qk = s.cfg->qk_norm != QkNorm::kNone;
+  const bool post = s.cfg->post_norms(), qk = s.cfg->qk_norm != QkNorm::kNone, moe = d.E > 0;
+  const bool mo = post || (moe && s.cfg->moe.shared_ffn > 0);
   DecoderScratch<T> sc{};
-  sc.dh = c.take<T>(d.M * d.F, kChunk);
-  sc.dgu = c.take<T>(d.M * 2 * d.F, kChunk);
+  sc.dh = c.take_if<T>(d.F > 0, d.M * d.F, kChunk);
+  sc.dgu = c.take_if<T>(d.F > 0, d.M * 2 * d.F, kChunk);
   sc.dxn = c.take<T>(d.M * d.C, kChunk);
-  sc.dmo = c.take_if<T>(post, d.M * d.C, kChunk);
+  sc.dmo = c.take_if<T>(mo, d.M * d.C, kChunk);
   sc.dao = c.take_if<T>(post, d.N * d.C, kSeq);
   sc.datt = c.take<T>(d.N * d.Q, kSeq);
   sc.dqkv = c.take<T>(d.N * d.QKV, kSeq);
   sc.dqkv_raw = c.take_if<T>(qk, d.N * d.QKV, kSeq);
+  ExpertScratch<T>& x = sc.expert;
+  x.x = c.take_if<T>(moe, d.M * d.C, kChunk);
+  x.gu = c.take_if<T>(moe, d.M * 2 * d.FE, kChunk);
+  x.h = c.take_if<T>(moe, d.M * d.FE, kChunk);
+  x.y = c.take_if<T>(moe, d.M * d.C, kChunk);
+  x.dy = c.take_if<T>(moe, d.M * d.C, kChunk);
+  x.dh = c.take_if<T>(moe, d.M * d.FE, kChunk);
+  x.dgu = c.take_if<T>(moe, d.M * 2 * d.FE, kChunk);
+  x.dx = c.take_if<T>(moe, d.M * d.C, kChunk);
   return sc;
+}
+
+// One micro-batch's MoE state (MoeActs): every region spans the micro-batch.
+template <typename T>
+MoeActs<T> carve_moe_acts(const LayerShape& s, Carver& c) {
+  using A = acc_t<T>;
+  constexpr auto kSeq = Carver::kSequence;
+  const Dims d = dims(s);
+  const bool shared = s.cfg->moe.shared_ffn > 0;
+  MoeActs<T> m{};
+  m.in = c.take<T>(d.N * d.C, kSeq);
+  m.logits = c.take<T>(d.N * d.E, kSeq);
+  m.idx = c.take<int32_t>(d.N * d.K, kSeq);
+  m.w = c.take<A>(d.N * d.K, kSeq);
+  m.rows = c.take<int32_t>(d.N * d.K, kSeq);
+  m.offsets = c.take<int32_t>(d.E + 1, kSeq);
+  m.gate = c.take_if<T>(shared, d.N, kSeq);
+  m.din = c.take<T>(d.N * d.C, kSeq);
+  m.dw = c.take<A>(d.N * d.K, kSeq);
+  m.dlogits = c.take<T>(d.N * d.E, kSeq);
+  m.dgate = c.take_if<T>(shared, d.N, kSeq);
+  return m;
 }
 
 // The head's norm runs over the micro-batch (its logits are chunked by head_chunk inside
@@ -151,6 +192,24 @@ template <typename T>
 size_t head_scratch_bytes(const LayerShape& s) { return layout_bytes(s, carve_head_scratch<T>); }
 template <typename T>
 HeadScratch<T> bind_head_scratch(const LayerShape& s, void* base) { return bind_layout(s, base, carve_head_scratch<T>); }
+template <typename T>
+size_t moe_acts_bytes(const LayerShape& s) { return s.cfg->has_experts() ? layout_bytes(s, carve_moe_acts<T>) : 0; }
+template <typename T>
+MoeActs<T> bind_moe_acts(const LayerShape& s, void* base) { return bind_layout(s, base, carve_moe_acts<T>); }
+
+double moe_aux_scale(const LayerShape& s, int micro_batches) {
+  const MoeConfig& m = s.cfg->moe;
+  const double rows = double(s.cfg->num_moe_layers()) * s.N();
+  return m.aux_coef * m.num_experts / (double(micro_batches) * rows * rows);
+}
+
+double moe_aux_loss(const LayerShape& s, const double* stats) {
+  const int E = s.cfg->moe.num_experts;
+  const double rows = double(s.cfg->num_moe_layers()) * s.N();
+  double sum = 0;
+  for (int e = 0; e < E; ++e) sum += stats[e] / rows * (stats[E + e] / rows);
+  return sum * E;
+}
 
 namespace {
 
@@ -247,6 +306,75 @@ void qkv_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<cons
   input_norm_backward(ops, c, dresid + off, dw.ln1, sc.dxn, x + off, w.ln1, w.ln1 ? a.rstd1 + n0 : nullptr, n);
 }
 
+// ---- a mixture-of-experts layer's MLP block ----------------------------------------------------
+
+// The shared expert (Qwen2-MoE) on tokens [n0, n0 + n) of moe.in: gu, h and its output y in mo;
+// out (when given) += sigmoid(gate) * y.
+template <typename T>
+void shared_expert_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+                           const DecoderActs<T>& a, const MoeActs<T>& m, int n0, int n, T* out) {
+  const ModelConfig& c = *s.cfg;
+  const int C = c.hidden_size, F = c.moe.shared_ffn;
+  ops.matmul_forward(a.gu, m.in + size_t(n0) * C, w.wgu, nullptr, n, C, 2 * F);
+  ops.swiglu_forward(a.h, a.gu, n, F, c.activation);
+  ops.matmul_forward(a.mo, a.h, w.wdown, nullptr, n, F, C);
+  if (out) ops.sigmoid_gate_forward(out + size_t(n0) * C, a.mo, m.gate + n0, n, C);
+}
+
+// in = norm2(x2); the router's logits and choice (its statistics added to moe.stats); the
+// permutation of the tokens to the experts; out (when given) = x2 + the gated shared expert.
+// A chunked recompute (out == nullptr) leaves the shared expert to the backward's chunks.
+template <typename T>
+void moe_mlp_forward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w, const DecoderActs<T>& a,
+                     const MoeActs<T>& m, T* out) {
+  const ModelConfig& c = *s.cfg;
+  const int N = s.N(), C = c.hidden_size, E = c.moe.num_experts, M = s.chunk();
+  norm_forward(ops, c, m.in, a.rstd2, a.x2, w.ln2, N);
+  ops.matmul_forward(m.logits, m.in, w.router, w.router_b, N, C, E);
+  ops.moe_route_forward(m.idx, m.w, m.stats, m.logits, router_shape(s));
+  ops.moe_sort(m.rows, m.offsets, m.idx, N, E, c.moe.top_k);
+  if (w.shared_gate) ops.matmul_forward(m.gate, m.in, w.shared_gate, nullptr, N, C, 1);
+  if (out) ops.copy(out, a.x2, size_t(N) * C);
+  if (!w.wgu || (!out && s.chunked())) return;
+  for (int n0 = 0; n0 < N; n0 += M) shared_expert_forward(ops, s, w, a, m, n0, std::min(M, N - n0), out);
+}
+
+// The block's backward once its experts' have run: the shared expert and its gate, the router
+// (with the load-balancing loss's gradient), norm2 — moe.din gathering d(in) from each — and
+// dresid (dL/dout) becoming dL/dx2.
+template <typename T>
+void moe_mlp_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<const T>& w,
+                      const DecoderView<acc_t<T>>& dw, const DecoderActs<T>& a, const MoeActs<T>& m, T* dresid,
+                      const DecoderScratch<T>& sc) {
+  const ModelConfig& c = *s.cfg;
+  const int N = s.N(), C = c.hidden_size, E = c.moe.num_experts, M = s.chunk(), F = c.moe.shared_ffn;
+  for (int n0 = 0; w.wgu && n0 < N; n0 += M) {
+    const int n = std::min(M, N - n0);
+    if (s.chunked()) shared_expert_forward(ops, s, w, a, m, n0, n, static_cast<T*>(nullptr));
+    ops.sigmoid_gate_backward(sc.dmo, m.dgate + n0, dresid + size_t(n0) * C, a.mo, m.gate + n0, n, C);
+    ops.zero(sc.dh, size_t(n) * F);
+    ops.matmul_backward(sc.dh, dw.wdown, nullptr, sc.dmo, a.h, w.wdown, n, F, C);
+    ops.swiglu_backward(sc.dgu, sc.dh, a.gu, n, F, c.activation);
+    ops.matmul_backward(m.din + size_t(n0) * C, dw.wgu, nullptr, sc.dgu, m.in + size_t(n0) * C, w.wgu, n, C, 2 * F);
+  }
+  if (w.shared_gate) ops.matmul_backward(m.din, dw.shared_gate, nullptr, m.dgate, m.in, w.shared_gate, N, C, 1);
+  ops.moe_route_backward(m.dlogits, m.dw, m.logits, m.idx, m.w, m.counts, m.aux_scale,
+                         router_shape(s));
+  ops.matmul_backward(m.din, dw.router, dw.router_b, m.dlogits, m.in, w.router, N, C, E);
+  input_norm_backward(ops, c, dresid, dw.ln2, m.din, a.x2, w.ln2, a.rstd2, N);
+}
+
+// An expert on n of its tokens (their slots `rows`): x = their inputs, gu, h, y = its output.
+template <typename T>
+void expert_rows_forward(const Ops<T>& ops, const ModelConfig& c, const ExpertView<const T>& w, const MoeActs<T>& m,
+                         const int32_t* rows, int n, const ExpertScratch<T>& x) {
+  const int C = c.hidden_size, F = c.moe.expert_ffn;
+  ops.moe_gather(x.x, m.in, rows, n, C, c.moe.top_k);
+  ops.matmul_forward(x.gu, x.x, w.wgu, w.bgu, n, C, 2 * F);
+  ops.swiglu_forward(x.h, x.gu, n, F, c.activation);
+  ops.matmul_forward(x.y, x.h, w.wdown, w.bdown, n, F, C);
+}
+
 // Layer l's attention: its window and the model's scale; its RoPE table (the local one of
 // Gemma 3's sliding layers follows the global one in inv_freq).
 AttentionOptions attention_options(const ModelConfig& c, int l) {
@@ -260,7 +388,7 @@ const float* rope_table(const LayerShape& s, int l) {
 
 template <typename T>
 void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w, const T* x,
-                     T* out, const DecoderActs<T>& a) {
+                     T* out, const DecoderActs<T>& a, const MoeActs<T>* moe) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), C = c.hidden_size, M = s.chunk();
   // attention block: x2 = x + [norm](o_proj(attn(rope([qk_norm](qkv([norm](x))))))), the norm and
@@ -272,13 +400,15 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const De
                    float(c.rope_attention_factor));
   ops.attention_forward(a.att, a.lse, a.qkv, s.documents(), attention_options(c, layer), s.B, s.T, c.num_heads,
                         c.num_kv_heads, c.head_dim);
+  if (w.sinks) ops.attention_sinks_forward(a.att, a.lse, w.sinks, s.B, s.T, c.num_heads, c.head_dim);
   if (w.ln_attn_out) {
-    ops.matmul_forward(a.ao, a.att, w.wo, nullptr, N, c.q_dim(), C);
+    ops.matmul_forward(a.ao, a.att, w.wo, w.bo, N, c.q_dim(), C);
     norm_forward(ops, c, a.x2, a.ao_rstd, a.ao, w.ln_attn_out, N);
   } else {
-    ops.matmul_forward(a.x2, a.att, w.wo, nullptr, N, c.q_dim(), C);
+    ops.matmul_forward(a.x2, a.att, w.wo, w.bo, N, c.q_dim(), C);
   }
   ops.add_inplace(a.x2, x, size_t(N) * C);
+  if (moe) return moe_mlp_forward(ops, s, w, a, *moe, out);
   // MLP block: out = x2 + [norm](down(act(gate(norm(x2))) * up(norm(x2)))), chunk by chunk. A
   // recompute for backward (out == nullptr) of a chunked block stops here: the backward
   // recomputes each chunk; unchunked, the acts it leaves are what the backward reads.
@@ -289,12 +419,13 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const De
 template <typename T>
 void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w,
                       const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
-                      const DecoderScratch<T>& sc) {
+                      const DecoderScratch<T>& sc, const MoeActs<T>* moe) {
   const ModelConfig& c = *s.cfg;
   const int N = s.N(), Q = c.q_dim(), C = c.hidden_size, M = s.chunk();
   // MLP block, chunk by chunk (a chunked block first recomputes the chunk's activations);
   // dresid becomes dL/dx2
-  for (int n0 = 0; n0 < N; n0 += M) {
+  if (moe) moe_mlp_backward(ops, s, w, dw, a, *moe, dresid, sc);
+  for (int n0 = 0; !moe && n0 < N; n0 += M) {
     const int n = std::min(M, N - n0);
     if (s.chunked()) mlp_forward(ops, s, w, a, n0, n, static_cast<T*>(nullptr));
     mlp_backward(ops, s, w, dw, a, dresid, sc, n0, n);
@@ -308,7 +439,8 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const D
     dtop = sc.dao;
   }
   ops.zero(sc.datt, size_t(N) * Q);
-  ops.matmul_backward(sc.datt, dw.wo, nullptr, dtop, a.att, w.wo, N, Q, C);
+  ops.matmul_backward(sc.datt, dw.wo, dw.bo, dtop, a.att, w.wo, N, Q, C);
+  if (w.sinks) ops.attention_sinks_backward(dw.sinks, sc.datt, a.att, a.lse, w.sinks, s.B, s.T, c.num_heads, c.head_dim);
   ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.documents(), attention_options(c, layer), s.B, s.T,
                          c.num_heads, c.num_kv_heads, c.head_dim);
   ops.rope_backward(sc.dqkv, rope_table(s, layer), s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
@@ -323,6 +455,39 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const D
     const int n = std::min(M, N - n0);
     if (s.chunked() && w.ln1) norm_forward(ops, c, a.xn1, a.rstd1 + n0, x + size_t(n0) * C, w.ln1, n);
     qkv_backward(ops, s, w, dw, x, a, dresid, dqkv, sc, n0, n);
+  }
+}
+
+template <typename T>
+void expert_forward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w, const MoeActs<T>& m,
+                    T* out, const ExpertScratch<T>& x) {
+  const ModelConfig& c = *s.cfg;
+  const int first = m.host_offsets[e], n = expert_tokens(m, e), M = s.chunk();
+  for (int j = 0; j < n; j += M) {
+    const int32_t* rows = m.rows + first + j;
+    const int r = std::min(M, n - j);
+    expert_rows_forward(ops, c, w, m, rows, r, x);
+    ops.moe_scatter(out, x.y, rows, m.w, r, c.hidden_size, c.moe.top_k);
+  }
+}
+
+template <typename T>
+void expert_backward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w,
+                     const ExpertView<acc_t<T>>& dw, const MoeActs<T>& m, const T* dout, const ExpertScratch<T>& x) {
+  const ModelConfig& c = *s.cfg;
+  const int C = c.hidden_size, F = c.moe.expert_ffn, k = c.moe.top_k;
+  const int first = m.host_offsets[e], n = expert_tokens(m, e), M = s.chunk();
+  for (int j = 0; j < n; j += M) {
+    const int32_t* rows = m.rows + first + j;
+    const int r = std::min(M, n - j);
+    expert_rows_forward(ops, c, w, m, rows, r, x);  // recompute
+    ops.moe_scatter_backward(x.dy, m.dw, dout, x.y, rows, m.w, r, C, k);
+    ops.zero(x.dh, size_t(r) * F);
+    ops.matmul_backward(x.dh, dw.wdown, dw.bdown, x.dy, x.h, w.wdown, r, F, C);
+    ops.swiglu_backward(x.dgu, x.dh, x.gu, r, F, c.activation);
+    ops.zero(x.dx, size_t(r) * C);
+    ops.matmul_backward(x.dx, dw.wgu, dw.bgu, x.dgu, x.x, w.wgu, r, C, 2 * F);
+    ops.moe_scatter(m.din, x.dx, rows, static_cast<const acc_t<T>*>(nullptr), r, C, k);
   }
 }
 
@@ -365,11 +530,18 @@ void head_forward_backward(const Ops<T>& ops, const LayerShape& s, const T* norm
   template DecoderScratch<T> bind_decoder_scratch(const LayerShape&, void*);                             \
   template HeadScratch<T> bind_head_scratch(const LayerShape&, void*);                                   \
   template WorkspaceSplit layer_workspace_split<T>(const LayerShape&);                                   \
+  template size_t moe_acts_bytes<T>(const LayerShape&);                                                  \
+  template MoeActs<T> bind_moe_acts(const LayerShape&, void*);                                           \
   template void decoder_forward(const Ops<T>&, const LayerShape&, int, const DecoderView<const T>&,     \
-                                const T*, T*, const DecoderActs<T>&);                                    \
+                                const T*, T*, const DecoderActs<T>&, const MoeActs<T>*);                 \
   template void decoder_backward(const Ops<T>&, const LayerShape&, int, const DecoderView<const T>&,     \
                                  const DecoderView<acc_t<T>>&, const T*, const DecoderActs<T>&, T*,      \
-                                 const DecoderScratch<T>&);                                              \
+                                 const DecoderScratch<T>&, const MoeActs<T>*);                           \
+  template void expert_forward(const Ops<T>&, const LayerShape&, int, const ExpertView<const T>&,        \
+                               const MoeActs<T>&, T*, const ExpertScratch<T>&);                          \
+  template void expert_backward(const Ops<T>&, const LayerShape&, int, const ExpertView<const T>&,       \
+                                const ExpertView<acc_t<T>>&, const MoeActs<T>&, const T*,               \
+                                const ExpertScratch<T>&);                                                \
   template void embedding_forward(const Ops<T>&, const LayerShape&, const T*, const int32_t*, T*);       \
   template void embedding_backward(const Ops<T>&, const LayerShape&, acc_t<T>*, const int32_t*, T*);     \
   template void head_forward_backward(const Ops<T>&, const LayerShape&, const T*, const T*, acc_t<T>*,   \

@@ -73,28 +73,90 @@ size_t decoder_acts_bytes(const LayerShape& s);
 template <typename T>
 DecoderActs<T> bind_decoder_acts(const LayerShape& s, void* base);
 
+// An expert's work on one chunk of its tokens: their inputs, gate/up, activation, output, and
+// the backward's gradients of each (expert_forward, expert_backward).
+template <typename T>
+struct ExpertScratch {
+  T *x, *gu, *h, *y, *dy, *dh, *dgu, *dx;  // one chunk of an expert's tokens
+};
+
 // Backward scratch of one decoder layer for one micro-batch (reused across layers).
 template <typename T>
 struct DecoderScratch {
   T *dh, *dgu, *dxn, *dmo, *dao, *datt, *dqkv, *dqkv_raw;  // dmo, dao: post-norms; dqkv_raw: q/k norms
+  ExpertScratch<T> expert;                                  // a mixture of experts' (its forward too)
 };
 template <typename T>
 size_t decoder_scratch_bytes(const LayerShape& s);
 template <typename T>
 DecoderScratch<T> bind_decoder_scratch(const LayerShape& s, void* base);
 
+// A mixture-of-experts layer's state for one micro-batch, beside its DecoderActs (kernels/moe.h
+// names the routing arrays). The layer's decoder unit fills it (norm2, router, shared expert);
+// its experts then read it one by one. The streaming executor points it at one micro-batch's
+// part of buffers that span the step (every micro-batch passes each expert while it is
+// resident); the resident pass at its workspace. Regions a family lacks are nullptr.
+template <typename T>
+struct MoeActs {
+  T* in;             // [N, C] the router's, experts' and shared expert's input: norm2(x2)
+  T* logits;         // [N, E] the router's
+  int32_t* idx;      // [N, k]
+  acc_t<T>* w;       // [N, k]
+  int32_t* rows;     // [N*k]
+  int32_t* offsets;  // [E + 1], on the device
+  T* gate;           // [N] the shared expert's gate logit
+  T* din;            // [N, C] backward: d(in), the experts' share (+=) and then the rest
+  acc_t<T>* dw;      // [N, k] backward: d(w), written by the experts
+  T* dlogits;        // [N, E]
+  T* dgate;          // [N]
+  // Not workspace; the caller sets them:
+  const int32_t* host_offsets = nullptr;  // offsets where the host reads them (they size the GEMMs)
+  // The load-balancing statistics [2E] (kernels/moe.h) of this micro-batch over every MoE layer:
+  // the forward adds to stats (nullptr: a recompute adds nothing); the backward reads the counts
+  // they end with for the loss's gradient, aux_scale * counts[e] per token (nullptr: no aux loss).
+  acc_t<T>* stats = nullptr;
+  const acc_t<T>* counts = nullptr;
+  acc_t<T> aux_scale = 0;
+};
+template <typename T>
+size_t moe_acts_bytes(const LayerShape& s);
+template <typename T>
+MoeActs<T> bind_moe_acts(const LayerShape& s, void* base);
+// The load-balancing loss's gradient scale for one micro-batch of a step of `micro_batches`:
+// d(coef * mean over micro-batches of aux)/d(softmax(logits)[t, e]) = aux_scale * counts[e].
+double moe_aux_scale(const LayerShape& s, int micro_batches);
+// The load-balancing loss of one micro-batch from its statistics [2E] (before the coefficient).
+double moe_aux_loss(const LayerShape& s, const double* stats);
+
 // out = layer(x) for decoder layer `layer` (its attention: ModelConfig::layer_attention); fills
-// acts. x and out are [N, C]. out == nullptr skips the last projection where it can (a
+// acts (and, for an MoE layer, moe: out is then x2 + the shared expert; expert_forward adds the
+// experts). x and out are [N, C]. out == nullptr skips the last projection where it can (a
 // recompute before backward needs only the activations).
 template <typename T>
 void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w, const T* x,
-                     T* out, const DecoderActs<T>& a);
+                     T* out, const DecoderActs<T>& a, const MoeActs<T>* moe = nullptr);
 
-// dresid holds dL/dout on entry and dL/dx on return; dw (full precision) accumulates (+=).
+// dresid holds dL/dout on entry and dL/dx on return; dw (full precision) accumulates (+=). An
+// MoE layer's experts have run expert_backward (moe->din, moe->dw) before.
 template <typename T>
 void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const DecoderView<const T>& w,
                       const DecoderView<acc_t<T>>& dw, const T* x, const DecoderActs<T>& a, T* dresid,
-                      const DecoderScratch<T>& sc);
+                      const DecoderScratch<T>& sc, const MoeActs<T>* moe = nullptr);
+
+// Expert e of an MoE layer on one micro-batch (its tokens: moe's rows, host_offsets): out[t] +=
+// w * expert(in[t]) for each of them. Its activations are recomputed by its backward, which
+// accumulates dw (+=), adds d(in) into moe.din and writes moe.dw of its slots; dout is dL/dout.
+template <typename T>
+void expert_forward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w, const MoeActs<T>& moe,
+                    T* out, const ExpertScratch<T>& sc);
+template <typename T>
+void expert_backward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w,
+                     const ExpertView<acc_t<T>>& dw, const MoeActs<T>& moe, const T* dout, const ExpertScratch<T>& sc);
+// Tokens routed to expert e in this micro-batch.
+template <typename T>
+int expert_tokens(const MoeActs<T>& m, int e) {
+  return m.host_offsets[e + 1] - m.host_offsets[e];
+}
 
 template <typename T>
 void embedding_forward(const Ops<T>& ops, const LayerShape& s, const T* wte, const int32_t* tokens, T* out);

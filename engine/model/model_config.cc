@@ -149,6 +149,11 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
   const Json* scaling = r.get("rope_scaling");
   if (scaling && !scaling->is_null()) MT_RETURN_IF_ERROR(read_rope_object(r, *scaling, "rope_scaling", legacy));
   const Json* params = r.get("rope_parameters");
+  if ((!params || params->is_null()) && (!scaling || scaling->is_null()))
+    if (const char* d = family_default_rope(c.architecture)) {  // as transformers fills it in
+      MT_ASSIGN_OR_RETURN(const Json fallback, Json::parse(d));
+      MT_RETURN_IF_ERROR(read_rope_object(r, fallback, "rope_parameters (" + c.architecture + "'s default)", legacy));
+    }
   if (!params || params->is_null()) {
     c = std::move(legacy);
     return Status::Ok();
@@ -169,6 +174,24 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
                             (scaling ? scaling->dump() : "absent") + ") disagree; which one is meant is unknown");
   c = std::move(v5);
   return Status::Ok();
+}
+
+// quantization_config: only gpt-oss's MXFP4 experts, which load dequantized (full precision).
+Status read_quantization(const ConfigReader& r, ModelConfig& c) {
+  const Json* q = r.get("quantization_config");
+  if (!q || q->is_null()) return Status::Ok();
+  const Json* method = q->is_object() ? q->find("quant_method") : nullptr;
+  if (c.moe.names == MoeNames::kGptOss && c.has_experts() && method && method->is_string() &&
+      method->as_string() == "mxfp4") {
+    for (const auto& [k, v] : q->members())
+      if (k != "quant_method" && k != "modules_to_not_convert")
+        return r.fail("quantization_config." + k, "is not read for mxfp4; refused rather than ignored");
+    c.moe.mxfp4 = true;
+    return Status::Ok();
+  }
+  return r.fail("quantization_config", "names quantized weights (" + q->dump() +
+                                           "); MegaTrain trains full-precision weights (only gpt-oss's MXFP4 "
+                                           "experts are dequantized on load)");
 }
 
 // Options of every family that change the math and that we do not implement: refused, never
@@ -192,6 +215,8 @@ Status refuse_unsupported(const ConfigReader& r) {
 }
 
 Status check_shape(const ConfigReader& r, const ModelConfig& c) {
+  if (c.has_experts() && c.norm_placement != NormPlacement::kPre)
+    return r.fail("architectures", "combines post-norms with a mixture of experts, which is not supported");
   if (c.num_heads % c.num_kv_heads != 0)
     return r.fail("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
                                              ") must divide num_attention_heads (" + std::to_string(c.num_heads) + ")");
@@ -237,6 +262,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   if (const Json* pad = j.find("pad_token_id"); pad && pad->is_integer()) c.pad_token_id = pad->as_int();
   MT_RETURN_IF_ERROR(refuse_unsupported(r));
   MT_RETURN_IF_ERROR(read_family_variants(r, c));
+  MT_RETURN_IF_ERROR(read_quantization(r, c));
   MT_RETURN_IF_ERROR(check_shape(r, c));
   return c;
 }
@@ -267,7 +293,7 @@ std::vector<std::string> preset_names() {
 }
 
 Json model_config_to_json(const ModelConfig& cfg) {
-  Json j = cfg.raw.is_object() ? cfg.raw : Json::object();
+  Json j = Json::object(cfg.raw.is_object() ? cfg.raw.members() : Json::Object{});  // a copy: raw stays as read
   j.set("architectures", Json::array({Json(cfg.architecture)}));
   j.set("hidden_size", cfg.hidden_size);
   j.set("num_hidden_layers", cfg.num_layers);
@@ -287,6 +313,7 @@ Json model_config_to_json(const ModelConfig& cfg) {
   if (!j.find("rope_parameters") || j.find("rope_parameters")->is_null()) j.set("rope_theta", cfg.rope_theta);
   j.set("tie_word_embeddings", cfg.tie_word_embeddings);
   j.set("torch_dtype", "float32");
+  std::erase_if(j.members(), [](const auto& kv) { return kv.first == "quantization_config"; });  // written dequantized
   return j;
 }
 
@@ -321,13 +348,33 @@ std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
   return out;
 }
 
+namespace {
+// The per-layer pattern `v` for n layers, repeated past its length.
+template <typename V>
+void repeat_pattern(std::vector<V>& v, int n) {
+  if (v.empty()) return;
+  std::vector<V> out;
+  for (int l = 0; l < n; ++l) out.push_back(v[size_t(l) % v.size()]);
+  v = std::move(out);
+}
+}  // namespace
+
 void ModelConfig::set_num_layers(int n) {
-  if (!layers.empty()) {
-    std::vector<LayerAttention> out;
-    for (int l = 0; l < n; ++l) out.push_back(layers[size_t(l) % layers.size()]);
-    layers = std::move(out);
-  }
+  repeat_pattern(layers, n);
+  repeat_pattern(moe.dense_layers, n);
   num_layers = n;
+}
+
+int ModelConfig::num_moe_layers() const {
+  int n = 0;
+  for (int l = 0; l < num_layers; ++l) n += is_moe_layer(l);
+  return n;
+}
+
+int ModelConfig::max_dense_ffn() const {
+  int f = 0;
+  for (int l = 0; l < num_layers; ++l) f = std::max(f, dense_ffn(l));
+  return f;
 }
 
 int64_t ModelConfig::num_params() const {
@@ -337,9 +384,13 @@ int64_t ModelConfig::num_params() const {
 }
 
 double model_flops_per_token(const ModelConfig& c, int seq_len) {
-  const double C = c.hidden_size, F = c.intermediate_size;
-  const double per_layer = double(c.qkv_dim()) * C + C * c.q_dim() + 3 * F * C;
-  const double matmul_params = c.num_layers * per_layer + double(c.vocab_size) * C;
+  const double C = c.hidden_size;
+  double matmul_params = double(c.vocab_size) * C;
+  for (int l = 0; l < c.num_layers; ++l) {  // a token's active parameters: its top_k experts
+    matmul_params += double(c.qkv_dim()) * C + C * c.q_dim() + 3.0 * c.dense_ffn(l) * C;
+    if (c.is_moe_layer(l))
+      matmul_params += double(c.moe.num_experts) * C + double(c.moe.top_k) * 3.0 * c.moe.expert_ffn * C;
+  }
   return 6 * matmul_params + 6.0 * c.num_layers * seq_len * c.q_dim();
 }
 

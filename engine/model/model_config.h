@@ -9,6 +9,7 @@
 
 #include "engine/base/json.h"
 #include "engine/base/status.h"
+#include "kernels/moe.h"
 #include "kernels/swiglu.h"
 
 namespace mt {
@@ -42,6 +43,7 @@ struct ModelLimits {
   static constexpr int kIntermediateSize = 262144;
   static constexpr int kVocabSize = 1 << 20;
   static constexpr int kMaxPositions = 1 << 30;
+  static constexpr int kExperts = 4096;  // per MoE layer (the largest real models have a few hundred)
 };
 
 // Where a decoder layer's RMSNorms sit around its two branches (attention, MLP):
@@ -58,6 +60,32 @@ struct LayerAttention {
   int window = 0;           // sliding window in keys (kernels/attention.h), 0 = full causal
   bool local_rope = false;  // rotates by the local RoPE table (Gemma 3's sliding layers)
   bool operator==(const LayerAttention&) const = default;
+};
+
+// A mixture-of-experts MLP (Mixtral, Qwen2/3-MoE, gpt-oss): a router sends each token to top_k
+// of num_experts gated MLPs of width expert_ffn and sums their outputs by the router's weights
+// (kernels/moe.h); Qwen2-MoE adds a shared expert (the layer's dense MLP, of width shared_ffn)
+// scaled by a sigmoid gate. Each expert is a streamed unit of its own (param_schema.h).
+// How the family names its tensors in Hugging Face files (param_schema.cc).
+enum class MoeNames { kMixtral, kQwen, kGptOss };
+struct MoeConfig {
+  int num_experts = 0;  // 0: a dense model
+  int top_k = 0;
+  int expert_ffn = 0;
+  RouterKind router = RouterKind::kSoftmaxTopK;
+  bool renormalize = false;  // the top-k weights scaled to sum 1 (kSoftmaxTopK)
+  bool router_bias = false;  // gpt-oss
+  bool expert_bias = false;  // biases on the experts' projections (gpt-oss)
+  int shared_ffn = 0;        // Qwen2-MoE's shared expert, with its sigmoid gate; 0: none
+  // The load-balancing loss's weight (router_aux_loss_coef when the config turns the loss on with
+  // output_router_logits, as transformers adds it to the loss only then); 0: not trained on.
+  double aux_coef = 0;
+  MoeNames names = MoeNames::kQwen;
+  // The Hugging Face files hold the experts as MXFP4 blocks and scales (gpt-oss's hub checkpoints,
+  // quantization_config {"quant_method": "mxfp4"}): dequantized into the fp32 masters on load.
+  bool mxfp4 = false;
+  std::vector<char> dense_layers;  // per layer: 1 = a dense MLP (Qwen's mlp_only_layers); empty: none
+  bool operator==(const MoeConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -78,6 +106,8 @@ struct ModelConfig {
   double rope_attention_factor = 1.0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projection biases (Qwen2)
+  bool o_bias = false;          // the output projection's bias (gpt-oss)
+  bool attention_sinks = false; // a learned logit per head in every softmax (gpt-oss; kernels/attention.h)
   double initializer_range = 0.02;
   // transformers builds the embedding with padding_idx = pad_token_id: that row gets no gradient
   // there. We train it like any row; the job says so (JobRunner) when the config sets one.
@@ -95,12 +125,22 @@ struct ModelConfig {
   bool fused_projections = false;      // Phi-3: one qkv_proj and one gate_up_proj tensor
   double rope_local_theta = 0;         // the local RoPE table's base (Gemma 3), 0: no local table
   std::vector<LayerAttention> layers;  // per layer; empty: every layer full causal, global RoPE
+  MoeConfig moe;                       // num_experts 0: every layer's MLP is dense
   Json raw;                            // the config.json as read, for export
 
   LayerAttention layer_attention(int l) const { return layers.empty() ? LayerAttention{} : layers[size_t(l)]; }
   // The same layer shape n times (benches): the first n layers' attention, the pattern repeated
   // past the original depth.
   void set_num_layers(int n);
+  bool has_experts() const { return moe.num_experts > 0; }
+  // Layer l's MLP is a mixture of experts (else dense, of width intermediate_size).
+  bool is_moe_layer(int l) const {
+    return has_experts() && (moe.dense_layers.empty() || !moe.dense_layers[size_t(l)]);
+  }
+  int num_moe_layers() const;
+  int max_dense_ffn() const;  // the widest dense MLP of any layer (0: none)
+  // The width of layer l's dense MLP: intermediate_size, or an MoE layer's shared expert's (0: none).
+  int dense_ffn(int l) const { return is_moe_layer(l) ? moe.shared_ffn : intermediate_size; }
   bool pre_norms() const { return norm_placement != NormPlacement::kPost; }
   bool post_norms() const { return norm_placement != NormPlacement::kPre; }
   int q_norm_width() const { return qk_norm == QkNorm::kWhole ? q_dim() : head_dim; }

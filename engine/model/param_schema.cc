@@ -9,6 +9,7 @@ const char* unit_kind_name(UnitKind kind) {
     case UnitKind::kEmbedding: return "embedding";
     case UnitKind::kDecoder: return "decoder";
     case UnitKind::kHead: return "head";
+    case UnitKind::kExpert: return "expert";
   }
   return "?";
 }
@@ -28,14 +29,43 @@ void add(ParamSchema& u, std::string name, std::vector<int64_t> shape, bool deca
   u.numel += n;
 }
 
+// A gated MLP's tensors under prefix p: fused (Phi-3) or gate and up adjacent (one [2F, C]
+// matrix either way), then down. Mixtral's experts name them w1 (gate), w3 (up), w2 (down).
+void add_gated_mlp(ParamSchema& u, const std::string& p, int64_t C, int64_t F, bool fused, bool mixtral = false) {
+  if (fused) {
+    add(u, p + "gate_up_proj.weight", {2 * F, C}, true);
+  } else {
+    add(u, p + (mixtral ? "w1.weight" : "gate_proj.weight"), {F, C}, true);
+    add(u, p + (mixtral ? "w3.weight" : "up_proj.weight"), {F, C}, true);
+  }
+  add(u, p + (mixtral ? "w2.weight" : "down_proj.weight"), {C, F}, true);
+}
+
+// Where a family keeps an MoE layer's router and experts: Mixtral's block_sparse_moe, else mlp.
+std::string moe_prefix(const ModelConfig& c, int l) {
+  return "model.layers." + std::to_string(l) + (c.moe.names == MoeNames::kMixtral ? ".block_sparse_moe." : ".mlp.");
+}
+
+// An MoE layer's MLP part of its decoder unit: the router, then the shared expert and its gate.
+void add_moe_block(ParamSchema& u, const ModelConfig& c, int l) {
+  const std::string p = moe_prefix(c, l);
+  const int64_t C = c.hidden_size, E = c.moe.num_experts;
+  const std::string router = p + (c.moe.names == MoeNames::kGptOss ? "router." : "gate.");
+  add(u, router + "weight", {E, C}, true);
+  if (c.moe.router_bias) add(u, router + "bias", {E}, false);
+  if (c.moe.shared_ffn == 0) return;
+  add_gated_mlp(u, p + "shared_expert.", C, c.moe.shared_ffn, false);
+  add(u, p + "shared_expert_gate.weight", {1, C}, true);
+}
+
 // A decoder layer's tensors in the order of its flat buffer (bind_decoder walks the same
 // order), under the family's own names: the pre-MLP norm is Llama's post_attention_layernorm
 // but Gemma's pre_feedforward_layernorm; Gemma's and OLMo 2's post_attention_layernorm is the
 // attention output's norm. Phi-3 stores q/k/v and gate/up fused, as our buffer does anyway.
 ParamSchema decoder_schema(const ModelConfig& c, int l) {
-  ParamSchema u{UnitKind::kDecoder, l, {}, 0};
+  ParamSchema u{UnitKind::kDecoder, l, -1, {}, 0};
   const std::string p = "model.layers." + std::to_string(l) + ".";
-  const int64_t C = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.intermediate_size;
+  const int64_t C = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
   if (c.pre_norms()) add(u, p + "input_layernorm.weight", {C}, false);
   if (c.fused_projections) {
     add(u, p + "self_attn.qkv_proj.weight", {Q + 2 * KV, C}, true);
@@ -54,17 +84,33 @@ ParamSchema decoder_schema(const ModelConfig& c, int l) {
     add(u, p + "self_attn.k_norm.weight", {c.k_norm_width()}, false);
   }
   add(u, p + "self_attn.o_proj.weight", {C, Q}, true);
+  if (c.o_bias) add(u, p + "self_attn.o_proj.bias", {C}, false);
+  if (c.attention_sinks) add(u, p + "self_attn.sinks", {c.num_heads}, false);
   if (c.post_norms()) add(u, p + "post_attention_layernorm.weight", {C}, false);
   if (c.pre_norms())
     add(u, p + (c.post_norms() ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {C}, false);
-  if (c.fused_projections) {
-    add(u, p + "mlp.gate_up_proj.weight", {2 * F, C}, true);
-  } else {
-    add(u, p + "mlp.gate_proj.weight", {F, C}, true);  // gate, up adjacent: one [2F, C] matrix
-    add(u, p + "mlp.up_proj.weight", {F, C}, true);
-  }
-  add(u, p + "mlp.down_proj.weight", {C, F}, true);
+  if (c.is_moe_layer(l)) add_moe_block(u, c, l);
+  else add_gated_mlp(u, p + "mlp.", C, c.intermediate_size, c.fused_projections);
   if (c.post_norms()) add(u, p + "post_feedforward_layernorm.weight", {C}, false);
+  return u;
+}
+
+// Expert e of layer l. gpt-oss's Hugging Face files stack a layer's experts in one tensor, its
+// gate and up interleaved and transposed ([E, C, 2F]); ours keeps each expert's slice as the
+// other families do ([gate; up] rows of [2F, C], down [C, F]) under the names below, and
+// hf_io converts the stacked form both ways.
+ParamSchema expert_schema(const ModelConfig& c, int l, int e) {
+  ParamSchema u{UnitKind::kExpert, l, e, {}, 0};
+  const std::string p = moe_prefix(c, l) + "experts." + std::to_string(e) + ".";
+  const int64_t C = c.hidden_size, F = c.moe.expert_ffn;
+  if (c.moe.names != MoeNames::kGptOss) {
+    add_gated_mlp(u, p, C, F, false, c.moe.names == MoeNames::kMixtral);
+    return u;
+  }
+  add(u, p + "gate_up_proj", {2 * F, C}, true);
+  if (c.moe.expert_bias) add(u, p + "gate_up_proj_bias", {2 * F}, false);
+  add(u, p + "down_proj", {C, F}, true);
+  if (c.moe.expert_bias) add(u, p + "down_proj_bias", {C}, false);
   return u;
 }
 
@@ -72,21 +118,30 @@ ParamSchema decoder_schema(const ModelConfig& c, int l) {
 
 std::vector<ParamSchema> build_param_schemas(const ModelConfig& c) {
   std::vector<ParamSchema> units;
-  ParamSchema emb{UnitKind::kEmbedding, -1, {}, 0};
+  ParamSchema emb{UnitKind::kEmbedding, -1, -1, {}, 0};
   add(emb, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, true);
   units.push_back(std::move(emb));
   for (int l = 0; l < c.num_layers; ++l) units.push_back(decoder_schema(c, l));
-  ParamSchema head{UnitKind::kHead, -1, {}, 0};
+  ParamSchema head{UnitKind::kHead, -1, -1, {}, 0};
   add(head, "model.norm.weight", {c.hidden_size}, false);
   if (!c.tie_word_embeddings) add(head, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
   units.push_back(std::move(head));
+  for (int l = 0; l < c.num_layers; ++l)
+    for (int e = 0; c.is_moe_layer(l) && e < c.moe.num_experts; ++e) units.push_back(expert_schema(c, l, e));
   return units;
 }
 
+int expert_unit(const ModelConfig& c, int l, int e) {
+  int u = c.num_layers + 2;
+  for (int i = 0; i < l; ++i) u += c.is_moe_layer(i) ? c.moe.num_experts : 0;
+  return u + e;
+}
+
 template <typename T>
-DecoderView<T> bind_decoder(const ModelConfig& c, T* base) {
+DecoderView<T> bind_decoder(const ModelConfig& c, int l, T* base) {
   const size_t C = size_t(c.hidden_size), QKV = size_t(c.qkv_dim()), Q = size_t(c.q_dim());
-  const size_t F = size_t(c.intermediate_size);
+  const size_t F = size_t(c.dense_ffn(l)), E = size_t(c.moe.num_experts);
+  const bool moe = c.is_moe_layer(l);
   DecoderView<T> v{};
   T* p = base;
   auto take = [&p](bool present, size_t n) {
@@ -100,12 +155,25 @@ DecoderView<T> bind_decoder(const ModelConfig& c, T* base) {
   v.qn = take(c.qk_norm != QkNorm::kNone, size_t(c.q_norm_width()));
   v.kn = take(c.qk_norm != QkNorm::kNone, size_t(c.k_norm_width()));
   v.wo = take(true, C * Q);
+  v.bo = take(c.o_bias, C);
+  v.sinks = take(c.attention_sinks, size_t(c.num_heads));
   v.ln_attn_out = take(c.post_norms(), C);
   v.ln2 = take(c.pre_norms(), C);
-  v.wgu = take(true, 2 * F * C);
-  v.wdown = take(true, C * F);
+  v.router = take(moe, E * C);
+  v.router_b = take(moe && c.moe.router_bias, E);
+  v.wgu = take(F > 0, 2 * F * C);
+  v.wdown = take(F > 0, C * F);
+  v.shared_gate = take(moe && F > 0, C);
   v.ln_mlp_out = take(c.post_norms(), C);
   return v;
+}
+
+template <typename T>
+ExpertView<T> bind_expert(const ModelConfig& c, T* base) {
+  const size_t C = size_t(c.hidden_size), F = size_t(c.moe.expert_ffn);
+  const bool b = c.moe.expert_bias;
+  return {base, b ? base + 2 * F * C : nullptr, base + 2 * F * C + (b ? 2 * F : 0),
+          b ? base + 2 * F * C + 2 * F + C * F : nullptr};
 }
 
 template <typename T>
@@ -113,15 +181,15 @@ HeadView<T> bind_head(const ModelConfig& c, T* base) {
   return {base, c.tie_word_embeddings ? nullptr : base + c.hidden_size};
 }
 
-template DecoderView<float> bind_decoder(const ModelConfig&, float*);
-template DecoderView<const float> bind_decoder(const ModelConfig&, const float*);
-template DecoderView<double> bind_decoder(const ModelConfig&, double*);
-template DecoderView<const double> bind_decoder(const ModelConfig&, const double*);
-template HeadView<float> bind_head(const ModelConfig&, float*);
-template HeadView<const float> bind_head(const ModelConfig&, const float*);
-template HeadView<double> bind_head(const ModelConfig&, double*);
-template HeadView<const double> bind_head(const ModelConfig&, const double*);
-template DecoderView<const bf16> bind_decoder(const ModelConfig&, const bf16*);
-template HeadView<const bf16> bind_head(const ModelConfig&, const bf16*);
+#define MT_INSTANTIATE(T)                                                 \
+  template DecoderView<T> bind_decoder(const ModelConfig&, int, T*);      \
+  template ExpertView<T> bind_expert(const ModelConfig&, T*);             \
+  template HeadView<T> bind_head(const ModelConfig&, T*);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(const float)
+MT_INSTANTIATE(double)
+MT_INSTANTIATE(const double)
+MT_INSTANTIATE(const bf16)
+#undef MT_INSTANTIATE
 
 }  // namespace mt

@@ -132,7 +132,29 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       s->units_.push_back(hu);
     }
   }
+  for (const ParamSchema& u : units) s->expert_.push_back(u.kind == UnitKind::kExpert);
+  s->updates_.assign(units.size(), 0);
   return s;
+}
+
+std::vector<long> HostStore::expert_updates() const {
+  std::vector<long> out;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (expert_[u]) out.push_back(updates_[u]);
+  return out;
+}
+
+Status HostStore::set_expert_updates(const std::vector<long>& counts) {
+  size_t i = 0;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (expert_[u]) {
+      if (i >= counts.size() || counts[i] < 0) break;
+      updates_[u] = counts[i++];
+    }
+  if (i != counts.size() || i != size_t(std::count(expert_.begin(), expert_.end(), 1)))
+    return invalid_argument("expert update counts: " + std::to_string(counts.size()) + " given (each >= 0) for " +
+                            std::to_string(std::count(expert_.begin(), expert_.end(), 1)) + " experts");
+  return Status::Ok();
 }
 
 HostStore::~HostStore() {
@@ -152,6 +174,7 @@ void HostStore::zero_optimizer_state() {
     std::memset(u.m, 0, u.numel * st);
     std::memset(u.v, 0, u.numel * st);
   }
+  std::fill(updates_.begin(), updates_.end(), 0);
 }
 
 void HostStore::refresh_shadows() const {

@@ -69,7 +69,16 @@ class HostStore {
     const HostUnit& u = units_[i];
     return {u.master, static_cast<S*>(u.grad), static_cast<S*>(u.m), static_cast<S*>(u.v), u.shadow};
   }
-  void zero_optimizer_state();  // m = v = 0 (of the units that hold them)
+  // The AdamW step t (bias correction) of unit u's update in optimizer step `step`: the step
+  // itself, except for an expert, which is updated only on the steps that route a token to it
+  // (as PyTorch's AdamW skips a parameter without a gradient, its step count included): its
+  // own count of updates so far, plus one.
+  long adam_step(size_t u, long step) const { return expert_[u] ? updates_[u] + 1 : step; }
+  void count_update(size_t u) { ++updates_[u]; }  // unit u's update was applied
+  // The experts' update counts in unit order (a checkpoint's), and back; empty for a dense model.
+  std::vector<long> expert_updates() const;
+  Status set_expert_updates(const std::vector<long>& counts);
+  void zero_optimizer_state();  // m = v = 0 (of the units that hold them), update counts 0
   void zero_grads();
   // Each unit's bf16 shadow (if it has one) = its masters rounded: after they are written other
   // than by the optimizer (initialisation, a loaded checkpoint or model).
@@ -81,6 +90,8 @@ class HostStore {
   MemoryLayout layout_;
   HostAllocator& alloc_;
   std::vector<HostUnit> units_;
+  std::vector<char> expert_;    // per unit: an expert (UnitKind::kExpert)
+  std::vector<long> updates_;   // per unit: AdamW updates applied (adam_step)
   std::vector<std::pair<void*, size_t>> chunks_;
   size_t total_bytes_ = 0;
 };
