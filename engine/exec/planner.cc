@@ -84,12 +84,21 @@ std::vector<std::pair<std::string, uint64_t>> device_kinds(const MemoryPlan& p, 
                                            aligned(sat_mul(sat_add(tokens, micro_batches), 4)));
   const uint64_t chunk_workspace = sat_add(aligned(p.workspace_split.chunk),
                                            aligned(loss_totals_bytes(o)) + aligned(uint64_t(c.head_dim) * 2));
+  const uint64_t grad_numel = std::max(p.slot_numel, p.expert_numel);
   std::vector<std::pair<std::string, uint64_t>> kinds = {{"weight_slots", sat_mul(uint64_t(po.slots), aligned(sat_mul(p.slot_numel, e)))},
-                                                         {"grad_slots", sat_mul(2, aligned(sat_mul(p.slot_numel, 4)))},
+                                                         {"grad_slots", sat_mul(2, aligned(sat_mul(grad_numel, 4)))},
                                                          {"checkpoints", sat_mul(ckpt_buffers, layer_io)},
                                                          {"residual_grads", layer_io},
                                                          {"attention_state", attention_state},
                                                          {"chunk_workspace", chunk_workspace}};
+  if (c.has_experts()) {  // streaming_experts.cc: the expert slots; each micro-batch's MoE state, offsets, statistics
+    const uint64_t E = uint64_t(c.moe.num_experts);
+    LayerShape s{&c, o.micro_batch, o.seq_len, nullptr, o.head_chunk, p.token_chunk};
+    const uint64_t state = o.precision == Precision::kBf16 ? moe_acts_bytes<bf16>(s) : moe_acts_bytes<float>(s);
+    kinds.push_back({"expert_slots", sat_mul(uint64_t(p.expert_slots), aligned(sat_mul(p.expert_numel, e)))});
+    kinds.push_back({"moe_state", sat_add(aligned(sat_mul(micro_batches, state)),
+                                          aligned(sat_mul(micro_batches, E + 1, 4)) + aligned(sat_mul(micro_batches, 2 * E, 4)))});
+  }
   if (po.backend_bytes) kinds.push_back({"backend", po.backend_bytes});  // outside the arena
   return kinds;
 }
@@ -124,6 +133,11 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
     kinds.push_back({"node_grad_staging", sat_mul(uint64_t(largest), 4)});
   if (o.precision == Precision::kBf16 && !shadow)  // convert uploads: pinned staging per slot
     kinds.push_back({"upload_staging", sat_mul(uint64_t(po.slots), largest, sizeof(bf16))});
+  if (c.has_experts()) {  // every MoE layer's routing offsets twice (forward, recompute); the statistics
+    const uint64_t micro_batches = uint64_t(o.global_batch / o.micro_batch), E = uint64_t(c.moe.num_experts);
+    kinds.push_back({"moe_routing", sat_add(sat_mul(2, uint64_t(c.num_moe_layers()), micro_batches, (E + 1) * 4),
+                                            sat_mul(micro_batches, 2 * E, 4))});
+  }
   return kinds;
 }
 
@@ -136,7 +150,7 @@ uint64_t restore_bytes(const ParamSchema& u, MemoryLayout layout) {
 // Which units speculate, within what the host budget leaves after the rest of the plan.
 void plan_speculation(MemoryPlan& p, const std::vector<ParamSchema>& units, const TrainOptions& o,
                       const PlanOptions& po) {
-  const int L = int(units.size()) - 2;
+  const int L = int(std::count_if(units.begin(), units.end(), [](const ParamSchema& u) { return u.kind == UnitKind::kDecoder; }));
   if (po.speculation == Speculation::kOff) {
     p.speculation = "off: every update after the step's last gradient";
     return;
@@ -185,6 +199,8 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
   if (po.slots < 2) return invalid_argument("slots = " + std::to_string(po.slots) + " must be >= 2");
   if (po.processes < 1) return invalid_argument("processes = " + std::to_string(po.processes) + " must be >= 1");
   if (po.devices != 1 || po.processes != 1) MT_RETURN_IF_ERROR(check_devices(po.devices, global, po.processes));
+  if (c.has_experts() && (po.devices != 1 || po.processes != 1))
+    return unimplemented("a mixture of experts trains on one device of one process (devices: 1)");
   TrainOptions o = global;  // one device's share of the step
   o.global_batch /= po.devices * po.processes;
   MemoryPlan p;
@@ -195,8 +211,10 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
   const auto units = build_param_schemas(c);
   for (const auto& u : units) {
     p.params += int64_t(u.numel);
-    p.slot_numel = std::max(p.slot_numel, u.numel);
+    if (u.kind == UnitKind::kExpert) p.expert_numel = std::max(p.expert_numel, u.numel);
+    else p.slot_numel = std::max(p.slot_numel, u.numel);
   }
+  p.expert_slots = c.has_experts() ? po.expert_slots : 0;
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
   TrainOptions node = global;  // this process's share: what its devices stage on its host
   node.global_batch /= po.processes;

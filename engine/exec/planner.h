@@ -67,6 +67,10 @@ struct PlanOptions {
   // Host bytes of a job's held-out set (engine/job/held_out.h), read once and kept for its
   // evaluations, which run in the step's own device buffers (no device bytes of their own).
   uint64_t eval_set_bytes = 0;
+  // A mixture of experts: the device slots experts stream through (whatever a step routes, the
+  // device holds this many: every routing fits the same plan, and more routed experts cost link
+  // time, not memory).
+  int expert_slots = 2;
 };
 
 struct MemoryPlan {
@@ -76,17 +80,19 @@ struct MemoryPlan {
   int devices = 1;  // device_bytes and device_by_kind are per device; host bytes for all of them
   int processes = 1;             // host bytes are per process (node)
   bool shard_optimizer = false;  // and, sharded, the largest process's
-  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, node_grad_staging, checkpoints, eval_set
+  std::vector<std::pair<std::string, uint64_t>> host_by_kind;    // master, grad, adam_m, adam_v[, bf16_shadow], embedding_rows, loss_totals, tied_head_grad, node_grad_staging, checkpoints, eval_set, moe_routing
   uint64_t device_bytes = 0;  // the arena plus the backend's own buffers
   uint64_t arena_bytes = 0;   // what the executor reserves: device_bytes less `backend`
-  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, attention_state, chunk_workspace[, backend]
+  std::vector<std::pair<std::string, uint64_t>> device_by_kind;  // weight_slots, grad_slots, checkpoints, residual_grads, attention_state, chunk_workspace[, expert_slots, moe_state][, backend]
   bool checkpoints_on_device = true;
   bool fits = true;
   std::string reason;  // why it does not fit, with the numbers
 
   Precision precision = Precision::kFp32;
   // Sizes the streaming executor allocates from (device arena regions).
-  size_t slot_numel = 0;        // elements of the largest streamed unit
+  size_t slot_numel = 0;        // elements of the largest streamed unit (but the experts)
+  size_t expert_numel = 0;      // elements of the largest expert (a mixture of experts; else 0)
+  int expert_slots = 0;         // expert slots on the device
   size_t checkpoint_numel = 0;  // elements per layer input (whole global batch): G*T*C
   size_t workspace_bytes = 0;   // one micro-batch: acts + scratch + head scratch (layers.h)
   WorkspaceSplit workspace_split;  // the same bytes by what they grow with: tokens or the chunk

@@ -49,9 +49,11 @@ Status StreamingExecutor::eval_uses(int count, const EmbeddingRows& rows) {
     const int u = seq[size_t(i)].unit;
     if (seq[size_t(i)].rows_only) {
       for (int m = 0; m < count; ++m) embedding_forward(ops, shape_, w, inputs_ + size_t(m) * tokens, x(0) + size_t(m) * act);
+    } else if (u >= 1 && u <= L && cfg_.is_moe_layer(u - 1)) {
+      MT_RETURN_IF_ERROR(eval_moe<T>(u - 1, count, w, x(u - 1), x(u)));
     } else if (u >= 1 && u <= L) {
       for (int m = 0; m < count; ++m)
-        decoder_forward(ops, micro_batch_shape(m), u - 1, bind_decoder<const T>(cfg_, w), x(u - 1) + size_t(m) * act,
+        decoder_forward(ops, micro_batch_shape(m), u - 1, bind_decoder<const T>(cfg_, u - 1, w), x(u - 1) + size_t(m) * act,
                         x(u) + size_t(m) * act, acts);
     } else if (u == L + 1) {
       const T* lm = cfg_.tie_word_embeddings ? static_cast<const T*>(slots_[size_t((i - 1) % K)]) : w + C;
@@ -66,6 +68,46 @@ Status StreamingExecutor::eval_uses(int count, const EmbeddingRows& rows) {
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
   backend_->copy_d2h(host_loss_.as<void>(), loss_totals_, size_t(count) * 2 * sizeof(double));
   loss_landed_ = backend_->record(StreamKind::kD2H);
+  return Status::Ok();
+}
+
+// An MoE layer in the evaluation: its decoder unit for every micro-batch, then each routed
+// expert, uploaded between steps into the expert slots in turn, for every micro-batch.
+template <typename T>
+Status StreamingExecutor::eval_moe(int l, int count, const T* w, const T* in, T* out) {
+  const size_t act = size_t(shape_.N()) * size_t(cfg_.hidden_size);
+  const Ops<T>& ops = backend_->ops<T>();
+  const auto acts = bind_decoder_acts<T>(shape_, work_);
+  auto moe = [&](int m) {
+    MoeActs<T> a = moe_acts<T>(l, m, true);
+    a.stats = nullptr;  // not training: no load-balancing statistics
+    return a;
+  };
+  for (int m = 0; m < count; ++m) {
+    const MoeActs<T> a = moe(m);
+    decoder_forward(ops, micro_batch_shape(m), l, bind_decoder<const T>(cfg_, l, w), in + size_t(m) * act,
+                    out + size_t(m) * act, acts, &a);
+  }
+  int32_t* host = host_offsets(l, false);
+  (void)receive_routing(l, host, false);
+  backend_->host_wait(backend_->record(StreamKind::kD2H));
+  MT_RETURN_IF_ERROR(backend_->error());  // the offsets are read only from a healthy device
+  const auto sc = bind_decoder_scratch<T>(shape_, static_cast<char*>(work_) + decoder_acts_bytes<T>(shape_)).expert;
+  std::vector<EventPtr> released(expert_slots_.size());
+  for (int e = 0, k = 0; e < cfg_.moe.num_experts; ++e) {
+    long n = 0;
+    for (int m = 0; m < count; ++m) n += expert_tokens(moe(m), e);
+    if (n == 0) continue;
+    const int slot = k++ % int(expert_slots_.size());
+    MT_ASSIGN_OR_RETURN(EventPtr ready, pipe_->upload_expert_between_steps(slot, expert_unit(cfg_, l, e), released[size_t(slot)]));
+    timeline_.wait(ready);
+    const auto ew = bind_expert<const T>(cfg_, static_cast<const T*>(expert_slots_[size_t(slot)]));
+    for (int m = 0; m < count; ++m) {
+      const MoeActs<T> a = moe(m);
+      if (expert_tokens(a, e) > 0) expert_forward(ops, micro_batch_shape(m), e, ew, a, out + size_t(m) * act, sc);
+    }
+    released[size_t(slot)] = backend_->record(StreamKind::kCompute);
+  }
   return Status::Ok();
 }
 

@@ -1,5 +1,7 @@
 #include "engine/exec/streaming_executor.h"
 
+#include <algorithm>
+
 #include "engine/exec/streaming_pipeline.h"
 #include "engine/optim/optimizer_shards.h"
 
@@ -48,6 +50,7 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   po.bf16_uploads = so.bf16_uploads;
   po.speculation = so.speculation;
   po.host_budget = so.host_budget;
+  po.expert_slots = so.expert_slots;
   MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
@@ -57,6 +60,13 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
     return invalid_argument("a sharded optimizer updates after the whole step's norm: update_during_backward is off");
   if (ro.comm && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
     return invalid_argument("several devices need bf16_uploads = shadow: convert staging would be per device");
+  if (cfg.has_experts() && (ro.comm || ro.nodes))
+    return unimplemented("a mixture of experts trains on one device of one process (devices: 1): the replicas "
+                         "would have to agree on every layer's routing before its experts are uploaded");
+  if (cfg.has_experts() && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
+    return invalid_argument("a mixture of experts needs bf16_uploads = shadow (the experts upload their shadows)");
+  if (cfg.has_experts() && so.expert_slots < 1)
+    return invalid_argument("expert_slots = " + std::to_string(so.expert_slots) + " must be >= 1");
   std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend), ro));
   e->plan_ = plan;
   MT_RETURN_IF_ERROR(e->allocate());
@@ -84,8 +94,8 @@ Status StreamingExecutor::allocate() {
     MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(plan_.slot_numel * e));
     slots_.push_back(p);
   }
-  for (int k = 0; k < 2; ++k) {
-    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(plan_.slot_numel * sizeof(float)));
+  for (int k = 0; k < 2; ++k) {  // an expert's gradient too
+    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(std::max(plan_.slot_numel, plan_.expert_numel) * sizeof(float)));
     grad_slots_.push_back(static_cast<float*>(p));
   }
   grad_slot_free_.resize(2);
@@ -121,6 +131,7 @@ Status StreamingExecutor::allocate() {
   backend_->copy_h2d(inv_freq_, inv.data(), inv.size() * sizeof(float));
   backend_->host_wait(backend_->record(StreamKind::kH2D));
   shape_ = LayerShape{&cfg_, opt_.micro_batch, opt_.seq_len, inv_freq_, opt_.head_chunk, plan_.token_chunk};
+  MT_RETURN_IF_ERROR(allocate_experts());
 
   const size_t grad_elem = state_elem_bytes(opt_.layout);
   if (cfg_.tie_word_embeddings && !ro_.leader) {  // only the leader receives gradients
@@ -148,9 +159,39 @@ Status StreamingExecutor::allocate() {
   pc.optimizer_slowdown = so_.optimizer_slowdown;
   const HostStaging staging{host_tied_grad_.as<void>(), host_rows_.as<void>(), host_upload_staging_.as<bf16>(),
                             plan_.slot_numel};
-  pipe_ = std::make_unique<StreamingPipeline>(*backend_, *store_, units_, slots_,
-                                              build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings),
-                                              pc, staging, ro_.leader ? ro_.leader->pipe_.get() : nullptr);
+  std::vector<std::vector<int>> layer_experts(size_t(cfg_.num_layers));
+  for (int l = 0; l < cfg_.num_layers; ++l)
+    for (int e = 0; cfg_.is_moe_layer(l) && e < cfg_.moe.num_experts; ++e)
+      layer_experts[size_t(l)].push_back(expert_unit(cfg_, l, e));
+  pipe_ = std::make_unique<StreamingPipeline>(
+      *backend_, *store_, units_, slots_,
+      build_use_sequence(cfg_.num_layers, so_.slots, cfg_.tie_word_embeddings, layer_experts), pc, staging,
+      ro_.leader ? ro_.leader->pipe_.get() : nullptr, expert_slots_);
+  return Status::Ok();
+}
+
+// A mixture of experts' device buffers (planner.cc counts the same): the expert slots, each
+// micro-batch's MoE state, their routing offsets and statistics; and on the host every MoE
+// layer's offsets, twice (the forward's, the backward's recompute), and the statistics.
+Status StreamingExecutor::allocate_experts() {
+  if (!cfg_.has_experts()) return Status::Ok();
+  const size_t E = size_t(cfg_.moe.num_experts), M = size_t(opt_.global_batch / opt_.micro_batch);
+  for (int k = 0; k < plan_.expert_slots; ++k) {
+    MT_ASSIGN_OR_RETURN(void* p, backend_->device_alloc(plan_.expert_numel * act_bytes()));
+    expert_slots_.push_back(p);
+  }
+  const size_t state = opt_.precision == Precision::kBf16 ? moe_acts_bytes<bf16>(shape_) : moe_acts_bytes<float>(shape_);
+  MT_ASSIGN_OR_RETURN(moe_, backend_->device_alloc(M * state));
+  MT_ASSIGN_OR_RETURN(void* offsets, backend_->device_alloc(M * (E + 1) * sizeof(int32_t)));
+  moe_offsets_ = static_cast<int32_t*>(offsets);
+  MT_ASSIGN_OR_RETURN(void* stats, backend_->device_alloc(M * 2 * E * sizeof(float)));
+  moe_stats_ = static_cast<float*>(stats);
+  int index = 0;
+  for (int l = 0; l < cfg_.num_layers; ++l) moe_index_.push_back(cfg_.is_moe_layer(l) ? index++ : -1);
+  const size_t offsets_bytes = size_t(index) * M * (E + 1) * sizeof(int32_t);
+  MT_ASSIGN_OR_RETURN(host_offsets_, HostBuffer::allocate(backend_->host_allocator(), offsets_bytes));
+  MT_ASSIGN_OR_RETURN(host_recheck_, HostBuffer::allocate(backend_->host_allocator(), offsets_bytes));
+  MT_ASSIGN_OR_RETURN(host_moe_stats_, HostBuffer::allocate(backend_->host_allocator(), M * 2 * E * sizeof(float)));
   return Status::Ok();
 }
 
@@ -275,6 +316,8 @@ Result<StepStats> StreamingExecutor::step_shard(const Batch& batch, EmbeddingRow
   st.embedding_rows = long(rows->size());
   pipe_->begin_step(st.step, st.lr, std::move(rows));
   upload_batch(batch);
+  if (cfg_.has_experts())  // the step's load-balancing statistics add up over its MoE layers
+    backend_->ops<float>().zero(moe_stats_, size_t(opt_.global_batch / opt_.micro_batch) * 2 * size_t(cfg_.moe.num_experts));
   if (opt_.precision == Precision::kBf16) run_uses<bf16>(st);
   else run_uses<float>(st);
   // The head finished long before the backward now queued behind it: this wait leaves the
@@ -300,7 +343,9 @@ Result<StepStats> StreamingExecutor::step_shard(const Batch& batch, EmbeddingRow
   // This step's refused loss, or an earlier step's non-finite gradient norm: the optimizer
   // finished that step's update phase before this step's weights were uploaded.
   MT_RETURN_IF_ERROR(pipe_->error());
+  MT_RETURN_IF_ERROR(check_recomputed_routing());
   fill_stats(st);
+  fill_moe_stats(st);
   return st;
 }
 

@@ -34,6 +34,7 @@ struct StreamingOptions {
   Speculation speculation = Speculation::kOff;
   uint64_t host_budget = 0;        // bytes the plan may use (restore copies fit in what is left)
   double optimizer_slowdown = 1;   // benchmarks: PipelineConfig::optimizer_slowdown
+  int expert_slots = 2;            // a mixture of experts: device slots experts stream through
 };
 
 class StreamingExecutor;
@@ -90,7 +91,8 @@ class StreamingExecutor final : public Executor {
   // Host bytes it allocated: the HostStore and its host staging buffers (= plan().host_bytes).
   uint64_t host_bytes() const {
     return (own_store_ ? own_store_->total_bytes() : 0) + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes() +
-           host_loss_.bytes() + host_upload_staging_.bytes();
+           host_loss_.bytes() + host_upload_staging_.bytes() + host_offsets_.bytes() + host_recheck_.bytes() +
+           host_moe_stats_.bytes();
   }
   size_t device_peak() const { return backend_->device_peak(); }
   StreamingPipeline& pipeline() { return *pipe_; }
@@ -99,6 +101,7 @@ class StreamingExecutor final : public Executor {
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                     std::unique_ptr<Backend> backend, const ReplicaOptions& ro);
   Status allocate();
+  Status allocate_experts();
   // The step's uses and its last phase, in the compute dtype T (float or bf16).
   template <typename T>
   void run_uses(StepStats& st);
@@ -108,6 +111,8 @@ class StreamingExecutor final : public Executor {
   // The evaluation's forward over `count` micro-batches: its loss totals go to host_loss_.
   template <typename T>
   Status eval_uses(int count, const EmbeddingRows& rows);
+  template <typename T>
+  Status eval_moe(int layer, int count, const T* w, const T* in, T* out);
   void drain();  // waits until every stream has run what was enqueued
   void upload_batch(const Batch& batch);
   void upload_spans(const Batch& batch);
@@ -123,6 +128,23 @@ class StreamingExecutor final : public Executor {
   void head(int use, int tied_use);  // its loss totals go to host_loss_
   template <typename T>
   void backward_decoder(int use, int layer);
+  // A mixture of experts (streaming_experts.cc). A MoE layer's forward: its decoder unit for
+  // every micro-batch, the routing to the host, then each routed expert (uses use+1..) for every
+  // micro-batch. Its backward: the decoder's forward again for every micro-batch (the experts'
+  // input), each routed expert's backward, then the decoder's recompute and backward.
+  template <typename T>
+  void forward_moe(int use, int layer);
+  template <typename T>
+  void backward_moe(int use, int layer);
+  // Micro-batch m's MoE state in the step's buffers (layer: which routing the host reads).
+  template <typename T>
+  MoeActs<T> moe_acts(int layer, int m, bool forward) const;
+  int32_t* host_offsets(int layer, bool recheck) const;  // [micro-batches][E + 1] on the host
+  // The routing of `layer` (its offsets) to the host, waited for, told to the pipeline; the
+  // experts (indices) it routed tokens to.
+  std::vector<int> receive_routing(int layer, int32_t* host, bool publish);
+  void fill_moe_stats(StepStats& st);
+  Status check_recomputed_routing();
   template <typename T>
   void backward_embedding(StepStats& st);  // reads no weights: not a use
   // Layer inputs x_0..x_L (x_L feeds the head): all on the device, or a ring of three device
@@ -190,6 +212,17 @@ class StreamingExecutor final : public Executor {
   int32_t* device_span_starts_ = nullptr;
   std::vector<DocumentSpans> spans_;
   double* loss_totals_ = nullptr;  // the head writes {loss sum, counted} per micro-batch
+  // A mixture of experts: each micro-batch's MoeActs (one layer's at a time), their routing
+  // offsets side by side, their load-balancing statistics (over the step's layers); the expert
+  // slots; on the host, every MoE layer's offsets from the forward and from the backward's
+  // recompute (which must agree), and the statistics.
+  void* moe_ = nullptr;
+  int32_t* moe_offsets_ = nullptr;
+  float* moe_stats_ = nullptr;
+  std::vector<void*> expert_slots_;
+  std::vector<int> moe_index_;  // per layer: its index among the MoE layers (-1: dense)
+  HostBuffer host_offsets_, host_recheck_, host_moe_stats_;
+  EventPtr moe_stats_landed_;
   int next_grad_slot_ = 0;
 
   ComputeTimeline timeline_{*backend_};  // after backend_

@@ -59,7 +59,7 @@ void StreamingExecutor::forward_decoder(int use, int l) {
   prepare_output(l + 1);
   const T* in = layer_input<T>(l);
   T* out = layer_input<T>(l + 1);
-  const auto w = bind_decoder<const T>(cfg_, pipe_->slot_of<T>(use));
+  const auto w = bind_decoder<const T>(cfg_, l, pipe_->slot_of<T>(use));
   const auto acts = bind_decoder_acts<T>(shape_, work_);
   for (int m = 0; m < mb.count; ++m)
     decoder_forward(backend_->ops<T>(), micro_batch_shape(m), l, w, in + size_t(m) * mb.act, out + size_t(m) * mb.act,
@@ -88,6 +88,10 @@ void StreamingExecutor::head(int use, int tied_use) {
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
   backend_->copy_d2h(host_loss_.as<void>(), loss_totals_, size_t(mb.count) * 2 * sizeof(double));
   loss_landed_ = backend_->record(StreamKind::kD2H);
+  if (cfg_.has_experts()) {  // the forward's load-balancing statistics (the backward only reads them)
+    backend_->copy_d2h(host_moe_stats_.as<void>(), moe_stats_, size_t(mb.count) * 2 * size_t(cfg_.moe.num_experts) * sizeof(float));
+    moe_stats_landed_ = backend_->record(StreamKind::kD2H);
+  }
   send_grads(L + 1, g, n, GradShare::kUnit);
   if (gt >= 0) send_grads(0, gt, units_[0].numel, GradShare::kTiedHead);
 }
@@ -99,10 +103,10 @@ void StreamingExecutor::backward_decoder(int use, int l) {
   if (!plan_.checkpoints_on_device && ring_ready_[size_t(l % 3)]) timeline_.wait(ring_ready_[size_t(l % 3)]);
   fetch_layer_input(l - 1);  // prefetch the next layer's input while this one computes
   const T* in = layer_input<T>(l);
-  const auto w = bind_decoder<const T>(cfg_, pipe_->slot_of<T>(use));
+  const auto w = bind_decoder<const T>(cfg_, l, pipe_->slot_of<T>(use));
   const size_t n = units_[size_t(l) + 1].numel;
   const int g = acquire_grad_slot(n);
-  const auto dw = bind_decoder<float>(cfg_, grad_slots_[size_t(g)]);
+  const auto dw = bind_decoder<float>(cfg_, l, grad_slots_[size_t(g)]);
   const auto acts = bind_decoder_acts<T>(shape_, work_);
   const auto sc = bind_decoder_scratch<T>(shape_, static_cast<char*>(work_) + decoder_acts_bytes<T>(shape_));
   T* dresid = static_cast<T*>(dresid_);
@@ -136,17 +140,19 @@ void StreamingExecutor::run_uses(StepStats& st) {
   const int L = cfg_.num_layers;
   const auto& uses = pipe_->uses();
   for (int i = 0; i < int(uses.size()); ++i) {
-    const int u = uses[size_t(i)].unit;
-    const bool forward = i <= L, tied = cfg_.tie_word_embeddings;
-    if (tied && i == L + 1) continue;  // the embedding's use by the LM head: taken with the head
-    const bool is_head = u == L + 1;
+    const UnitUse& use = uses[size_t(i)];
+    // The embedding's use by the LM head is taken with the head's; an expert's with its layer's.
+    if (use.tied_lm || use.expert) continue;
+    const int u = use.unit;
+    const bool forward = !use.backward, tied = cfg_.tie_word_embeddings, is_head = u == L + 1;
+    const bool moe = u >= 1 && u <= L && cfg_.is_moe_layer(u - 1);
     if (is_head && tied) pipe_->wait_ready(i - 1, timeline_);
     pipe_->wait_ready(i, timeline_);
     timeline_.begin_busy(forward);
     if (is_head) head<T>(i, tied ? i - 1 : -1);
     else if (forward && u == 0) forward_embedding<T>(i);
-    else if (forward) forward_decoder<T>(i, u - 1);
-    else backward_decoder<T>(i, u - 1);
+    else if (forward) moe ? forward_moe<T>(i, u - 1) : forward_decoder<T>(i, u - 1);
+    else moe ? backward_moe<T>(i, u - 1) : backward_decoder<T>(i, u - 1);
     timeline_.end_busy();
     if (is_head) st.forward_h2d_bytes = pipe_->fetch_bytes(0, i);
     if (is_head && tied) pipe_->release(i - 1);

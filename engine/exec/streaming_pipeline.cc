@@ -15,19 +15,43 @@ double now_seconds() {
 }
 }  // namespace
 
-std::vector<UnitUse> build_use_sequence(int L, int K, bool tied) {
-  std::vector<int> order;
-  for (int u = 0; u <= L; ++u) order.push_back(u);  // forward: embedding, decoders
-  if (tied) order.push_back(0);                     // the LM head reads the embedding
-  order.push_back(L + 1);                           // final norm + head
-  // Backward, layers L..1. The embedding's backward scatters gradients into a zeroed slot and
-  // never reads the weights, so it is not a use: the executor runs it after the sequence.
-  for (int u = L; u >= 1; --u) order.push_back(u);
+std::vector<UnitUse> build_use_sequence(int L, int K, bool tied, const std::vector<std::vector<int>>& layer_experts) {
+  struct Entry {
+    int unit;
+    bool backward, tied_lm, expert;
+  };
+  auto experts = [&](int l, bool backward, std::vector<Entry>& out) {
+    if (size_t(l) < layer_experts.size())
+      for (int u : layer_experts[size_t(l)]) out.push_back({u, backward, false, true});
+  };
+  std::vector<Entry> order;
+  for (int u = 0; u <= L; ++u) {  // forward: embedding, decoders (each followed by its experts)
+    order.push_back({u, false, false, false});
+    if (u >= 1) experts(u - 1, false, order);
+  }
+  if (tied) order.push_back({0, false, true, false});  // the LM head reads the embedding
+  order.push_back({L + 1, false, false, false});       // final norm + head
+  // Backward, layers L..1 (each with its experts, within the layer's use). The embedding's
+  // backward scatters gradients into a zeroed slot and never reads the weights, so it is not a
+  // use: the executor runs it after the sequence.
+  for (int u = L; u >= 1; --u) {
+    order.push_back({u, true, false, false});
+    experts(u - 1, true, order);
+  }
   std::vector<int> content(size_t(K), -1), last(size_t(K), -1);
   std::vector<UnitUse> uses;
   for (int i = 0; i < int(order.size()); ++i) {
+    const Entry& o = order[size_t(i)];
     UnitUse use;
-    use.unit = order[size_t(i)];
+    use.unit = o.unit;
+    use.backward = o.backward;
+    use.tied_lm = o.tied_lm;
+    use.expert = o.expert;
+    if (o.expert) {  // its slot is taken when it is uploaded, if it is
+      use.slot = -1;
+      uses.push_back(use);
+      continue;
+    }
     int k = -1;
     for (int s = 0; s < K; ++s)
       if (content[size_t(s)] == use.unit) k = s;
@@ -51,18 +75,21 @@ uint64_t StreamingPipeline::fetch_bytes(int first, int last) const {
   uint64_t bytes = 0;
   for (int i = first; i <= last; ++i)
     if (uses_[size_t(i)].rows_only) bytes += rows_->size() * cfg_.embedding_width * elem_bytes();
+    else if (uses_[size_t(i)].expert && use_slot_[size_t(i)] < 0) continue;  // no token: not uploaded
     else if (uses_[size_t(i)].fetch) bytes += units_[size_t(uses_[size_t(i)].unit)].numel * elem_bytes();
   return bytes;
 }
 
 StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                                      std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                                     const HostStaging& staging, StreamingPipeline* leader)
+                                     const HostStaging& staging, StreamingPipeline* leader,
+                                     std::vector<void*> expert_slots)
     : backend_(backend),
       store_(store),
       leader_(leader),
       units_(units),
       slots_(std::move(slots)),
+      expert_slots_(std::move(expert_slots)),
       uses_(std::move(uses)),
       cfg_(cfg),
       staging_(staging),
@@ -74,6 +101,16 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
       updated_(units.size(), 0),
       sumsq_(units.size()) {
   if (cfg_.nodes && store_.layout() != MemoryLayout::kExact) node_grad_.resize(staging_.slot_numel);
+  for (size_t u = 0; u < units.size(); ++u)  // embedding, decoders each followed by its experts, head
+    if (units[u].kind != UnitKind::kExpert && units[u].kind != UnitKind::kHead) {
+      update_order_.push_back(u);
+      for (size_t e = 0; units[u].kind == UnitKind::kDecoder && e < units.size(); ++e)
+        if (units[e].kind == UnitKind::kExpert && units[e].layer == units[u].layer) update_order_.push_back(e);
+    }
+  for (size_t u = 0; u < units.size(); ++u)
+    if (units[u].kind == UnitKind::kHead) update_order_.push_back(u);
+  use_slot_.assign(uses_.size(), -1);
+  expert_slot_last_.assign(expert_slots_.size(), -1);
   speculated_at_.assign(units.size(), 0);
   restore_.resize(units.size());
   const size_t se = state_elem_bytes(store_.layout());
@@ -104,6 +141,33 @@ void StreamingPipeline::begin_step(long step, float lr, EmbeddingRows rows) {
   rows_ = std::move(rows);
   std::fill(ready_.begin(), ready_.end(), nullptr);
   std::fill(released_.begin(), released_.end(), nullptr);
+  std::fill(use_slot_.begin(), use_slot_.end(), -1);
+  std::fill(expert_slot_last_.begin(), expert_slot_last_.end(), -1);
+  next_expert_slot_ = 0;
+  cv_.notify_all();
+}
+
+StreamingPipeline::StepRouting& StreamingPipeline::routing_of(long step) {
+  auto [it, fresh] = routing_.try_emplace(step);
+  if (fresh) {
+    StepRouting& r = it->second;
+    r.routed.assign(units_.size(), 1);
+    r.layer_known.assign(units_.size(), 0);
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].kind == UnitKind::kExpert) r.routed[u] = 0;
+      else ++r.landings;
+    while (!routing_.empty() && routing_.begin()->first < step - 2) routing_.erase(routing_.begin());
+  }
+  return it->second;
+}
+
+bool StreamingPipeline::routed(long step, size_t u) { return routing_of(step).routed[u] != 0; }
+
+void StreamingPipeline::set_routing(int layer, const std::vector<int>& routed_units) {
+  std::lock_guard<std::mutex> l(mu_);
+  StepRouting& r = routing_of(step_);
+  for (int u : routed_units) r.routed[size_t(u)] = 1, ++r.landings;
+  r.layer_known[size_t(layer)] = 1;
   cv_.notify_all();
 }
 
@@ -116,6 +180,11 @@ void StreamingPipeline::uploader_loop() {
     const EmbeddingRows rows = rows_;
     for (size_t i = 0; i < uses_.size(); ++i) {
       const UnitUse& u = uses_[i];
+      if (u.expert) {
+        upload_expert(i, s, l);
+        if (stop_) return;
+        continue;
+      }
       if (!u.fetch) {
         ready_[i] = ready_[size_t(u.prev_of_slot)];
         cv_.notify_all();
@@ -143,6 +212,30 @@ void StreamingPipeline::uploader_loop() {
   }
 }
 
+void StreamingPipeline::upload_expert(size_t i, long s, std::unique_lock<std::mutex>& l) {
+  const size_t unit = size_t(uses_[i].unit);
+  const int layer = units_[unit].layer;
+  if (!uses_[i].backward)  // the backward's routing is the forward's
+    cv_.wait(l, [&] { return stop_ || routing_of(s).layer_known[size_t(layer)]; });
+  if (stop_ || !routed(s, unit)) return;
+  cv_.wait(l, [&] { return stop_ || updated_[unit] >= s - 1; });
+  opt_ready_time_[i] = now_seconds();
+  const int k = next_expert_slot_++ % int(expert_slots_.size());
+  const int prev = expert_slot_last_[size_t(k)];
+  expert_slot_last_[size_t(k)] = int(i);
+  use_slot_[i] = k;
+  cv_.wait(l, [&] { return stop_ || prev < 0 || released_[size_t(prev)]; });
+  if (stop_) return;
+  const EventPtr free = prev < 0 ? prev_step_done_ : released_[size_t(prev)];
+  l.unlock();
+  if (free) backend_.stream_wait(StreamKind::kH2D, free);
+  backend_.copy_h2d(expert_slots_[size_t(k)], weights_of(unit), units_[unit].numel * elem_bytes());
+  EventPtr e = backend_.record(StreamKind::kH2D);
+  l.lock();
+  ready_[i] = e;
+  cv_.notify_all();
+}
+
 EventPtr StreamingPipeline::issue_upload(int slot, size_t unit, const std::vector<int32_t>* rows, const EventPtr& after) {
   if (after) backend_.stream_wait(StreamKind::kH2D, after);
   if (rows) {
@@ -156,15 +249,25 @@ EventPtr StreamingPipeline::issue_upload(int slot, size_t unit, const std::vecto
   return e;
 }
 
+Status StreamingPipeline::check_idle() {
+  std::lock_guard<std::mutex> l(mu_);
+  const bool idle = uploaded_step_ == step_ && std::all_of(updated_.begin(), updated_.end(), [&](long s) { return s >= step_; });
+  if (!idle && !leader_)
+    return failed_precondition("an upload between steps while step " + std::to_string(step_) + " is in flight");
+  return Status::Ok();
+}
+
 Result<EventPtr> StreamingPipeline::upload_between_steps(int slot, int unit, const std::vector<int32_t>* rows,
                                                          const EventPtr& after) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    const bool idle = uploaded_step_ == step_ && std::all_of(updated_.begin(), updated_.end(), [&](long s) { return s >= step_; });
-    if (!idle && !leader_)
-      return failed_precondition("an upload between steps while step " + std::to_string(step_) + " is in flight");
-  }
+  MT_RETURN_IF_ERROR(check_idle());
   return issue_upload(slot, size_t(unit), rows, after);
+}
+
+Result<EventPtr> StreamingPipeline::upload_expert_between_steps(int slot, int unit, const EventPtr& after) {
+  MT_RETURN_IF_ERROR(check_idle());
+  if (after) backend_.stream_wait(StreamKind::kH2D, after);
+  backend_.copy_h2d(expert_slots_[size_t(slot)], weights_of(size_t(unit)), units_[size_t(unit)].numel * elem_bytes());
+  return backend_.record(StreamKind::kH2D);
 }
 
 const void* StreamingPipeline::convert_for_upload(int slot, size_t unit) {
@@ -237,6 +340,11 @@ void StreamingPipeline::land(const Landing& g) {
   // device has failed, no gradient is read and no update applied (refusal is sticky).
   const bool failed = refuse_if(backend_.error());
   const size_t u = size_t(g.unit);
+  int expected;  // the step's landings: every unit but the experts it routed no token to
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    expected = routing_of(g.step).landings;
+  }
   if (!failed) {
     if (u == 0) scatter_embedding_grad(g.rows);
     const HostUnit& hu = store_.unit(u);
@@ -249,17 +357,32 @@ void StreamingPipeline::land(const Landing& g) {
   if (cfg_.update_during_backward) {
     if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
     else skip_updates(g.step);
-  } else if (!failed && restore_[u] && landed_ + 1 < int(units_.size()) && std::isfinite(sumsq_[u]) &&
+  } else if (!failed && restore_[u] && landed_ + 1 < expected && std::isfinite(sumsq_[u]) &&
              (cfg_.speculate_after_clip || !last_step_clipped_)) {
     speculate_unit(u, g.step, g.lr);
   }
-  if (++landed_ == int(units_.size())) {
+  if (++landed_ == expected) {
     landed_ = 0;
+    clear_unrouted(g.step);
     if (!cfg_.update_during_backward) return update_phase(g.step, g.lr);
     double total = 0;  // nothing to scale (no clipping), but the step's norm is still reported
     for (double s : sumsq_) total += s;
     publish_norm(g.step, std::sqrt(total));
+    for (size_t e = 0; e < units_.size(); ++e)  // the experts without tokens: done, untouched
+      if (sumsq_[e] == 0 && units_[e].kind == UnitKind::kExpert && !is_routed(g.step, e)) mark_updated(e, g.step);
   }
+}
+
+bool StreamingPipeline::is_routed(long step, size_t u) {
+  std::lock_guard<std::mutex> l(mu_);
+  return routed(step, u);
+}
+
+// An expert the step routed no token to has no gradient this step: its sum of squares is 0
+// (its host gradient buffer holds an older step's, never read).
+void StreamingPipeline::clear_unrouted(long step) {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].kind == UnitKind::kExpert && !is_routed(step, u)) sumsq_[u] = 0;
 }
 
 Status StreamingPipeline::sum_over_nodes(size_t u) {

@@ -19,10 +19,19 @@
 //    update_during_backward, units that landed before the non-finite one are already updated.)
 //  * A follower (data parallelism: a replica other than the leader) has no gradients to land:
 //    its uploader waits for the leader's updates of the shared store instead of its own.
+//  * Experts (a mixture of experts) are units of their own, used right after their layer's
+//    decoder unit in the forward and in the backward (inside its backward use: the decoder stays
+//    resident). Which of them a step routes tokens to is known only once the layer's router has
+//    run: the compute side says so (set_routing) and the uploader, which waits for it, uploads
+//    only those, into a ring of expert slots taken in turn; an expert without tokens is neither
+//    uploaded, nor landed, nor updated that step (as PyTorch's AdamW skips a parameter without a
+//    gradient: its step count too, HostStore::adam_step). The optimizer updates in the order the
+//    next forward uses the units (embedding, each decoder then its experts, head).
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -43,10 +52,15 @@ struct UnitUse {
   bool fetch = true;      // false: the unit is still resident in `slot` from an earlier use
   bool rows_only = false; // the embedding's forward: only the batch's token rows, packed
   int prev_of_slot = -1;  // the previous use of the same slot in this step (-1: none)
+  bool backward = false;  // a use of the backward (after the head)
+  bool tied_lm = false;   // the embedding's use by a tied LM head (taken with the head's use)
+  bool expert = false;    // an expert's: its slot is an expert slot, chosen when it is uploaded
 };
 
-// Builds the use sequence for L decoder layers, K slots, tied or untied embeddings.
-std::vector<UnitUse> build_use_sequence(int num_layers, int slots, bool tied);
+// Builds the use sequence for L decoder layers, K slots, tied or untied embeddings, and each
+// layer's expert units (layer_experts[l], empty for a dense layer or model).
+std::vector<UnitUse> build_use_sequence(int num_layers, int slots, bool tied,
+                                        const std::vector<std::vector<int>>& layer_experts = {});
 
 struct PipelineConfig {
   OptimizerConfig optimizer;
@@ -97,9 +111,11 @@ using EmbeddingRows = std::shared_ptr<const std::vector<int32_t>>;
 
 class StreamingPipeline {
  public:
+  // expert_slots: the device slots experts are uploaded into (a mixture of experts; else empty).
   StreamingPipeline(Backend& backend, HostStore& store, const std::vector<ParamSchema>& units,
                     std::vector<void*> slots, std::vector<UnitUse> uses, const PipelineConfig& cfg,
-                    const HostStaging& staging, StreamingPipeline* leader = nullptr);
+                    const HostStaging& staging, StreamingPipeline* leader = nullptr,
+                    std::vector<void*> expert_slots = {});
   ~StreamingPipeline();
   // Blocks until `unit`'s update of `step` is applied (or `stop` is set): a follower's uploader
   // waits on its leader's updates (data parallelism: one optimizer, one store).
@@ -108,10 +124,15 @@ class StreamingPipeline {
   const std::vector<UnitUse>& uses() const { return uses_; }
   // Bytes the uses [first, last] fetch from the host.
   uint64_t fetch_bytes(int first, int last) const;
+  // The use's weights on the device (an expert's: once wait_ready has returned for it).
   template <typename T>
   T* slot_of(int use) const {
-    return static_cast<T*>(slots_[size_t(uses_[size_t(use)].slot)]);
+    const UnitUse& u = uses_[size_t(use)];
+    return static_cast<T*>(u.expert ? expert_slots_[size_t(use_slot_[size_t(use)])] : slots_[size_t(u.slot)]);
   }
+  // The current step routed tokens to these experts of `layer` (units; the rest get none): the
+  // compute side, once the layer's router has run in the forward. Until then the uploader waits.
+  void set_routing(int layer, const std::vector<int>& routed_units);
 
   // step: 1-based index of the step starting; rows: its inputs' embedding rows.
   void begin_step(long step, float lr, EmbeddingRows rows);
@@ -147,6 +168,8 @@ class StreamingPipeline {
   // slot's last reader); returns the copy's event. The caller's pass must have finished on the
   // device before the next step begins: that step's uploads refill the slots without waiting.
   Result<EventPtr> upload_between_steps(int slot, int unit, const std::vector<int32_t>* rows, const EventPtr& after);
+  // The same into expert slot `slot` (an expert unit).
+  Result<EventPtr> upload_expert_between_steps(int slot, int unit, const EventPtr& after);
 
  private:
   void uploader_loop();
@@ -175,6 +198,20 @@ class StreamingPipeline {
   bool refuse_if(const Status& why);         // records `why` (if not ok): true when updates are refused
   // One upload into `slot` on the H2D stream, after `after`: the unit, or `rows` of the embedding.
   EventPtr issue_upload(int slot, size_t unit, const std::vector<int32_t>* rows, const EventPtr& after);
+  // An expert use in the uploader (lock held): waits for its layer's routing; uploads the expert
+  // into the next expert slot, or leaves it (use_slot_ -1) when it received no token.
+  void upload_expert(size_t i, long s, std::unique_lock<std::mutex>& l);
+  Status check_idle();  // no step in flight (uploads between steps)
+  // Mixture of experts, per step (guarded by mu_): which units the step routed tokens to
+  // (non-experts always), the layers whose routing is known, and the landings it expects.
+  struct StepRouting {
+    std::vector<char> routed, layer_known;
+    int landings = 0;
+  };
+  StepRouting& routing_of(long step);  // created on first use (lock held)
+  bool routed(long step, size_t u);    // lock held
+  bool is_routed(long step, size_t u);  // takes the lock
+  void clear_unrouted(long step);       // the unrouted experts' sums of squares: 0
   void upload_embedding_rows(void* slot, const std::vector<int32_t>& rows);
   size_t elem_bytes() const;                  // of one uploaded weight
   const void* weights_of(size_t unit) const;  // what a unit's upload copies
@@ -189,7 +226,14 @@ class StreamingPipeline {
   std::atomic<bool> stopping_{false};
   const std::vector<ParamSchema>& units_;
   std::vector<void*> slots_;
+  std::vector<void*> expert_slots_;
   std::vector<UnitUse> uses_;
+  std::vector<size_t> update_order_;  // units in the order the next forward uses them
+  // Experts (guarded by mu_): per use, its expert slot this step (-1: not uploaded); per expert
+  // slot, its last use this step (-1: none); the slot the next upload takes.
+  std::vector<int> use_slot_, expert_slot_last_;
+  int next_expert_slot_ = 0;
+  std::map<long, StepRouting> routing_;
   PipelineConfig cfg_;
   HostStaging staging_;
   ThreadPool pool_;

@@ -41,8 +41,9 @@ void StreamingPipeline::update_phase(long step, float lr) {
   last_step_clipped_ = clip != 1.0f;
   if (!cfg_.owners.empty()) return update_shards(step, lr, clip);
   settle_speculation(step, lr, clip);
-  for (size_t u = 0; u < units_.size(); ++u)
+  for (size_t u : update_order_)
     if (speculating(u, step)) speculated_at_[u] = 0;
+    else if (!is_routed(step, u)) mark_updated(u, step);  // an expert without tokens: untouched
     else if (u == 0) update_embedding(step, lr, clip);
     else update_unit(u, step, lr, clip);
 }
@@ -80,6 +81,7 @@ void StreamingPipeline::update_embedding(long step, float lr, float clip) {
     std::iota(chunk.begin(), chunk.end(), int32_t(first));
     update_rows(chunk, done, step, lr, clip);  // less the next step's rows, done first
   }
+  store_.count_update(0);
   mark_updated(0, step);
 }
 
@@ -128,6 +130,7 @@ void StreamingPipeline::settle_speculation(long step, float lr, float clip) {
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!speculating(u, step)) continue;
     if (clip == 1.0f) {
+      store_.count_update(u);
       mark_updated(u, step);
       continue;
     }
@@ -183,6 +186,7 @@ void StreamingPipeline::broadcast_updates(long step) {
 
 void StreamingPipeline::update_unit(size_t u, long step, float lr, float clip) {
   adamw(u, step, lr, clip);
+  store_.count_update(u);
   mark_updated(u, step);
 }
 
@@ -193,7 +197,7 @@ cpu::AdamWParams StreamingPipeline::adamw_params(long step, float lr, float clip
 
 void StreamingPipeline::adamw(size_t u, long step, float lr, float clip) {
   const auto t0 = std::chrono::steady_clock::now();
-  const cpu::AdamWParams p = adamw_params(step, lr, clip);
+  const cpu::AdamWParams p = adamw_params(store_.adam_step(u, step), lr, clip);
   if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
   else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
   if (cfg_.optimizer_slowdown > 1)  // a slower host, for benchmarks: the same work, stretched
