@@ -1,10 +1,14 @@
 #include "engine/io/hf_io.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "engine/base/json.h"
 #include "engine/io/checkpoint.h"
+#include "engine/io/hf_layout.h"
 
 namespace mt {
 
@@ -22,11 +26,68 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<ExpectedTensor> expected_weights(const std::vector<ParamSchema>& units) {
+// The file's tensors: as hf_tensors() says, MXFP4 ones as their blocks and scales.
+std::vector<ExpectedTensor> expected_weights(const std::vector<HfTensor>& hf) {
   std::vector<ExpectedTensor> out;
-  for (const auto& u : units)
-    for (const auto& t : u.tensors) out.push_back({t.name, t.shape});
+  for (const HfTensor& t : hf) {
+    if (!t.mxfp4) {
+      out.push_back({t.name, t.shape});
+      continue;
+    }
+    const int64_t parts = t.shape[0], rows = t.shape.back(), cols = t.shape[1];
+    out.push_back({t.name + "_blocks", {parts, rows, cols / 32, 16}, true});
+    out.push_back({t.name + "_scales", {parts, rows, cols / 32}, true});
+  }
   return out;
+}
+
+// One file tensor into the masters: directly, or part by part through a staging buffer.
+Status read_hf_tensor(const SafetensorsSet& set, const HfTensor& t, HostStore& store) {
+  auto master = [&](size_t p) { return store.unit(t.parts[p].first).master + t.parts[p].second->offset; };
+  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) {
+    const auto* e = set.find(t.name);
+    return e->file->read_f32(*e->info, master(0));
+  }
+  std::vector<float> part(t.part_numel());
+  for (size_t p = 0; p < t.parts.size(); ++p) {
+    const TensorSpec& spec = *t.parts[p].second;
+    if (t.mxfp4) {  // this part's blocks and scales: contiguous slices of the stacked tensors
+      const auto* b = set.find(t.name + "_blocks");
+      const auto* sc = set.find(t.name + "_scales");
+      const int64_t rows = t.shape.back(), cols = t.shape[1];
+      const uint64_t scales_per_part = uint64_t(rows) * uint64_t(cols / 32);
+      dequantize_mxfp4(b->file->bytes(*b->info) + p * scales_per_part * 16, sc->file->bytes(*sc->info) + p * scales_per_part,
+                       rows, cols, part.data());
+      mxfp4_part_to_ours(t.layout, spec, part.data(), master(p));
+      continue;
+    }
+    const auto* e = set.find(t.name);
+    MT_RETURN_IF_ERROR(e->file->read_f32_range(*e->info, p * part.size(), part.size(), part.data()));
+    part_from_file(t.layout, spec, part.data(), master(p));
+  }
+  return Status::Ok();
+}
+
+// A file tensor to write: the master directly, or assembled part by part as the writer asks.
+WriteTensor write_hf_tensor(const HfTensor& t, const HostStore& store, bool bf16) {
+  const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
+  auto master = [&store, &t](size_t p) {
+    return static_cast<const float*>(store.unit(t.parts[p].first).master + t.parts[p].second->offset);
+  };
+  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) return {t.name, t.shape, dtype, master(0), DType::kF32};
+  WriteTensor w{t.name, t.shape, dtype, nullptr, DType::kF32};
+  auto part = std::make_shared<std::vector<float>>(t.part_numel());
+  auto held = std::make_shared<size_t>(SIZE_MAX);  // the part `part` holds
+  w.fill = [t, master, part, held](uint64_t first, size_t n, float* out) {
+    const size_t per = part->size();
+    for (size_t i = 0; i < n;) {
+      const size_t p = size_t((first + i) / per), at = size_t((first + i) % per), take = std::min(n - i, per - at);
+      if (*held != p) part_to_file(t.layout, *t.parts[p].second, master(p), part->data()), *held = p;
+      std::copy_n(part->data() + at, take, out + i);
+      i += take;
+    }
+  };
+  return w;
 }
 
 // Removes the weight files of an earlier export, so a stale index never shadows new shards.
@@ -52,9 +113,11 @@ Status check_tensor_set(const SafetensorsSet& set, const std::vector<ExpectedTen
       missing.push_back(e.name);
     } else if (entry->info->shape != e.shape) {
       misshaped.push_back(e.name + " " + shape_string(entry->info->shape) + " (expected " + shape_string(e.shape) + ")");
-    } else if (entry->info->dtype != DType::kF32 && entry->info->dtype != DType::kBF16 &&
-               entry->info->dtype != DType::kF16) {
-      misshaped.push_back(e.name + " dtype " + dtype_name(entry->info->dtype) + " (expected F32, BF16 or F16)");
+    } else if (e.bytes ? entry->info->dtype != DType::kU8
+                       : entry->info->dtype != DType::kF32 && entry->info->dtype != DType::kBF16 &&
+                             entry->info->dtype != DType::kF16) {
+      misshaped.push_back(e.name + " dtype " + dtype_name(entry->info->dtype) +
+                          (e.bytes ? " (expected U8)" : " (expected F32, BF16 or F16)"));
     }
   }
   for (const auto& n : set.names())
@@ -83,14 +146,9 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
   auto ignore = [&](const std::string& n) {
     return (cfg.tie_word_embeddings && n == "lm_head.weight") || ends_with(n, "rotary_emb.inv_freq");
   };
-  MT_RETURN_IF_ERROR(check_tensor_set(*set, expected_weights(units), ignore).with_context("loading weights"));
-  for (size_t i = 0; i < units.size(); ++i) {
-    float* master = store.unit(i).master;
-    for (const auto& t : units[i].tensors) {
-      const auto* e = set->find(t.name);
-      MT_RETURN_IF_ERROR(e->file->read_f32(*e->info, master + t.offset));
-    }
-  }
+  const std::vector<HfTensor> hf = hf_tensors(cfg, units);
+  MT_RETURN_IF_ERROR(check_tensor_set(*set, expected_weights(hf), ignore).with_context("loading weights"));
+  for (const HfTensor& t : hf) MT_RETURN_IF_ERROR(read_hf_tensor(*set, t, store));
   store.refresh_shadows();
   return Status::Ok();
 }
@@ -131,9 +189,9 @@ Status export_hf_model(const DirFd& out, const ModelConfig& cfg, const HostStore
   config.set("torch_dtype", bf16 ? "bfloat16" : "float32");
   MT_RETURN_IF_ERROR(write_file_durable(out, "config.json", config.dump(2) + "\n"));
   std::vector<WriteTensor> tensors;
-  for (size_t i = 0; i < units.size(); ++i)
-    for (const auto& t : units[i].tensors)
-      tensors.push_back({t.name, t.shape, bf16 ? DType::kBF16 : DType::kF32, store.unit(i).master + t.offset, DType::kF32});
+  ModelConfig unquantized = cfg;  // what is written: gpt-oss's experts unquantized
+  unquantized.moe.mxfp4 = false;
+  for (const HfTensor& t : hf_tensors(unquantized, units)) tensors.push_back(write_hf_tensor(t, store, bf16));
   auto files = write_sharded_safetensors(out, "model", tensors, max_shard_bytes, {{"format", "pt"}});
   if (!files.ok()) return files.status();
   return out.sync();

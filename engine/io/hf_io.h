@@ -43,6 +43,7 @@ Status check_export_dir(const DirFd& out, bool overwrite);
 struct ExpectedTensor {
   std::string name;
   std::vector<int64_t> shape;
+  bool bytes = false;  // U8 (MXFP4 blocks and scales), not a float dtype
 };
 // Checks that `set` holds exactly `expected` (names and shapes), apart from names for which
 // `ignore` returns true. The error lists every missing, unexpected and mis-shaped tensor.

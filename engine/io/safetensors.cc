@@ -287,9 +287,13 @@ void convert16(const uint8_t* p, uint64_t n, Out* out, Conv conv) {
 
 }  // namespace
 
-Status SafetensorsFile::read_f32(const TensorInfo& t, float* out) const {
-  const uint8_t* p = bytes(t);
-  const uint64_t n = t.numel();
+Status SafetensorsFile::read_f32(const TensorInfo& t, float* out) const { return read_f32_range(t, 0, t.numel(), out); }
+
+Status SafetensorsFile::read_f32_range(const TensorInfo& t, uint64_t first, uint64_t n, float* out) const {
+  if (first > t.numel() || n > t.numel() - first)
+    return invalid_argument("safetensors '" + source_ + "': elements [" + std::to_string(first) + ", +" +
+                            std::to_string(n) + ") are outside tensor '" + t.name + "' of " + std::to_string(t.numel()));
+  const uint8_t* p = bytes(t) + first * (t.dtype == DType::kF32 ? 4 : 2);
   switch (t.dtype) {
     case DType::kF32: std::memcpy(out, p, size_t(n) * 4); return Status::Ok();
     case DType::kBF16: convert16(p, n, out, [](uint16_t h) { return bf16_to_float(bf16{h}); }); return Status::Ok();

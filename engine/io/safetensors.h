@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -100,6 +101,8 @@ class SafetensorsFile {
   const float* f32_view(const TensorInfo& t) const;
   // Converts a tensor of F32, BF16 or F16 into `out` (t.numel() elements).
   Status read_f32(const TensorInfo& t, float* out) const;
+  // Elements [first, first + n) of it (a slice of a stacked tensor).
+  Status read_f32_range(const TensorInfo& t, uint64_t first, uint64_t n, float* out) const;
   // Converts into bf16 (round to nearest even from F32/F16; a BF16 tensor is copied exactly).
   Status read_bf16(const TensorInfo& t, bf16* out) const;
 
@@ -144,6 +147,9 @@ struct WriteTensor {
   DType dtype = DType::kF32;
   const void* data = nullptr;
   DType src = DType::kF32;
+  // Instead of data: produces elements [first, first + n) in fp32, called in order in bounded
+  // chunks (a tensor assembled from others: gpt-oss's stacked experts).
+  std::function<void(uint64_t first, size_t n, float* out)> fill;
 };
 using Metadata = std::map<std::string, std::string>;
 

@@ -84,7 +84,7 @@ Status validate(const std::vector<WriteTensor>& tensors) {
     if ((t.dtype != DType::kF32 && t.dtype != DType::kBF16) || (t.src != DType::kF32 && t.src != DType::kBF16))
       return invalid_argument("tensor '" + t.name + "': only F32 and BF16 can be written");
     MT_ASSIGN_OR_RETURN(uint64_t n, numel_of(t));
-    if (n > 0 && !t.data) return invalid_argument("tensor '" + t.name + "' has no data");
+    if (n > 0 && !t.data && !t.fill) return invalid_argument("tensor '" + t.name + "' has no data");
   }
   return Status::Ok();
 }
@@ -118,12 +118,17 @@ std::string make_header(const std::vector<WriteTensor>& tensors, const Metadata&
 
 Status write_tensor(OutFile& f, const WriteTensor& t, std::vector<char>& buf) {
   const uint64_t n = numel_of(t).value();
-  if (t.src == t.dtype) return f.write(t.data, size_t(n * dtype_size(t.dtype)));
+  if (t.data && t.src == t.dtype) return f.write(t.data, size_t(n * dtype_size(t.dtype)));
   const size_t out_size = dtype_size(t.dtype);
   buf.resize(kChunkElems * out_size);
+  std::vector<float> filled(t.fill ? kChunkElems : 0);
   for (uint64_t i = 0; i < n; i += kChunkElems) {
     const size_t c = size_t(std::min<uint64_t>(kChunkElems, n - i));
-    if (t.dtype == DType::kBF16) {  // F32 -> BF16
+    if (t.fill) {  // produced in fp32
+      t.fill(i, c, filled.data());
+      if (t.dtype == DType::kBF16) round_to_bf16(reinterpret_cast<bf16*>(buf.data()), filled.data(), c);
+      else std::memcpy(buf.data(), filled.data(), c * sizeof(float));
+    } else if (t.dtype == DType::kBF16) {  // F32 -> BF16
       const float* src = static_cast<const float*>(t.data) + i;
       bf16* dst = reinterpret_cast<bf16*>(buf.data());
       round_to_bf16(dst, src, c);

@@ -38,9 +38,10 @@ struct FamilyBatch {
   long count = 0;
 };
 
-inline FamilyBatch family_batch(const std::string& family) {
+// A fixture's batch.json.
+inline FamilyBatch read_family_batch(const std::string& path) {
   FamilyBatch b;
-  auto text = read_file(family_fixture_dir(family) + "/batch.json");
+  auto text = read_file(path);
   EXPECT_TRUE(text.ok()) << text.status().to_string();
   auto j = Json::parse(text.ok() ? text.value() : "{}");
   EXPECT_TRUE(j.ok());
@@ -58,6 +59,10 @@ inline FamilyBatch family_batch(const std::string& family) {
   b.loss = j->find("loss")->as_double();
   b.count = long(j->find("count")->as_int());
   return b;
+}
+
+inline FamilyBatch family_batch(const std::string& family) {
+  return read_family_batch(family_fixture_dir(family) + "/batch.json");
 }
 
 }  // namespace mt::testing_util
