@@ -107,6 +107,11 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
   j.set("total_steps", int64_t(s.total_steps));
   eval_progress_to_json(s.eval, j);
   j.set("memory_layout", memory_layout_name(store.layout()));
+  if (const std::vector<long> counts = store.expert_updates(); !counts.empty()) {
+    Json a = Json::array();
+    for (long n : counts) a.items().push_back(Json(int64_t(n)));
+    j.set("expert_updates", a);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -134,6 +139,11 @@ Result<TrainerState> state_from_json(const std::string& path) {
     s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();
   if (const Json* t = j->find("total_steps"); t && t->is_integer()) s.total_steps = long(t->as_int());
   s.eval = eval_progress_from_json(*j);
+  if (const Json* e = j->find("expert_updates"); e && e->is_array())
+    for (const Json& n : e->items()) {
+      if (!n.is_integer() || n.as_int() < 0) return data_loss("'" + path + "': expert_updates holds " + n.dump());
+      s.expert_updates.push_back(long(n.as_int()));
+    }
   return s;
 }
 
@@ -405,6 +415,10 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
       moments.push_back({t.name + ".exp_avg_sq", t.shape});
     }
   // Everything is validated before the store is touched.
+  if (cfg.has_experts() && state.expert_updates.size() != store.expert_updates().size())
+    return data_loss("checkpoint '" + dir + "' holds " + std::to_string(state.expert_updates.size()) +
+                     " experts' update counts (trainer_state.json expert_updates) for a model of " +
+                     std::to_string(store.expert_updates().size()) + " experts");
   MT_RETURN_IF_ERROR(check_tensor_set(*model, weights, nullptr).with_context("loading checkpoint '" + dir + "'"));
   MT_RETURN_IF_ERROR(check_tensor_set(*opt, moments, nullptr).with_context("loading checkpoint '" + dir + "'"));
   const bool exact = store.layout() == MemoryLayout::kExact;
@@ -421,6 +435,7 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
       }
     }
   }
+  if (cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
   store.zero_grads();
   store.refresh_shadows();
   return state;

@@ -38,6 +38,9 @@ struct TrainerState {
   double last_loss = 0;
   long total_steps = 0;       // the job's `steps` (the LR schedule's span); 0: unknown (older checkpoint)
   EvalProgress eval;  // the latest evaluation (at `step` itself when it evaluated there), the best
+  // A mixture of experts: each expert's AdamW updates so far (HostStore::expert_updates; an expert
+  // is updated only on the steps that route it a token); empty for a dense model.
+  std::vector<long> expert_updates;
 };
 
 // Writes a checkpoint of `store` under root and prunes to `keep` newest, besides the checkpoint
