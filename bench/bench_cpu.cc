@@ -78,7 +78,7 @@ void stream_pattern(ThreadPool& pool, AdamArrays<S>& a, size_t n) {
 template <typename S>
 Json measure_layout(const char* name, ThreadPool& pool, size_t n, bool with_shadow, int reps) {
   AdamArrays<S> a(n, with_shadow);
-  ParamSchema unit{UnitKind::kDecoder, 0, {{"w", {int64_t(n)}, 0, n, true}}, n};
+  ParamSchema unit{UnitKind::kDecoder, 0, -1, {{"w", {int64_t(n)}, 0, n, true}}, n};
   cpu::AdamWParams hp{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
   const UnitState<S> st = a.state();
   const double t_adam = median_seconds(reps, [&] { adamw_unit(pool, unit, st, hp); });

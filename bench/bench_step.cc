@@ -162,6 +162,30 @@ void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step
   out.set("device_peak_bytes", int64_t(st.empty() ? 0 : st.back().device_peak_bytes));
 }
 
+// A mixture of experts: its active parameters and the count on them (the published systems'
+// 6 * active params * tokens), the load-balancing loss, and the routing of the last step — the
+// experts uploaded of all and their bytes against uploading every expert, and per MoE layer its
+// busiest expert's load over the mean.
+void add_moe_keys(Json& out, const ModelConfig& cfg, const std::vector<StepStats>& st, double tokens_per_second) {
+  const int64_t active = cfg.num_active_params();
+  out.set("active_params", active);
+  out.set("model_tflops_6nt_active", 6.0 * double(active) * tokens_per_second / 1e12);
+  out.set("num_experts", cfg.moe.num_experts);
+  out.set("experts_per_token", cfg.moe.top_k);
+  if (st.empty()) return;
+  const StepStats& s = st.back();
+  out.set("aux_loss", s.aux_loss);
+  out.set("experts_routed", int64_t(s.experts_routed));
+  out.set("experts_total", int64_t(s.experts_total));
+  out.set("expert_h2d_bytes", int64_t(s.expert_h2d_bytes));
+  out.set("dense_expert_h2d_bytes", int64_t(s.dense_expert_h2d_bytes));
+  out.set("expert_h2d_fraction",
+          s.dense_expert_h2d_bytes ? double(s.expert_h2d_bytes) / double(s.dense_expert_h2d_bytes) : 0.0);
+  Json load = Json::array();
+  for (double x : s.expert_load) load.items().push_back(Json(x));
+  out.set("expert_load", load);
+}
+
 }  // namespace
 
 int run_step(const Flags& f) {
@@ -262,6 +286,7 @@ int run_step(const Flags& f) {
                      {"eval_tokens_per_second", eval_tokens / eval_s},
                      // The target: >= 2.5 (a step computes the forward about 3 times over).
                      {"eval_speedup", eval_tokens / eval_s / (tokens / step_s)}});
+  if (cfg->has_experts()) add_moe_keys(out, *cfg, measured, tokens / step_s);
   if (args->executor == "streaming") {
     add_streaming_keys(out, measured, step_s, args->so.link_gbps);
     const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved

@@ -23,7 +23,7 @@ int run_uploads(const Flags& f) {
   }
   const size_t n = size_t(*params);
   ThreadPool pool{int(*threads)};
-  ParamSchema unit{UnitKind::kDecoder, 0, {{"w", {int64_t(n)}, 0, n, true}}, n};
+  ParamSchema unit{UnitKind::kDecoder, 0, -1, {{"w", {int64_t(n)}, 0, n, true}}, n};
   std::vector<float> p(n, 0.1f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
   std::vector<bf16> shadow(n);
   cpu::AdamWParams hp{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};

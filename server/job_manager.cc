@@ -16,12 +16,16 @@ namespace fs = std::filesystem;
 
 namespace {
 // The job log's line for a step: "step 12/200 loss 3.451234 grad_norm 0.8123 lr 0.0003 tokens/s
-// 1234 step 0.101 s" (" (clipped)" after the norm when clipping scaled the update).
+// 1234 step 0.101 s" (" (clipped)" after the norm when clipping scaled the update); a mixture of
+// experts adds " aux_loss 2.0123 experts 97/128".
 std::string step_line(const StepStats& s, long total) {
-  char buf[224];
-  std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f grad_norm %.4g%s lr %.4g tokens/s %.0f step %.3f s", s.step,
-                total, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", double(s.lr),
-                s.tokens_per_second(), s.step_seconds);
+  char buf[288];
+  int n = std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f grad_norm %.4g%s lr %.4g tokens/s %.0f step %.3f s",
+                        s.step, total, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", double(s.lr),
+                        s.tokens_per_second(), s.step_seconds);
+  if (s.aux_loss >= 0 && n > 0 && size_t(n) < sizeof buf)
+    std::snprintf(buf + n, sizeof buf - size_t(n), " aux_loss %.4f experts %ld/%ld", s.aux_loss, s.experts_routed,
+                  s.experts_total);
   return buf;
 }
 

@@ -82,6 +82,22 @@ Metrics::Metrics()
                           .Help("Lowest held-out loss of the job's evaluations so far")
                           .Register(*registry_)),
       jobs_(BuildGauge().Name("megatrain_jobs").Help("Jobs by state").Register(*registry_)),
+      moe_aux_loss_(BuildGauge()
+                        .Name("megatrain_moe_aux_loss")
+                        .Help("Load-balancing loss of the last step (mean over micro-batches, before its coefficient)")
+                        .Register(*registry_)),
+      moe_routed_(BuildGauge()
+                      .Name("megatrain_moe_experts_routed_ratio")
+                      .Help("Experts the last step routed tokens to (uploaded and updated) over all experts (0..1)")
+                      .Register(*registry_)),
+      moe_h2d_(BuildGauge()
+                   .Name("megatrain_moe_expert_h2d_ratio")
+                   .Help("Expert bytes the last step moved to the device over what uploading every expert would")
+                   .Register(*registry_)),
+      moe_load_(BuildGauge()
+                    .Name("megatrain_moe_expert_load_ratio")
+                    .Help("Per MoE layer: the busiest expert's routed tokens over the mean (1 = balanced), last step")
+                    .Register(*registry_)),
       data_queue_(BuildGauge()
                       .Name("megatrain_data_queue_tokens")
                       .Help("Pushed tokens spooled and not yet trained on, all push jobs together")
@@ -136,6 +152,17 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.clipped->Set(st.clipped ? 1 : 0);
   s.lr->Set(st.lr);
   if (st.packing_efficiency >= 0) packing_.Add({{kJobLabel, job}}).Set(st.packing_efficiency);
+  if (st.aux_loss >= 0) on_moe_step(job, st);
+}
+
+void Metrics::on_moe_step(const std::string& job, const StepStats& st) {
+  const prometheus::Labels l = {{kJobLabel, job}};
+  moe_aux_loss_.Add(l).Set(st.aux_loss);
+  if (st.experts_total > 0) moe_routed_.Add(l).Set(double(st.experts_routed) / double(st.experts_total));
+  if (st.dense_expert_h2d_bytes > 0)
+    moe_h2d_.Add(l).Set(double(st.expert_h2d_bytes) / double(st.dense_expert_h2d_bytes));
+  for (size_t i = 0; i < st.expert_load.size(); ++i)
+    moe_load_.Add({{kJobLabel, job}, {"moe_layer", std::to_string(i)}}).Set(st.expert_load[i]);
 }
 
 void Metrics::on_eval(const std::string& job, const EvalReport& r) {

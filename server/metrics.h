@@ -40,12 +40,14 @@ class Metrics {
  private:
   struct JobSeries;
   JobSeries& series(const std::string& job);
+  void on_moe_step(const std::string& job, const StepStats& s);  // a mixture of experts' routing (mu_ held)
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
   prometheus::Family<prometheus::Histogram>&step_seconds_, &optimizer_seconds_;
   prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &grad_norm_, &clipped_, &lr_, &host_mem_,
-      &device_mem_, &packing_, &eval_loss_, &best_eval_loss_, &jobs_, &data_queue_, &job_data_queue_;
+      &device_mem_, &packing_, &eval_loss_, &best_eval_loss_, &jobs_, &data_queue_, &job_data_queue_, &moe_aux_loss_,
+      &moe_routed_, &moe_h2d_, &moe_load_;
   prometheus::Gauge& data_queue_total_;
   prometheus::Gauge& state_dir_bytes_;
   std::mutex mu_;

@@ -69,6 +69,11 @@ int cmd_plan_local(const Args& a) {
               spec->train.micro_batch, spec->train.global_batch,
               plan->token_chunk ? std::to_string(plan->token_chunk).c_str() : "none");
   std::printf("model          %s, %lld parameters\n", cfg->architecture.c_str(), (long long)plan->params);
+  if (cfg->has_experts())
+    std::printf("experts        %d per MoE layer x %d layers, %d per token: %lld active parameters per token;\n"
+                "               %d expert slots of %s on the device, whatever a step routes\n",
+                cfg->moe.num_experts, cfg->num_moe_layers(), cfg->moe.top_k, (long long)plan->active_params,
+                plan->expert_slots, format_bytes(plan->expert_numel * compute_elem_bytes(plan->precision)).c_str());
   const std::string per_process =
       plan->processes == 1 ? "" : ", per process of " + std::to_string(plan->processes) +
                                       (plan->shard_optimizer ? ", optimizer sharded" : ", optimizer replicated");

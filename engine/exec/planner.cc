@@ -215,6 +215,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
     else p.slot_numel = std::max(p.slot_numel, u.numel);
   }
   p.expert_slots = c.has_experts() ? po.expert_slots : 0;
+  p.active_params = c.has_experts() ? c.num_active_params() : p.params;
   p.checkpoint_numel = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len), uint64_t(c.hidden_size));
   TrainOptions node = global;  // this process's share: what its devices stage on its host
   node.global_batch /= po.processes;
@@ -291,6 +292,11 @@ Json memory_plan_to_json(const MemoryPlan& p) {
                          {"host_by_kind", host},
                          {"device_by_kind", dev}});
   if (!p.fits) j.set("reason", p.reason);
+  if (p.expert_slots > 0) {  // a mixture of experts
+    j.set("active_params", p.active_params);
+    j.set("expert_slots", p.expert_slots);
+    j.set("expert_slot_bytes", int64_t(p.expert_numel * compute_elem_bytes(p.precision)));
+  }
   return j;
 }
 

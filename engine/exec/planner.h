@@ -75,6 +75,7 @@ struct PlanOptions {
 
 struct MemoryPlan {
   int64_t params = 0;
+  int64_t active_params = 0;  // per token (a mixture of experts: its top_k experts'; else params)
   uint64_t host_bytes = 0;
   double host_bytes_per_param = 0;
   int devices = 1;  // device_bytes and device_by_kind are per device; host bytes for all of them

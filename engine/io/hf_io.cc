@@ -71,10 +71,11 @@ Status read_hf_tensor(const SafetensorsSet& set, const HfTensor& t, HostStore& s
 // A file tensor to write: the master directly, or assembled part by part as the writer asks.
 WriteTensor write_hf_tensor(const HfTensor& t, const HostStore& store, bool bf16) {
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  auto master = [&store, &t](size_t p) {
-    return static_cast<const float*>(store.unit(t.parts[p].first).master + t.parts[p].second->offset);
+  // The fill runs when the file is written: it keeps its own copy of t (parts point into the schema).
+  auto master = [&store](const HfTensor& ht, size_t p) {
+    return static_cast<const float*>(store.unit(ht.parts[p].first).master + ht.parts[p].second->offset);
   };
-  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) return {t.name, t.shape, dtype, master(0), DType::kF32};
+  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) return {t.name, t.shape, dtype, master(t, 0), DType::kF32};
   WriteTensor w{t.name, t.shape, dtype, nullptr, DType::kF32};
   auto part = std::make_shared<std::vector<float>>(t.part_numel());
   auto held = std::make_shared<size_t>(SIZE_MAX);  // the part `part` holds
@@ -82,7 +83,7 @@ WriteTensor write_hf_tensor(const HfTensor& t, const HostStore& store, bool bf16
     const size_t per = part->size();
     for (size_t i = 0; i < n;) {
       const size_t p = size_t((first + i) / per), at = size_t((first + i) % per), take = std::min(n - i, per - at);
-      if (*held != p) part_to_file(t.layout, *t.parts[p].second, master(p), part->data()), *held = p;
+      if (*held != p) part_to_file(t.layout, *t.parts[p].second, master(t, p), part->data()), *held = p;
       std::copy_n(part->data() + at, take, out + i);
       i += take;
     }

@@ -149,7 +149,7 @@ struct WriteTensor {
   DType src = DType::kF32;
   // Instead of data: produces elements [first, first + n) in fp32, called in order in bounded
   // chunks (a tensor assembled from others: gpt-oss's stacked experts).
-  std::function<void(uint64_t first, size_t n, float* out)> fill;
+  std::function<void(uint64_t first, size_t n, float* out)> fill = nullptr;
 };
 using Metadata = std::map<std::string, std::string>;
 

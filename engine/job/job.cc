@@ -60,6 +60,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
                              uint64_t device_budget, int processes) {
   PlanOptions p;
   p.slots = spec.slots;
+  p.expert_slots = spec.expert_slots;
   if (auto placement = parse_checkpoint_placement(spec.checkpoint_placement); placement.ok()) p.placement = *placement;
   p.host_budget = host_budget;
   p.device_budget = device_budget;
@@ -216,6 +217,7 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   const PlanOptions po = job_plan_options(spec, cfg, host_budget, device_budget);
   StreamingOptions so;
   so.slots = po.slots;
+  so.expert_slots = po.expert_slots;
   so.placement = po.placement;
   so.device_budget = po.device_budget;
   so.backend_bytes = po.backend_bytes;
@@ -339,13 +341,18 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
 // What a step shows in TensorBoard (spec.logging.tensorboard).
 static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) {
   const double tps = st.tokens_per_second();
-  return {{"train/loss", st.loss},
-          {"train/grad_norm", st.grad_norm},
-          {"train/learning_rate", double(st.lr)},
-          {"perf/tokens_per_second", tps},
-          {"perf/model_tflops", tps * flops_per_token / 1e12},
-          {"perf/h2d_gbps", st.h2d_bandwidth() / 1e9},
-          {"perf/stall_seconds", st.stall_seconds()}};
+  Scalars s = {{"train/loss", st.loss},
+               {"train/grad_norm", st.grad_norm},
+               {"train/learning_rate", double(st.lr)},
+               {"perf/tokens_per_second", tps},
+               {"perf/model_tflops", tps * flops_per_token / 1e12},
+               {"perf/h2d_gbps", st.h2d_bandwidth() / 1e9},
+               {"perf/stall_seconds", st.stall_seconds()}};
+  if (st.aux_loss >= 0 && st.experts_total > 0) {  // a mixture of experts
+    s.push_back({"train/aux_loss", st.aux_loss});
+    s.push_back({"moe/experts_routed_ratio", double(st.experts_routed) / double(st.experts_total)});
+  }
+  return s;
 }
 
 // The spec's data source; push data comes from the hook (the daemon's spool).

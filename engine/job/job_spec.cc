@@ -213,6 +213,7 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(r.str("backend", s.backend));
   MT_RETURN_IF_ERROR(r.str("executor", s.executor));
   MT_RETURN_IF_ERROR(r.integer("slots", s.slots));
+  MT_RETURN_IF_ERROR(r.integer("expert_slots", s.expert_slots));
   MT_RETURN_IF_ERROR(r.number("link_gbps", s.link_gbps));
   MT_RETURN_IF_ERROR(r.str("checkpoint_placement", s.checkpoint_placement));
   MT_RETURN_IF_ERROR(r.str("speculative_updates", s.speculative_updates));
@@ -293,6 +294,8 @@ Status validate(const JobSpec& s) {
   if (s.checkpoint.keep < 1) return invalid_argument("checkpoint.keep = " + std::to_string(s.checkpoint.keep) + " must be >= 1");
   if (s.slots < 2 || s.slots > kMaxSlots)
     return invalid_argument("slots = " + std::to_string(s.slots) + " must be in 2.." + std::to_string(kMaxSlots));
+  if (s.expert_slots < 1 || s.expert_slots > kMaxSlots)
+    return invalid_argument("expert_slots = " + std::to_string(s.expert_slots) + " must be in 1.." + std::to_string(kMaxSlots));
   if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
   MT_RETURN_IF_ERROR(validate_data("data", s.data));
   if (s.eval.enabled) MT_RETURN_IF_ERROR(validate_eval(s));
@@ -385,6 +388,7 @@ Json job_spec_to_json(const JobSpec& s) {
   if (s.comm_timeout_seconds != 300) j.set("comm_timeout_seconds", s.comm_timeout_seconds);
   if (s.shard_optimizer) j.set("shard_optimizer", true);
   if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
+  if (s.expert_slots != 2) j.set("expert_slots", s.expert_slots);  // absent at its default: spec hashes unchanged
   if (s.speculative_updates != "off") j.set("speculative_updates", s.speculative_updates);
   if (s.logging.tensorboard) j.set("logging", Json::object({{"tensorboard", true}}));
   if (s.checkpoint.keep_best) {  // absent when false, as before the field existed

@@ -86,6 +86,7 @@ struct JobSpec {
   std::string backend = "auto";    // auto | cpu | cuda
   std::string executor = "streaming";  // streaming | resident
   int slots = 2;                   // streaming weight slots (K >= 2)
+  int expert_slots = 2;            // a mixture of experts: the device slots experts stream through
   double link_gbps = 0;            // CPU backend: emulated link bandwidth per direction, 0 = off
   std::string checkpoint_placement = "auto";  // auto | device | host (layer-input checkpoints)
   // off | auto | on (engine/exec/planner.h Speculation): streaming updates before the step's

@@ -23,6 +23,9 @@ constexpr std::string_view kReadKeys[] = {
     "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
     "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
     "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "qkv_bias", "swiglu_alpha", "swiglu_limit",
+    // gpt-oss's hub config carries OpenAI's names too: experts_per_token (checked against
+    // num_experts_per_tok), initial_context_length (rope_scaling's original_max_position_embeddings)
+    "experts_per_token", "initial_context_length",
     // model_config.cc: refused unless it names gpt-oss's MXFP4 experts (dequantized on load)
     "quantization_config",
 };

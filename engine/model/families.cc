@@ -359,6 +359,10 @@ Status gpt_oss(const ConfigReader& r, ModelConfig& c) {
     for (int l = 0; l < c.num_layers; l += 2) c.layers[size_t(l)].window = w;
   }
   MT_RETURN_IF_ERROR(read_moe(r, c, 128, 4, c.intermediate_size));
+  // OpenAI's own names, which the hub's config.json carries beside transformers' (not read by
+  // transformers): experts_per_token must say what num_experts_per_tok says.
+  if (const Json* k = r.get("experts_per_token"); !is_null(k) && !(k->is_integer() && k->as_int() == c.moe.top_k))
+    return r.fail("experts_per_token", "is " + k->dump() + " but num_experts_per_tok is " + std::to_string(c.moe.top_k));
   MoeConfig& m = c.moe;
   m.router = RouterKind::kTopKSoftmax;
   m.router_bias = m.expert_bias = true;
@@ -380,6 +384,7 @@ constexpr std::string_view kFamilyKeys[] = {
     "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
     "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
     "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", "qkv_bias", "swiglu_alpha", "swiglu_limit",
+    "experts_per_token", "initial_context_length",
 };
 
 const std::vector<std::string_view> kQwenKeys = {"sliding_window", "use_sliding_window", "max_window_layers"};
@@ -417,7 +422,8 @@ const Family kFamilies[] = {
     {"Qwen2MoeForCausalLM", keys(kQwenMoeKeys, {"shared_expert_intermediate_size", "qkv_bias"}), 1e-6, 16, false, 0,
      qwen2_moe},
     {"Qwen3MoeForCausalLM", kQwenMoeKeys, 1e-6, 4, false, 0, qwen3_moe},
-    {"GptOssForCausalLM", keys(kMoeKeys, {"sliding_window", "swiglu_alpha", "swiglu_limit"}), 1e-5,
+    {"GptOssForCausalLM",
+     keys(kMoeKeys, {"sliding_window", "swiglu_alpha", "swiglu_limit", "experts_per_token", "initial_context_length"}), 1e-5,
      8, false, 64, gpt_oss, 150000, kGptOssRope},
 };
 

@@ -383,6 +383,15 @@ int64_t ModelConfig::num_params() const {
   return n;
 }
 
+int64_t ModelConfig::num_active_params() const {
+  int64_t n = 0, expert = 0;
+  for (const auto& u : build_param_schemas(*this)) {
+    if (u.kind == UnitKind::kExpert) expert = int64_t(u.numel);  // every expert has the same shape
+    else n += int64_t(u.numel);
+  }
+  return n + int64_t(num_moe_layers()) * moe.top_k * expert;
+}
+
 double model_flops_per_token(const ModelConfig& c, int seq_len) {
   const double C = c.hidden_size;
   double matmul_params = double(c.vocab_size) * C;

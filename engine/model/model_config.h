@@ -150,6 +150,9 @@ struct ModelConfig {
   int kv_dim() const { return num_kv_heads * head_dim; }
   int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
   int64_t num_params() const;
+  // The parameters one token passes through: all but the experts its router does not pick (each
+  // MoE layer's top_k of num_experts).
+  int64_t num_active_params() const;
 };
 
 // Parses and validates a config.json text; `source` names it in messages.
