@@ -8,6 +8,7 @@
 
 #include "engine/exec/model_pass.h"
 #include "tests/engine/model/family_fixture.h"
+#include "tests/engine/model/moe_fixture.h"
 #include "tests/engine/test_model.h"
 
 namespace mt {
@@ -20,11 +21,17 @@ struct Case {
   int heads, kv_heads, T;
   const char* family = nullptr;  // a family fixture's config (tests/fixtures/families) instead
   bool packed = false;           // documents of 5, 4 and the rest per row
+  const char* moe = nullptr;     // a mixture-of-experts fixture's config (tests/fixtures/moe)
 };
 // Printed by name, so ctest's test names are stable (not the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 ModelConfig make_config(const Case& c) {
+  if (c.moe) {
+    auto m = load_model_config(testing_util::moe_fixture_dir(c.moe));
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? m.value() : ModelConfig{};
+  }
   if (c.family) return testing_util::family_config(c.family);
   return testing_util::test_model_config({c.arch, 16, 2, c.heads, c.kv_heads, 24, 11, c.tied, 4, 100.0});
 }
@@ -63,10 +70,15 @@ TEST_P(GradCheckModel, MatchesFiniteDifferences) {
   a.inputs = inputs.data();
   a.targets = targets.data();
   a.recompute = true;  // the workspace holds one layer's activations
+  // The objective: the mean loss, plus a mixture of experts' load-balancing loss times its
+  // coefficient (its routing is piecewise constant: the difference quotient sees its smooth part).
+  double aux = 0;
+  a.aux_loss = &aux;
   auto loss_of = [&]() {
+    aux = 0;
     auto r = model_pass(cpu_ops<double>(), s, a, ws.data(), ws.bytes());
     EXPECT_TRUE(r.ok()) << r.status().to_string();
-    return r.ok() ? r->loss_sum / double(r->counted) : 0.0;
+    return r.ok() ? r->loss_sum / double(r->counted) + cfg.moe.aux_coef * aux : 0.0;
   };
   long counted = 0;
   for (int32_t t : targets) counted += t >= 0;
@@ -109,7 +121,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gemma3_packed", nullptr, true, 0, 0, 13, "gemma3", true},
                       Case{"gemma2_softcaps_packed", nullptr, true, 0, 0, 13, "gemma2", true},
                       Case{"phi3", nullptr, false, 0, 0, 13, "phi3"},
-                      Case{"mistral_packed", nullptr, false, 0, 0, 13, "mistral", true}),
+                      Case{"mistral_packed", nullptr, false, 0, 0, 13, "mistral", true},
+                      // Mixtures of experts (their fixture configs: the router, the experts, the
+                      // shared expert and its gate, sinks, the clamped SwiGLU, the aux loss).
+                      Case{"mixtral_moe", nullptr, false, 0, 0, 13, nullptr, false, "mixtral"},
+                      Case{"qwen2_moe_shared", nullptr, false, 0, 0, 13, nullptr, true, "qwen2_moe"},
+                      Case{"qwen3_moe_tied", nullptr, true, 0, 0, 13, nullptr, false, "qwen3_moe"},
+                      Case{"gpt_oss_sinks", nullptr, false, 0, 0, 13, nullptr, true, "gpt_oss"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

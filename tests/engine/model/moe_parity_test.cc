@@ -128,7 +128,8 @@ TEST_P(MoeParity, LossesAndEveryGradientEqualTransformers) {
     std::set<std::pair<int, int>> idle;
     for (size_t u = 0; u < units.size(); ++u)
       if (units[u].kind == UnitKind::kExpert && !r.routed[u]) idle.emplace(units[u].layer, units[u].expert);
-    EXPECT_EQ(idle, std::set<std::pair<int, int>>(b.unrouted.begin(), b.unrouted.end()));
+    const std::set<std::pair<int, int>> expected(b.unrouted.begin(), b.unrouted.end());
+    EXPECT_EQ(idle, expected);
     EXPECT_FALSE(idle.empty());
     expect_grads_match(units, r.grads, ref, &r.routed);
   }
@@ -247,19 +248,26 @@ TEST(MoeMxfp4, GptOssExpertsLoadAsTransformersDequantizesThem) {
     }
   }
   EXPECT_EQ(compared, 2 * cfg.num_moe_layers() * cfg.moe.num_experts);
-  // Exported, the experts are written unquantized and the config says no quantization.
+  // Exported, the experts are written unquantized and the config says no quantization; in bf16
+  // too the experts are the same values (MXFP4's are exact in bf16).
   auto store = HostStore::create(units, MemoryLayout::kExact, false, default_host_allocator());
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE(load_hf_weights(moe_fixture_dir("gpt_oss_mxfp4"), cfg, **store).ok());
-  testing_util::TempDir out("mt-mxfp4");
-  ASSERT_TRUE(export_hf_model(out / "model", cfg, **store, true, 0).ok());
-  auto back = load_model_config(out / "model");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_FALSE(back->moe.mxfp4);
-  const auto reloaded = load_units(*back, out / "model");
-  for (size_t u = 0; u < units.size(); ++u)
-    for (size_t i = 0; i < w[u].size(); ++i)  // MXFP4 values are exact in bf16
-      ASSERT_EQ(w[u][i], reloaded[u][i]) << "unit " << u << " element " << i;
+  for (const bool bf16 : {false, true}) {
+    testing_util::TempDir out("mt-mxfp4");
+    ASSERT_TRUE(export_hf_model(out / "model", cfg, **store, bf16, 0).ok());
+    auto back = load_model_config(out / "model");
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_FALSE(back->moe.mxfp4);
+    const auto reloaded = load_units(*back, out / "model");
+    for (size_t u = 0; u < units.size(); ++u)
+      for (const TensorSpec& t : units[u].tensors) {
+        const bool quantized = units[u].kind == UnitKind::kExpert && !t.name.ends_with("_bias");
+        if (bf16 && !quantized) continue;  // the fixture's fp32 tensors round
+        ASSERT_EQ(0, std::memcmp(w[u].data() + t.offset, reloaded[u].data() + t.offset, t.numel * sizeof(float)))
+            << (bf16 ? "bf16" : "fp32") << " export, " << t.name;
+      }
+  }
 }
 
 // Options of the MoE families we do not implement are refused naming the key.

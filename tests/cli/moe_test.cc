@@ -1,0 +1,132 @@
+// Mixtures of experts through the CLI, as a user runs them: `megatrain train` of a model whose
+// steps leave experts idle, killed with SIGKILL after a checkpoint and run again, ends with the
+// same weights, optimizer state and per-expert update counts, byte for byte, as an uninterrupted
+// run; `megatrain plan` of the real shapes on one H200; the export of a trained gpt-oss as
+// transformers' stacked experts.
+#include <csignal>
+
+#include "tests/cli/cli_fixture.h"
+
+namespace mt::cli::testing {
+namespace {
+
+// 16 experts, one a token, 8 tokens a step: most experts idle on any step, each on some.
+constexpr const char* kSparseConfig = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 32,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 64,
+  "intermediate_size": 48, "num_experts": 16, "num_experts_per_tok": 1, "moe_intermediate_size": 16,
+  "output_router_logits": true, "router_aux_loss_coef": 0.05})";
+
+std::string moe_spec(const std::string& config, long steps) {
+  return "name: moe-cli\n"
+         "model: {hf_config: " + config + "}\n"
+         "init: {seed: 3}\n"
+         "data: {source: synthetic, seed: 2}\n"
+         "seq_len: 4\n"
+         "micro_batch: 1\n"
+         "global_batch: 2\n"
+         "steps: " + std::to_string(steps) + "\n"
+         "optimizer: {lr: 1.0e-2, grad_clip: 0.5}\n"
+         "checkpoint: {every: 2, keep: 5}\n"
+         "backend: cpu\n";
+}
+
+std::string step_dir(const std::string& run, long step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "/checkpoints/step-%08ld", step);
+  return run + name;
+}
+
+TEST(MoeCli, ResumeAfterKill9IsBitExactWithIdleExperts) {
+  const std::string dir = fresh_dir("moe_resume");
+  const std::string config = write_file(dir + "/config.json", kSparseConfig);
+  const long steps = 10;
+  const std::string spec = write_file(dir + "/spec.yaml", moe_spec(config, steps));
+  RunResult whole = megatrain({"train", spec, "--json", "--out", dir + "/whole"}, {}, 300);
+  ASSERT_EQ(whole.rc, 0) << describe(whole);
+
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDERR_FILENO);
+    ::close(out[0]);
+    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", run = dir + "/killed";
+    std::string sp = spec;
+    char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), run.data(), nullptr};
+    ::execv(args[0], args);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string seen;
+  char buf[4096];
+  long step = 0;
+  while (step < 5) {  // past the checkpoints of steps 2 and 4
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    seen.append(buf, size_t(n));
+    for (size_t at = seen.find("\"step\":"); at != std::string::npos; at = seen.find("\"step\":", at + 1))
+      step = std::max(step, std::atol(seen.c_str() + at + 7));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(out[0]);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed:\n" << seen;
+  ASSERT_LT(step, steps);
+
+  RunResult resumed = megatrain({"train", spec, "--json", "--out", dir + "/killed"}, {}, 300);
+  ASSERT_EQ(resumed.rc, 0) << describe(resumed);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    auto a = read_file(step_dir(dir + "/whole", steps) + "/" + f);
+    auto b = read_file(step_dir(dir + "/killed", steps) + "/" + f);
+    ASSERT_TRUE(a.ok() && b.ok()) << f;
+    EXPECT_TRUE(*a == *b) << f << " differs after resume";
+  }
+  // Each expert's update count is in the checkpoint, equal, and not every expert's is the step.
+  auto counts = [&](const std::string& run) {
+    auto state = Json::parse(*read_file(step_dir(run, steps) + "/trainer_state.json"));
+    EXPECT_TRUE(state.ok());
+    const Json* e = state.ok() ? state->find("expert_updates") : nullptr;
+    return e ? e->dump() : std::string();
+  };
+  EXPECT_EQ(counts(dir + "/whole"), counts(dir + "/killed"));
+  auto parsed = Json::parse(counts(dir + "/whole"));
+  ASSERT_TRUE(parsed.ok() && parsed->is_array()) << counts(dir + "/whole");
+  EXPECT_EQ(parsed->items().size(), 32u);  // 2 layers x 16 experts
+  long below = 0;
+  for (const Json& n : parsed->items()) below += n.as_int() < steps;
+  EXPECT_GT(below, 0) << "some expert must have sat out some step";
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+// The real shapes on one H200: gpt-oss-120b fits 1.5 TB of host memory (compact layout) with its
+// experts streamed; qwen3-235b-a22b does not, and the plan says by how much.
+TEST(MoeCli, PlansTheRealShapesOnOneH200) {
+  const std::string dir = fresh_dir("moe_plan");
+  auto plan = [&](const std::string& preset, const std::string& layout) {
+    const std::string spec = write_file(dir + "/" + preset + ".yaml",
+                                        "model: {preset: " + preset + "}\nseq_len: 4096\nmicro_batch: 1\n"
+                                        "global_batch: 16\nprecision: bf16\nbackend: cuda\nmemory: {layout: " + layout + "}\n");
+    return megatrain({"plan", spec, "--host-memory", "1.5TB", "--device-memory", "140GB", "--json"});
+  };
+  RunResult oss = plan("gpt-oss-120b", "compact");
+  ASSERT_EQ(oss.rc, 0) << describe(oss);
+  auto j = Json::parse(oss.out);
+  ASSERT_TRUE(j.ok()) << oss.out;
+  EXPECT_TRUE(j->find("fits")->as_bool()) << oss.out;
+  EXPECT_GT(j->find("params")->as_int(), int64_t(110e9));
+  EXPECT_LT(j->find("active_params")->as_int(), int64_t(6e9));
+  EXPECT_EQ(j->find("expert_slots")->as_int(), 2);
+  RunResult qwen = plan("qwen3-235b-a22b", "compact");
+  ASSERT_EQ(qwen.rc, 0) << describe(qwen);
+  auto q = Json::parse(qwen.out);
+  ASSERT_TRUE(q.ok()) << qwen.out;
+  EXPECT_FALSE(q->find("fits")->as_bool()) << qwen.out;
+  EXPECT_NE(q->find("reason")->as_string().find("host memory"), std::string::npos) << qwen.out;
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mt::cli::testing
