@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ecosystem check of the model families (not part of scripts/test.sh: it needs torch and
-# transformers): for each family fixture (tests/fixtures/families/FAMILY), trains 3 steps from
+# transformers): for each family fixture (tests/fixtures/families/FAMILY, or a mixture of experts'
+# tests/fixtures/moe/FAMILY), trains 3 steps from
 # its weights with megatrain, exports the checkpoint, and has transformers' AutoModelForCausalLM
 # load the export and score a token file; `megatrain eval` scores the same windows. The two
 # mean losses must agree to the 6 decimals printed (scripts/hf_check.py).
@@ -10,17 +11,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:?usage: scripts/family_export_check.sh PYTHON [FAMILY ...]}
 shift
-FAMILIES=${*:-qwen3 olmo2 gemma3 gemma2 phi3 mistral}
+FAMILIES=${*:-qwen3 olmo2 gemma3 gemma2 phi3 mistral mixtral qwen2_moe qwen3_moe gpt_oss}
 BIN=${BIN:-build/bin}
 WORK=$(mktemp -d /tmp/mt-family-check-XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 "$PY" -c 'import numpy; numpy.random.default_rng(7).integers(0, 96, 4096, dtype=numpy.uint16).tofile("'"$WORK"'/tokens.bin")'
 status=0
 for f in $FAMILIES; do
+  dir=tests/fixtures/families/$f
+  [ -d "$dir" ] || dir=tests/fixtures/moe/$f
   cat >"$WORK/$f.yaml" <<SPEC
 name: $f-export-check
-model: {hf_model: tests/fixtures/families/$f}
-init: {from: tests/fixtures/families/$f}
+model: {hf_model: $dir}
+init: {from: $dir}
 data: {source: tokens, path: $WORK/tokens.bin, dtype: uint16}
 seq_len: 12
 micro_batch: 2
