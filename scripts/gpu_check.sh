@@ -3,6 +3,7 @@
 #   1. configure + build the engine, the CUDA kernels, mt_cuda_tests (no daemon: that machine
 #      has no gRPC/protobuf/spdlog/prometheus, so -DMEGATRAIN_SERVER=OFF);
 #   2. the op table test (issue 27: every op of both CUDA tables against the CPU reference), the
+#      MoE kernels' and attention sinks' tests (against the CPU reference, determinism), the
 #      cuDNN attention tests (issue 25: cuDNN SDPA against the CPU reference and the
 #      simt kernel, dense and ragged, and the streaming executor on it), then the issue-18 CUDA
 #      tests (points 2-7: faults and DEVICE_LOST, copy accounting from
@@ -167,12 +168,16 @@ export MEGATRAIN_SOURCE_DIR="$ROOT"  # the tests' fixtures (tests/fixtures/famil
 # CPU reference in double, tests/cuda/ops_table_test.cc); the later filters leave it out.
 OPS_TABLE='*OpsTable*'
 step tests_ops_table 60 - "$T" --gtest_filter="$OPS_TABLE" --gtest_output="json:$OUT/tests_ops_table.json"
+# The mixture-of-experts kernels and attention sinks (tests/cuda/moe_ops_test.cc: each against
+# the CPU reference in fp32 and bf16, and bitwise reruns); the later filters leave them out.
+MOE='CudaMoe.*'
+step tests_moe 60 - "$T" --gtest_filter="$MOE" --gtest_output="json:$OUT/tests_moe.json"
 CUDNN_TESTS='*Cudnn*'
 step tests_cudnn 120 - "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
 BF16='*Bf16*:*MixedPrecision*:CudaAttention.*:*AttentionMma*'
-step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16-$OPS_TABLE" --gtest_output="json:$OUT/tests_bf16_attention.json"
-step tests_rest 150 - "$T" --gtest_filter="-$OPS_TABLE:$CUDNN_TESTS:$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
+step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16-$OPS_TABLE:$MOE" --gtest_output="json:$OUT/tests_bf16_attention.json"
+step tests_rest 150 - "$T" --gtest_filter="-$OPS_TABLE:$MOE:$CUDNN_TESTS:$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 
 # --- 3. benchmarks ------------------------------------------------------------------------
 [ "$PREBUILT" = 1 ] || step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench

@@ -127,7 +127,7 @@ class Ops {
 // The number of Ops<T> methods above (its pure virtuals). The op table test has a row per method
 // (tests/engine/backend/op_rows.h) and OpsTable.EveryOpHasARow checks that the rows name this many
 // distinct ones: bump it with a new method, and that test fails until the method has its row.
-inline constexpr int kOpCount = 19;
+inline constexpr int kOpCount = 29;
 
 // Bytes of the LM head's scratch for `chunk` tokens: the fp32 (acc) logits of a chunk and, in
 // bf16, the chunk's d(logits) rounded to bf16 for the two backward GEMMs.

@@ -5,8 +5,10 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_sinks.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/lm_head_loss.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/qk_norm.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -168,6 +170,78 @@ template <typename T>
 void CudaOps<T>::swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const {
   if (!ctx_.bind()) return;
   ctx_.note(cuda::swiglu_backward(dev(dgu), dev(dout), dev(gu), N, F, ctx_.stream(), act), "swiglu_backward");
+}
+template <typename T>
+void CudaOps<T>::attention_sinks_forward(T* out, A* lse, const T* sinks, int B, int T_, int H, int D) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::attention_sinks_forward(dev(out), lse, dev(sinks), B, T_, H, D, ctx_.stream()),
+            "attention_sinks_forward");
+}
+template <typename T>
+void CudaOps<T>::attention_sinks_backward(A* dsinks, const T* dout, const T* out, const A* lse, const T* sinks, int B,
+                                          int T_, int H, int D) const {
+  if (!ctx_.bind()) return;
+  const size_t n = cuda::attention_sinks_backward_scratch(B, T_, H);
+  if (n == 0) return;
+  auto* scratch = static_cast<float*>(ctx_.temp(n * sizeof(float)));
+  if (!scratch) return;
+  ctx_.note(cuda::attention_sinks_backward(dsinks, dev(dout), dev(out), lse, dev(sinks), B, T_, H, D, scratch,
+                                           ctx_.stream()),
+            "attention_sinks_backward");
+}
+template <typename T>
+void CudaOps<T>::moe_route_forward(int32_t* idx, A* w, A* stats, const T* logits, const RouterShape& s) const {
+  if (!ctx_.bind()) return;
+  float* scratch = nullptr;
+  if (stats && s.N > 0) {
+    scratch = static_cast<float*>(ctx_.temp(cuda::moe_route_forward_scratch(s) * sizeof(float)));
+    if (!scratch) return;
+  }
+  ctx_.note(cuda::moe_route_forward(idx, w, stats, dev(logits), s, scratch, ctx_.stream()), "moe_route_forward");
+}
+template <typename T>
+void CudaOps<T>::moe_route_backward(T* dlogits, const A* dw, const T* logits, const int32_t* idx, const A* w,
+                                    const A* counts, A aux_scale, const RouterShape& s) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::moe_route_backward(dev(dlogits), dw, dev(logits), idx, w, counts, aux_scale, s, ctx_.stream()),
+            "moe_route_backward");
+}
+template <typename T>
+void CudaOps<T>::moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const {
+  if (!ctx_.bind()) return;
+  size_t bytes = 0;
+  if (!ctx_.note(cuda::moe_sort_scratch(&bytes, N, E, k), "moe_sort")) return;
+  void* scratch = nullptr;
+  if (bytes > 0 && !(scratch = ctx_.temp(bytes))) return;
+  ctx_.note(cuda::moe_sort(rows, offsets, idx, N, E, k, scratch, ctx_.stream()), "moe_sort");
+}
+template <typename T>
+void CudaOps<T>::moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::moe_gather(dev(out), dev(x), rows, n, C, k, ctx_.stream()), "moe_gather");
+}
+template <typename T>
+void CudaOps<T>::moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::moe_scatter(dev(out), dev(y), rows, w, n, C, k, ctx_.stream()), "moe_scatter");
+}
+template <typename T>
+void CudaOps<T>::moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n,
+                                      int C, int k) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::moe_scatter_backward(dev(dy), dw, dev(dout), dev(y), rows, w, n, C, k, ctx_.stream()),
+            "moe_scatter_backward");
+}
+template <typename T>
+void CudaOps<T>::sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::sigmoid_gate_forward(dev(out), dev(y), dev(g), N, C, ctx_.stream()), "sigmoid_gate_forward");
+}
+template <typename T>
+void CudaOps<T>::sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const {
+  if (!ctx_.bind()) return;
+  ctx_.note(cuda::sigmoid_gate_backward(dev(dy), dev(dg), dev(dout), dev(y), dev(g), N, C, ctx_.stream()),
+            "sigmoid_gate_backward");
 }
 template <typename T>
 void CudaOps<T>::embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const {

@@ -84,6 +84,19 @@ class CudaOps final : public Ops<T> {
                           const AttentionOptions& opt, int B, int T_, int H, int KVH, int D) const override;
   void swiglu_forward(T* out, const T* gu, int N, int F, Activation act) const override;
   void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F, Activation act) const override;
+  void attention_sinks_forward(T* out, A* lse, const T* sinks, int B, int T_, int H, int D) const override;
+  void attention_sinks_backward(A* dsinks, const T* dout, const T* out, const A* lse, const T* sinks, int B, int T_,
+                                int H, int D) const override;
+  void moe_route_forward(int32_t* idx, A* w, A* stats, const T* logits, const RouterShape& s) const override;
+  void moe_route_backward(T* dlogits, const A* dw, const T* logits, const int32_t* idx, const A* w, const A* counts,
+                          A aux_scale, const RouterShape& s) const override;
+  void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const override;
+  void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const override;
+  void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const override;
+  void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n, int C,
+                            int k) const override;
+  void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const override;
+  void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const override;
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override;
   void embedding_backward(A* dwte, const T* dout, const int32_t* tokens, int N, int C) const override;
   // Leaves the totals on the device (no synchronisation).

@@ -9,7 +9,8 @@
 //
 // Each tensor of a row has the role its op's contract (kernels/*.h, ops.h) gives it:
 //  * in: read only, and checked unchanged after the op (bit for bit);
-//  * out (=, overwritten): poisoned with NaN first, so an element the op does not write fails;
+//  * out (=, overwritten): poisoned with NaN first (integers: their minimum), so an element the
+//    op does not write fails;
 //    where the reference leaves elements alone (a copy or zeroing of a prefix: `untouched`
 //    counts them) they must still be NaN, so an op that writes past its extent fails too;
 //  * acc (+=, accumulated): prefilled with random values, and the increment is checked (the
@@ -22,10 +23,12 @@
 // the rms of inc over the tensor (elements that cancel to far below the tensor's own scale are
 // not asked for relative accuracy):
 //  * rel = kFp32 = 2e-5 on every table: every output is a short computation in fp32 (or fp32
-//    inside a bf16 op) on the exact inputs — a sum of at most ~40 products, one softmax over at
-//    most 37 keys, one norm over at most 60 values — whose error is a few fp32 ulps (2^-24) of
-//    the terms, ~1e-6 of the scale; 2e-5 is the CUDA kernel tests' bound (matmul_test.cc,
-//    attention_test.cc), still far below one missing or misplaced term (~scale / sqrt(K));
+//    inside a bf16 op) on the exact inputs — a sum of at most ~40 products (but the sinks'
+//    gradient: 740, whose rounding errors of random sign add up to ~sqrt(740) ulps of the
+//    terms, as the sum itself grows), one softmax over at most 37 keys, one norm over at most 60
+//    values — whose error is a few fp32 ulps (2^-24) of the terms, ~1e-6 of the scale; 2e-5 is
+//    the CUDA kernel tests' bound (matmul_test.cc, attention_test.cc), still far below one
+//    missing or misplaced term (~scale / sqrt(K));
 //  * round = 0 for fp32 storage; 2^-8 for an output stored in bf16: a bf16 table computes in
 //    fp32 and rounds each bf16 output once, to nearest (docs/ARCHITECTURE.md, "Mixed
 //    precision"), which moves it by at most half an ulp, 2^-8 of its value (8 significant
@@ -33,7 +36,9 @@
 //  * bf16_slack: the one op that rounds an intermediate to bf16 as well — the LM head rounds
 //    d(logits) to bf16 before its backward GEMMs (kernels/lm_head_loss.h) — adds a stated
 //    fraction of (|inc| + scale) to dx and dW in a bf16 table;
-//  * exact: copies (copy_bytes, the embedding lookup, zeroing) are bit-exact on every table.
+//  * exact: copies (copy_bytes, the embedding lookup, the MoE gather, zeroing) are bit-exact on
+//    every table, and so are the discrete outputs: the router's chosen experts (its rows make
+//    the top k unambiguous: no two logits of a token within 0.3) and the sort's permutation.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -44,6 +49,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
+#include <numeric>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -241,6 +248,7 @@ std::vector<char> encode(const Tensor& t, const std::vector<double>& v) {
     for (size_t i = 0; i < v.size(); ++i) {
       S s;
       if constexpr (std::is_same_v<S, bf16>) s = float_to_bf16(float(v[i]));
+      else if constexpr (std::is_integral_v<S>) s = std::isnan(v[i]) ? std::numeric_limits<S>::min() : S(v[i]);
       else s = S(v[i]);
       std::memcpy(bytes.data() + i * sizeof(S), &s, sizeof(S));
     }
@@ -358,6 +366,10 @@ inline constexpr int kN = 13, kC = 33, kOC = 19, kF = 19, kV = 37, kEmbV = 7, kC
 inline constexpr int kB = 2, kT = 37, kH = 6, kKVH = 2, kD = 10;
 inline constexpr size_t kQkv = size_t(kB) * kT * (kH + 2 * kKVH) * kD, kAttnOut = size_t(kB) * kT * kH * kD;
 inline constexpr size_t kLse = size_t(kB) * kH * kT, kFlat = 1001;
+// Mixture of experts: kMoeN tokens, each routed to kMoeK of kMoeE experts (kMoeN * kMoeK = 111
+// slots), rows of width kC.
+inline constexpr int kMoeN = 37, kMoeE = 7, kMoeK = 3;
+inline constexpr size_t kSlots = size_t(kMoeN) * kMoeK;
 
 // Packed documents (kernels/attention.h): row 0 holds documents of 20, 1 and 16 tokens, row 1 of
 // 36 and 1 (a boundary at the last token).
@@ -402,6 +414,49 @@ inline std::vector<double> inv_freq(int D) {
   std::vector<double> f(size_t(D / 2));
   for (int i = 0; i < D / 2; ++i) f[size_t(i)] = double(float(std::pow(10000.0, -2.0 * i / D)));
   return f;
+}
+
+// A random permutation of 0 .. n-1 (from the case's seeded data).
+inline std::vector<int> permutation(Case& c, size_t n) {
+  const std::vector<double> key = c.random(n);
+  std::vector<int> p(n);
+  std::iota(p.begin(), p.end(), 0);
+  std::sort(p.begin(), p.end(), [&](int a, int b) { return key[size_t(a)] < key[size_t(b)]; });
+  return p;
+}
+
+// Router logits [N, E] with no near ties: each token's logits are a permutation of -1.5, -1,
+// -0.5, ... plus noise under 0.1, so any two differ by 0.3 or more — far beyond bf16 rounding
+// of the logits (2^-8 relative) and any fp32 softmax error: every table picks the same top k.
+inline std::vector<double> router_logits(Case& c, int N, int E) {
+  std::vector<double> l(size_t(N) * E);
+  const std::vector<double> noise = c.random(l.size(), -0.1, 0.1);
+  for (int t = 0; t < N; ++t) {
+    const std::vector<int> order = permutation(c, size_t(E));
+    for (int e = 0; e < E; ++e) l[size_t(t) * E + e] = -1.5 + 0.5 * order[size_t(e)] + noise[size_t(t) * E + e];
+  }
+  return l;
+}
+
+// idx [N, k]: each token's k distinct experts, drawn from `experts` in random order.
+inline std::vector<double> routed_experts(Case& c, int N, int k, const std::vector<int>& experts) {
+  std::vector<double> idx;
+  for (int t = 0; t < N; ++t) {
+    const std::vector<int> order = permutation(c, experts.size());
+    for (int j = 0; j < k; ++j) idx.push_back(experts[size_t(order[size_t(j)])]);
+  }
+  return idx;
+}
+
+// The slots of the expert with the most tokens (rows[offsets[e] .. offsets[e + 1])), as the
+// reference sort orders them: what one expert's gather / scatter call gets. Distinct tokens.
+inline std::vector<double> busiest_expert_rows(const std::vector<double>& idx, int N, int E, int k) {
+  std::vector<int32_t> id(idx.begin(), idx.end()), rows(idx.size()), off(size_t(E) + 1);
+  cpu_ops<double>().moe_sort(rows.data(), off.data(), id.data(), N, E, k);
+  int best = 0;
+  for (int e = 1; e < E; ++e)
+    if (off[size_t(e) + 1] - off[size_t(e)] > off[size_t(best) + 1] - off[size_t(best)]) best = e;
+  return {rows.begin() + off[size_t(best)], rows.begin() + off[size_t(best) + 1]};
 }
 
 inline std::vector<Row> make_op_rows() {
@@ -544,6 +599,30 @@ inline std::vector<Row> make_op_rows() {
       return c;
     });
   }
+  // gpt-oss's attention sinks, folded into attention's out and lse (random, lse spread over
+  // [-1, 3] against sinks in [-2, 2], so the fold moves some rows a little and some a lot); the
+  // backward reads a folded out and lse (computed here in double) and sums over 74 query rows.
+  add(MT_OP(attention_sinks_forward), "fold into out and lse", [] {
+    Case c;
+    const int sinks = c.in("sinks", Kind::kT, c.random(kH, -2, 2));
+    const int out = c.inout("out", Kind::kT, c.random(kAttnOut)), lse = c.inout("lse", Kind::kA, c.random(kLse, -1, 3));
+    c.run([=](const auto& ops, const auto& p) {
+      ops.attention_sinks_forward(p.t(out), p.a(lse), p.t(sinks), kB, kT, kH, kD);
+    });
+    return c;
+  });
+  add(MT_OP(attention_sinks_backward), "dsinks +=", [] {
+    Case c;
+    const auto sv = c.random(kH, -2, 2);
+    auto ov = c.random(kAttnOut), lv = c.random(kLse, -1, 3);
+    cpu_ops<double>().attention_sinks_forward(ov.data(), lv.data(), sv.data(), kB, kT, kH, kD);
+    const int sinks = c.in("sinks", Kind::kT, sv), out = c.in("out", Kind::kT, ov), lse = c.in("lse", Kind::kA, lv);
+    const int dout = c.in("dout", Kind::kT, c.random(kAttnOut)), dsinks = c.acc("dsinks", Kind::kA, kH);
+    c.run([=](const auto& ops, const auto& p) {
+      ops.attention_sinks_backward(p.a(dsinks), p.t(dout), p.t(out), p.a(lse), p.t(sinks), kB, kT, kH, kD);
+    });
+    return c;
+  });
   // Gated MLP activations on gates well into both tails: SiLU (SwiGLU), GELU-tanh (GeGLU), and
   // gpt-oss's clamped SwiGLU with a limit of 2.9 that clamps about a quarter of the gates and ups
   // (2.9 is no bf16 value, so no input sits on the clamp's kink).
@@ -571,6 +650,129 @@ inline std::vector<Row> make_op_rows() {
       return c;
     });
   }
+  // The MoE router: softmax then top k (Qwen2-MoE, Qwen3-MoE without norm_topk_prob) keeping the
+  // load-balancing statistics (+=), renormalised (Mixtral) without them, and top k then softmax
+  // (gpt-oss). Its backward reads the forward's choice (computed here in double), with the
+  // load-balancing gradient (counts: the forward's) or without.
+  struct RouterVariant {
+    const char* name;           // the forward's row
+    const char* backward_name;  // the backward's
+    RouterKind kind;
+    bool renormalize, stats;  // stats: the forward keeps them, the backward adds the load balancing
+  };
+  for (const RouterVariant v : {RouterVariant{"softmax, top k, statistics", "softmax, top k, load balancing",
+                                              RouterKind::kSoftmaxTopK, false, true},
+                                RouterVariant{"softmax, top k, renormalised", "softmax, top k, renormalised",
+                                              RouterKind::kSoftmaxTopK, true, false},
+                                RouterVariant{"top k, softmax, statistics", "top k, softmax, load balancing",
+                                              RouterKind::kTopKSoftmax, false, true}}) {
+    RouterShape s;
+    s.N = kMoeN, s.E = kMoeE, s.k = kMoeK, s.kind = v.kind, s.renormalize = v.renormalize;
+    add(MT_OP(moe_route_forward), v.name, [=] {
+      Case c;
+      const int logits = c.in("logits", Kind::kT, router_logits(c, kMoeN, kMoeE));
+      const int idx = c.out("idx", Kind::kI32, kSlots), w = c.out("w", Kind::kA, kSlots);
+      const int stats = v.stats ? c.acc("stats", Kind::kA, 2 * kMoeE) : kNone;
+      c[idx].exact = true;
+      c.run([=](const auto& ops, const auto& p) {
+        ops.moe_route_forward(p.i32(idx), p.a(w), p.a(stats), p.t(logits), s);
+      });
+      return c;
+    });
+    add(MT_OP(moe_route_backward), v.backward_name, [=] {
+      Case c;
+      const auto lv = router_logits(c, kMoeN, kMoeE);
+      std::vector<int32_t> iv(kSlots);
+      std::vector<double> wv(kSlots), st(2 * kMoeE, 0.0);
+      cpu_ops<double>().moe_route_forward(iv.data(), wv.data(), st.data(), lv.data(), s);
+      const int logits = c.in("logits", Kind::kT, lv), idx = c.in("idx", Kind::kI32, doubles(iv));
+      const int w = c.in("w", Kind::kA, wv), dw = c.in("dw", Kind::kA, c.random(kSlots));
+      const int counts = v.stats ? c.in("counts", Kind::kA, {st.begin(), st.begin() + kMoeE}) : kNone;
+      const int dlogits = c.out("dlogits", Kind::kT, size_t(kMoeN) * kMoeE);
+      c.run([=](const auto& ops, const auto& p) {
+        ops.moe_route_backward(p.t(dlogits), p.a(dw), p.t(logits), p.i32(idx), p.a(w), p.a(counts), 0.0123f, s);
+      });
+      return c;
+    });
+  }
+  // The permutation of slots to experts: every expert routed to, and 9 experts of which 0, 4
+  // and 8 get no token (empty ranges first, inside and last).
+  for (const bool gaps : {false, true}) {
+    const int E = gaps ? 9 : kMoeE;
+    add(MT_OP(moe_sort), gaps ? "unrouted experts" : "every expert routed", [=] {
+      Case c;
+      const std::vector<int> experts =
+          gaps ? std::vector<int>{1, 2, 3, 5, 6, 7} : std::vector<int>{0, 1, 2, 3, 4, 5, 6};
+      const int idx = c.in("idx", Kind::kI32, routed_experts(c, kMoeN, kMoeK, experts));
+      const int rows = c.out("rows", Kind::kI32, kSlots), offsets = c.out("offsets", Kind::kI32, size_t(E) + 1);
+      c[rows].exact = c[offsets].exact = true;
+      c.run([=](const auto& ops, const auto& p) {
+        ops.moe_sort(p.i32(rows), p.i32(offsets), p.i32(idx), kMoeN, E, kMoeK);
+      });
+      return c;
+    });
+  }
+  // Gather (an exact copy) of every slot in expert order; the weighted and unweighted scatter of
+  // one expert's slots onto the tokens (+=) and the weighted scatter's backward, whose dw is
+  // written at that expert's slots only.
+  add(MT_OP(moe_gather), "every slot, by expert", [] {
+    Case c;
+    const auto iv = routed_experts(c, kMoeN, kMoeK, {0, 1, 2, 3, 4, 5, 6});
+    std::vector<int32_t> id(iv.begin(), iv.end()), rv(kSlots), off(kMoeE + 1);
+    cpu_ops<double>().moe_sort(rv.data(), off.data(), id.data(), kMoeN, kMoeE, kMoeK);
+    const int x = c.in("x", Kind::kT, c.random(size_t(kMoeN) * kC)), rows = c.in("rows", Kind::kI32, doubles(rv));
+    const int out = c.out("out", Kind::kT, kSlots * kC);
+    c[out].exact = true;
+    c.run([=](const auto& ops, const auto& p) {
+      ops.moe_gather(p.t(out), p.t(x), p.i32(rows), int(kSlots), kC, kMoeK);
+    });
+    return c;
+  });
+  for (const bool weighted : {true, false}) {
+    add(MT_OP(moe_scatter), weighted ? "weighted, one expert" : "unweighted, one expert", [=] {
+      Case c;
+      const auto rv = busiest_expert_rows(routed_experts(c, kMoeN, kMoeK, {0, 1, 2, 3, 4, 5, 6}), kMoeN, kMoeE, kMoeK);
+      const int n = int(rv.size());
+      const int rows = c.in("rows", Kind::kI32, rv), y = c.in("y", Kind::kT, c.random(size_t(n) * kC));
+      const int w = weighted ? c.in("w", Kind::kA, c.random(kSlots, 0, 1)) : kNone;
+      const int out = c.acc("out", Kind::kT, size_t(kMoeN) * kC);
+      c.run([=](const auto& ops, const auto& p) {
+        ops.moe_scatter(p.t(out), p.t(y), p.i32(rows), p.a(w), n, kC, kMoeK);
+      });
+      return c;
+    });
+  }
+  add(MT_OP(moe_scatter_backward), "one expert", [] {
+    Case c;
+    const auto rv = busiest_expert_rows(routed_experts(c, kMoeN, kMoeK, {0, 1, 2, 3, 4, 5, 6}), kMoeN, kMoeE, kMoeK);
+    const int n = int(rv.size());
+    const int rows = c.in("rows", Kind::kI32, rv), y = c.in("y", Kind::kT, c.random(size_t(n) * kC));
+    const int w = c.in("w", Kind::kA, c.random(kSlots, 0, 1));
+    const int dout = c.in("dout", Kind::kT, c.random(size_t(kMoeN) * kC));
+    const int dy = c.out("dy", Kind::kT, size_t(n) * kC), dw = c.out("dw", Kind::kA, kSlots, kSlots - size_t(n));
+    c.run([=](const auto& ops, const auto& p) {
+      ops.moe_scatter_backward(p.t(dy), p.a(dw), p.t(dout), p.t(y), p.i32(rows), p.a(w), n, kC, kMoeK);
+    });
+    return c;
+  });
+  // Qwen2-MoE's shared-expert gate, on gates well into both tails.
+  add(MT_OP(sigmoid_gate_forward), "out +=", [] {
+    Case c;
+    const int y = c.in("y", Kind::kT, c.random(size_t(kMoeN) * kC)), g = c.in("g", Kind::kT, c.random(kMoeN, -4, 4));
+    const int out = c.acc("out", Kind::kT, size_t(kMoeN) * kC);
+    c.run([=](const auto& ops, const auto& p) { ops.sigmoid_gate_forward(p.t(out), p.t(y), p.t(g), kMoeN, kC); });
+    return c;
+  });
+  add(MT_OP(sigmoid_gate_backward), "dy, dg", [] {
+    Case c;
+    const int y = c.in("y", Kind::kT, c.random(size_t(kMoeN) * kC)), g = c.in("g", Kind::kT, c.random(kMoeN, -4, 4));
+    const int dout = c.in("dout", Kind::kT, c.random(size_t(kMoeN) * kC));
+    const int dy = c.out("dy", Kind::kT, size_t(kMoeN) * kC), dg = c.out("dg", Kind::kT, kMoeN);
+    c.run([=](const auto& ops, const auto& p) {
+      ops.sigmoid_gate_backward(p.t(dy), p.t(dg), p.t(dout), p.t(y), p.t(g), kMoeN, kC);
+    });
+    return c;
+  });
   // The embedding lookup (an exact row copy) and its backward, tokens repeating (rows accumulate).
   add(MT_OP(embedding_forward), "repeated tokens", [] {
     Case c;
