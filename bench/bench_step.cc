@@ -162,6 +162,13 @@ void add_streaming_keys(Json& out, const std::vector<StepStats>& st, double step
   out.set("device_peak_bytes", int64_t(st.empty() ? 0 : st.back().device_peak_bytes));
 }
 
+template <typename F>
+double median_of(const std::vector<StepStats>& st, F field) {
+  std::vector<double> v;
+  for (const auto& s : st) v.push_back(double(field(s)));
+  return v.empty() ? 0.0 : median(v);
+}
+
 // A mixture of experts: its active parameters and the count on them (the published systems'
 // 6 * active params * tokens), the load-balancing loss, and the routing of the last step — the
 // experts uploaded of all and their bytes against uploading every expert, and per MoE layer its
@@ -282,6 +289,8 @@ int run_step(const Flags& f) {
                      {"peak_source", peak_source},
                      {"flops_fraction", achieved / peak},
                      {"loss", loss},
+                     // The CPU optimizer's share (resident: serial after the compute; streaming: overlapped)
+                     {"update_seconds", median_of(measured, [](const StepStats& s) { return s.optimizer_seconds; })},
                      {"eval_seconds", eval_s},
                      {"eval_tokens_per_second", eval_tokens / eval_s},
                      // The target: >= 2.5 (a step computes the forward about 3 times over).
