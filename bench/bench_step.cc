@@ -173,7 +173,8 @@ double median_of(const std::vector<StepStats>& st, F field) {
 // 6 * active params * tokens), the load-balancing loss, and the routing of the last step — the
 // experts uploaded of all and their bytes against uploading every expert, and per MoE layer its
 // busiest expert's load over the mean.
-void add_moe_keys(Json& out, const ModelConfig& cfg, const std::vector<StepStats>& st, double tokens_per_second) {
+void add_moe_keys(Json& out, const ModelConfig& cfg, const std::vector<StepStats>& st, double tokens_per_second,
+                  uint64_t elem_bytes) {
   const int64_t active = cfg.num_active_params();
   out.set("active_params", active);
   out.set("model_tflops_6nt_active", 6.0 * double(active) * tokens_per_second / 1e12);
@@ -188,6 +189,13 @@ void add_moe_keys(Json& out, const ModelConfig& cfg, const std::vector<StepStats
   out.set("dense_expert_h2d_bytes", int64_t(s.dense_expert_h2d_bytes));
   out.set("expert_h2d_fraction",
           s.dense_expert_h2d_bytes ? double(s.expert_h2d_bytes) / double(s.dense_expert_h2d_bytes) : 0.0);
+  // Issue 28's bound: the step's measured H2D bytes (the backend's copy counters) against the
+  // routed experts (forward and backward) plus every other unit whole, twice.
+  uint64_t dense_bytes = 0;
+  for (const ParamSchema& u : build_param_schemas(cfg))
+    if (u.kind != UnitKind::kExpert) dense_bytes += u.numel * elem_bytes;
+  const double ideal = double(2 * dense_bytes + s.expert_h2d_bytes);
+  out.set("h2d_over_routed_ideal", ideal > 0 ? double(s.h2d_bytes) / ideal : 0.0);
   Json load = Json::array();
   for (double x : s.expert_load) load.items().push_back(Json(x));
   out.set("expert_load", load);
@@ -295,7 +303,7 @@ int run_step(const Flags& f) {
                      {"eval_tokens_per_second", eval_tokens / eval_s},
                      // The target: >= 2.5 (a step computes the forward about 3 times over).
                      {"eval_speedup", eval_tokens / eval_s / (tokens / step_s)}});
-  if (cfg->has_experts()) add_moe_keys(out, *cfg, measured, tokens / step_s);
+  if (cfg->has_experts()) add_moe_keys(out, *cfg, measured, tokens / step_s, compute_elem_bytes(opt.precision));
   if (args->executor == "streaming") {
     add_streaming_keys(out, measured, step_s, args->so.link_gbps);
     const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved

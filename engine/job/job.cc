@@ -73,7 +73,10 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
     // the op scratch's widest norm: the hidden size, or a q/k norm over a whole projection (OLMo 2)
     const int widest_norm = std::max({cfg.hidden_size, cfg.q_norm_width(), cfg.k_norm_width()});
-    p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(widest_norm));
+    const uint64_t moe = cfg.has_experts() || cfg.attention_sinks
+                             ? cuda_moe_scratch_bytes(tokens, cfg.moe.num_experts, std::max(cfg.moe.top_k, 1), cfg.num_heads)
+                             : 0;
+    p.backend_bytes = cuda_fixed_device_bytes(cuda_options(spec, cfg, 0), tokens, uint64_t(widest_norm), moe);
   }
   return p;
 }

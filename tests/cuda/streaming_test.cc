@@ -21,7 +21,9 @@
 #include "engine/exec/streaming_executor.h"
 #include "kernels/cuda/attention_cudnn.cuh"
 #include "tests/cuda/cuda_test_util.h"
+#include "engine/io/hf_io.h"
 #include "tests/engine/model/family_fixture.h"
+#include "tests/engine/model/moe_fixture.h"
 #include "tests/engine/test_model.h"
 
 namespace mt {
@@ -53,7 +55,19 @@ struct Case {
   bool cudnn = false;  // attention through cuDNN (MEGATRAIN_ATTENTION=cudnn), checked to have run
   bool docs = false;   // packed documents: every row holds documents of 1, 7, 12 and 20 tokens
   const char* family = nullptr;  // a family fixture's config (tests/fixtures/families) instead of tiny()
+  // A mixture of experts' fixture (tests/fixtures/moe): its config and weights (their routing is
+  // clear of near ties, so the two backends' rounding picks the same experts).
+  const char* moe = nullptr;
 };
+
+ModelConfig case_config(const Case& c) {
+  if (c.moe) {
+    auto m = load_model_config(testing_util::moe_fixture_dir(c.moe));
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? m.value() : ModelConfig{};
+  }
+  return c.family ? testing_util::family_config(c.family) : tiny(c.tied, c.qwen);
+}
 
 // Positions of documents of 1, 7, 12, 20, 1, 7, ... tokens in every row of the batch.
 std::vector<int32_t> packed_positions(size_t tokens, int T) {
@@ -70,7 +84,7 @@ std::vector<int32_t> packed_positions(size_t tokens, int T) {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<double> run(const Case& c, bool cuda, int steps) {
-  const ModelConfig cfg = c.family ? testing_util::family_config(c.family) : tiny(c.tied, c.qwen);
+  const ModelConfig cfg = case_config(c);
   const TrainOptions opt = options(c.layout, c.precision);
   StreamingOptions so;
   so.placement = c.placement;
@@ -93,6 +107,9 @@ std::vector<double> run(const Case& c, bool cuda, int steps) {
   EXPECT_TRUE(ex.ok()) << ex.status().to_string();
   if (!ex.ok()) return {};
   init_weights(cfg, (*ex)->store(), 3);
+  if (c.moe) {
+    EXPECT_TRUE(load_hf_weights(testing_util::moe_fixture_dir(c.moe), cfg, (*ex)->store()).ok());
+  }
   auto src = make_synthetic_source({5, cfg.vocab_size, 32, 3});
   Batch b;
   std::vector<double> losses;
@@ -105,6 +122,7 @@ std::vector<double> run(const Case& c, bool cuda, int steps) {
     if (!r.ok()) return {};
     EXPECT_TRUE(raw->error().ok()) << raw->error().to_string();
     losses.push_back(r->loss);
+    if (c.moe) losses.push_back(r->aux_loss);  // the load-balancing loss too
   }
   EXPECT_TRUE((*ex)->sync().ok());
   EXPECT_TRUE(raw->error().ok()) << raw->error().to_string();
@@ -120,18 +138,19 @@ class CudaStreaming : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaStreaming, LossesMatchCpuBackend) {
   MT_REQUIRE_CUDA();
   const auto cpu = run(GetParam(), false, 5), gpu = run(GetParam(), true, 5);
-  ASSERT_EQ(cpu.size(), 5u);
-  ASSERT_EQ(gpu.size(), 5u);
+  const size_t n = GetParam().moe ? 10u : 5u;  // an MoE's aux losses follow its losses
+  ASSERT_EQ(cpu.size(), n);
+  ASSERT_EQ(gpu.size(), n);
   const double rtol = GetParam().cudnn ? 2e-3 : GetParam().precision == Precision::kBf16 ? 5e-4 : 1e-4;  // the header
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], rtol * std::fabs(cpu[i])) << "step " << i;
-  EXPECT_LT(gpu.back(), gpu.front()) << "training lowers the loss";
+  EXPECT_LT(gpu[GetParam().moe ? n - 2 : n - 1], gpu.front()) << "training lowers the loss";
 }
 
 TEST_P(CudaStreaming, SameRunTwiceIsBitIdentical) {
   MT_REQUIRE_CUDA();
   const auto a = run(GetParam(), true, 4), b = run(GetParam(), true, 4);
-  ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u);
+  ASSERT_EQ(a.size(), GetParam().moe ? 8u : 4u);
+  ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i;
 }
 
@@ -185,6 +204,27 @@ INSTANTIATE_TEST_SUITE_P(
                            Precision::kBf16, false, true, "gemma2"},
                       Case{"Cudnn_bf16_mistral_documents", false, false, CheckpointPlacement::kDevice,
                            MemoryLayout::kExact, Precision::kBf16, true, true, "mistral"}),
+    [](const auto& info) { return std::string(info.param.name); });
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+// Mixtures of experts on the GPU: the router, the expert sort and scatter, the experts streamed
+// through their slots (only those with tokens), Qwen2-MoE's shared expert, gpt-oss's sinks and
+// clamped SwiGLU; fp32 and bf16.
+INSTANTIATE_TEST_SUITE_P(
+    Moe, CudaStreaming,
+    ::testing::Values(Case{"mixtral", false, false, CheckpointPlacement::kDevice, MemoryLayout::kExact, Precision::kFp32,
+                           false, false, nullptr, "mixtral"},
+                      Case{"qwen2_moe_host", false, false, CheckpointPlacement::kHost, MemoryLayout::kExact,
+                           Precision::kFp32, false, false, nullptr, "qwen2_moe"},
+                      Case{"Bf16_qwen3_moe", true, false, CheckpointPlacement::kDevice, MemoryLayout::kExact,
+                           Precision::kBf16, false, false, nullptr, "qwen3_moe"},
+                      Case{"gpt_oss", false, false, CheckpointPlacement::kDevice, MemoryLayout::kExact, Precision::kFp32,
+                           false, false, nullptr, "gpt_oss"},
+                      Case{"Bf16_gpt_oss_compact", false, false, CheckpointPlacement::kAuto, MemoryLayout::kCompact,
+                           Precision::kBf16, false, false, nullptr, "gpt_oss"}),
     [](const auto& info) { return std::string(info.param.name); });
 }  // namespace
 }  // namespace mt

@@ -3,6 +3,7 @@
 // table (kernels/cuda) on the compute stream. Declared in every build: without CUDA the
 // factory returns Unimplemented and cuda_available() is false, so callers need no #ifdef.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -52,11 +53,23 @@ uint64_t cuda_free_device_memory();
 // `tokens` rows of width `hidden` — the widest norm — (RMSNorm's and the q/k norms' dweight partials, at most kRmsnormMaxParts x hidden
 // floats in either precision; the head's per-token loss rows, tokens + 2 doubles), with the
 // 1.5x headroom it grows by.
-inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t tokens, uint64_t hidden) {
+// `other_scratch`: the largest scratch another op asks of it (cuda_moe_scratch_bytes).
+inline uint64_t cuda_fixed_device_bytes(const CudaBackendOptions& opt, uint64_t tokens, uint64_t hidden,
+                                        uint64_t other_scratch = 0) {
   const uint64_t rms = uint64_t(cpu::kRmsnormMaxParts) * hidden * sizeof(float), loss = (tokens + 2) * sizeof(double);
-  const uint64_t scratch = rms > loss ? rms : loss;
+  const uint64_t scratch = std::max({rms, loss, other_scratch});
   return opt.gemm_workspace_bytes + opt.bf16_staging_elems * sizeof(bf16) + opt.attention_workspace_bytes + scratch +
          scratch / 2;
+}
+
+// The op scratch a mixture of experts' ops (and attention sinks) grow the op context to, for a
+// micro-batch of `tokens` (kernels/cuda/moe.cu, attention_sinks.cu): the expert sort's slot keys
+// and values and CUB's radix-sort storage (within 32 bytes a slot and 1 MiB), the router
+// statistics' partials (at most 512 x 2E floats), the sinks' gradient partials (256 x H floats).
+inline uint64_t cuda_moe_scratch_bytes(uint64_t tokens, int experts, int top_k, int heads) {
+  const uint64_t sort = 32 * tokens * uint64_t(top_k) + (uint64_t(1) << 20);
+  const uint64_t route = 512 * 2 * uint64_t(experts) * sizeof(float), sinks = 256 * uint64_t(heads) * sizeof(float);
+  return std::max({sort, route, sinks});
 }
 
 // The CUDA attention kernels hold a head in shared memory: head_dim at most
