@@ -228,6 +228,19 @@ step peer_deepspeed_zero3 180 "$OUT/peer_deepspeed_zero3.json" python3 bench/pee
 step bench_step_qwen7b_full_cudnn 300 "$OUT/bench_step_qwen7b_full_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
   "$B" step --preset qwen2.5-7b --backend cuda --executor streaming --recompute on --precision bf16 \
   --layout compact --seq-len 4096 --micro-batch 1 --global-batch 16 --steps 2 --warmup 1 --json
+# Issue 28: mixtures of experts at their real layer shapes, bf16, compact. gpt-oss-120b's layer
+# (128 experts of 24.9 M, 4 a token) at 64 Ki tokens a step (every expert routed) and at 64 tokens
+# (at most 4 x 64 slots: most idle), reported over active parameters (model_tflops_6nt_active)
+# with the H2D bytes against the routed experts (h2d_over_routed_ideal); qwen3-30b-a3b's too.
+MOE_STEP=(step --backend cuda --executor streaming --recompute on --precision bf16 --layout compact --json)
+step bench_step_gpt_oss_120b 150 "$OUT/bench_step_gpt_oss_120b.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" "${MOE_STEP[@]}" --preset gpt-oss-120b --layers 1 --seq-len 4096 --micro-batch 1 --global-batch 16 \
+  --steps 2 --warmup 1
+step bench_step_gpt_oss_120b_small_batch 90 "$OUT/bench_step_gpt_oss_120b_small_batch.json" "$B" "${MOE_STEP[@]}" \
+  --preset gpt-oss-120b --layers 1 --seq-len 64 --micro-batch 1 --global-batch 1 --steps 2 --warmup 1
+step bench_step_qwen3_30b_a3b 120 "$OUT/bench_step_qwen3_30b_a3b.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" "${MOE_STEP[@]}" --preset qwen3-30b-a3b --layers 4 --seq-len 4096 --micro-batch 1 --global-batch 8 \
+  --steps 2 --warmup 1
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
 step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
 # The same 4-layer shape on the default (simt) attention: the 2026-11-30 baseline, same run.
