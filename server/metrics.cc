@@ -82,6 +82,14 @@ Metrics::Metrics()
                           .Help("Lowest held-out loss of the job's evaluations so far")
                           .Register(*registry_)),
       jobs_(BuildGauge().Name("megatrain_jobs").Help("Jobs by state").Register(*registry_)),
+      data_queue_(BuildGauge()
+                      .Name("megatrain_data_queue_tokens")
+                      .Help("Pushed tokens spooled and not yet trained on, all push jobs together")
+                      .Register(*registry_)),
+      job_data_queue_(BuildGauge()
+                          .Name("megatrain_job_data_queue_tokens")
+                          .Help("Pushed tokens spooled and not yet trained on, per push job")
+                          .Register(*registry_)),
       moe_aux_loss_(BuildGauge()
                         .Name("megatrain_moe_aux_loss")
                         .Help("Load-balancing loss of the last step (mean over micro-batches, before its coefficient)")
@@ -98,14 +106,6 @@ Metrics::Metrics()
                     .Name("megatrain_moe_expert_load_ratio")
                     .Help("Per MoE layer: the busiest expert's routed tokens over the mean (1 = balanced), last step")
                     .Register(*registry_)),
-      data_queue_(BuildGauge()
-                      .Name("megatrain_data_queue_tokens")
-                      .Help("Pushed tokens spooled and not yet trained on, all push jobs together")
-                      .Register(*registry_)),
-      job_data_queue_(BuildGauge()
-                          .Name("megatrain_job_data_queue_tokens")
-                          .Help("Pushed tokens spooled and not yet trained on, per push job")
-                          .Register(*registry_)),
       data_queue_total_(data_queue_.Add({})),
       state_dir_bytes_(BuildGauge()
                            .Name("megatrain_state_dir_bytes")

@@ -43,7 +43,10 @@ TEST(ModelConfig, AllPresetsLoadWithExpectedSizes) {
       {"qwen2.5-7b", 7.62e9}, {"qwen2.5-14b", 14.8e9}, {"qwen2.5-32b", 32.8e9}, {"qwen2.5-72b", 72.7e9},
       {"dense-120b", 120e9},  {"qwen3-0.6b", 0.60e9}, {"qwen3-8b", 8.19e9}, {"qwen3-32b", 32.8e9},
       {"gemma-3-1b", 1.00e9}, {"gemma-3-27b", 27.0e9}, {"phi-4", 14.7e9}, {"olmo-2-13b", 13.7e9},
-      {"mistral-nemo", 12.2e9}, {"llama3.2-1b", 1.24e9}, {"llama3.2-3b", 3.21e9}, {"gemma-2-9b", 9.24e9}};
+      {"mistral-nemo", 12.2e9}, {"llama3.2-1b", 1.24e9}, {"llama3.2-3b", 3.21e9}, {"gemma-2-9b", 9.24e9},
+      // mixtures of experts: every expert counted (their active parameters: MoeConfigs.*)
+      {"mixtral-8x7b", 46.7e9}, {"qwen3-30b-a3b", 30.5e9}, {"qwen3-235b-a22b", 235e9}, {"gpt-oss-20b", 20.9e9},
+      {"gpt-oss-120b", 116.8e9}};
   for (auto [name, params] : expected) {
     auto r = preset_config(name);
     ASSERT_TRUE(r.ok()) << name << ": " << r.status().to_string();
