@@ -1,5 +1,6 @@
 // Issue 17: DeleteJob, retention, ListJobs paging and filters, megatrain_state_dir_bytes.
 #include <chrono>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -183,6 +184,19 @@ TEST(ServerDelete, DeletingAQueuedJobEndsItForItsWatchers) {
     return instant(r);
   });
   ASSERT_TRUE(s.stub);
+  // The gate opens however the test ends: a failed assertion must not leave the daemon's
+  // destructor waiting forever on the held job (a CI run once hung here for 600 s).
+  auto release = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  };
+  struct Opener {
+    std::function<void()> f;
+    ~Opener() { f(); }
+  } opener{release};
   const std::string a = submit(*s.stub, tiny_spec(1));
   wait_job(*s.stub, a, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
   const std::string q = submit(*s.stub, tiny_spec(1));
@@ -190,6 +204,9 @@ TEST(ServerDelete, DeletingAQueuedJobEndsItForItsWatchers) {
   EXPECT_EQ(remove(*s.stub, a, false, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   {
     Watcher w(*s.stub, q);
+    // Delete only once the watch is registered (its first event seen): deleted before that, the
+    // watch finds no job and ends empty, which is right but not what this test is about.
+    ASSERT_TRUE(w.wait_first()) << "the watch of the queued job saw nothing";
     ASSERT_TRUE(remove(*s.stub, q, false, &resp).ok());
     const auto ev = w.join();
     ASSERT_FALSE(ev.empty());
@@ -197,11 +214,7 @@ TEST(ServerDelete, DeletingAQueuedJobEndsItForItsWatchers) {
     EXPECT_EQ(ev.back().reason(), "deleted by request");
   }
   EXPECT_EQ(entries(dir + "/jobs"), std::vector<std::string>{a});
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    open = true;
-  }
-  cv.notify_all();
+  release();
   EXPECT_EQ(wait_terminal(*s.stub, a).state(), v1::JOB_STATE_SUCCEEDED);
 }
 

@@ -2,6 +2,8 @@
 // events from its own thread, an in-process daemon with an injected run_job, the final
 // checkpoint's tensors of a job, and an uninterrupted reference run.
 #pragma once
+#include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -25,7 +27,11 @@ class Watcher {
       while (reader_->Read(&ev)) {
         std::lock_guard<std::mutex> lock(mu_);
         events_.push_back(ev);
+        seen_.notify_all();
       }
+      std::lock_guard<std::mutex> lock(mu_);
+      ended_ = true;
+      seen_.notify_all();
     });
   }
   ~Watcher() { join(); }
@@ -37,6 +43,13 @@ class Watcher {
     }
     return events();
   }
+  // Waits until the stream has delivered its first event (the job's state when the watch began):
+  // only then is the watch registered with the daemon, so a change made afterwards reaches it.
+  bool wait_first(std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return seen_.wait_for(lock, timeout, [&] { return !events_.empty() || ended_; }) &&
+           !events_.empty();
+  }
   std::vector<v1::JobEvent> events() {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
@@ -46,7 +59,9 @@ class Watcher {
   std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader_;
   std::mutex mu_;
+  std::condition_variable seen_;
   std::vector<v1::JobEvent> events_;
+  bool ended_ = false;
   std::thread thread_;
 };
 
