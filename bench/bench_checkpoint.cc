@@ -6,6 +6,7 @@
 // each read measures the disk. Each --io mode (direct, buffered, stream: the writer and reader
 // from before the parallel path) is measured in turn within every repetition; medians.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "bench/bench.h"
 #include "engine/io/checkpoint.h"
 #include "engine/io/direct_io.h"
+#include "engine/io/safetensors_parallel.h"
 
 namespace mt::bench {
 
@@ -42,10 +44,13 @@ void drop_cache(const fs::path& p) {
   ::close(fd);
 }
 
-// An 8 MiB-aligned buffer of non-zero bytes.
+// The baseline's 8 MiB buffer of non-zero bytes, in transparent huge pages as the checkpoint's
+// buffers are (direct_io.cc): of scattered 4 KiB pages, each request would be cut at the device's
+// segment limit, and the baseline would measure that, not the disk.
 struct Block {
-  char* p = static_cast<char*>(std::aligned_alloc(kDirectIoAlign, kBaselineBlock));
+  char* p = static_cast<char*>(std::aligned_alloc(size_t(2) << 20, kBaselineBlock));
   Block() {
+    (void)::madvise(p, kBaselineBlock, MADV_HUGEPAGE);
     for (size_t i = 0; i < kBaselineBlock; ++i) p[i] = char(i * 131 + 7);
   }
   ~Block() { std::free(p); }
@@ -110,10 +115,37 @@ void fill(HostStore& s) {
   }
 }
 
+// The checkpoint's tensor files alone read into the store as load_checkpoint reads them (the
+// sets opened, read_tensors_parallel), without its checks and the zeroed gradients: the files'
+// part of a resume. Seconds, or a negative value on an error (printed).
+double files_read_seconds(const std::string& dir, const ModelConfig& cfg, HostStore& store, const FileIoOptions& o) {
+  drop_cache(dir);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = SafetensorsSet::open(dir + "/model.safetensors");
+  auto opt = SafetensorsSet::open(dir, "optimizer");
+  if (!model.ok() || !opt.ok()) return std::fprintf(stderr, "checkpoint: cannot open '%s'\n", dir.c_str()), -1;
+  const DType state = store.layout() == MemoryLayout::kExact ? DType::kF32 : DType::kBF16;
+  const size_t es = state_elem_bytes(store.layout());
+  std::vector<ReadTensor> reads;
+  const auto units = build_param_schemas(cfg);
+  for (size_t i = 0; i < units.size(); ++i)
+    for (const auto& t : units[i].tensors) {
+      const HostUnit& u = store.unit(i);
+      const auto *w = (*model)->find(t.name), *m = (*opt)->find(t.name + ".exp_avg"), *v = (*opt)->find(t.name + ".exp_avg_sq");
+      if (!w || !m || !v) return std::fprintf(stderr, "checkpoint: '%s' lacks %s\n", dir.c_str(), t.name.c_str()), -1;
+      reads.push_back({w->file, w->info, u.master + t.offset, DType::kF32});
+      reads.push_back({m->file, m->info, static_cast<char*>(u.m) + t.offset * es, state});
+      reads.push_back({v->file, v->info, static_cast<char*>(u.v) + t.offset * es, state});
+    }
+  if (Status s = read_tensors_parallel(reads, o); !s.ok()) return std::fprintf(stderr, "checkpoint: %s\n", s.to_string().c_str()), -1;
+  return seconds_since(t0);
+}
+
 struct ModeResult {
   FileIoMode mode;
-  std::vector<double> write_s, read_s;
+  std::vector<double> write_s, read_s, files_read_s;
   std::string path = "?", fallback;
+  uint64_t bytes = 0;  // of its .safetensors files
 };
 
 // One checkpoint written and read in `mode`; false on an error (printed).
@@ -124,17 +156,22 @@ bool measure_mode(const std::string& root, const ModelConfig& cfg, HostStore& st
   st.step = step;
   const FileIoCounters before = file_io_counters();
   auto t0 = std::chrono::steady_clock::now();
-  auto dir = save_checkpoint(root, cfg, store, st, 1);
+  auto dir = save_checkpoint(root, cfg, store, st, 0);  // keeps all: the previous one is removed untimed below
   if (!dir.ok()) return std::fprintf(stderr, "checkpoint: %s\n", dir.status().to_string().c_str()), false;
   r.write_s.push_back(seconds_since(t0));
   const FileIoCounters after = file_io_counters();
   r.path = o.mode == FileIoMode::kStream ? "stream" : after.buffered > before.buffered ? "buffered" : "direct";
   if (std::string n = take_direct_io_notice(); !n.empty()) r.fallback = n;
+  r.bytes = safetensors_bytes(*dir);
   drop_cache(*dir);
   t0 = std::chrono::steady_clock::now();
   auto loaded = load_checkpoint(*dir, cfg, store);
   if (!loaded.ok()) return std::fprintf(stderr, "checkpoint: %s\n", loaded.status().to_string().c_str()), false;
   r.read_s.push_back(seconds_since(t0));
+  r.files_read_s.push_back(files_read_seconds(*dir, cfg, store, o));
+  if (r.files_read_s.back() < 0) return false;
+  std::error_code ec;
+  fs::remove_all(*dir, ec);
   return true;
 }
 
@@ -147,6 +184,13 @@ Result<std::vector<FileIoMode>> modes_of(const std::string& list) {
     out.push_back(mode);
   }
   return out;
+}
+
+// Each repetition's seconds, to the millisecond.
+Json seconds_json(const std::vector<double>& s) {
+  Json a = Json::array();
+  for (double x : s) a.items().push_back(Json(std::round(x * 1000) / 1000));
+  return a;
 }
 
 }  // namespace
@@ -173,7 +217,7 @@ int run_checkpoint(const Flags& f) {
   fs::create_directories(root, ec);
   const std::string ckpt_root = (fs::path(root) / "checkpoints").string(), base_file = (fs::path(root) / "baseline.bin").string();
   std::vector<ModeResult> results;
-  for (FileIoMode m : *modes) results.push_back(ModeResult{m, {}, {}, "?", ""});
+  for (FileIoMode m : *modes) results.push_back(ModeResult{m, {}, {}, {}, "?", "", 0});
   std::vector<double> base_w, base_r;
   bool base_direct = true, ok = true;
   const Block block;
@@ -182,13 +226,14 @@ int run_checkpoint(const Flags& f) {
     for (ModeResult& r : results) {
       FileIoOptions o{r.mode, int(*threads), size_t(*chunk_mib) << 20};
       ok = ok && measure_mode(ckpt_root, *cfg, **store, rep * long(results.size()) + long(&r - results.data()) + 1, o, r);
-      if (bytes == 0 && ok) bytes = safetensors_bytes(*resolve_checkpoint(ckpt_root));
+      bytes = r.bytes;
     }
     if (!ok) break;
     const uint64_t base_bytes = bytes / kDirectIoAlign * kDirectIoAlign;
     base_w.push_back(baseline_write(base_file, base_bytes, block, base_direct));
     base_r.push_back(baseline_read(base_file, block, base_direct));
     ok = base_w.back() > 0 && base_r.back() > 0;
+
     if (!ok) std::fprintf(stderr, "checkpoint: the baseline on '%s' failed: %s\n", base_file.c_str(), std::strerror(errno));
   }
   set_checkpoint_io_options(def);
@@ -203,14 +248,18 @@ int run_checkpoint(const Flags& f) {
                            {"baseline_direct", base_direct}, {"baseline_write_gbps", bw}, {"baseline_read_gbps", br}});
   Json all = Json::array();
   for (const ModeResult& r : results) {
-    const double w = gb / median(r.write_s), rd = gb / median(r.read_s);
+    const double w = gb / median(r.write_s), rd = gb / median(r.read_s), fr = gb / median(r.files_read_s);
     Json m = Json::object({{"io", file_io_mode_name(r.mode)}, {"path", r.path}, {"write_gbps", w}, {"read_gbps", rd},
-                           {"write_ratio", w / bw}, {"read_ratio", rd / br}});
+                           {"files_read_gbps", fr}, {"write_ratio", w / bw}, {"read_ratio", rd / br},
+                           {"files_read_ratio", fr / br}, {"write_s", seconds_json(r.write_s)},
+                           {"read_s", seconds_json(r.read_s)}, {"files_read_s", seconds_json(r.files_read_s)}});
     if (!r.fallback.empty()) m.set("fallback", r.fallback);
     if (&r == &results.front())
       for (const auto& [k, v] : m.members()) out.set(k, v);
     all.items().push_back(m);
   }
+  out.set("baseline_write_s", seconds_json(base_w));
+  out.set("baseline_read_s", seconds_json(base_r));
   out.set("modes", all);
   emit(out, f.json());
   return 0;

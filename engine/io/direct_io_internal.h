@@ -18,13 +18,18 @@ void count_file(bool direct);
 int open_direct(int dir, const std::string& name, int flags);
 uint64_t align_up(uint64_t n);  // to kDirectIoAlign
 
-// Memory aligned to kDirectIoAlign, n rounded up to it; p is nullptr when allocation failed.
+// Memory aligned to kDirectIoAlign (from 2 MiB up: 2 MiB, in huge pages, and reused by the next
+// buffer of its size: up to 256 MiB kept), n rounded up to it; p is nullptr when allocation failed.
 struct AlignedBuffer {
   explicit AlignedBuffer(size_t n);
   ~AlignedBuffer();
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  char* p;
+  char* p = nullptr;
+
+ private:
+  size_t bytes_ = 0;
+  bool huge_ = false;
 };
 
 // Runs work(item, buffer) for items [0, n) on min(threads, n) threads (the caller's among them),
