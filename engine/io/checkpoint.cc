@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "engine/io/hf_io.h"
 #include "engine/base/json.h"
@@ -445,9 +446,12 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
       }
     }
   }
-  MT_RETURN_IF_ERROR(read_tensors_parallel(reads, checkpoint_io_options()).with_context("loading checkpoint '" + dir + "'"));
+  // The gradients (other memory) are zeroed while the files are read: the CPU waits on the disk then.
+  std::thread zero([&store] { store.zero_grads(); });
+  const Status read = read_tensors_parallel(reads, checkpoint_io_options());
+  zero.join();
+  MT_RETURN_IF_ERROR(read.with_context("loading checkpoint '" + dir + "'"));
   if (cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
-  store.zero_grads();
   store.refresh_shadows();
   return state;
 }
