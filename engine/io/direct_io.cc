@@ -131,7 +131,12 @@ uint64_t align_up(uint64_t n) { return (n + kDirectIoAlign - 1) / kDirectIoAlign
 // file (up to kPooledBytes), so a checkpoint after the first neither faults nor compacts memory.
 constexpr size_t kHuge = size_t(2) << 20, kPooledBytes = size_t(256) << 20;
 std::mutex g_pool_mu;
-std::vector<std::pair<char*, size_t>> g_pool;  // free buffers and their sizes
+struct Pool {  // free buffers and their sizes; freed at exit
+  std::vector<std::pair<char*, size_t>> free;
+  ~Pool() {
+    for (auto& [p, n] : free) std::free(p);
+  }
+} g_pool;
 size_t g_pooled = 0;
 
 AlignedBuffer::AlignedBuffer(size_t n) {
@@ -139,11 +144,11 @@ AlignedBuffer::AlignedBuffer(size_t n) {
   bytes_ = huge_ ? (n + kHuge - 1) / kHuge * kHuge : align_up(n);
   if (huge_) {
     std::lock_guard<std::mutex> lock(g_pool_mu);
-    for (auto it = g_pool.begin(); it != g_pool.end(); ++it)
+    for (auto it = g_pool.free.begin(); it != g_pool.free.end(); ++it)
       if (it->second == bytes_) {
         p = it->first;
         g_pooled -= bytes_;
-        g_pool.erase(it);
+        g_pool.free.erase(it);
         return;
       }
   }
@@ -155,7 +160,7 @@ AlignedBuffer::~AlignedBuffer() {
   if (p && huge_) {
     std::lock_guard<std::mutex> lock(g_pool_mu);
     if (g_pooled + bytes_ <= kPooledBytes) {
-      g_pool.emplace_back(p, bytes_);
+      g_pool.free.emplace_back(p, bytes_);
       g_pooled += bytes_;
       return;
     }
