@@ -59,6 +59,7 @@ int run_plan(const Flags& f);
 int run_uploads(const Flags& f);  // bench_uploads.cc
 int run_packing(const Flags& f);  // bench_packing.cc
 int run_tokenize(const Flags& f);  // bench_tokenizer.cc
+int run_checkpoint(const Flags& f);  // bench_checkpoint.cc
 #ifdef MEGATRAIN_HAVE_CUDA
 int run_link(const Flags& f);       // bench_cuda.cc
 int run_gemm(const Flags& f);

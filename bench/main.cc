@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
       "  packing [--mean 115 --sigma 0.8 --seq-len 2048 --examples 52002 --window 64]  packing efficiency of\n"
       "         log-normal example lengths, packed vs one example per row\n"
       "  tokenize --tokenizer DIR --corpus FILE [--threads 1 --reps 3]  tokenizer.json encode tokens/s\n"
+      "  checkpoint [--dir D --preset small | --params N --layout exact|compact --threads 4 --chunk-mib 16 --reps 3\n"
+      "         --io direct,buffered,stream|all]  a checkpoint written and read (GB/s) vs dd-like O_DIRECT on D\n"
       "  plan   --preset P [--layout exact|compact --seq-len T --micro-batch B --global-batch G]\n"
       "  link   [--mib 512 --reps 10]                      pinned H2D/D2H/duplex GB/s vs cudaMemcpyAsync (CUDA)\n"
       "  gemm   [--tokens 8192 --reps 10]                  bf16 TFLOPS vs cublasGemmEx, qwen2.5-7b shapes, and the\n"
@@ -143,6 +145,7 @@ int main(int argc, char** argv) {
   if (suite == "plan") return run_plan(*flags);
   if (suite == "packing") return run_packing(*flags);
   if (suite == "tokenize") return run_tokenize(*flags);
+  if (suite == "checkpoint") return run_checkpoint(*flags);
 #ifdef MEGATRAIN_HAVE_CUDA
   if (suite == "link") return run_link(*flags);
   if (suite == "gemm") return run_gemm(*flags);

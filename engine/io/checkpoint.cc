@@ -16,10 +16,12 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "engine/io/hf_io.h"
 #include "engine/base/json.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/safetensors_parallel.h"
 #include "engine/optim/optimizer_shards.h"
 
 namespace mt {
@@ -174,6 +176,14 @@ std::vector<WriteTensor> moment_tensors(const std::vector<ParamSchema>& units, c
   return out;
 }
 
+// A checkpoint's safetensors file NAME in `dir`: in parallel with O_DIRECT, or as
+// checkpoint_io_options() says.
+Status write_tensor_file(const std::string& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
+                         const Metadata& metadata) {
+  MT_ASSIGN_OR_RETURN(DirFd d, DirFd::open(dir, false));
+  return write_safetensors_parallel(d, name, tensors, metadata, checkpoint_io_options());
+}
+
 Metadata optimizer_metadata(long step, const HostStore& store) {
   return {{"format", "pt"}, {"step", std::to_string(step)}, {"memory_layout", memory_layout_name(store.layout())}};
 }
@@ -206,14 +216,14 @@ Status write_optimizer_index(const std::string& dir, const std::vector<ParamSche
 Status write_files(const std::string& dir, const ModelConfig& cfg, const std::vector<ParamSchema>& units,
                    const HostStore& store, const TrainerState& state, int ranks) {
   const Metadata meta = {{"format", "pt"}, {"step", std::to_string(state.step)}};
-  MT_RETURN_IF_ERROR(write_safetensors(join(dir, "model.safetensors"), weight_tensors(units, store), meta));
+  MT_RETURN_IF_ERROR(write_tensor_file(dir, "model.safetensors", weight_tensors(units, store), meta));
   if (ranks > 0) {
     MT_RETURN_IF_ERROR(write_optimizer_index(dir, units, store, ranks));
   } else {
     for (size_t i = 0; i < units.size(); ++i)
       if (!store.has_moments(i))
         return failed_precondition("this store holds a shard of the optimizer state: write it with write_optimizer_shard");
-    MT_RETURN_IF_ERROR(write_safetensors(join(dir, "optimizer.safetensors"), moment_tensors(units, store),
+    MT_RETURN_IF_ERROR(write_tensor_file(dir, "optimizer.safetensors", moment_tensors(units, store),
                                          optimizer_metadata(state.step, store)));
   }
   MT_RETURN_IF_ERROR(write_file_durable(join(dir, "trainer_state.json"), state_to_json(state, store)));
@@ -312,8 +322,8 @@ Status write_optimizer_shard(const std::string& root, long step, const ModelConf
                              int rank, int ranks) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
-  const std::string path = join(temp_dir(root, step), optimizer_shard_name(rank, ranks));
-  return write_safetensors(path, moment_tensors(units, store), optimizer_metadata(step, store))
+  return write_tensor_file(temp_dir(root, step), optimizer_shard_name(rank, ranks), moment_tensors(units, store),
+                           optimizer_metadata(step, store))
       .with_context("saving optimizer shard " + std::to_string(rank + 1) + " of " + std::to_string(ranks));
 }
 
@@ -422,21 +432,26 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
   MT_RETURN_IF_ERROR(check_tensor_set(*model, weights, nullptr).with_context("loading checkpoint '" + dir + "'"));
   MT_RETURN_IF_ERROR(check_tensor_set(*opt, moments, nullptr).with_context("loading checkpoint '" + dir + "'"));
   const bool exact = store.layout() == MemoryLayout::kExact;
+  const DType state_dtype = exact ? DType::kF32 : DType::kBF16;
+  std::vector<ReadTensor> reads;
   for (size_t i = 0; i < units.size(); ++i) {
     const HostUnit& u = store.unit(i);
     for (const auto& t : units[i].tensors) {
       const auto* w = model->find(t.name);
-      MT_RETURN_IF_ERROR(w->file->read_f32(*w->info, u.master + t.offset));
+      reads.push_back({w->file, w->info, u.master + t.offset, DType::kF32});
       if (!store.has_moments(i)) continue;  // another process's shard
       for (auto [suffix, dst] : {std::pair{".exp_avg", u.m}, std::pair{".exp_avg_sq", u.v}}) {
         const auto* e = opt->find(t.name + suffix);
-        if (exact) MT_RETURN_IF_ERROR(e->file->read_f32(*e->info, static_cast<float*>(dst) + t.offset));
-        else MT_RETURN_IF_ERROR(e->file->read_bf16(*e->info, static_cast<bf16*>(dst) + t.offset));
+        reads.push_back({e->file, e->info, static_cast<char*>(dst) + t.offset * state_elem_bytes(store.layout()), state_dtype});
       }
     }
   }
+  // The gradients (other memory) are zeroed while the files are read: the CPU waits on the disk then.
+  std::thread zero([&store] { store.zero_grads(); });
+  const Status read = read_tensors_parallel(reads, checkpoint_io_options());
+  zero.join();
+  MT_RETURN_IF_ERROR(read.with_context("loading checkpoint '" + dir + "'"));
   if (cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
-  store.zero_grads();
   store.refresh_shadows();
   return state;
 }

@@ -92,6 +92,7 @@ class SafetensorsFile {
   static Result<std::unique_ptr<SafetensorsFile>> from_bytes(std::string bytes, const std::string& source);
 
   const std::string& path() const { return source_; }
+  bool on_disk() const { return map_ != nullptr; }  // open()ed from path(), not from_bytes
   const SafetensorsHeader& header() const { return header_; }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const TensorInfo* find(const std::string& name) const { return header_.find(name); }
@@ -152,6 +153,10 @@ struct WriteTensor {
   std::function<void(uint64_t first, size_t n, float* out)> fill = nullptr;
 };
 using Metadata = std::map<std::string, std::string>;
+
+// The bytes a safetensors file of `tensors` starts with: the 8-byte header length and the JSON
+// header, padded with spaces so the data starts at a multiple of 8; the tensors checked first.
+Result<std::string> safetensors_header(const std::vector<WriteTensor>& tensors, const Metadata& metadata = {});
 
 // Streams a safetensors file to `path`; fsyncs and closes it, checking every call. On failure the
 // partial file is removed.

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "engine/base/json.h"
+#include "engine/io/direct_io.h"
 #include "engine/io/safetensors.h"
 
 namespace mt {
@@ -33,11 +34,13 @@ class OutFile {
   Status write(const void* data, size_t n) {
     const char* p = static_cast<const char*>(data);
     while (n > 0) {
+      if (const int e = injected_write_error(path_, written_)) return errno_status("error writing", path_, e);
       const ssize_t w = ::write(fd_, p, std::min(n, size_t(1) << 30));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) return errno_status("error writing", path_, w < 0 ? errno : EIO);
       p += w;
       n -= size_t(w);
+      written_ += uint64_t(w);
     }
     return Status::Ok();
   }
@@ -54,6 +57,7 @@ class OutFile {
   const DirFd& dir_;
   std::string name_, path_;
   int fd_ = -1;
+  uint64_t written_ = 0;
   bool committed_ = false;
 };
 
@@ -90,7 +94,7 @@ Status validate(const std::vector<WriteTensor>& tensors) {
 }
 
 // The header bytes (length prefix + JSON padded with spaces so the data starts 8-aligned).
-std::string make_header(const std::vector<WriteTensor>& tensors, const Metadata& metadata) {
+std::string header_bytes(const std::vector<WriteTensor>& tensors, const Metadata& metadata) {
   Json h = Json::object();
   if (!metadata.empty()) {
     Json m = Json::object();
@@ -152,6 +156,14 @@ std::string shard_name(const std::string& name, size_t i, size_t n) {
 
 }  // namespace
 
+Result<std::string> safetensors_header(const std::vector<WriteTensor>& tensors, const Metadata& metadata) {
+  MT_RETURN_IF_ERROR(validate(tensors));
+  std::string header = header_bytes(tensors, metadata);
+  if (header.size() - 8 > kMaxSafetensorsHeaderBytes)
+    return invalid_argument("header exceeds " + std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
+  return header;
+}
+
 Status write_file_durable(const DirFd& dir, const std::string& name, const std::string& bytes) {
   OutFile f(dir, name);
   MT_RETURN_IF_ERROR(f.open());
@@ -174,14 +186,11 @@ Status fsync_dir(const std::string& dir) {
 
 Status write_safetensors(const DirFd& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
                          const Metadata& metadata) {
-  const std::string path = dir.file(name);
-  MT_RETURN_IF_ERROR(validate(tensors).with_context("writing '" + path + "'"));
-  const std::string header = make_header(tensors, metadata);
-  if (header.size() - 8 > kMaxSafetensorsHeaderBytes)
-    return invalid_argument("writing '" + path + "': header exceeds " + std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
+  auto header = safetensors_header(tensors, metadata);
+  if (!header.ok()) return header.status().with_context("writing '" + dir.file(name) + "'");
   OutFile f(dir, name);
   MT_RETURN_IF_ERROR(f.open());
-  MT_RETURN_IF_ERROR(f.write(header.data(), header.size()));
+  MT_RETURN_IF_ERROR(f.write(header->data(), header->size()));
   std::vector<char> buf;
   for (const auto& t : tensors) MT_RETURN_IF_ERROR(write_tensor(f, t, buf));
   return f.commit();
