@@ -2,6 +2,7 @@
 // this machine's measured sgemm peak they reach. Model FLOPs per token count 6 x the matmul
 // parameters (LM head included, embedding lookup not) plus causal attention 6 x L x T x q_dim;
 // recompute and padding are not counted.
+#include <algorithm>
 #include <cstdio>
 
 #include "bench/bench.h"
@@ -23,6 +24,26 @@ struct StepArgs {
   int doc_len = 0;       // > 0: each row packs documents of this many tokens (attention masked to each)
   int layers = 0;        // > 0: the preset's shape with this many decoder layers
 };
+
+// --nvme DIR[,DIR] [--nvme-masters on] [--nvme-window N] [--nvme-io-threads N]: the NVMe tier.
+Status parse_nvme_args(const Flags& f, NvmeTierOptions& o) {
+  const std::string paths = f.str("nvme", "");
+  for (size_t at = 0; at < paths.size();) {
+    const size_t comma = std::min(paths.find(',', at), paths.size());
+    if (comma > at) o.paths.push_back(paths.substr(at, comma - at));
+    at = comma + 1;
+  }
+  const std::string masters = f.str("nvme-masters", "off");
+  if (masters != "on" && masters != "off") return invalid_argument("--nvme-masters must be on or off");
+  o.masters = masters == "on";
+  MT_ASSIGN_OR_RETURN(double window, f.num("nvme-window", 4));
+  MT_ASSIGN_OR_RETURN(double threads, f.num("nvme-io-threads", 4));
+  if (!(window >= 1 && window <= 64 && threads >= 1 && threads <= 64))
+    return invalid_argument("--nvme-window and --nvme-io-threads must be in 1..64");
+  o.window = int(window);
+  o.io_threads = int(threads);
+  return Status::Ok();
+}
 
 Result<StepArgs> parse_step_args(const Flags& f) {
   StepArgs a;
@@ -78,6 +99,7 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(a.so.optimizer_slowdown, f.num("optimizer-slowdown", 1));
   if (!(a.so.optimizer_slowdown >= 1 && a.so.optimizer_slowdown <= 1000))
     return invalid_argument("--optimizer-slowdown must be in [1, 1000]");
+  MT_RETURN_IF_ERROR(parse_nvme_args(f, a.so.nvme));
   MT_ASSIGN_OR_RETURN(double clip, f.num("grad-clip", 1.0));
   a.opt.optimizer.grad_clip = float(clip);
   // A device budget in GiB (0: the device's own): the planner chunks and places to fit it.
@@ -315,6 +337,15 @@ int run_step(const Flags& f) {
     auto& pipe = static_cast<StreamingExecutor&>(**ex).pipeline();
     out.set("speculated_updates", int64_t(pipe.speculated_updates()));
     out.set("rolled_back_updates", int64_t(pipe.rolled_back_updates()));
+    if (const NvmeTier* tier = (*ex)->store().tier()) {  // the drives' share: bytes a step moved
+      const double steps = double(args->warmup + args->steps);
+      out.set("nvme_paths", int64_t(args->so.nvme.paths.size()));
+      out.set("nvme_masters", args->so.nvme.masters);
+      out.set("nvme_window", args->so.nvme.window);
+      out.set("nvme_file_bytes", int64_t(tier->file_bytes()));
+      out.set("nvme_read_bytes_per_step", double(tier->bytes_read()) / steps);
+      out.set("nvme_written_bytes_per_step", double(tier->bytes_written()) / steps);
+    }
   }
   emit(out, f.json());
   return 0;

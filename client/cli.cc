@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "engine/exec/planner.h"
+
 namespace mt::cli {
 
 Result<Args> Args::parse(int argc, char** argv, int first, const std::vector<std::string>& switches) {
@@ -55,7 +57,7 @@ Result<int64_t> Args::integer(const std::string& k, int64_t def, int64_t min, in
 const char* command_usage(const std::string& cmd) {
   static const std::map<std::string, const char*> kUsage = {
       {"train", "train SPEC [--out DIR] [--steps N] [--backend B] [--executor E] [--precision fp32|bf16|auto] [--devices N] [--shard-optimizer] [--json]"},
-      {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--processes R [--shard-optimizer]] [--server ADDR] [--json]"},
+      {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--processes R [--shard-optimizer]] [--offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-gbps G] [--device-tflops F]] [--server ADDR] [--json]"},
       {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--eod-id N] [--json]"},
       {"inspect", "inspect PATH [--json]"},
       {"tokenize", "tokenize INPUT... --tokenizer DIR|byte --out DIR [--format auto|text|prompt_completion|messages]\n"
@@ -114,6 +116,14 @@ int fail(int code, const std::string& message, const Json& details) {
 void print_json(const Json& j) {
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+}
+
+void print_nvme_plan(int paths, bool masters, int window, uint64_t drive_bytes, uint64_t per_path, uint64_t window_bytes,
+                     const std::string& verdict) {
+  std::printf("nvme tier      %s on the drives (%s, %d path%s, %s on the fullest); a window of %d units, %s of host memory\n",
+              format_bytes(drive_bytes).c_str(), masters ? "Adam moments and fp32 masters" : "Adam moments", paths,
+              paths == 1 ? "" : "s", format_bytes(per_path).c_str(), window, format_bytes(window_bytes).c_str());
+  std::printf("nvme I/O       %s\n", verdict.c_str());
 }
 
 }  // namespace mt::cli

@@ -43,6 +43,9 @@ int fail(int code, const std::string& message, const Json& details = Json::objec
 void report_errors_as_json(bool on);
 // One JSON object on one line, flushed.
 void print_json(const Json& j);
+// The NVMe tier's lines of a plan (local and the server's).
+void print_nvme_plan(int paths, bool masters, int window, uint64_t drive_bytes, uint64_t per_path, uint64_t window_bytes,
+                     const std::string& verdict);
 
 // Local commands (link the engine, need no daemon).
 int cmd_train(const Args& a);

@@ -13,12 +13,16 @@
 #include "engine/base/address.h"
 #include "engine/job/job.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
 
 ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC listen address; non-loopback needs TLS + token or --insecure");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics listen address (empty: off)");
 ABSL_FLAG(std::string, state_dir, "", "State directory (default: $XDG_STATE_HOME/megatrain)");
 ABSL_FLAG(std::string, data_root, "", "Root every path in a job spec resolves under (default: STATE_DIR/data)");
+ABSL_FLAG(std::string, nvme_paths, "",
+          "Comma-separated directories on local drives where jobs' NVMe tiers (memory.offload = nvme) may put "
+          "their scratch files; a job naming none uses them all");
 ABSL_FLAG(std::string, host_memory, "", "Host memory budget for admission, e.g. 512G (default: 80% of RAM)");
 ABSL_FLAG(std::string, device_memory, "",
           "Device memory budget for admission and for each job's executor, e.g. 80G (default: the GPU's free "
@@ -108,6 +112,10 @@ Status finalize_config(DaemonConfig& c) {
   }
   c.state_dir = std::filesystem::canonical(c.state_dir).string();
   c.data_root = std::filesystem::canonical(c.data_root).string();
+  for (std::string& p : c.nvme_paths) {
+    if (!std::filesystem::is_directory(p, ec)) return invalid_argument("--nvme_paths: '" + p + "' is not a directory");
+    p = std::filesystem::canonical(p).string();
+  }
   return Status::Ok();
 }
 
@@ -155,6 +163,7 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.state_dir = absl::GetFlag(FLAGS_state_dir);
   c.data_root = absl::GetFlag(FLAGS_data_root);
+  for (const std::string& p : absl::StrSplit(absl::GetFlag(FLAGS_nvme_paths), ',', absl::SkipEmpty())) c.nvme_paths.push_back(p);
   if (auto s = absl::GetFlag(FLAGS_host_memory); !s.empty()) {
     MT_ASSIGN_OR_RETURN(c.host_memory, parse_bytes(s));
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/base/status.h"
 
@@ -13,6 +14,9 @@ struct DaemonConfig {
   std::string metrics_listen = "127.0.0.1:9464";  // empty: no exporter
   std::string state_dir;                          // jobs, logs, checkpoints, spools
   std::string data_root;                          // every path in a spec resolves under it
+  // Directories (local drives) jobs' NVMe tiers may use (memory.offload = nvme); a job naming
+  // none uses them all. Existing directories, canonical once finalized.
+  std::vector<std::string> nvme_paths;
   uint64_t host_memory = 0;                       // admission budget; 0: 80% of physical memory
   uint64_t device_memory = 0;                     // admission budget; 0: unlimited
   int devices = 1;                                // devices a job may use at once (spec.devices)

@@ -39,6 +39,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   JobManager::Options jo;
   jo.state_dir = cfg.state_dir;
   jo.data_root = cfg.data_root;
+  jo.nvme_paths = cfg.nvme_paths;
   jo.budgets = {cfg.host_memory, cfg.device_memory, cfg.devices};
   jo.peak_flops = cfg.peak_flops;
   jo.run_job = std::move(run_job);

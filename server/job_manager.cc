@@ -395,13 +395,14 @@ void JobManager::unpark_if_fed(Job& job) {
 
 Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   auto job = std::make_shared<Job>();
-  MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}));
+  MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}, opt_.nvme_paths));
   MT_RETURN_IF_ERROR(check_spec_inputs(job->spec));
   auto cfg = resolve_model(job->spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
   auto plan = plan_job(job->spec, *cfg, opt_.budgets);
   if (!plan.ok()) return plan.status();
   if (!plan->fits) return resource_exhausted("the job does not fit this server: " + plan->reason);
+  if (job->spec.offload == "nvme") MT_RETURN_IF_ERROR(check_nvme_space(*plan, job->spec.nvme));
   v1::SubmitJobResponse resp;
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status(StatusCode::kUnavailable, "the daemon is shutting down");
@@ -425,7 +426,7 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
 }
 
 Result<v1::PlanJobResponse> JobManager::plan(const v1::PlanJobRequest& req) {
-  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(req.spec(), {opt_.data_root, opt_.state_dir + "/jobs"}));
+  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(req.spec(), {opt_.data_root, opt_.state_dir + "/jobs"}, opt_.nvme_paths));
   auto cfg = resolve_model(spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
   v1::PlanJobResponse out;

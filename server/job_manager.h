@@ -44,6 +44,7 @@ class JobManager {
  public:
   struct Options {
     std::string state_dir, data_root;
+    std::vector<std::string> nvme_paths;  // megatraind --nvme_paths: where jobs' NVMe tiers may go
     Budgets budgets;
     double peak_flops = 0;  // 0: estimated
     // Runs a job instead of runner.run() (tests inject faults with it); unset: runner.run().

@@ -11,7 +11,8 @@ namespace mt::server {
 
 namespace fs = std::filesystem;
 
-Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::vector<std::string>& roots) {
+Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::vector<std::string>& roots,
+                                const std::vector<std::string>& nvme_roots) {
   std::string text;
   google::protobuf::util::JsonPrintOptions opt;
   opt.preserve_proto_field_names = true;
@@ -20,7 +21,7 @@ Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::
   if (!st.ok()) return invalid_argument("job spec: " + std::string(st.message()));
   MT_ASSIGN_OR_RETURN(Json json, Json::parse(text));
   MT_ASSIGN_OR_RETURN(JobSpec spec, job_spec_from_json(json));
-  MT_RETURN_IF_ERROR(resolve_spec_paths(spec, roots));
+  MT_RETURN_IF_ERROR(resolve_spec_paths(spec, roots, nvme_roots));
   return spec;
 }
 
@@ -93,7 +94,25 @@ Status check_data_inputs(const std::string& field, const DataSpec& d) {
 
 }  // namespace
 
-Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots) {
+// The NVMe tier's paths: under the server's --nvme_paths, or its data root; none named: the
+// server's own. A client never puts scratch files anywhere else.
+static Status resolve_nvme_paths(JobSpec& spec, const std::vector<std::string>& roots, const std::vector<std::string>& nvme_roots) {
+  if (spec.offload != "nvme") return Status::Ok();
+  if (spec.nvme.paths.empty()) {
+    if (nvme_roots.empty())
+      return invalid_argument("memory.offload = nvme names no memory.nvme_paths, and this server has no --nvme_paths");
+    spec.nvme.paths = nvme_roots;
+    return Status::Ok();
+  }
+  std::vector<std::string> allowed;  // the data root (relative paths resolve there; never the state directory)
+  if (!roots.empty()) allowed.push_back(roots.front());
+  allowed.insert(allowed.end(), nvme_roots.begin(), nvme_roots.end());
+  for (std::string& p : spec.nvme.paths) MT_RETURN_IF_ERROR(resolve_path("memory.nvme_paths", p, allowed));
+  return Status::Ok();
+}
+
+Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots, const std::vector<std::string>& nvme_roots) {
+  MT_RETURN_IF_ERROR(resolve_nvme_paths(spec, roots, nvme_roots));
   MT_RETURN_IF_ERROR(resolve_data_paths("data", spec.data, roots));
   if (spec.eval.enabled) MT_RETURN_IF_ERROR(resolve_data_paths("eval.data", spec.eval.data, roots));
   MT_RETURN_IF_ERROR(resolve_path("model.hf_config", spec.model.hf_config, roots));
@@ -124,6 +143,23 @@ Result<MemoryPlan> plan_job(const JobSpec& spec, const ModelConfig& cfg, const B
 }
 
 void plan_to_proto(const MemoryPlan& p, const Budgets& budgets, megatrain::v1::MemoryPlan* out) {
+  if (p.nvme.on) {
+    const NvmePlan& n = p.nvme;
+    auto* o = out->mutable_nvme();
+    o->set_paths(n.paths);
+    o->set_masters(n.masters);
+    o->set_window(n.window);
+    o->set_drive_bytes(n.drive_bytes);
+    o->set_drive_bytes_per_path(n.drive_bytes_per_path);
+    o->set_window_bytes(n.window_bytes);
+    o->set_io_bytes_per_step(n.io_bytes_per_step);
+    o->set_device_tflops(n.device_tflops);
+    o->set_step_compute_seconds(n.step_compute_seconds);
+    o->set_needed_gbps(n.needed_gbps);
+    o->set_drive_gbps(n.drive_gbps);
+    o->set_hides(n.hides);
+    o->set_verdict(n.verdict);
+  }
   out->set_fits(p.fits);
   out->set_reason(p.reason);
   out->set_params(p.params);

@@ -13,8 +13,12 @@ namespace mt::server {
 
 // Parses and validates; every path in the spec is resolved (made absolute) under one of
 // `roots` and a path that escapes them is refused naming the field and value.
-Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::vector<std::string>& roots);
-Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots);
+// nvme_roots: megatraind's --nvme_paths, where a job's NVMe tier may put its scratch files
+// (besides the first root, the data root).
+Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::vector<std::string>& roots,
+                                const std::vector<std::string>& nvme_roots = {});
+Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots,
+                          const std::vector<std::string>& nvme_roots = {});
 // The files a job reads when it starts exist (data.path of text/tokens data, init.from), so a
 // job that would fail at start is refused at submit, naming the path. INVALID_ARGUMENT.
 Status check_spec_inputs(const JobSpec& spec);

@@ -1,4 +1,5 @@
 // megatrain plan SPEC: the offline memory plan of a job (any preset, up to dense-120b).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -21,6 +22,25 @@ Result<uint64_t> parse_size(const std::string& text) {
     for (auto [u, f] : units)
       if (unit == u) return uint64_t(v * f);
   return invalid_argument("'" + text + "' is not a size (e.g. 128GiB, 1.5TB, 4096)");
+}
+
+// --offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-gbps G]: the spec with the NVMe tier
+// (paths only count here: a plan for another machine names none, and plans one drive).
+Status apply_nvme(const Args& a, JobSpec& spec) {
+  if (a.has("offload")) spec.offload = a.get("offload");
+  if (a.has("nvme-paths")) {
+    spec.nvme.paths.clear();
+    std::string list = a.get("nvme-paths");
+    for (size_t at = 0; at <= list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      if (comma > at) spec.nvme.paths.push_back(list.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  if (a.has("nvme-masters")) spec.nvme.masters = true;
+  if (a.has("nvme-gbps")) spec.nvme_gbps = std::strtod(a.get("nvme-gbps").c_str(), nullptr);
+  if (spec.offload == "nvme" && spec.nvme.paths.empty()) spec.nvme.paths = {"(one drive)"};
+  return validate(spec);
 }
 
 // --seq-len T overrides the spec's (the planner then chunks and places for that length).
@@ -46,6 +66,10 @@ int cmd_plan_local(const Args& a) {
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
+  if (Status s = apply_nvme(a, *spec); !s.ok()) return fail(kUsage, s.message());
+  double tflops = 0;  // the step's compute time the NVMe verdict assumes (0: the planner's default)
+  if (a.has("device-tflops") && !(std::sscanf(a.get("device-tflops").c_str(), "%lf", &tflops) == 1 && tflops > 0))
+    return fail(kUsage, "--device-tflops must be a positive number");
   auto processes = a.integer("processes", 1, 1, 4096);  // mpirun -np: host bytes are then per process
   if (!processes.ok()) return fail(kUsage, processes.status().message());
   if (a.has("shard-optimizer")) spec->shard_optimizer = true;
@@ -55,7 +79,7 @@ int cmd_plan_local(const Args& a) {
     if (!m.ok()) return fail(kUsage, m.status().message());  // as the daemon's refusal maps
     spec->train.seq_len = max_seq_len = *m;
   }
-  auto plan = plan_for_job(*spec, *cfg, *host, *dev, int(*processes));  // the daemon's PlanJob: the same planner
+  auto plan = plan_for_job(*spec, *cfg, *host, *dev, int(*processes), tflops);  // the daemon's PlanJob: the same planner
   if (!plan.ok()) return fail(kUsage, plan.status().message());
   if (a.json()) {
     Json j = memory_plan_to_json(*plan);
@@ -84,6 +108,10 @@ int cmd_plan_local(const Args& a) {
               precision_name(plan->precision), plan->checkpoints_on_device ? "device" : "host");
   for (const auto& [k, b] : plan->device_by_kind) std::printf("  %-14s %s\n", k.c_str(), format_bytes(b).c_str());
   std::printf("updates        %s\n", plan->speculation.c_str());
+  if (plan->nvme.on) {
+    const NvmePlan& n = plan->nvme;
+    print_nvme_plan(n.paths, n.masters, n.window, n.drive_bytes, n.drive_bytes_per_path, n.window_bytes, n.verdict);
+  }
   if (*dev) std::printf("device budget  %s\n", format_bytes(*dev).c_str());
   else std::printf("device budget  none (no GPU here): --device-memory SIZE plans for a card, e.g. 140GB for an H200\n");
   std::printf("fits           %s%s%s\n", plan->fits ? "yes" : "no", plan->fits ? "" : ": ", plan->reason.c_str());

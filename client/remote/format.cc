@@ -127,6 +127,22 @@ Json plan_to_json(const v1::MemoryPlan& p) {
                          {"host_budget_bytes", int64_t(p.host_budget_bytes())},
                          {"device_budget_bytes", int64_t(p.device_budget_bytes())}});
   if (!p.fits()) j.set("reason", p.reason());
+  if (p.has_nvme()) {
+    const v1::NvmePlan& n = p.nvme();
+    j.set("nvme", Json::object({{"paths", n.paths()},
+                                {"masters", n.masters()},
+                                {"window", n.window()},
+                                {"drive_bytes", int64_t(n.drive_bytes())},
+                                {"drive_bytes_per_path", int64_t(n.drive_bytes_per_path())},
+                                {"window_bytes", int64_t(n.window_bytes())},
+                                {"io_bytes_per_step", int64_t(n.io_bytes_per_step())},
+                                {"device_tflops", n.device_tflops()},
+                                {"step_compute_seconds", n.step_compute_seconds()},
+                                {"needed_gbps", n.needed_gbps()},
+                                {"drive_gbps", n.drive_gbps()},
+                                {"hides", n.hides()},
+                                {"verdict", n.verdict()}}));
+  }
   return j;
 }
 
@@ -176,6 +192,9 @@ void print_plan_human(const v1::MemoryPlan& p) {
               p.precision().c_str(), p.checkpoints_on_device() ? "device" : "host");
   for (const auto& [k, b] : sorted(p.device_bytes_by_kind())) std::printf("  %-14s %s\n", k.c_str(), human_bytes(b).c_str());
   if (!p.speculation().empty()) std::printf("updates        %s\n", p.speculation().c_str());
+  if (p.has_nvme())
+    print_nvme_plan(p.nvme().paths(), p.nvme().masters(), p.nvme().window(), p.nvme().drive_bytes(),
+                    p.nvme().drive_bytes_per_path(), p.nvme().window_bytes(), p.nvme().verdict());
   std::printf("server budget  host %s, device %s\n",
               p.host_budget_bytes() ? human_bytes(p.host_budget_bytes()).c_str() : "unlimited",
               p.device_budget_bytes() ? human_bytes(p.device_budget_bytes()).c_str() : "unlimited");

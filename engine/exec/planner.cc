@@ -119,10 +119,14 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
                                                          const ModelConfig& c, const TrainOptions& o,
                                                          const PlanOptions& po) {
   const bool shadow = keeps_bf16_shadow(o.precision, po.bf16_uploads);
-  const HostStoreBytes sb = host_store_bytes(units, o.layout, shadow, largest_moment_share(units, po));
+  const NvmeTierOptions* tier = po.nvme.paths.empty() ? nullptr : &po.nvme;
+  const HostStoreBytes sb = host_store_bytes(units, o.layout, shadow, largest_moment_share(units, po), tier);
   std::vector<std::pair<std::string, uint64_t>> kinds = {
       {"master", sb.master}, {"grad", sb.grad}, {"adam_m", sb.m}, {"adam_v", sb.v}};
   if (sb.shadow) kinds.push_back({"bf16_shadow", sb.shadow});  // what bf16 uploads copy
+  if (tier)  // the tier's window of units read ahead and written back
+    kinds.push_back({"nvme_window", sat_mul(uint64_t(po.nvme.window),
+                                            nvme_tier_layout(po.nvme, nvme_unit_numel(units), state_elem_bytes(o.layout)).largest)});
   const uint64_t tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
   const uint64_t max_rows = std::min<uint64_t>(uint64_t(c.vocab_size), tokens);
   // Rows of the global batch, staged by every device (the leader's also receives their gradient).
@@ -180,6 +184,41 @@ void plan_speculation(MemoryPlan& p, const std::vector<ParamSchema>& units, cons
                   (n < L + 1 ? "; the host budget leaves no room for the others' copies" : "");
 }
 
+// The NVMe tier: its drives' bytes, its I/O per step, and whether the drives keep up with the
+// step's compute at the assumed TFLOP/s (the I/O overlaps the next forward and the backward).
+NvmePlan plan_nvme(const std::vector<ParamSchema>& units, const ModelConfig& c, const TrainOptions& o,
+                   const PlanOptions& po) {
+  NvmePlan n;
+  if (po.nvme.paths.empty()) return n;
+  const NvmeLayout l = nvme_tier_layout(po.nvme, nvme_unit_numel(units), state_elem_bytes(o.layout));
+  n.on = true;
+  n.paths = int(po.nvme.paths.size());
+  n.masters = po.nvme.masters;
+  n.window = po.nvme.window;
+  n.drive_bytes = l.total();
+  n.drive_bytes_per_path = *std::max_element(l.file_bytes.begin(), l.file_bytes.end());
+  n.window_bytes = sat_mul(uint64_t(po.nvme.window), l.largest);
+  n.io_bytes_per_step = sat_mul(2, n.drive_bytes);
+  n.device_tflops = po.device_tflops > 0 ? po.device_tflops : kPlanDeviceTflops;
+  // This node's tokens (each process its own drives) over its devices.
+  const double tokens = double(o.global_batch) * double(o.seq_len) / double(po.processes);
+  n.step_compute_seconds = model_flops_per_token(c, o.seq_len) * tokens / (n.device_tflops * 1e12 * po.devices);
+  n.needed_gbps = double(n.io_bytes_per_step) / n.step_compute_seconds / 1e9;
+  n.drive_gbps = po.nvme_gbps;
+  n.hides = n.drive_gbps > 0 && n.drive_gbps >= n.needed_gbps;
+  char buf[320];
+  std::snprintf(buf, sizeof buf, "%s of I/O a step (%s of state read and written back) over a %.1f s step at %.0f TFLOP/s "
+                "needs %.1f GB/s of the drives", format_bytes(n.io_bytes_per_step).c_str(), format_bytes(n.drive_bytes).c_str(),
+                n.step_compute_seconds, n.device_tflops, n.needed_gbps);
+  n.verdict = buf;
+  if (n.drive_gbps > 0) {
+    std::snprintf(buf, sizeof buf, "; at %.1f GB/s it %s", n.drive_gbps,
+                  n.hides ? "hides under the compute" : "does not hide: the step waits for the drives");
+    n.verdict += buf;
+  }
+  return n;
+}
+
 std::string budget_reason(const char* what, uint64_t need, uint64_t budget) {
   return std::string(what) + " memory: needs " + format_bytes(need) + " (" + std::to_string(need) + " bytes), budget " +
          format_bytes(budget) + " (" + std::to_string(budget) + " bytes)";
@@ -199,6 +238,8 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
   if (po.slots < 2) return invalid_argument("slots = " + std::to_string(po.slots) + " must be >= 2");
   if (po.processes < 1) return invalid_argument("processes = " + std::to_string(po.processes) + " must be >= 1");
   if (po.devices != 1 || po.processes != 1) MT_RETURN_IF_ERROR(check_devices(po.devices, global, po.processes));
+  if (!po.nvme.paths.empty() && po.shard_optimizer && po.processes > 1)
+    return invalid_argument("the NVMe tier does not hold a sharded optimizer's state: shard_optimizer is off with it");
   if (c.has_experts() && (po.devices != 1 || po.processes != 1))
     return unimplemented("a mixture of experts trains on one device of one process (devices: 1)");
   TrainOptions o = global;  // one device's share of the step
@@ -253,6 +294,7 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
   if (po.eval_set_bytes) p.host_by_kind.push_back({"eval_set", po.eval_set_bytes});
   p.host_bytes = sum(p.host_by_kind);
   plan_speculation(p, units, o, po);  // within the host budget the rest leaves
+  p.nvme = plan_nvme(units, c, global, po);
   p.device_bytes = sum(p.device_by_kind);
   p.arena_bytes = p.device_bytes - po.backend_bytes;
   if (p.host_bytes == kSaturated || p.device_bytes == kSaturated)
@@ -292,6 +334,22 @@ Json memory_plan_to_json(const MemoryPlan& p) {
                          {"host_by_kind", host},
                          {"device_by_kind", dev}});
   if (!p.fits) j.set("reason", p.reason);
+  if (p.nvme.on) {
+    const NvmePlan& n = p.nvme;
+    j.set("nvme", Json::object({{"paths", n.paths},
+                                {"masters", n.masters},
+                                {"window", n.window},
+                                {"drive_bytes", int64_t(n.drive_bytes)},
+                                {"drive_bytes_per_path", int64_t(n.drive_bytes_per_path)},
+                                {"window_bytes", int64_t(n.window_bytes)},
+                                {"io_bytes_per_step", int64_t(n.io_bytes_per_step)},
+                                {"device_tflops", n.device_tflops},
+                                {"step_compute_seconds", n.step_compute_seconds},
+                                {"needed_gbps", n.needed_gbps},
+                                {"drive_gbps", n.drive_gbps},
+                                {"hides", n.hides},
+                                {"verdict", n.verdict}}));
+  }
   if (p.expert_slots > 0) {  // a mixture of experts
     j.set("active_params", p.active_params);
     j.set("expert_slots", p.expert_slots);

@@ -14,6 +14,7 @@
 #include "engine/exec/executor.h"
 #include "engine/model/layers.h"
 #include "engine/base/json.h"
+#include "engine/optim/nvme_tier.h"
 
 namespace mt {
 
@@ -71,6 +72,36 @@ struct PlanOptions {
   // device holds this many: every routing fits the same plan, and more routed experts cost link
   // time, not memory).
   int expert_slots = 2;
+  // The NVMe tier (engine/optim/nvme_tier.h; off while nvme.paths is empty), and what its I/O
+  // is judged by: the drives' bandwidth together (GB/s, each way; 0: not known) and the model
+  // TFLOP/s the device sustains (0: kPlanDeviceTflops), which set the step's compute time.
+  NvmeTierOptions nvme;
+  double nvme_gbps = 0;
+  double device_tflops = 0;
+};
+
+// The model TFLOP/s a plan assumes for the step's compute when told none: the published
+// MegaTrain's 7B step on one H100 (~272; an H200 does more), so the bandwidth a plan asks of the
+// drives errs high.
+constexpr double kPlanDeviceTflops = 272;
+
+// The NVMe tier's share of a plan.
+struct NvmePlan {
+  bool on = false;
+  int paths = 0;
+  bool masters = false;              // the fp32 masters on the drives too
+  int window = 0;                    // units in host memory at once
+  uint64_t drive_bytes = 0;          // on the drives, all paths
+  uint64_t drive_bytes_per_path = 0; // on the fullest path
+  uint64_t window_bytes = 0;         // in host memory (host kind nvme_window)
+  // Read and written per step: every tiered unit in and out once (a mixture of experts: at most).
+  uint64_t io_bytes_per_step = 0;
+  double device_tflops = 0;          // what the step's compute time assumes
+  double step_compute_seconds = 0;   // the step's model FLOPs at device_tflops
+  double needed_gbps = 0;            // io_bytes_per_step / step_compute_seconds: the drives' bandwidth it needs
+  double drive_gbps = 0;             // PlanOptions::nvme_gbps (0: not known)
+  bool hides = false;                // drive_gbps >= needed_gbps
+  std::string verdict;               // in words, with the numbers
 };
 
 struct MemoryPlan {
@@ -104,6 +135,7 @@ struct MemoryPlan {
   int speculative_units = 0;
   bool update_as_landed = false;  // grad_clip 0 with speculation on: no restore copies at all
   std::string speculation;
+  NvmePlan nvme;
 };
 
 // The smallest token chunk the planner picks by itself (a spec may ask for less).

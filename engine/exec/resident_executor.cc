@@ -12,11 +12,13 @@ namespace mt {
 
 void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
   const auto units = build_param_schemas(cfg);
-  for (size_t u = 0; u < units.size(); ++u) {
-    init_unit_weights(cfg, units[u], store.unit(u).master, seed);
-  }
-  store.refresh_shadows();
-  store.zero_optimizer_state();
+  store.zero_optimizer_state(/*masters_follow=*/true);
+  for (size_t u = 0; u < units.size(); ++u)  // one pass over the NVMe tier (its error is sticky: the first step reports it)
+    (void)store.with_master(u, true, [&](float* master) {
+      init_unit_weights(cfg, units[u], master, seed);
+      if (bf16* shadow = store.unit(u).shadow) round_to_bf16(shadow, master, units[u].numel);
+      return Status::Ok();
+    });
   store.zero_grads();
 }
 
@@ -186,6 +188,7 @@ Result<double> ResidentExecutor::clip_and_update(long step, float lr, StepStats&
   for (size_t u = 0; u < units_.size(); ++u) {
     if (units_[u].kind == UnitKind::kExpert && !routed_[u]) continue;  // no token, no gradient: no update
     p.step = store_->adam_step(u, steps_ + 1);
+    store_->before_update(u);  // a checkpoint in flight has written it
     adamw_unit(pool_, units_[u], store_->state<float>(u), p);
     store_->count_update(u);
   }

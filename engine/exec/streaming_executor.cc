@@ -51,6 +51,7 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
   po.speculation = so.speculation;
   po.host_budget = so.host_budget;
   po.expert_slots = so.expert_slots;
+  po.nvme = so.nvme;
   MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
   MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
@@ -65,12 +66,28 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
                          "would have to agree on every layer's routing before its experts are uploaded");
   if (cfg.has_experts() && opt.precision == Precision::kBf16 && so.bf16_uploads == Bf16Uploads::kConvert)
     return invalid_argument("a mixture of experts needs bf16_uploads = shadow (the experts upload their shadows)");
+  MT_RETURN_IF_ERROR(check_nvme_tier(opt, so, ro));
   if (cfg.has_experts() && so.expert_slots < 1)
     return invalid_argument("expert_slots = " + std::to_string(so.expert_slots) + " must be >= 1");
   std::unique_ptr<StreamingExecutor> e(new StreamingExecutor(cfg, opt, so, std::move(backend), ro));
   e->plan_ = plan;
   MT_RETURN_IF_ERROR(e->allocate());
   return e;
+}
+
+// What the NVMe tier cannot do: hold a sharded optimizer's state (each process holds its own
+// units' only), restore a speculative update (its copies are of memory), or keep masters that
+// the uploads would read (they read the bf16 shadow, which stays in memory).
+Status StreamingExecutor::check_nvme_tier(const TrainOptions& opt, const StreamingOptions& so, const ReplicaOptions& ro) {
+  if (so.nvme.paths.empty()) return Status::Ok();
+  if (ro.weights) return invalid_argument("the NVMe tier does not hold a sharded optimizer's state: shard_optimizer is off with it");
+  if (so.speculation != Speculation::kOff && opt.optimizer.grad_clip > 0)
+    return invalid_argument("speculative_updates keeps restore copies of the moments in memory: off with the NVMe tier "
+                            "(with grad_clip 0 every unit updates as it lands, which the tier follows)");
+  if (so.nvme.masters && !keeps_bf16_shadow(opt.precision, so.bf16_uploads))
+    return invalid_argument("memory.nvme_masters needs precision bf16 with bf16_uploads shadow: the uploads then read "
+                            "the bf16 shadow in memory, never the masters on the drives");
+  return Status::Ok();
 }
 
 Status StreamingExecutor::allocate() {
@@ -81,7 +98,8 @@ Status StreamingExecutor::allocate() {
     store_ = ro_.leader->store_;
   } else {
     MT_ASSIGN_OR_RETURN(own_store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator(),
-                                                      owners.empty() ? MomentUnits{} : moments_of_rank(owners, ro_.nodes->rank())));
+                                                      owners.empty() ? MomentUnits{} : moments_of_rank(owners, ro_.nodes->rank()),
+                                                      so_.nvme.paths.empty() ? nullptr : &so_.nvme));
     store_ = own_store_.get();
   }
   if (opt_.precision == Precision::kBf16 && !shadow) {  // convert uploads

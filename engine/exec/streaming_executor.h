@@ -35,6 +35,9 @@ struct StreamingOptions {
   uint64_t host_budget = 0;        // bytes the plan may use (restore copies fit in what is left)
   double optimizer_slowdown = 1;   // benchmarks: PipelineConfig::optimizer_slowdown
   int expert_slots = 2;            // a mixture of experts: device slots experts stream through
+  // The NVMe tier (engine/optim/nvme_tier.h): the decoders' and experts' Adam moments (and, with
+  // nvme.masters, their fp32 masters) on local drives; off while nvme.paths is empty.
+  NvmeTierOptions nvme;
 };
 
 class StreamingExecutor;
@@ -101,6 +104,7 @@ class StreamingExecutor final : public Executor {
   StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                     std::unique_ptr<Backend> backend, const ReplicaOptions& ro);
   Status allocate();
+  static Status check_nvme_tier(const TrainOptions& opt, const StreamingOptions& so, const ReplicaOptions& ro);
   Status allocate_experts();
   // The step's uses and its last phase, in the compute dtype T (float or bf16).
   template <typename T>

@@ -109,6 +109,11 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
     }
   for (size_t u = 0; u < units.size(); ++u)
     if (units[u].kind == UnitKind::kHead) update_order_.push_back(u);
+  if (!leader_) {  // what the NVMe tier reads ahead in, and a checkpoint in flight writes in
+    std::vector<size_t> order = update_order_;  // as it lands, during backward: last layer first
+    if (cfg_.update_during_backward) std::reverse(order.begin(), order.end());
+    store_.set_update_order(order);
+  }
   use_slot_.assign(uses_.size(), -1);
   expert_slot_last_.assign(expert_slots_.size(), -1);
   speculated_at_.assign(units.size(), 0);

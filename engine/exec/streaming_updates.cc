@@ -55,6 +55,7 @@ void StreamingPipeline::update_phase(long step, float lr) {
 // element's update is the same whatever the order (rows are whole multiples of 16 elements,
 // so no SIMD remainder differs either).
 void StreamingPipeline::update_embedding(long step, float lr, float clip) {
+  store_.before_update(0);
   const ParamSchema& e = units_[0];
   const size_t C = cfg_.embedding_width;
   if (e.tensors.size() != 1 || C == 0 || C % 16 != 0) return update_unit(0, step, lr, clip);
@@ -177,6 +178,7 @@ void StreamingPipeline::broadcast_updates(long step) {
       if (stop_) return;
     }
     const HostUnit& hu = store_.unit(u);
+    if (!owns(u)) store_.before_update(u);  // the owner's update arrives into it
     if (refuse_if(cfg_.weights->broadcast(hu.master, hu.numel, cfg_.owners[u]))) return skip_updates(step);
     if (owns(u)) continue;
     if (hu.shadow) round_to_bf16(hu.shadow, hu.master, hu.numel);  // as the owner's optimizer wrote its own
@@ -196,10 +198,18 @@ cpu::AdamWParams StreamingPipeline::adamw_params(long step, float lr, float clip
 }
 
 void StreamingPipeline::adamw(size_t u, long step, float lr, float clip) {
+  store_.before_update(u);  // a checkpoint in flight has written it
   const auto t0 = std::chrono::steady_clock::now();
   const cpu::AdamWParams p = adamw_params(store_.adam_step(u, step), lr, clip);
-  if (store_.layout() == MemoryLayout::kExact) adamw_unit(pool_, units_[u], store_.state<float>(u), p);
-  else adamw_unit(pool_, units_[u], store_.state<bf16>(u), p);
+  // In memory, or (the NVMe tier) read into its window ahead of this order and written back
+  // behind it; a drive's error refuses the step's remaining updates and fails the job.
+  auto update = [&](auto st) {
+    adamw_unit(pool_, units_[u], st, p);
+    return Status::Ok();
+  };
+  const Status s = store_.layout() == MemoryLayout::kExact ? store_.with_state<float>(u, true, update)
+                                                           : store_.with_state<bf16>(u, true, update);
+  (void)refuse_if(s);
   if (cfg_.optimizer_slowdown > 1)  // a slower host, for benchmarks: the same work, stretched
     std::this_thread::sleep_for((std::chrono::steady_clock::now() - t0) * (cfg_.optimizer_slowdown - 1));
 }

@@ -1,6 +1,7 @@
 #include "engine/io/hf_io.h"
 
 #include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -41,16 +42,15 @@ std::vector<ExpectedTensor> expected_weights(const std::vector<HfTensor>& hf) {
   return out;
 }
 
-// One file tensor into the masters: directly, or part by part through a staging buffer.
-Status read_hf_tensor(const SafetensorsSet& set, const HfTensor& t, HostStore& store) {
-  auto master = [&](size_t p) { return store.unit(t.parts[p].first).master + t.parts[p].second->offset; };
-  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) {
-    const auto* e = set.find(t.name);
-    return e->file->read_f32(*e->info, master(0));
-  }
-  std::vector<float> part(t.part_numel());
-  for (size_t p = 0; p < t.parts.size(); ++p) {
-    const TensorSpec& spec = *t.parts[p].second;
+// One part into its unit's masters (through the NVMe tier when it holds them).
+Status read_hf_part(const SafetensorsSet& set, const HfTensor& t, size_t p, std::vector<float>& part, HostStore& store) {
+  const TensorSpec& spec = *t.parts[p].second;
+  return store.with_master(t.parts[p].first, true, [&](float* unit) -> Status {
+    float* master = unit + spec.offset;
+    if (t.parts.size() == 1 && t.layout == HfLayout::kSame) {
+      const auto* e = set.find(t.name);
+      return e->file->read_f32(*e->info, master);
+    }
     if (t.mxfp4) {  // this part's blocks and scales: contiguous slices of the stacked tensors
       const auto* b = set.find(t.name + "_blocks");
       const auto* sc = set.find(t.name + "_scales");
@@ -58,32 +58,46 @@ Status read_hf_tensor(const SafetensorsSet& set, const HfTensor& t, HostStore& s
       const uint64_t scales_per_part = uint64_t(rows) * uint64_t(cols / 32);
       dequantize_mxfp4(b->file->bytes(*b->info) + p * scales_per_part * 16, sc->file->bytes(*sc->info) + p * scales_per_part,
                        rows, cols, part.data());
-      mxfp4_part_to_ours(t.layout, spec, part.data(), master(p));
-      continue;
+      mxfp4_part_to_ours(t.layout, spec, part.data(), master);
+      return Status::Ok();
     }
     const auto* e = set.find(t.name);
     MT_RETURN_IF_ERROR(e->file->read_f32_range(*e->info, p * part.size(), part.size(), part.data()));
-    part_from_file(t.layout, spec, part.data(), master(p));
-  }
+    part_from_file(t.layout, spec, part.data(), master);
+    return Status::Ok();
+  });
+}
+
+// One file tensor into the masters: directly, or part by part through a staging buffer.
+Status read_hf_tensor(const SafetensorsSet& set, const HfTensor& t, HostStore& store) {
+  std::vector<float> part(t.parts.size() == 1 && t.layout == HfLayout::kSame ? 0 : t.part_numel());
+  for (size_t p = 0; p < t.parts.size(); ++p) MT_RETURN_IF_ERROR(read_hf_part(set, t, p, part, store));
   return Status::Ok();
 }
 
 // A file tensor to write: the master directly, or assembled part by part as the writer asks.
-WriteTensor write_hf_tensor(const HfTensor& t, const HostStore& store, bool bf16) {
+WriteTensor write_hf_tensor(const HfTensor& t, HostStore& store, bool bf16) {
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  // The fill runs when the file is written: it keeps its own copy of t (parts point into the schema).
-  auto master = [&store](const HfTensor& ht, size_t p) {
-    return static_cast<const float*>(store.unit(ht.parts[p].first).master + ht.parts[p].second->offset);
-  };
-  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) return {t.name, t.shape, dtype, master(t, 0), DType::kF32};
+  const HostUnit& first = store.unit(t.parts[0].first);
+  if (t.parts.size() == 1 && t.layout == HfLayout::kSame && first.master)  // in memory: written as it is
+    return {t.name, t.shape, dtype, first.master + t.parts[0].second->offset, DType::kF32};
+  // Assembled when the file is written (the fill keeps its own copy of t; parts point into the
+  // schema): each part in the file's layout, through the NVMe tier when it holds the masters.
   WriteTensor w{t.name, t.shape, dtype, nullptr, DType::kF32};
   auto part = std::make_shared<std::vector<float>>(t.part_numel());
   auto held = std::make_shared<size_t>(SIZE_MAX);  // the part `part` holds
-  w.fill = [t, master, part, held](uint64_t first, size_t n, float* out) {
+  w.fill = [t, &store, part, held](uint64_t first, size_t n, float* out) {
     const size_t per = part->size();
     for (size_t i = 0; i < n;) {
       const size_t p = size_t((first + i) / per), at = size_t((first + i) % per), take = std::min(n - i, per - at);
-      if (*held != p) part_to_file(t.layout, *t.parts[p].second, master(t, p), part->data()), *held = p;
+      if (*held != p) {
+        const Status s = store.with_master(t.parts[p].first, false, [&](float* unit) {
+          part_to_file(t.layout, *t.parts[p].second, unit + t.parts[p].second->offset, part->data());
+          return Status::Ok();
+        });
+        if (!s.ok()) std::fill(part->begin(), part->end(), std::numeric_limits<float>::quiet_NaN());  // the tier's sticky error fails the export
+        *held = p;
+      }
       std::copy_n(part->data() + at, take, out + i);
       i += take;
     }
@@ -174,13 +188,13 @@ Status check_export_dir(const std::string& out_dir, bool overwrite) {
   return check_export_dir(*out, overwrite);
 }
 
-Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
+Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, HostStore& store, bool bf16,
                        size_t max_shard_bytes, bool overwrite) {
   MT_ASSIGN_OR_RETURN(const DirFd out, DirFd::open(out_dir, true));  // the DirFd form checks it
   return export_hf_model(out, cfg, store, bf16, max_shard_bytes, overwrite);
 }
 
-Status export_hf_model(const DirFd& out, const ModelConfig& cfg, const HostStore& store, bool bf16,
+Status export_hf_model(const DirFd& out, const ModelConfig& cfg, HostStore& store, bool bf16,
                        size_t max_shard_bytes, bool overwrite) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
@@ -195,6 +209,8 @@ Status export_hf_model(const DirFd& out, const ModelConfig& cfg, const HostStore
   for (const HfTensor& t : hf_tensors(unquantized, units)) tensors.push_back(write_hf_tensor(t, store, bf16));
   auto files = write_sharded_safetensors(out, "model", tensors, max_shard_bytes, {{"format", "pt"}});
   if (!files.ok()) return files.status();
+  // A part the NVMe tier could not read was written as NaN: the tier's error fails the export.
+  if (store.tier()) MT_RETURN_IF_ERROR(store.tier()->error().with_context("exporting the model"));
   return out.sync();
 }
 

@@ -28,11 +28,11 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
 // out_dir must be absent or empty unless `overwrite` (then an earlier export's weight files are
 // replaced); a training checkpoint is refused even with `overwrite`, since writing into it would
 // replace its fp32 master weights.
-Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, const HostStore& store, bool bf16,
+Status export_hf_model(const std::string& out_dir, const ModelConfig& cfg, HostStore& store, bool bf16,
                        size_t max_shard_bytes, bool overwrite = false);
 // The same into a directory held open (the daemon's ExportModel: see DirFd::open_beneath); every
 // file is created, replaced and removed through the descriptor.
-Status export_hf_model(const DirFd& out, const ModelConfig& cfg, const HostStore& store, bool bf16,
+Status export_hf_model(const DirFd& out, const ModelConfig& cfg, HostStore& store, bool bf16,
                        size_t max_shard_bytes, bool overwrite = false);
 // The export target check alone, so a caller can refuse before loading anything.
 Status check_export_dir(const std::string& out_dir, bool overwrite);

@@ -1,5 +1,10 @@
 #include "engine/job/job.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <map>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -68,6 +73,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   p.processes = processes;
   p.shard_optimizer = spec.shard_optimizer;
   p.eval_set_bytes = HeldOutSet::host_bytes(spec);
+  if (spec.offload == "nvme") p.nvme = spec.nvme, p.nvme_gbps = spec.nvme_gbps;
   if (auto s = parse_speculation(spec.speculative_updates); s.ok() && spec.executor == "streaming") p.speculation = *s;
   if (uses_cuda(spec)) {
     const uint64_t tokens = uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len);
@@ -81,11 +87,33 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   return p;
 }
 
+// Each path a directory, and each filesystem (paths that share one, together) with room for
+// its share of the tier's bytes.
+Status check_nvme_space(const MemoryPlan& plan, const NvmeTierOptions& nvme) {
+  std::map<dev_t, std::pair<uint64_t, uint64_t>> need_free;  // per filesystem: bytes needed, free
+  for (const std::string& path : nvme.paths) {
+    struct stat st {};
+    struct statvfs fs {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::statvfs(path.c_str(), &fs) != 0)
+      return failed_precondition("memory.nvme_paths: '" + path + "' is not a directory this process can use");
+    auto& [need, free] = need_free[st.st_dev];
+    need += plan.nvme.drive_bytes_per_path;
+    free = uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize);
+    if (need > free)
+      return resource_exhausted("memory.nvme_paths: '" + path + "' has " + format_bytes(free) + " free; the NVMe tier needs " +
+                                format_bytes(need) + " there (" + format_bytes(plan.nvme.drive_bytes) + " over " +
+                                std::to_string(nvme.paths.size()) + " paths)");
+  }
+  return Status::Ok();
+}
+
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
-                                uint64_t device_budget, int processes) {
+                                uint64_t device_budget, int processes, double device_tflops) {
   MT_RETURN_IF_ERROR(validate(spec));
   if (uses_cuda(spec)) MT_RETURN_IF_ERROR(cuda_supports_head_dim(cfg.head_dim));
-  return plan_memory(cfg, job_train_options(spec), job_plan_options(spec, cfg, host_budget, device_budget, processes));
+  PlanOptions po = job_plan_options(spec, cfg, host_budget, device_budget, processes);
+  po.device_tflops = device_tflops;
+  return plan_memory(cfg, job_train_options(spec), po);
 }
 
 Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget) {
@@ -227,6 +255,11 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
   so.link_gbps = spec.link_gbps;
   so.speculation = po.speculation;
   so.host_budget = po.host_budget;
+  so.nvme = po.nvme;
+  if (!so.nvme.paths.empty()) {
+    MT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(cfg, job_train_options(spec), po));
+    MT_RETURN_IF_ERROR(check_nvme_space(plan, so.nvme));
+  }
   auto backend_for = [&](int d) { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec, cfg, d); };
   if (spec.devices == 1 && nodes.size() == 1) {
     MT_ASSIGN_OR_RETURN(auto backend, backend_for(0));

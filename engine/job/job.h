@@ -70,8 +70,12 @@ TrainOptions job_train_options(const JobSpec& spec);
 // `processes`: how many the job runs as (mpirun -np); host bytes are then per process.
 PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget = 0,
                              uint64_t device_budget = 0, int processes = 1);
+// The NVMe tier's paths: directories, each filesystem with room for its share of the plan's
+// drive bytes (resource_exhausted naming the path, else).
+Status check_nvme_space(const MemoryPlan& plan, const NvmeTierOptions& nvme);
+// device_tflops: what the NVMe tier's verdict assumes of the step (PlanOptions; 0: the default).
 Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget,
-                                uint64_t device_budget, int processes = 1);
+                                uint64_t device_budget, int processes = 1, double device_tflops = 0);
 // The longest seq_len (other fields as in `spec`) whose plan fits the budgets: a binary search
 // over plan_for_job, nothing allocated. FailedPrecondition when not even seq_len 1 fits.
 Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget);

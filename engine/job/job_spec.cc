@@ -15,6 +15,8 @@
 namespace mt {
 
 namespace {
+constexpr size_t kMaxNvmePaths = 16;  // memory.nvme_paths
+
 
 // The shortest text that reads back as `v` ("1e+300", not "1.0000000000000001e+300").
 template <typename F>
@@ -122,6 +124,8 @@ class ObjectReader {
   std::set<std::string> known_;
 };
 
+Status read_nvme(ObjectReader& mem, JobSpec& s);
+
 Status read_model(ObjectReader r, ModelSpec& m) {
   MT_RETURN_IF_ERROR(r.check_object());
   MT_RETURN_IF_ERROR(r.str("preset", m.preset));
@@ -228,7 +232,28 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   std::string layout = memory_layout_name(s.train.layout);
   MT_RETURN_IF_ERROR(mem.str("layout", layout));
   MT_ASSIGN_OR_RETURN(s.train.layout, parse_memory_layout(layout));
+  MT_RETURN_IF_ERROR(read_nvme(mem, s));
   return mem.finish();
+}
+
+// memory.offload and the NVMe tier's settings.
+Status read_nvme(ObjectReader& mem, JobSpec& s) {
+  MT_RETURN_IF_ERROR(mem.str("offload", s.offload));
+  MT_RETURN_IF_ERROR(mem.boolean("nvme_masters", s.nvme.masters));
+  MT_RETURN_IF_ERROR(mem.integer("nvme_window", s.nvme.window));
+  MT_RETURN_IF_ERROR(mem.integer("nvme_io_threads", s.nvme.io_threads));
+  MT_RETURN_IF_ERROR(mem.number("nvme_gbps", s.nvme_gbps));
+  const Json* paths = mem.get("nvme_paths");
+  if (!paths) return Status::Ok();
+  if (!paths->is_array() || paths->items().size() > kMaxNvmePaths)
+    return invalid_argument("memory.nvme_paths must be a list of at most " + std::to_string(kMaxNvmePaths) +
+                            " directories, got " + paths->dump().substr(0, 200));
+  for (const Json& p : paths->items()) {
+    if (!p.is_string() || p.as_string().empty() || p.as_string().size() > 4096)
+      return invalid_argument("memory.nvme_paths holds " + p.dump().substr(0, 200) + ": each must be a directory's path");
+    s.nvme.paths.push_back(p.as_string());
+  }
+  return Status::Ok();
 }
 
 Status one_of(const char* field, const std::string& v, std::initializer_list<const char*> allowed) {
@@ -286,6 +311,8 @@ Result<JobSpec> job_spec_from_json(const Json& j) {
   return s;
 }
 
+Status validate_nvme(const JobSpec& s);  // below
+
 Status validate(const JobSpec& s) {
   const int sources = !s.model.preset.empty() + !s.model.hf_config.empty() + !s.model.hf_model.empty();
   if (sources != 1) return invalid_argument("model must name exactly one of preset, hf_config, hf_model");
@@ -310,8 +337,30 @@ Status validate(const JobSpec& s) {
     return invalid_argument("comm_timeout_seconds = " + std::to_string(s.comm_timeout_seconds) + " must be in (0, 86400]");
   MT_RETURN_IF_ERROR(check_devices(s.devices, s.train));
   if (s.shard_optimizer && s.executor != "streaming") return invalid_argument("shard_optimizer needs executor = streaming");
+  MT_RETURN_IF_ERROR(validate_nvme(s));
   ModelConfig dummy;
   return validate(s.train, dummy);
+}
+
+Status validate_nvme(const JobSpec& s) {
+  MT_RETURN_IF_ERROR(one_of("memory.offload", s.offload, {"none", "nvme"}));
+  if (s.offload == "none") {
+    if (!s.nvme.paths.empty() || s.nvme.masters)
+      return invalid_argument("memory.nvme_paths and memory.nvme_masters need memory.offload = nvme");
+    return Status::Ok();
+  }
+  if (s.executor != "streaming") return invalid_argument("memory.offload = nvme needs executor = streaming");
+  if (s.shard_optimizer) return invalid_argument("memory.offload = nvme holds the whole optimizer's state: shard_optimizer is off with it");
+  if (s.nvme.window < 1 || s.nvme.window > 64)
+    return invalid_argument("memory.nvme_window = " + std::to_string(s.nvme.window) + " must be in 1..64");
+  if (s.nvme.io_threads < 1 || s.nvme.io_threads > 64)
+    return invalid_argument("memory.nvme_io_threads = " + std::to_string(s.nvme.io_threads) + " must be in 1..64");
+  if (!(s.nvme_gbps >= 0 && s.nvme_gbps <= 1e4))
+    return invalid_argument("memory.nvme_gbps = " + std::to_string(s.nvme_gbps) + " must be in [0, 10000]");
+  if (s.nvme.masters && s.precision == "fp32")
+    return invalid_argument("memory.nvme_masters needs precision bf16: the uploads then read the bf16 shadow in "
+                            "memory, never the masters on the drives");
+  return Status::Ok();
 }
 
 namespace {
@@ -390,6 +439,18 @@ Json job_spec_to_json(const JobSpec& s) {
   if (s.priority != 0) j.set("priority", s.priority);  // absent when 0, as before it existed
   if (s.expert_slots != 2) j.set("expert_slots", s.expert_slots);  // absent at its default: spec hashes unchanged
   if (s.speculative_updates != "off") j.set("speculative_updates", s.speculative_updates);
+  if (s.offload != "none") {  // absent without the tier, as before it existed
+    Json mem = *j.find("memory");
+    Json::Array paths;
+    for (const std::string& p : s.nvme.paths) paths.push_back(Json(p));
+    mem.set("offload", s.offload);
+    mem.set("nvme_paths", Json::array(paths));
+    mem.set("nvme_masters", s.nvme.masters);
+    mem.set("nvme_window", s.nvme.window);
+    mem.set("nvme_io_threads", s.nvme.io_threads);
+    if (s.nvme_gbps > 0) mem.set("nvme_gbps", s.nvme_gbps);
+    j.set("memory", mem);
+  }
   if (s.logging.tensorboard) j.set("logging", Json::object({{"tensorboard", true}}));
   if (s.checkpoint.keep_best) {  // absent when false, as before the field existed
     Json ck = *j.find("checkpoint");

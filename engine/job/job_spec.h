@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/exec/executor.h"
+#include "engine/optim/nvme_tier.h"
 #include "engine/base/json.h"
 
 namespace mt {
@@ -107,6 +108,13 @@ struct JobSpec {
   // The daemon's scheduling priority (higher runs first); not part of the trajectory, so not
   // of job_spec_hash: the local `train` reads and ignores it.
   int priority = 0;
+  // memory.offload: "none", or "nvme": the NVMe tier (engine/optim/nvme_tier.h) holds the
+  // decoders' and experts' Adam moments — with nvme.masters their fp32 masters too — in scratch
+  // files on nvme.paths (memory.nvme_paths; the daemon resolves them under its allowed roots and
+  // without any uses its --nvme_paths). The same bits as in memory, so not part of job_spec_hash.
+  std::string offload = "none";
+  NvmeTierOptions nvme;   // paths, masters, window, io_threads
+  double nvme_gbps = 0;   // the drives' bandwidth together, for the plan's verdict (0: not known)
 };
 
 // JSON (snake_case keys as in DESIGN.md §5) to JobSpec and back.

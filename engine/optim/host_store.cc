@@ -32,37 +32,57 @@ size_t host_bytes_per_param(MemoryLayout layout, bool shadow) {
   return 4 + 3 * state_elem_bytes(layout) + (shadow ? 2 : 0);
 }
 
+bool nvme_tiered(const ParamSchema& unit) { return unit.kind == UnitKind::kDecoder || unit.kind == UnitKind::kExpert; }
+
+std::vector<size_t> nvme_unit_numel(const std::vector<ParamSchema>& units) {
+  std::vector<size_t> n;
+  for (const ParamSchema& u : units) n.push_back(nvme_tiered(u) ? u.numel : 0);
+  return n;
+}
+
 namespace {
-HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow, bool moments) {
-  const size_t st = state_elem_bytes(layout), state = round_up(numel * st, kAlign), mv = moments ? state : 0;
-  return {round_up(numel * 4, kAlign), state, mv, mv, shadow ? round_up(numel * 2, kAlign) : 0};
+// tiered: the unit's moments (and, with masters, its masters) are on the NVMe tier.
+HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow, bool moments, bool tiered = false,
+                                bool tier_masters = false) {
+  const size_t st = state_elem_bytes(layout), state = round_up(numel * st, kAlign), mv = moments && !tiered ? state : 0;
+  const size_t master = tiered && tier_masters ? 0 : round_up(numel * 4, kAlign);
+  const uint64_t nvme = tiered ? 2 * direct_round_up(numel * st) + (tier_masters ? direct_round_up(numel * 4) : 0) : 0;
+  return {master, state, mv, mv, shadow ? round_up(numel * 2, kAlign) : 0, nvme};
 }
 
 bool holds_moments(const MomentUnits& moments, size_t unit) { return moments.empty() || moments[unit]; }
 }  // namespace
 
 HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow,
-                                const MomentUnits& moments) {
+                                const MomentUnits& moments, const NvmeTierOptions* tier) {
   HostStoreBytes b;
   for (size_t i = 0; i < units.size(); ++i) {
-    const HostStoreBytes ub = unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i));
-    b.master += ub.master, b.grad += ub.grad, b.m += ub.m, b.v += ub.v, b.shadow += ub.shadow;
+    const HostStoreBytes ub = unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i),
+                                               tier && nvme_tiered(units[i]), tier && tier->masters);
+    b.master += ub.master, b.grad += ub.grad, b.m += ub.m, b.v += ub.v, b.shadow += ub.shadow, b.nvme += ub.nvme;
   }
   return b;
 }
 
 Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSchema>& units, MemoryLayout layout,
-                                                     bool shadow, HostAllocator& alloc, const MomentUnits& moments) {
+                                                     bool shadow, HostAllocator& alloc, const MomentUnits& moments,
+                                                     const NvmeTierOptions* tier) {
   if (!moments.empty() && moments.size() != units.size())
     return invalid_argument("HostStore: a moments mask of " + std::to_string(moments.size()) + " units for " +
                             std::to_string(units.size()));
+  if (tier && !moments.empty()) return invalid_argument("the NVMe tier does not hold a sharded optimizer's state");
   std::unique_ptr<HostStore> s(new HostStore(layout, alloc));
   const size_t st = state_elem_bytes(layout);
+  auto tiered = [&](size_t i) { return tier && nvme_tiered(units[i]); };
+  if (tier) {  // the drives' files first: a full drive or a tmpfs path is refused before any pinning
+    MT_ASSIGN_OR_RETURN(s->tier_, NvmeTier::create(*tier, nvme_unit_numel(units), st));
+  }
   // Per unit: master, grad, m, v, shadow regions, each 4 KiB aligned. Units fill a chunk until
   // it would exceed kChunkBytes; a unit larger than that gets a chunk of its own.
   std::vector<size_t> unit_bytes;
   for (size_t i = 0; i < units.size(); ++i)
-    unit_bytes.push_back(unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i)).total());
+    unit_bytes.push_back(
+        unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i), tiered(i), tier && tier->masters).total());
   struct Plan {
     size_t first, end, bytes;
   };
@@ -122,9 +142,10 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       const size_t n = units[i].numel;
       HostUnit hu;
       hu.numel = n;
-      hu.master = reinterpret_cast<float*>(p), p += round_up(n * 4, kAlign);
+      hu.tiered = tiered(i);
+      if (!hu.tiered || !tier->masters) hu.master = reinterpret_cast<float*>(p), p += round_up(n * 4, kAlign);
       hu.grad = p, p += round_up(n * st, kAlign);
-      if (holds_moments(moments, i)) {
+      if (holds_moments(moments, i) && !hu.tiered) {
         hu.m = p, p += round_up(n * st, kAlign);
         hu.v = p, p += round_up(n * st, kAlign);
       }
@@ -132,8 +153,15 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       s->units_.push_back(hu);
     }
   }
-  for (const ParamSchema& u : units) s->expert_.push_back(u.kind == UnitKind::kExpert);
+  for (const ParamSchema& u : units) {
+    s->expert_.push_back(u.kind == UnitKind::kExpert);
+    s->names_.push_back(u.kind == UnitKind::kExpert ? "expert " + std::to_string(u.expert) + " of layer " + std::to_string(u.layer)
+                        : u.kind == UnitKind::kDecoder ? "decoder " + std::to_string(u.layer)
+                                                       : unit_kind_name(u.kind));
+  }
   s->updates_.assign(units.size(), 0);
+  s->update_order_.resize(units.size());
+  for (size_t u = 0; u < units.size(); ++u) s->update_order_[u] = u;
   return s;
 }
 
@@ -167,20 +195,82 @@ size_t HostStore::total_params() const {
   return n;
 }
 
-void HostStore::zero_optimizer_state() {
+void HostStore::zero_optimizer_state(bool masters_follow) {
   const size_t st = state_elem_bytes(layout_);
   for (auto& u : units_) {
     if (!u.m) continue;
     std::memset(u.m, 0, u.numel * st);
     std::memset(u.v, 0, u.numel * st);
   }
+  if (tier_) {  // the tier's moments read as zeros; its masters (if it holds them) are kept
+    if (tier_->masters() && !masters_follow) {
+      for (size_t i = 0; i < units_.size(); ++i)
+        if (units_[i].tiered) (void)tier_zero_moments(i);
+    } else {
+      tier_->zero_all();
+    }
+  }
   std::fill(updates_.begin(), updates_.end(), 0);
 }
 
-void HostStore::refresh_shadows() const {
-  for (const HostUnit& u : units_)
-    if (u.shadow) round_to_bf16(u.shadow, u.master, u.numel);
+Status HostStore::tier_zero_moments(size_t i) {
+  MT_ASSIGN_OR_RETURN(NvmeTier::Slot s, tier_->acquire(i));
+  const size_t bytes = units_[i].numel * state_elem_bytes(layout_);
+  std::memset(s.m, 0, bytes);
+  std::memset(s.v, 0, bytes);
+  tier_->release(i, true);
+  return Status::Ok();
 }
+
+void HostStore::refresh_shadows() const {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const HostUnit& u = units_[i];
+    if (!u.shadow) continue;
+    if (u.master) {
+      round_to_bf16(u.shadow, u.master, u.numel);
+      continue;
+    }
+    auto master = const_cast<HostStore*>(this)->acquire_master(i);  // on the tier
+    if (!master.ok()) continue;  // the tier's sticky error fails the job's next step
+    round_to_bf16(u.shadow, *master, u.numel);
+    const_cast<HostStore*>(this)->release(i, false);
+  }
+}
+
+template <typename S>
+Result<UnitState<S>> HostStore::acquire(size_t i) {
+  UnitState<S> st = state<S>(i);
+  if (!units_[i].tiered) return st;
+  auto slot = tier_->acquire(i);
+  if (!slot.ok()) return slot.status().with_context(names_[i]);
+  st.m = static_cast<S*>(slot->m);
+  st.v = static_cast<S*>(slot->v);
+  if (slot->master) st.master = slot->master;
+  return st;
+}
+
+Result<float*> HostStore::acquire_master(size_t i) {
+  if (!units_[i].tiered || units_[i].master) return units_[i].master;
+  auto slot = tier_->acquire(i);
+  if (!slot.ok()) return slot.status().with_context(names_[i]);
+  return slot->master;
+}
+
+void HostStore::release(size_t i, bool dirty) {
+  if (units_[i].tiered) tier_->release(i, dirty);
+}
+
+void HostStore::set_update_order(const std::vector<size_t>& order) {
+  update_order_ = order;
+  if (!tier_) return;
+  std::vector<size_t> tiered;
+  for (size_t u : order)
+    if (units_[u].tiered) tiered.push_back(u);
+  tier_->set_order(std::move(tiered));
+}
+
+template Result<UnitState<float>> HostStore::acquire<float>(size_t);
+template Result<UnitState<bf16>> HostStore::acquire<bf16>(size_t);
 
 void HostStore::zero_grads() {
   const size_t st = state_elem_bytes(layout_);

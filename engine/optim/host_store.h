@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/optim/nvme_tier.h"
 #include "engine/optim/optimizer.h"
+#include "engine/optim/update_gate.h"
 #include "engine/model/param_schema.h"
 #include "engine/base/host_memory.h"
 #include "engine/base/status.h"
@@ -36,12 +38,21 @@ using MomentUnits = std::vector<bool>;
 // to the byte.
 struct HostStoreBytes {
   uint64_t master = 0, grad = 0, m = 0, v = 0, shadow = 0;
+  uint64_t nvme = 0;  // on the NVMe tier's drives (not host memory)
   uint64_t total() const { return master + grad + m + v + shadow; }
 };
+// tier: the NVMe tier's options (nullptr: none); its units' moments (and masters) are on drives.
 HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow,
-                                const MomentUnits& moments = {});
+                                const MomentUnits& moments = {}, const NvmeTierOptions* tier = nullptr);
+// The units the NVMe tier holds: the decoders and experts (the embedding and the head, read by
+// every step's first uses and updated rows first, stay in host memory).
+bool nvme_tiered(const ParamSchema& unit);
+std::vector<size_t> nvme_unit_numel(const std::vector<ParamSchema>& units);  // per unit: numel if tiered, else 0
 
 struct HostUnit {
+  // On the NVMe tier, m and v are nullptr (and master, when the tier holds masters): reach them
+  // through HostStore::acquire.
+  bool tiered = false;
   float* master = nullptr;
   void* grad = nullptr;  // float* (exact) or bf16* (compact)
   void* m = nullptr;
@@ -53,7 +64,8 @@ struct HostUnit {
 class HostStore {
  public:
   static Result<std::unique_ptr<HostStore>> create(const std::vector<ParamSchema>& units, MemoryLayout layout,
-                                                   bool shadow, HostAllocator& alloc, const MomentUnits& moments = {});
+                                                   bool shadow, HostAllocator& alloc, const MomentUnits& moments = {},
+                                                   const NvmeTierOptions* tier = nullptr);
   ~HostStore();
   HostStore(const HostStore&) = delete;
   HostStore& operator=(const HostStore&) = delete;
@@ -61,7 +73,7 @@ class HostStore {
   MemoryLayout layout() const { return layout_; }
   size_t num_units() const { return units_.size(); }
   const HostUnit& unit(size_t i) const { return units_[i]; }
-  bool has_moments(size_t i) const { return units_[i].m != nullptr; }
+  bool has_moments(size_t i) const { return units_[i].m != nullptr || units_[i].tiered; }
   size_t total_bytes() const { return total_bytes_; }
   size_t total_params() const;
   template <typename S>
@@ -78,7 +90,42 @@ class HostStore {
   // The experts' update counts in unit order (a checkpoint's), and back; empty for a dense model.
   std::vector<long> expert_updates() const;
   Status set_expert_updates(const std::vector<long>& counts);
-  void zero_optimizer_state();  // m = v = 0 (of the units that hold them), update counts 0
+  // m = v = 0 (of the units that hold them), update counts 0. masters_follow: the caller writes
+  // every unit's masters next (initialisation, a load), so the NVMe tier need not keep its own:
+  // it zeroes them too, and the next acquire of each unit reads nothing from the drives.
+  void zero_optimizer_state(bool masters_follow = false);
+  // A unit's optimizer state (masters, moments, gradient, shadow) where the CPU can read and
+  // write it, until release(u, dirty): in memory, or — a unit on the NVMe tier — read into the
+  // tier's window. One unit at a time per caller. Errors name the unit and the drive's path.
+  template <typename S>
+  Result<UnitState<S>> acquire(size_t u);
+  Result<float*> acquire_master(size_t u);  // its masters alone (either layout)
+  void release(size_t u, bool dirty);
+  // acquire, fn (returning a Status), release — written back when `dirty` and fn succeeded.
+  template <typename S, typename F>
+  Status with_state(size_t u, bool dirty, F&& fn) {
+    MT_ASSIGN_OR_RETURN(UnitState<S> st, acquire<S>(u));
+    const Status s = fn(st);
+    release(u, dirty && s.ok());
+    return s;
+  }
+  template <typename F>
+  Status with_master(size_t u, bool dirty, F&& fn) {
+    MT_ASSIGN_OR_RETURN(float* m, acquire_master(u));
+    const Status s = fn(m);
+    release(u, dirty && s.ok());
+    return s;
+  }
+  NvmeTier* tier() const { return tier_.get(); }  // nullptr: none
+  // The order the optimizer updates the units in each step (its executor's; 0..U-1 until told):
+  // what the NVMe tier reads ahead in and a checkpoint written during training writes in.
+  void set_update_order(const std::vector<size_t>& units);
+  const std::vector<size_t>& update_order() const { return update_order_; }
+  // A checkpoint being written (update_gate.h): before_update(u) waits until it has unit u.
+  void set_update_gate(std::shared_ptr<UpdateGate> gate) { gate_ = std::move(gate); }
+  void before_update(size_t u) const {
+    if (const auto g = gate_) g->wait(u);
+  }
   void zero_grads();
   // Each unit's bf16 shadow (if it has one) = its masters rounded: after they are written other
   // than by the optimizer (initialisation, a loaded checkpoint or model).
@@ -86,6 +133,7 @@ class HostStore {
 
  private:
   HostStore(MemoryLayout layout, HostAllocator& alloc) : layout_(layout), alloc_(alloc) {}
+  Status tier_zero_moments(size_t u);
 
   MemoryLayout layout_;
   HostAllocator& alloc_;
@@ -93,6 +141,10 @@ class HostStore {
   std::vector<char> expert_;    // per unit: an expert (UnitKind::kExpert)
   std::vector<long> updates_;   // per unit: AdamW updates applied (adam_step)
   std::vector<std::pair<void*, size_t>> chunks_;
+  std::unique_ptr<NvmeTier> tier_;
+  std::vector<std::string> names_;  // per unit, for messages
+  std::vector<size_t> update_order_;
+  std::shared_ptr<UpdateGate> gate_;  // read by the optimizer thread, set between steps
   size_t total_bytes_ = 0;
 };
 

@@ -1,0 +1,158 @@
+// The NVMe tier through the CLI, as a user runs it: `megatrain train` with the Adam moments and
+// the masters on a drive, killed with SIGKILL mid-run and run again, ends with the checkpoint
+// bytes of an uninterrupted run that kept everything in memory; `megatrain plan` puts
+// dense-120b on one H200 with 512 GB of host memory plus NVMe and says what bandwidth its step
+// needs of the drives; a tier path the job cannot use fails it naming the path.
+#include <sys/vfs.h>
+
+#include <csignal>
+
+#include "tests/cli/cli_fixture.h"
+#include "tests/engine/nvme_dir.h"
+
+namespace mt::cli::testing {
+namespace {
+
+std::string tier_spec(long steps, const std::string& memory) {
+  return "name: nvme-cli\n"
+         "model: {preset: tiny}\n"
+         "init: {seed: 3}\n"
+         "data: {source: synthetic, seed: 2}\n"
+         "seq_len: 16\n"
+         "micro_batch: 2\n"
+         "global_batch: 4\n"
+         "steps: " + std::to_string(steps) + "\n"
+         "optimizer: {lr: 1.0e-2, grad_clip: 0.5}\n"
+         "checkpoint: {every: 2, keep: 5}\n"
+         "precision: bf16\n"
+         "backend: cpu\n"
+         "memory: " + memory + "\n";
+}
+
+std::string step_dir(const std::string& run, long step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "/checkpoints/step-%08ld", step);
+  return run + name;
+}
+
+// Runs `megatrain train SPEC --json --out RUN` and kills it with SIGKILL once it reports step
+// `at`; returns the last step it reported.
+long train_and_kill(const std::string& spec, const std::string& run, long at) {
+  int out[2];
+  if (::pipe(out) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDERR_FILENO);
+    ::close(out[0]);
+    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", r = run, sp = spec;
+    char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), r.data(), nullptr};
+    ::execv(args[0], args);
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string seen;
+  char buf[4096];
+  long step = 0;
+  while (step < at) {
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n <= 0) break;
+    seen.append(buf, size_t(n));
+    for (size_t p = seen.find("\"step\":"); p != std::string::npos; p = seen.find("\"step\":", p + 1))
+      step = std::max(step, std::atol(seen.c_str() + p + 7));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(out[0]);
+  return WIFSIGNALED(status) ? step : -1;
+}
+
+TEST(NvmeCli, KilledWithTheTierResumesToTheBytesOfARunInMemory) {
+  const std::string dir = fresh_dir("nvme_resume");
+  testing_util::NvmeDir drive("nvme-cli");
+  const long steps = 8;
+  const std::string ram = write_file(dir + "/ram.yaml", tier_spec(steps, "{layout: compact}"));
+  const std::string tier = write_file(
+      dir + "/tier.yaml", tier_spec(steps, "{layout: compact, offload: nvme, nvme_paths: [" + drive.path +
+                                               "], nvme_masters: true, nvme_window: 2}"));
+  RunResult whole = megatrain({"train", ram, "--json", "--out", dir + "/ram"}, {}, 300);
+  ASSERT_EQ(whole.rc, 0) << describe(whole);
+  const long killed_at = train_and_kill(tier, dir + "/tier", 5);  // past the checkpoints of steps 2 and 4
+  ASSERT_GT(killed_at, 0) << "the run must be killed, not end";
+  ASSERT_LT(killed_at, steps);
+  RunResult resumed = megatrain({"train", tier, "--json", "--out", dir + "/tier"}, {}, 300);
+  ASSERT_EQ(resumed.rc, 0) << describe(resumed);
+  for (long s : {4L, steps})
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+      auto a = read_file(step_dir(dir + "/ram", s) + "/" + f);
+      auto b = read_file(step_dir(dir + "/tier", s) + "/" + f);
+      ASSERT_TRUE(a.ok() && b.ok()) << f << " of step " << s;
+      EXPECT_TRUE(*a == *b) << f << " of step " << s << " differs between memory and the tier";
+    }
+  EXPECT_TRUE(fs::is_empty(drive.path)) << "the tier's scratch files outlive the job";
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+TEST(NvmeCli, PlansDense120bOnOneH200With512GBAndNvme) {
+  const std::string dir = fresh_dir("nvme_plan");
+  const std::string spec = write_file(dir + "/dense.yaml",
+                                      "model: {preset: dense-120b}\nseq_len: 4096\nmicro_batch: 1\nglobal_batch: 16\n"
+                                      "precision: bf16\nbackend: cuda\nmemory: {layout: compact}\n");
+  const std::vector<std::string> budgets = {"--host-memory", "512GB", "--device-memory", "140GB", "--json"};
+  auto plan = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"plan", spec};
+    a.insert(a.end(), budgets.begin(), budgets.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return megatrain(a);
+  };
+  RunResult in_memory = plan({});
+  ASSERT_EQ(in_memory.rc, 0) << describe(in_memory);
+  auto m = Json::parse(in_memory.out);
+  ASSERT_TRUE(m.ok()) << in_memory.out;
+  EXPECT_FALSE(m->find("fits")->as_bool()) << "dense-120b must not fit 512 GB without the tier:\n" << in_memory.out;
+  RunResult tiered = plan({"--offload", "nvme", "--nvme-paths", "/nvme0,/nvme1", "--nvme-masters", "--nvme-gbps", "12"});
+  ASSERT_EQ(tiered.rc, 0) << describe(tiered);
+  auto t = Json::parse(tiered.out);
+  ASSERT_TRUE(t.ok()) << tiered.out;
+  EXPECT_TRUE(t->find("fits")->as_bool()) << tiered.out;
+  EXPECT_LE(t->find("host_bytes")->as_int(), int64_t(512e9)) << tiered.out;
+  EXPECT_LT(t->find("host_bytes_per_param")->as_double(), 4.3) << tiered.out;
+  const Json* n = t->find("nvme");
+  ASSERT_NE(n, nullptr) << tiered.out;
+  EXPECT_EQ(n->find("paths")->as_int(), 2);
+  EXPECT_GT(n->find("drive_bytes")->as_int(), int64_t(900e9)) << "moments and masters: 8 bytes a parameter";
+  EXPECT_EQ(n->find("io_bytes_per_step")->as_int(), 2 * n->find("drive_bytes")->as_int());
+  EXPECT_GT(n->find("needed_gbps")->as_double(), 0.0);
+  EXPECT_NE(n->find("verdict")->as_string().find("GB/s"), std::string::npos);
+  // The human form says the same.
+  RunResult human = megatrain({"plan", spec, "--host-memory", "512GB", "--device-memory", "140GB", "--offload", "nvme",
+                               "--nvme-masters"});
+  ASSERT_EQ(human.rc, 0) << describe(human);
+  EXPECT_NE(human.out.find("nvme tier"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("needs"), std::string::npos) << human.out;
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+TEST(NvmeCli, ATierPathTheJobCannotUseFailsItNamingThePath) {
+  const std::string dir = fresh_dir("nvme_bad");
+  const std::string missing = dir + "/no-such-drive";
+  const std::string spec = write_file(
+      dir + "/bad.yaml", tier_spec(2, "{layout: compact, offload: nvme, nvme_paths: [" + missing + "]}"));
+  RunResult r = megatrain({"train", spec, "--out", dir + "/run"}, {}, 120);
+  EXPECT_NE(r.rc, 0) << describe(r);
+  EXPECT_NE(r.err.find(missing), std::string::npos) << describe(r);
+  struct statfs sf {};
+  if (::statfs("/dev/shm", &sf) == 0 && long(sf.f_type) == 0x01021994) {  // tmpfs: host memory, refused
+    const std::string shm = write_file(dir + "/shm.yaml",
+                                       tier_spec(2, "{layout: compact, offload: nvme, nvme_paths: [/dev/shm]}"));
+    RunResult s = megatrain({"train", shm, "--out", dir + "/shm-run"}, {}, 120);
+    EXPECT_NE(s.rc, 0) << describe(s);
+    EXPECT_NE(s.err.find("'/dev/shm' is on tmpfs"), std::string::npos) << describe(s);
+  }
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mt::cli::testing
