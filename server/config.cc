@@ -163,7 +163,8 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.state_dir = absl::GetFlag(FLAGS_state_dir);
   c.data_root = absl::GetFlag(FLAGS_data_root);
-  for (const std::string& p : absl::StrSplit(absl::GetFlag(FLAGS_nvme_paths), ',', absl::SkipEmpty())) c.nvme_paths.push_back(p);
+  for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_nvme_paths), ',', absl::SkipEmpty()))
+    c.nvme_paths.emplace_back(p);
   if (auto s = absl::GetFlag(FLAGS_host_memory); !s.empty()) {
     MT_ASSIGN_OR_RETURN(c.host_memory, parse_bytes(s));
   }
