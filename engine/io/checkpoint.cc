@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 #include "engine/io/hf_io.h"
@@ -151,37 +152,113 @@ Result<TrainerState> state_from_json(const std::string& path) {
 
 // ---- writing -----------------------------------------------------------------------------------
 
-std::vector<WriteTensor> weight_tensors(const std::vector<ParamSchema>& units, const HostStore& store) {
-  std::vector<WriteTensor> out;
-  for (size_t i = 0; i < units.size(); ++i)
-    for (const auto& t : units[i].tensors)
-      out.push_back({t.name, t.shape, DType::kF32, store.unit(i).master + t.offset, DType::kF32});
-  return out;
+// A tensor of `part` of unit u on the NVMe tier, `first` bytes into it: read from the drives as
+// the file stores it (flush the tier first).
+WriteTensor tiered_tensor(std::string name, const std::vector<int64_t>& shape, DType dt, NvmeTier* tier, size_t u,
+                          NvmeTier::Part part, uint64_t first) {
+  WriteTensor w{std::move(name), shape, dt, nullptr, dt};
+  w.read = [tier, u, part, first](uint64_t offset, size_t n, void* dst) {
+    return tier->read_part(u, part, first + offset, n, dst);
+  };
+  return w;
 }
 
-// The Adam state of the units the store holds it for.
-std::vector<WriteTensor> moment_tensors(const std::vector<ParamSchema>& units, const HostStore& store) {
-  const bool exact = store.layout() == MemoryLayout::kExact;
-  const DType dt = exact ? DType::kF32 : DType::kBF16;
-  const size_t es = exact ? 4 : 2;
-  std::vector<WriteTensor> out;
-  for (size_t i = 0; i < units.size(); ++i) {
-    if (!store.has_moments(i)) continue;
-    const HostUnit& u = store.unit(i);
+// The units in the order a checkpoint writes them: the store's update order, so that a
+// checkpoint written while training goes on holds the units in the order the next step's
+// optimizer needs them back (0..U-1 if that order is not one of every unit).
+std::vector<size_t> write_order(const HostStore& store) {
+  std::vector<size_t> order = store.update_order();
+  std::vector<char> seen(store.num_units(), 0);
+  bool whole = order.size() == seen.size();
+  for (size_t u : order) whole = whole && u < seen.size() && !seen[u]++;
+  if (!whole) {
+    order.resize(seen.size());
+    for (size_t u = 0; u < order.size(); ++u) order[u] = u;
+  }
+  return order;
+}
+
+// A file's tensors, unit by unit in `order`; ends[k]: how many of them the first k + 1 units make.
+struct UnitTensors {
+  std::vector<WriteTensor> tensors;
+  std::vector<size_t> ends;
+};
+
+UnitTensors weight_tensors(const std::vector<ParamSchema>& units, const HostStore& store,
+                           const std::vector<size_t>& order) {
+  UnitTensors out;
+  for (size_t i : order) {
     for (const auto& t : units[i].tensors) {
-      out.push_back({t.name + ".exp_avg", t.shape, dt, static_cast<const char*>(u.m) + t.offset * es, dt});
-      out.push_back({t.name + ".exp_avg_sq", t.shape, dt, static_cast<const char*>(u.v) + t.offset * es, dt});
+      if (const float* m = store.unit(i).master) out.tensors.push_back({t.name, t.shape, DType::kF32, m + t.offset, DType::kF32});
+      else out.tensors.push_back(tiered_tensor(t.name, t.shape, DType::kF32, store.tier(), i, NvmeTier::Part::kMaster, t.offset * 4));
     }
+    out.ends.push_back(out.tensors.size());
   }
   return out;
 }
 
+// The Adam state of the units the store holds it for.
+UnitTensors moment_tensors(const std::vector<ParamSchema>& units, const HostStore& store,
+                           const std::vector<size_t>& order) {
+  const bool exact = store.layout() == MemoryLayout::kExact;
+  const DType dt = exact ? DType::kF32 : DType::kBF16;
+  const size_t es = exact ? 4 : 2;
+  UnitTensors out;
+  auto& v = out.tensors;
+  for (size_t i : order) {
+    const HostUnit& u = store.unit(i);
+    for (const auto& t : units[i].tensors) {
+      if (!store.has_moments(i)) break;
+      if (u.tiered) {
+        v.push_back(tiered_tensor(t.name + ".exp_avg", t.shape, dt, store.tier(), i, NvmeTier::Part::kM, t.offset * es));
+        v.push_back(tiered_tensor(t.name + ".exp_avg_sq", t.shape, dt, store.tier(), i, NvmeTier::Part::kV, t.offset * es));
+        continue;
+      }
+      v.push_back({t.name + ".exp_avg", t.shape, dt, static_cast<const char*>(u.m) + t.offset * es, dt});
+      v.push_back({t.name + ".exp_avg_sq", t.shape, dt, static_cast<const char*>(u.v) + t.offset * es, dt});
+    }
+    out.ends.push_back(v.size());
+  }
+  return out;
+}
+
+// Tells `captured` each unit of `order`, in turn, once every file holds its bytes: unit order[k]
+// is in file f once f's writer holds its first ends[f][k] tensors.
+class UnitCapture {
+ public:
+  UnitCapture(const std::vector<size_t>& order, const UnitCaptured& captured, std::vector<std::vector<size_t>> ends)
+      : order_(order), captured_(captured), ends_(std::move(ends)), held_(ends_.size(), 0) {}
+  TensorsCaptured file(size_t f) {
+    if (!captured_) return nullptr;
+    return [this, f](size_t tensors) { held(f, tensors); };
+  }
+
+ private:
+  void held(size_t f, size_t tensors) {
+    std::lock_guard<std::mutex> l(mu_);
+    held_[f] = tensors;
+    auto in_all = [&](size_t k) {
+      for (size_t g = 0; g < ends_.size(); ++g)
+        if (held_[g] < ends_[g][k]) return false;
+      return true;
+    };
+    for (; next_ < order_.size() && in_all(next_); ++next_) captured_(order_[next_]);
+  }
+
+  const std::vector<size_t>& order_;
+  const UnitCaptured& captured_;
+  std::vector<std::vector<size_t>> ends_;
+  std::mutex mu_;
+  std::vector<size_t> held_;
+  size_t next_ = 0;
+};
+
 // A checkpoint's safetensors file NAME in `dir`: in parallel with O_DIRECT, or as
 // checkpoint_io_options() says.
 Status write_tensor_file(const std::string& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
-                         const Metadata& metadata) {
+                         const Metadata& metadata, const TensorsCaptured& captured = nullptr) {
   MT_ASSIGN_OR_RETURN(DirFd d, DirFd::open(dir, false));
-  return write_safetensors_parallel(d, name, tensors, metadata, checkpoint_io_options());
+  return write_safetensors_parallel(d, name, tensors, metadata, checkpoint_io_options(), nullptr, captured);
 }
 
 Metadata optimizer_metadata(long step, const HostStore& store) {
@@ -212,21 +289,36 @@ Status write_optimizer_index(const std::string& dir, const std::vector<ParamSche
 }
 
 // Everything but the optimizer shards: the optimizer state itself (ranks 0: this store holds all
-// of it) or the index of the shards `ranks` processes wrote.
+// of it, written beside the weights by a second thread) or the index of the shards `ranks`
+// processes wrote. The trainer state is taken first: the units captured may change after.
 Status write_files(const std::string& dir, const ModelConfig& cfg, const std::vector<ParamSchema>& units,
-                   const HostStore& store, const TrainerState& state, int ranks) {
+                   const HostStore& store, const TrainerState& state, int ranks, const UnitCaptured& captured) {
   const Metadata meta = {{"format", "pt"}, {"step", std::to_string(state.step)}};
-  MT_RETURN_IF_ERROR(write_tensor_file(dir, "model.safetensors", weight_tensors(units, store), meta));
-  if (ranks > 0) {
-    MT_RETURN_IF_ERROR(write_optimizer_index(dir, units, store, ranks));
-  } else {
+  const std::string trainer_state = state_to_json(state, store);
+  if (NvmeTier* tier = store.tier()) MT_RETURN_IF_ERROR(tier->flush());  // the drives hold every update
+  if (ranks == 0)
     for (size_t i = 0; i < units.size(); ++i)
       if (!store.has_moments(i))
         return failed_precondition("this store holds a shard of the optimizer state: write it with write_optimizer_shard");
-    MT_RETURN_IF_ERROR(write_tensor_file(dir, "optimizer.safetensors", moment_tensors(units, store),
-                                         optimizer_metadata(state.step, store)));
-  }
-  MT_RETURN_IF_ERROR(write_file_durable(join(dir, "trainer_state.json"), state_to_json(state, store)));
+  const std::vector<size_t> order = write_order(store);
+  const UnitTensors weights = weight_tensors(units, store, order);
+  const UnitTensors moments = ranks == 0 ? moment_tensors(units, store, order) : UnitTensors{};
+  std::vector<std::vector<size_t>> ends{weights.ends};
+  if (ranks == 0) ends.push_back(moments.ends);
+  UnitCapture capture(order, captured, std::move(ends));
+  Status moments_written;
+  std::thread second;
+  if (ranks == 0)
+    second = std::thread([&] {
+      moments_written = write_tensor_file(dir, "optimizer.safetensors", moments.tensors,
+                                          optimizer_metadata(state.step, store), capture.file(1));
+    });
+  const Status weights_written = write_tensor_file(dir, "model.safetensors", weights.tensors, meta, capture.file(0));
+  if (second.joinable()) second.join();
+  MT_RETURN_IF_ERROR(weights_written);
+  MT_RETURN_IF_ERROR(moments_written);
+  if (ranks > 0) MT_RETURN_IF_ERROR(write_optimizer_index(dir, units, store, ranks));
+  MT_RETURN_IF_ERROR(write_file_durable(join(dir, "trainer_state.json"), trainer_state));
   MT_RETURN_IF_ERROR(write_file_durable(join(dir, "config.json"), model_config_to_json(cfg).dump(2) + "\n"));
   return fsync_dir(dir);
 }
@@ -322,21 +414,22 @@ Status write_optimizer_shard(const std::string& root, long step, const ModelConf
                              int rank, int ranks) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
-  return write_tensor_file(temp_dir(root, step), optimizer_shard_name(rank, ranks), moment_tensors(units, store),
-                           optimizer_metadata(step, store))
+  return write_tensor_file(temp_dir(root, step), optimizer_shard_name(rank, ranks),
+                           moment_tensors(units, store, write_order(store)).tensors, optimizer_metadata(step, store))
       .with_context("saving optimizer shard " + std::to_string(rank + 1) + " of " + std::to_string(ranks));
 }
 
 namespace {
 // Writes the rest of the checkpoint begun in its temp directory and publishes it.
 Result<std::string> finish_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                      const TrainerState& state, int keep, int ranks, long also_keep) {
+                                      const TrainerState& state, int keep, int ranks, long also_keep,
+                                      const UnitCaptured& captured = nullptr) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
   std::error_code ec;
   const std::string name = step_dir_name(state.step);
   const std::string tmp = temp_dir(root, state.step), final_dir = join(root, name);
-  Status s = write_files(tmp, cfg, units, store, state, ranks);
+  Status s = write_files(tmp, cfg, units, store, state, ranks, captured);
   if (s.ok()) s = publish(tmp, final_dir);
   if (!s.ok()) {
     fs::remove_all(tmp, ec);
@@ -350,10 +443,10 @@ Result<std::string> finish_checkpoint(const std::string& root, const ModelConfig
 }  // namespace
 
 Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                    const TrainerState& state, int keep, long also_keep) {
+                                    const TrainerState& state, int keep, long also_keep, const UnitCaptured& captured) {
   MT_RETURN_IF_ERROR(check_store_matches(cfg, build_param_schemas(cfg), store));
   MT_RETURN_IF_ERROR(begin_checkpoint(root, state.step));
-  return finish_checkpoint(root, cfg, store, state, keep, 0, also_keep);
+  return finish_checkpoint(root, cfg, store, state, keep, 0, also_keep, captured);
 }
 
 Result<std::string> finish_sharded_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
@@ -411,6 +504,61 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
   return out;
 }
 
+namespace {
+
+// Where a load puts unit u's masters and moments (moments nullptr: another process's shard).
+struct UnitDst {
+  float* master = nullptr;
+  void* m = nullptr;
+  void* v = nullptr;
+};
+
+// The reads of unit `unit`'s tensors into d.
+void unit_reads(const ParamSchema& unit, const SafetensorsSet& model, const SafetensorsSet& opt, MemoryLayout layout,
+                const UnitDst& d, std::vector<ReadTensor>& out) {
+  const DType state_dtype = layout == MemoryLayout::kExact ? DType::kF32 : DType::kBF16;
+  for (const auto& t : unit.tensors) {
+    const auto* w = model.find(t.name);
+    out.push_back({w->file, w->info, d.master + t.offset, DType::kF32});
+    if (!d.m) continue;
+    for (auto [suffix, dst] : {std::pair{".exp_avg", d.m}, std::pair{".exp_avg_sq", d.v}}) {
+      const auto* e = opt.find(t.name + suffix);
+      out.push_back({e->file, e->info, static_cast<char*>(dst) + t.offset * state_elem_bytes(layout), state_dtype});
+    }
+  }
+}
+
+// Unit u of the NVMe tier, acquired: its masters and moments in the tier's window.
+Result<UnitDst> acquire_unit(HostStore& store, size_t u) {
+  if (store.layout() == MemoryLayout::kExact) {
+    MT_ASSIGN_OR_RETURN(UnitState<float> st, store.acquire<float>(u));
+    return UnitDst{st.master, st.m, st.v};
+  }
+  MT_ASSIGN_OR_RETURN(UnitState<bf16> st, store.acquire<bf16>(u));
+  return UnitDst{st.master, st.m, st.v};
+}
+
+// The units on the NVMe tier, one at a time through its window: read, the shadow rounded from
+// the masters while they are at hand, written back to the drives.
+Status load_tiered_units(const std::vector<ParamSchema>& units, const SafetensorsSet& model, const SafetensorsSet& opt,
+                         HostStore& store) {
+  store.tier()->zero_all();  // every tiered unit is written below: nothing is read from the drives
+  for (size_t i = 0; i < units.size(); ++i) {
+    const HostUnit& u = store.unit(i);
+    if (!u.tiered) continue;
+    MT_ASSIGN_OR_RETURN(UnitDst d, acquire_unit(store, i));
+    std::vector<ReadTensor> reads;
+    unit_reads(units[i], model, opt, store.layout(), d, reads);
+    const Status s = read_tensors_parallel(reads, checkpoint_io_options());
+    if (s.ok() && u.shadow) round_to_bf16(u.shadow, d.master, u.numel);
+    store.release(i, s.ok());
+    MT_RETURN_IF_ERROR(s);
+  }
+  return store.tier()->flush();
+}
+
+}  // namespace
+
 Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
@@ -431,28 +579,20 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
                      std::to_string(store.expert_updates().size()) + " experts");
   MT_RETURN_IF_ERROR(check_tensor_set(*model, weights, nullptr).with_context("loading checkpoint '" + dir + "'"));
   MT_RETURN_IF_ERROR(check_tensor_set(*opt, moments, nullptr).with_context("loading checkpoint '" + dir + "'"));
-  const bool exact = store.layout() == MemoryLayout::kExact;
-  const DType state_dtype = exact ? DType::kF32 : DType::kBF16;
-  std::vector<ReadTensor> reads;
+  std::vector<ReadTensor> reads;  // of the units in host memory
   for (size_t i = 0; i < units.size(); ++i) {
     const HostUnit& u = store.unit(i);
-    for (const auto& t : units[i].tensors) {
-      const auto* w = model->find(t.name);
-      reads.push_back({w->file, w->info, u.master + t.offset, DType::kF32});
-      if (!store.has_moments(i)) continue;  // another process's shard
-      for (auto [suffix, dst] : {std::pair{".exp_avg", u.m}, std::pair{".exp_avg_sq", u.v}}) {
-        const auto* e = opt->find(t.name + suffix);
-        reads.push_back({e->file, e->info, static_cast<char*>(dst) + t.offset * state_elem_bytes(store.layout()), state_dtype});
-      }
-    }
+    if (!u.tiered) unit_reads(units[i], *model, *opt, store.layout(), {u.master, u.m, u.v}, reads);
   }
   // The gradients (other memory) are zeroed while the files are read: the CPU waits on the disk then.
   std::thread zero([&store] { store.zero_grads(); });
-  const Status read = read_tensors_parallel(reads, checkpoint_io_options());
+  Status read = read_tensors_parallel(reads, checkpoint_io_options());
   zero.join();
+  if (read.ok() && store.tier()) read = load_tiered_units(units, *model, *opt, store);
   MT_RETURN_IF_ERROR(read.with_context("loading checkpoint '" + dir + "'"));
   if (cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
-  store.refresh_shadows();
+  for (size_t i = 0; i < units.size(); ++i)  // the tiered units' shadows were made as they were read
+    if (const HostUnit& u = store.unit(i); u.shadow && !u.tiered) round_to_bf16(u.shadow, u.master, u.numel);
   return state;
 }
 

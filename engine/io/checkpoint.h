@@ -5,6 +5,7 @@
 //   ROOT/latest   (text: "step-00000100")
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,17 @@ struct TrainerState {
   std::vector<long> expert_updates;
 };
 
+// Told each unit, in the store's update order, once the writer holds its bytes (copied out of the
+// store: the unit may change from then on). Called from the writer's threads, once per unit.
+using UnitCaptured = std::function<void(size_t unit)>;
+
 // Writes a checkpoint of `store` under root and prunes to `keep` newest, besides the checkpoint
 // of step `also_keep` (checkpoint.keep_best: the best held-out loss; 0: none). Returns its directory.
+// The units go into both files in the store's update order, the two files written at once, so
+// `captured` hears of them in that order (checkpoint_in_flight.h: training goes on meanwhile).
 Result<std::string> save_checkpoint(const std::string& root, const ModelConfig& cfg, const HostStore& store,
-                                    const TrainerState& state, int keep, long also_keep = 0);
+                                    const TrainerState& state, int keep, long also_keep = 0,
+                                    const UnitCaptured& captured = nullptr);
 
 // The optimizer sharded over processes (optimizer_shards.h): no process holds all the Adam state,
 // so each writes its own units' as optimizer-RRRRR-of-NNNNN.safetensors (1-based, as Hugging Face

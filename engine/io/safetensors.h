@@ -151,6 +151,9 @@ struct WriteTensor {
   // Instead of data: produces elements [first, first + n) in fp32, called in order in bounded
   // chunks (a tensor assembled from others: gpt-oss's stacked experts).
   std::function<void(uint64_t first, size_t n, float* out)> fill = nullptr;
+  // Instead of data: copies bytes [offset, offset + n) of the tensor as the file stores them
+  // (dtype == src) into dst, from any thread (a tensor held on the NVMe tier's drives).
+  std::function<Status(uint64_t offset, size_t n, void* dst)> read = nullptr;
 };
 using Metadata = std::map<std::string, std::string>;
 

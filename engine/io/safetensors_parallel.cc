@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 namespace mt {
 
@@ -19,10 +20,11 @@ void convert_elems(const WriteTensor& t, uint64_t first, size_t n, char* out) {
 // Bytes [lo, hi) of tensor t as the file stores them, into dst. A piece of the file may start or
 // end inside an element, and an element may sit at an address unaligned for its type (after a
 // BF16 tensor of odd length): those go through a small aligned buffer.
-void tensor_bytes(const WriteTensor& t, uint64_t lo, uint64_t hi, char* dst) {
+Status tensor_bytes(const WriteTensor& t, uint64_t lo, uint64_t hi, char* dst) {
+  if (t.read) return t.read(lo, size_t(hi - lo), dst);
   if (t.src == t.dtype) {
     std::memcpy(dst, static_cast<const char*>(t.data) + lo, size_t(hi - lo));
-    return;
+    return Status::Ok();
   }
   const uint64_t es = dtype_size(t.dtype);
   alignas(64) char tmp[16384];
@@ -46,6 +48,7 @@ void tensor_bytes(const WriteTensor& t, uint64_t lo, uint64_t hi, char* dst) {
     }
     pos += n * es;
   }
+  return Status::Ok();
 }
 
 // The file: the header, then each tensor; ends[i] is where tensor i ends in it.
@@ -68,16 +71,44 @@ FileLayout layout_of(const std::string& header, const std::vector<WriteTensor>& 
   return l;
 }
 
-// Bytes [off, off + n) of the file into dst.
-void fill_range(const FileLayout& l, uint64_t off, size_t n, char* dst) {
+// Bytes [off, off + n) of the file into dst; the first tensor that could not be read fails it.
+Status fill_range(const FileLayout& l, uint64_t off, size_t n, char* dst) {
   const uint64_t end = off + n;
   if (off < l.header.size()) std::memcpy(dst, l.header.data() + off, size_t(std::min<uint64_t>(end, l.header.size()) - off));
   for (size_t i = size_t(std::upper_bound(l.ends.begin(), l.ends.end(), off) - l.ends.begin());
        i < l.tensors.size() && l.begin(i) < end; ++i) {
     const uint64_t b = l.begin(i), lo = std::max(off, b), hi = std::min(end, l.ends[i]);
-    if (lo < hi) tensor_bytes(l.tensors[i], lo - b, hi - b, dst + (lo - off));
+    if (lo < hi) MT_RETURN_IF_ERROR(tensor_bytes(l.tensors[i], lo - b, hi - b, dst + (lo - off)));
   }
+  return Status::Ok();
 }
+
+// The first bytes of the file the threads have made, as a count of whole tensors: a filled range
+// joins the prefix once every byte before it is filled too.
+class CaptureMark {
+ public:
+  CaptureMark(const FileLayout& l, const TensorsCaptured& told) : layout_(l), told_(told) {}
+  void filled(uint64_t off, uint64_t end) {
+    if (!told_) return;
+    std::lock_guard<std::mutex> l(mu_);
+    pending_[off] = end;
+    for (auto it = pending_.find(mark_); it != pending_.end(); it = pending_.find(mark_)) {
+      mark_ = it->second;
+      pending_.erase(it);
+    }
+    const auto& ends = layout_.ends;
+    const size_t whole = size_t(std::upper_bound(ends.begin(), ends.end(), mark_) - ends.begin());
+    if (whole > said_) told_(said_ = whole);
+  }
+
+ private:
+  const FileLayout& layout_;
+  const TensorsCaptured& told_;
+  std::mutex mu_;
+  std::map<uint64_t, uint64_t> pending_;  // filled ranges past the mark: begin -> end
+  uint64_t mark_ = 0;
+  size_t said_ = 0;
+};
 
 Status convert_from_mapping(const ReadTensor& t) {
   if (t.dtype == DType::kBF16) return t.file->read_bf16(*t.info, static_cast<bf16*>(t.dst));
@@ -87,18 +118,34 @@ Status convert_from_mapping(const ReadTensor& t) {
 }  // namespace
 
 Status write_safetensors_parallel(const DirFd& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
-                                  const Metadata& metadata, const FileIoOptions& o, FileIoReport* report) {
+                                  const Metadata& metadata, const FileIoOptions& o, FileIoReport* report,
+                                  const TensorsCaptured& captured) {
   const bool streamed = o.mode == FileIoMode::kStream ||
                         std::any_of(tensors.begin(), tensors.end(), [](const WriteTensor& t) { return bool(t.fill); });
   if (streamed) {
     if (report) *report = {false, 1, ""};
-    return write_safetensors(dir, name, tensors, metadata);
+    MT_RETURN_IF_ERROR(write_safetensors(dir, name, tensors, metadata));
+    if (captured && !tensors.empty()) captured(tensors.size());
+    return Status::Ok();
   }
   auto header = safetensors_header(tensors, metadata);
   if (!header.ok()) return header.status().with_context("writing '" + dir.file(name) + "'");
   const FileLayout layout = layout_of(*header, tensors);
-  return write_file_parallel(
-      dir, name, layout.size(), [&](uint64_t off, size_t n, char* dst) { fill_range(layout, off, n, dst); }, o, report);
+  std::mutex mu;
+  Status failed;  // the first piece whose tensor could not be read: the file is not kept
+  CaptureMark mark(layout, captured);
+  auto fill = [&](uint64_t off, size_t n, char* dst) {
+    if (Status s = fill_range(layout, off, n, dst); !s.ok()) {
+      std::lock_guard<std::mutex> l(mu);
+      if (failed.ok()) failed = std::move(s);
+      return;  // never captured: the writer fails
+    }
+    mark.filled(off, off + n);
+  };
+  const Status written = write_file_parallel(dir, name, layout.size(), fill, o, report);
+  if (failed.ok()) return written;
+  (void)dir.remove(name);
+  return failed.with_context("writing '" + dir.file(name) + "'");
 }
 
 Status read_tensors_parallel(const std::vector<ReadTensor>& tensors, const FileIoOptions& o, FileIoReport* report) {

@@ -88,7 +88,8 @@ Status validate(const std::vector<WriteTensor>& tensors) {
     if ((t.dtype != DType::kF32 && t.dtype != DType::kBF16) || (t.src != DType::kF32 && t.src != DType::kBF16))
       return invalid_argument("tensor '" + t.name + "': only F32 and BF16 can be written");
     MT_ASSIGN_OR_RETURN(uint64_t n, numel_of(t));
-    if (n > 0 && !t.data && !t.fill) return invalid_argument("tensor '" + t.name + "' has no data");
+    if (n > 0 && !t.data && !t.fill && !t.read) return invalid_argument("tensor '" + t.name + "' has no data");
+    if (t.read && t.src != t.dtype) return invalid_argument("tensor '" + t.name + "' is read as stored: its src must be its dtype");
   }
   return Status::Ok();
 }
@@ -124,6 +125,16 @@ Status write_tensor(OutFile& f, const WriteTensor& t, std::vector<char>& buf) {
   const uint64_t n = numel_of(t).value();
   if (t.data && t.src == t.dtype) return f.write(t.data, size_t(n * dtype_size(t.dtype)));
   const size_t out_size = dtype_size(t.dtype);
+  if (t.read) {  // the stored bytes, a chunk at a time
+    const uint64_t bytes = n * out_size;
+    buf.resize(kChunkElems * out_size);
+    for (uint64_t at = 0; at < bytes; at += buf.size()) {
+      const size_t c = size_t(std::min<uint64_t>(buf.size(), bytes - at));
+      MT_RETURN_IF_ERROR(t.read(at, c, buf.data()));
+      MT_RETURN_IF_ERROR(f.write(buf.data(), c));
+    }
+    return Status::Ok();
+  }
   buf.resize(kChunkElems * out_size);
   std::vector<float> filled(t.fill ? kChunkElems : 0);
   for (uint64_t i = 0; i < n; i += kChunkElems) {

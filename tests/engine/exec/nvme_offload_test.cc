@@ -2,16 +2,20 @@
 // the drives against the same executor with everything in memory — the same losses, norms,
 // masters, moments and shadows, bit for bit, over steps that clip and steps that do not, in
 // both layouts and precisions, on two devices, through a window of one, for a mixture of
-// experts; and a drive's I/O error in the middle of a step fails the job naming the path and
-// the unit.
+// experts; a checkpoint of the tiered store holds the in-memory one's bytes, and resuming from
+// it through a fresh tier goes on as the in-memory run does; and a drive's I/O error in the
+// middle of a step fails the job naming the path and the unit.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <ostream>
 #include <vector>
 
 #include "engine/exec/data_parallel_executor.h"
 #include "engine/exec/streaming_executor.h"
+#include "engine/io/checkpoint.h"
 #include "tests/engine/moe_models.h"
 #include "tests/engine/nvme_dir.h"
 #include "tests/engine/test_model.h"
@@ -157,6 +161,42 @@ TEST_P(NvmeOffload, TheSameBitsAsInMemory) {
   expect_same(snapshot(sx), snapshot(sy));
   EXPECT_GT(sy.tier()->bytes_written(), 0u);
   EXPECT_GT(sy.tier()->bytes_read(), 0u);
+
+  // Checkpoints: the tiered one reads the drives, and holds the in-memory one's bytes.
+  NvmeDir cx("ckpt-ram"), cy("ckpt-tier");
+  TrainerState state;
+  state.step = steps;
+  ASSERT_TRUE(save_checkpoint(cx.path, cfg, sx, state, 1).ok());
+  auto saved = save_checkpoint(cy.path, cfg, sy, state, 1);
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+  };
+  for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
+    const auto want = bytes(checkpoint_step_dir(cx.path, steps) + file);
+    EXPECT_FALSE(want.empty()) << file;
+    EXPECT_TRUE(want == bytes(*saved + file)) << file << " differs";
+  }
+  // A fresh tiered executor resumed from it: the same state, and the same next steps.
+  auto z = make(c, tiered);
+  ASSERT_TRUE(z.ok()) << z.status().to_string();
+  init_weights(cfg, (*z)->store(), 99);  // overwritten by the load, drives included
+  auto loaded = load_checkpoint(*saved, cfg, (*z)->store());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  expect_same(snapshot(sx), snapshot((*z)->store()));
+  (*z)->set_steps_done(loaded->step);
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_TRUE((*src)->next_batch(opt.global_batch, opt.seq_len, batch).ok());
+    auto rx = (*x)->step(batch);
+    auto rz = (*z)->step(batch);
+    ASSERT_TRUE(rx.ok()) << rx.status().to_string();
+    ASSERT_TRUE(rz.ok()) << rz.status().to_string();
+    EXPECT_EQ(rx->loss, rz->loss) << "resumed step " << s;
+  }
+  ASSERT_TRUE((*x)->sync().ok());
+  ASSERT_TRUE((*z)->sync().ok());
+  expect_same(snapshot(sx), snapshot((*z)->store()));
 }
 
 INSTANTIATE_TEST_SUITE_P(
