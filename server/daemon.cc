@@ -45,6 +45,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   jo.run_job = std::move(run_job);
   jo.retain_jobs = cfg.retain_jobs;
   jo.retain_days = cfg.retain_days;
+  jo.shutdown_timeout_s = cfg.shutdown_timeout_s;
   jo.daemon_log = d->log_->file();
   jo.log_file_bytes = cfg.log_file_bytes;
   d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);

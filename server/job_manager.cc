@@ -265,6 +265,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     emit(id, ev);
     refresh_disk_usage();
   };
+  hooks.checkpoint_bound_s = opt_.shutdown_timeout_s;
   hooks.make_push_source = [job](const JobSpec&, int vocab) {
     return make_push_source(job->spool, vocab, job->progress);
   };

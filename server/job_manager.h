@@ -55,6 +55,7 @@ class JobManager {
     double retain_days = 0;
     std::shared_ptr<LogFile> daemon_log;  // StreamLogs' "daemon"; null: none
     uint64_t log_file_bytes = 0;         // each job log's rotation size; 0: LogFile's default
+    double shutdown_timeout_s = 0;       // how long a stop waits for a job's checkpoint; 0: unbounded
   };
   // A job whose run ends with the device lost (StatusCode::kDeviceLost: a sticky CUDA error,
   // the process's context unusable) stays RUNNING with the failure as its reason, the worker

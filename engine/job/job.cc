@@ -15,6 +15,7 @@
 #include "engine/data/jsonl_examples.h"
 #include "engine/io/hf_io.h"
 #include "engine/io/tensorboard.h"
+#include "engine/job/job_checkpoints.h"
 #include "engine/base/utc_time.h"
 #include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
@@ -454,7 +455,7 @@ Result<JobResult> JobRunner::run() {
   result.steps_done = state.step;
   result.final_loss = state.last_loss;  // what a run that trains no step reports
   result.checkpoint = resumed;
-  long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
+  const long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
   // TensorBoard event files, by one process, from the step this run starts at (what a killed
   // run logged after its checkpoint is dropped: this run logs those steps again).
   std::unique_ptr<TensorBoardWriter> tb;
@@ -470,21 +471,21 @@ Result<JobResult> JobRunner::run() {
       tb.reset();
     }
   };
-  auto checkpoint = [&]() -> Status {
-    if (state.step != saved_step) {
-      MT_RETURN_IF_ERROR(ex->sync());  // a failed update is reported here too
-      const long best = spec_.checkpoint.keep_best ? state.eval.best_step : 0;  // kept besides the last `keep`
-      if (writes_checkpoints) {
-        MT_ASSIGN_OR_RETURN(result.checkpoint,
-                            sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), state,
-                                                              spec_.checkpoint.keep, best)
-                                    : save_checkpoint(ckpt_root, cfg, ex->store(), state, spec_.checkpoint.keep, best));
-        log(LogLevel::kInfo, "checkpoint " + result.checkpoint);
-      }
-      if (tb) (void)tb->sync();  // the curves on disk as far as the checkpoint
-      saved_step = state.step;
-    }
-    if (hooks_.on_checkpoint) hooks_.on_checkpoint(result.checkpoint, state.step);
+  // One process with the whole optimizer state in memory writes its periodic checkpoints while
+  // the next steps train; the others write between steps. Declared after the executor: a writer
+  // in flight reads the executor's store, and is waited for before that goes.
+  const bool overlap = !sharded && nodes.comms().size() == 1 && !ex->store().tier();
+  auto write = [&](const TrainerState& st, long best) {
+    return sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), st, spec_.checkpoint.keep, best)
+                   : save_checkpoint(ckpt_root, cfg, ex->store(), st, spec_.checkpoint.keep, best);
+  };
+  JobCheckpoints checkpoints({ckpt_root, spec_.checkpoint.keep, writes_checkpoints, overlap, saved_step, resumed}, cfg,
+                             *ex, hooks_, write, [this](LogLevel l, const std::string& m) { log(l, m); });
+  auto checkpoint = [&](bool wait = true) -> Status {
+    const long best = spec_.checkpoint.keep_best ? state.eval.best_step : 0;  // kept besides the last `keep`
+    MT_RETURN_IF_ERROR(checkpoints.save(state, best, wait));
+    if (tb) (void)tb->sync();  // the curves on disk as far as the checkpoint
+    result.checkpoint = checkpoints.saved();
     return Status::Ok();
   };
   // The held-out loss of the weights after state.step steps; with keep_best, a new best is
@@ -502,6 +503,7 @@ Result<JobResult> JobRunner::run() {
   double seconds = 0;
   long tokens = 0;
   while (state.step < spec_.steps) {
+    MT_RETURN_IF_ERROR(checkpoints.poll());
     if (cancel_) {
       result.cancelled = true;
       break;
@@ -536,8 +538,10 @@ Result<JobResult> JobRunner::run() {
     curve(st.step, tensorboard_scalars(st, flops_per_token));
     if (held_out && spec_.eval.every > 0 && state.step % spec_.eval.every == 0) MT_RETURN_IF_ERROR(evaluate());
     // Not again when the evaluation just checkpointed this step (keep_best).
-    const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0 && state.step != saved_step;
-    if ((periodic && state.step < spec_.steps) || checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
+    const bool periodic = spec_.checkpoint.every > 0 && state.step % spec_.checkpoint.every == 0 &&
+                          state.step != checkpoints.saved_step();
+    if (checkpoint_now_.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
+    else if (periodic && state.step < spec_.steps) MT_RETURN_IF_ERROR(checkpoint(false));
   }
   // The end of training (not a cancel, pause or yield): the last weights evaluated, once.
   if (held_out && result.steps_run > 0 && !result.cancelled && !result.starved && state.eval.step != state.step)

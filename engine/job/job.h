@@ -34,6 +34,10 @@ struct JobHooks {
   // Supplies the streaming executor's device (tests: a CPU backend with an injected fault);
   // unset: the backend spec.backend names.
   std::function<Result<std::unique_ptr<Backend>>(const JobSpec&)> make_backend;
+  // How long a stop waits for the checkpoint it asks for (the daemon's --shutdown_timeout); 0:
+  // unbounded. A checkpoint expected to take longer (this job's checkpoint bytes at the bandwidth
+  // its last checkpoint reached) is warned about before it starts: a stop then would lose it.
+  double checkpoint_bound_s = 0;
 };
 
 struct JobResult {

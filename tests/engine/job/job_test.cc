@@ -189,6 +189,45 @@ TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, ResumeExactness, ::testing::Values("resident", "streaming", "speculative"));
 
+// Periodic checkpoints are written while the next steps train (checkpoint_in_flight.h): each is
+// told once published, in order, says what it cost, and holds the bytes that a run stopped at its
+// step writes between steps.
+class InFlightCheckpoints : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InFlightCheckpoints, HoldTheirStepsBytesAndAreToldInOrder) {
+  TempDir a, b;
+  JobSpec spec = tiny_spec(GetParam(), 6);
+  spec.checkpoint.every = 2;
+  spec.checkpoint.keep = 5;
+  std::vector<long> told;
+  int beside = 0;
+  JobHooks hooks;
+  hooks.on_checkpoint = [&](const std::string&, long step) { told.push_back(step); };
+  hooks.on_log = [&](LogLevel, const std::string& m) { beside += m.find("beside training; training paused") != std::string::npos; };
+  auto ra = JobRunner(spec, a.path, hooks).run();
+  ASSERT_TRUE(ra.ok()) << ra.status().to_string();
+  EXPECT_EQ(told, (std::vector<long>{2, 4, 6}));
+  EXPECT_EQ(beside, 2) << "the checkpoints of steps 2 and 4";
+
+  JobHooks stop_at_4;
+  JobRunner* stopped = nullptr;
+  stop_at_4.on_step = [&](const StepStats& s) {
+    if (s.step == 4) stopped->request_cancel();
+  };
+  JobSpec between = spec;
+  between.checkpoint.every = 0;
+  JobRunner rb(between, b.path, stop_at_4);
+  stopped = &rb;
+  auto r = rb.run();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->steps_done, 4);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json"})
+    EXPECT_TRUE(file_bytes(checkpoint_step_dir(a.path + "/checkpoints", 4) + "/" + f) == file_bytes(fs::path(r->checkpoint) / f))
+        << f;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, InFlightCheckpoints, ::testing::Values("resident", "streaming", "speculative"));
+
 // speculative_updates: on trains the same model as off, byte for byte (steps that clip and steps
 // that do not), and stays out of the hash: either resumes the other's checkpoints.
 TEST(JobRunner, SpeculativeUpdatesTrainTheSameModelAsThePlainSchedule) {
