@@ -1,12 +1,14 @@
 // Shared pieces of megatrain-bench: flag access, timing and the result printer.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "engine/base/json.h"
 #include "engine/base/status.h"
+#include "engine/exec/executor.h"
 
 namespace mt::bench {
 
@@ -71,5 +73,10 @@ double measure_device_gemm_flops(bool bf16, int n, int reps);
 #endif
 
 double measure_sgemm_flops(int n, int reps);  // for step's peak_flops
+
+// step --checkpoint-stall DIR (bench_checkpoint_stall.cc): the pause a checkpoint in DIR costs the
+// training, written between steps and beside them; `step` runs one more step of the executor.
+Result<Json> measure_checkpoint_stall(Executor& ex, const ModelConfig& cfg, const std::function<Status()>& step,
+                                      const std::string& dir);
 
 }  // namespace mt::bench

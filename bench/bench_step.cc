@@ -23,6 +23,7 @@ struct StepArgs {
   int active_vocab = 0;  // distinct tokens the synthetic data draws from
   int doc_len = 0;       // > 0: each row packs documents of this many tokens (attention masked to each)
   int layers = 0;        // > 0: the preset's shape with this many decoder layers
+  std::string checkpoint_dir;  // --checkpoint-stall DIR: also the pause a checkpoint there costs
 };
 
 // --nvme DIR[,DIR] [--nvme-masters on] [--nvme-window N] [--nvme-io-threads N]: the NVMe tier.
@@ -49,6 +50,7 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   StepArgs a;
   a.preset = f.str("preset", "tiny");
   a.model = f.str("model", "");
+  a.checkpoint_dir = f.str("checkpoint-stall", "");
   a.backend = f.str("backend", "cpu");
   // Defaults are what the choice implies: CUDA streams, and streaming always recomputes.
   a.executor = f.str("executor", a.backend == "cuda" ? "streaming" : "resident");
@@ -249,20 +251,32 @@ int run_step(const Flags& f) {
   std::vector<double> times;
   std::vector<StepStats> measured;
   double loss = 0;
-  for (int s = 0; s < args->warmup + args->steps; ++s) {
-    if (!(*src)->next_batch(opt.global_batch, opt.seq_len, batch).ok()) return 1;
+  auto next_step = [&]() -> Result<StepStats> {
+    MT_RETURN_IF_ERROR((*src)->next_batch(opt.global_batch, opt.seq_len, batch));
     if (args->doc_len > 0) {  // documents of doc_len tokens: attention's cost O(T x doc_len)
       batch.positions.resize(batch.inputs.size());
       for (size_t i = 0; i < batch.positions.size(); ++i)
         batch.positions[i] = int32_t(i % size_t(opt.seq_len) % size_t(args->doc_len));
     }
-    auto st = (*ex)->step(batch);
+    return (*ex)->step(batch);
+  };
+  for (int s = 0; s < args->warmup + args->steps; ++s) {
+    auto st = next_step();
     if (!st.ok()) {
       std::fprintf(stderr, "step: %s\n", st.status().message().c_str());
       return 1;
     }
     if (s >= args->warmup) times.push_back(st->step_seconds), measured.push_back(*st);
     loss = st->loss;
+  }
+  Json stall = Json::object();  // measured after everything else: it adds steps
+  if (!args->checkpoint_dir.empty()) {
+    auto m = measure_checkpoint_stall(**ex, *cfg, [&] { return next_step().status(); }, args->checkpoint_dir);
+    if (!m.ok()) {
+      std::fprintf(stderr, "step: checkpoint: %s\n", m.status().message().c_str());
+      return 1;
+    }
+    stall = std::move(*m);
   }
   // Held-out evaluation of the same shape (the last batch, as many rows as one evaluation takes):
   // forward only, where a step is forward + recompute + backward.
@@ -347,6 +361,7 @@ int run_step(const Flags& f) {
       out.set("nvme_written_bytes_per_step", double(tier->bytes_written()) / steps);
     }
   }
+  for (const auto& [key, value] : stall.members()) out.set(key, value);
   emit(out, f.json());
   return 0;
 }
