@@ -57,7 +57,7 @@ Result<int64_t> Args::integer(const std::string& k, int64_t def, int64_t min, in
 const char* command_usage(const std::string& cmd) {
   static const std::map<std::string, const char*> kUsage = {
       {"train", "train SPEC [--out DIR] [--steps N] [--backend B] [--executor E] [--precision fp32|bf16|auto] [--devices N] [--shard-optimizer] [--json]"},
-      {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--processes R [--shard-optimizer]] [--offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-gbps G] [--device-tflops F]] [--server ADDR] [--json]"},
+      {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--processes R [--shard-optimizer]] [--offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-grad-window N] [--nvme-gbps G] [--device-tflops F]] [--server ADDR] [--json]"},
       {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--eod-id N] [--json]"},
       {"inspect", "inspect PATH [--json]"},
       {"tokenize", "tokenize INPUT... --tokenizer DIR|byte --out DIR [--format auto|text|prompt_completion|messages]\n"

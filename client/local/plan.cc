@@ -24,8 +24,9 @@ Result<uint64_t> parse_size(const std::string& text) {
   return invalid_argument("'" + text + "' is not a size (e.g. 128GiB, 1.5TB, 4096)");
 }
 
-// --offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-gbps G]: the spec with the NVMe tier
-// (paths only count here: a plan for another machine names none, and plans one drive).
+// --offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-grad-window N] [--nvme-gbps G]: the
+// spec with the NVMe tier (paths only count here: a plan for another machine names none, and
+// plans one drive).
 Status apply_nvme(const Args& a, JobSpec& spec) {
   if (a.has("offload")) spec.offload = a.get("offload");
   if (a.has("nvme-paths")) {
@@ -38,6 +39,10 @@ Status apply_nvme(const Args& a, JobSpec& spec) {
     }
   }
   if (a.has("nvme-masters")) spec.nvme.masters = true;
+  if (a.has("nvme-grad-window")) {
+    MT_ASSIGN_OR_RETURN(const int64_t n, a.integer("nvme-grad-window", 0, 0, 64));
+    spec.nvme.grad_window = int(n);
+  }
   if (a.has("nvme-gbps")) spec.nvme_gbps = std::strtod(a.get("nvme-gbps").c_str(), nullptr);
   if (spec.offload == "nvme" && spec.nvme.paths.empty()) spec.nvme.paths = {"(one drive)"};
   return validate(spec);

@@ -155,6 +155,12 @@ uint64_t restore_bytes(const ParamSchema& u, MemoryLayout layout) {
 void plan_speculation(MemoryPlan& p, const std::vector<ParamSchema>& units, const TrainOptions& o,
                       const PlanOptions& po) {
   const int L = int(std::count_if(units.begin(), units.end(), [](const ParamSchema& u) { return u.kind == UnitKind::kDecoder; }));
+  if (po.nvme.grad_window > 0 && !po.nvme.paths.empty()) {
+    p.update_as_landed = true;
+    p.speculation = "every unit updates as its gradient lands (grad_clip 0), its gradient in one of the NVMe tier's " +
+                    std::to_string(po.nvme.grad_window) + " gradient buffers";
+    return;
+  }
   if (po.speculation == Speculation::kOff) {
     p.speculation = "off: every update after the step's last gradient";
     return;

@@ -84,6 +84,14 @@ Status StreamingExecutor::check_nvme_tier(const TrainOptions& opt, const Streami
   if (so.speculation != Speculation::kOff && opt.optimizer.grad_clip > 0)
     return invalid_argument("speculative_updates keeps restore copies of the moments in memory: off with the NVMe tier "
                             "(with grad_clip 0 every unit updates as it lands, which the tier follows)");
+  if (so.nvme.grad_window < 0 || so.nvme.grad_window > 64)
+    return invalid_argument("memory.nvme_grad_window = " + std::to_string(so.nvme.grad_window) + " must be in 0..64");
+  if (so.nvme.grad_window > 0 && opt.optimizer.grad_clip > 0)
+    return invalid_argument("memory.nvme_grad_window needs optimizer.grad_clip = 0: with clipping every gradient is "
+                            "held until the step's norm is known");
+  if (so.nvme.grad_window > 0 && (ro.comm || ro.nodes))
+    return invalid_argument("memory.nvme_grad_window trains on one device of one process: replicas add their "
+                            "gradients into every unit's buffer");
   if (so.nvme.masters && !keeps_bf16_shadow(opt.precision, so.bf16_uploads))
     return invalid_argument("memory.nvme_masters needs precision bf16 with bf16_uploads shadow: the uploads then read "
                             "the bf16 shadow in memory, never the masters on the drives");
@@ -160,7 +168,8 @@ Status StreamingExecutor::allocate() {
   row_of_token_.assign(size_t(cfg_.vocab_size), -1);
   PipelineConfig pc;
   pc.optimizer = opt_.optimizer;
-  pc.update_during_backward = so_.update_during_backward;
+  // A grad window holds a unit's gradient only until its update: each unit updates as it lands.
+  pc.update_during_backward = so_.update_during_backward || so_.nvme.grad_window > 0;
   pc.optimizer_threads = opt_.optimizer_threads;
   pc.embedding_width = C;
   pc.precision = opt_.precision;

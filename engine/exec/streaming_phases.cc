@@ -195,7 +195,7 @@ void StreamingExecutor::send_grads(int unit, int k, size_t numel, GradShare shar
   const float* src = grad_slots_[size_t(k)];
   void* dst = share == GradShare::kTiedHead        ? host_tied_grad_.as<void>()
               : share == GradShare::kEmbeddingRows ? host_rows_.as<void>()
-                                                   : store_->unit(size_t(unit)).grad;
+                                                   : store_->take_grad(size_t(unit));  // waits for a grad window's buffer
   if (opt_.layout == MemoryLayout::kExact) backend_->copy_d2h(dst, src, numel * sizeof(float));
   else backend_->copy_d2h_bf16(static_cast<bf16*>(dst), src, numel);
   EventPtr landed = backend_->record(StreamKind::kD2H);

@@ -352,16 +352,17 @@ void StreamingPipeline::land(const Landing& g) {
   }
   if (!failed) {
     if (u == 0) scatter_embedding_grad(g.rows);
-    const HostUnit& hu = store_.unit(u);
+    const void* grad = store_.grad(u);
     if (cfg_.nodes) (void)refuse_if(sum_over_nodes(u));
     // Sharded, only the owner holds the sum; the others count 0, and the norm sums over nodes.
     sumsq_[u] = !owns(u)                                  ? 0.0
-                : store_.layout() == MemoryLayout::kExact ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(hu.grad))
-                                                          : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(hu.grad));
+                : store_.layout() == MemoryLayout::kExact ? unit_grad_sumsq(pool_, units_[u], static_cast<const float*>(grad))
+                                                          : unit_grad_sumsq(pool_, units_[u], static_cast<const bf16*>(grad));
   }
   if (cfg_.update_during_backward) {
     if (!refuse_if(check_grad_norm(g.step, std::sqrt(sumsq_[u]), sumsq_, units_))) update_unit(u, g.step, g.lr, 1.0f);
     else skip_updates(g.step);
+    store_.give_back_grad(u);  // used: a grad window's buffer goes to the next gradient
   } else if (!failed && restore_[u] && landed_ + 1 < expected && std::isfinite(sumsq_[u]) &&
              (cfg_.speculate_after_clip || !last_step_clipped_)) {
     speculate_unit(u, g.step, g.lr);

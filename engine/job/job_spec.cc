@@ -242,6 +242,7 @@ Status read_nvme(ObjectReader& mem, JobSpec& s) {
   MT_RETURN_IF_ERROR(mem.boolean("nvme_masters", s.nvme.masters));
   MT_RETURN_IF_ERROR(mem.integer("nvme_window", s.nvme.window));
   MT_RETURN_IF_ERROR(mem.integer("nvme_io_threads", s.nvme.io_threads));
+  MT_RETURN_IF_ERROR(mem.integer("nvme_grad_window", s.nvme.grad_window));
   MT_RETURN_IF_ERROR(mem.number("nvme_gbps", s.nvme_gbps));
   const Json* paths = mem.get("nvme_paths");
   if (!paths) return Status::Ok();
@@ -345,8 +346,8 @@ Status validate(const JobSpec& s) {
 Status validate_nvme(const JobSpec& s) {
   MT_RETURN_IF_ERROR(one_of("memory.offload", s.offload, {"none", "nvme"}));
   if (s.offload == "none") {
-    if (!s.nvme.paths.empty() || s.nvme.masters)
-      return invalid_argument("memory.nvme_paths and memory.nvme_masters need memory.offload = nvme");
+    if (!s.nvme.paths.empty() || s.nvme.masters || s.nvme.grad_window != 0)
+      return invalid_argument("memory.nvme_paths, memory.nvme_masters and memory.nvme_grad_window need memory.offload = nvme");
     return Status::Ok();
   }
   if (s.executor != "streaming") return invalid_argument("memory.offload = nvme needs executor = streaming");
@@ -355,6 +356,13 @@ Status validate_nvme(const JobSpec& s) {
     return invalid_argument("memory.nvme_window = " + std::to_string(s.nvme.window) + " must be in 1..64");
   if (s.nvme.io_threads < 1 || s.nvme.io_threads > 64)
     return invalid_argument("memory.nvme_io_threads = " + std::to_string(s.nvme.io_threads) + " must be in 1..64");
+  if (s.nvme.grad_window < 0 || s.nvme.grad_window > 64)
+    return invalid_argument("memory.nvme_grad_window = " + std::to_string(s.nvme.grad_window) + " must be in 0..64");
+  if (s.nvme.grad_window > 0 && s.train.optimizer.grad_clip > 0)
+    return invalid_argument("memory.nvme_grad_window needs optimizer.grad_clip = 0: with clipping every gradient is "
+                            "held until the step's norm is known");
+  if (s.nvme.grad_window > 0 && s.devices > 1)
+    return invalid_argument("memory.nvme_grad_window trains on one device (devices: 1)");
   if (!(s.nvme_gbps >= 0 && s.nvme_gbps <= 1e4))
     return invalid_argument("memory.nvme_gbps = " + std::to_string(s.nvme_gbps) + " must be in [0, 10000]");
   if (s.nvme.masters && s.precision == "fp32")
@@ -448,6 +456,7 @@ Json job_spec_to_json(const JobSpec& s) {
     mem.set("nvme_masters", s.nvme.masters);
     mem.set("nvme_window", s.nvme.window);
     mem.set("nvme_io_threads", s.nvme.io_threads);
+    if (s.nvme.grad_window > 0) mem.set("nvme_grad_window", s.nvme.grad_window);
     if (s.nvme_gbps > 0) mem.set("nvme_gbps", s.nvme_gbps);
     j.set("memory", mem);
   }

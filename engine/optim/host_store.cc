@@ -42,25 +42,39 @@ std::vector<size_t> nvme_unit_numel(const std::vector<ParamSchema>& units) {
 
 namespace {
 // tiered: the unit's moments (and, with masters, its masters) are on the NVMe tier.
+// windowed: the unit's gradient is in the grad window's buffers, not its own.
 HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow, bool moments, bool tiered = false,
-                                bool tier_masters = false) {
+                                bool tier_masters = false, bool windowed = false) {
   const size_t st = state_elem_bytes(layout), state = round_up(numel * st, kAlign), mv = moments && !tiered ? state : 0;
   const size_t master = tiered && tier_masters ? 0 : round_up(numel * 4, kAlign);
   const uint64_t nvme = tiered ? 2 * direct_round_up(numel * st) + (tier_masters ? direct_round_up(numel * 4) : 0) : 0;
-  return {master, state, mv, mv, shadow ? round_up(numel * 2, kAlign) : 0, nvme};
+  return {master, windowed ? 0 : state, mv, mv, shadow ? round_up(numel * 2, kAlign) : 0, nvme};
 }
 
 bool holds_moments(const MomentUnits& moments, size_t unit) { return moments.empty() || moments[unit]; }
+
+// The grad window's buffers: grad_window of them, each the largest tiered unit's gradient (0: none).
+size_t grad_window_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, const NvmeTierOptions* tier,
+                         size_t* each = nullptr) {
+  size_t largest = 0;
+  for (const ParamSchema& u : units)
+    if (nvme_tiered(u)) largest = std::max(largest, round_up(u.numel * state_elem_bytes(layout), kAlign));
+  if (each) *each = largest;
+  return tier && tier->grad_window > 0 ? size_t(tier->grad_window) * largest : 0;
+}
 }  // namespace
 
 HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, bool shadow,
                                 const MomentUnits& moments, const NvmeTierOptions* tier) {
   HostStoreBytes b;
+  const bool windowed = tier && tier->grad_window > 0;
   for (size_t i = 0; i < units.size(); ++i) {
-    const HostStoreBytes ub = unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i),
-                                               tier && nvme_tiered(units[i]), tier && tier->masters);
+    const bool tiered = tier && nvme_tiered(units[i]);
+    const HostStoreBytes ub =
+        unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i), tiered, tier && tier->masters, tiered && windowed);
     b.master += ub.master, b.grad += ub.grad, b.m += ub.m, b.v += ub.v, b.shadow += ub.shadow, b.nvme += ub.nvme;
   }
+  b.grad += grad_window_bytes(units, layout, tier);
   return b;
 }
 
@@ -74,6 +88,7 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
   std::unique_ptr<HostStore> s(new HostStore(layout, alloc));
   const size_t st = state_elem_bytes(layout);
   auto tiered = [&](size_t i) { return tier && nvme_tiered(units[i]); };
+  const bool windowed = tier && tier->grad_window > 0;
   if (tier) {  // the drives' files first: a full drive or a tmpfs path is refused before any pinning
     MT_ASSIGN_OR_RETURN(s->tier_, NvmeTier::create(*tier, nvme_unit_numel(units), st));
   }
@@ -82,7 +97,9 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
   std::vector<size_t> unit_bytes;
   for (size_t i = 0; i < units.size(); ++i)
     unit_bytes.push_back(
-        unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i), tiered(i), tier && tier->masters).total());
+        unit_store_bytes(units[i].numel, layout, shadow, holds_moments(moments, i), tiered(i), tier && tier->masters,
+                         tiered(i) && windowed)
+            .total());
   struct Plan {
     size_t first, end, bytes;
   };
@@ -95,6 +112,9 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
     total += bytes;
     i = j;
   }
+  size_t window_each = 0;
+  const size_t window_bytes = grad_window_bytes(units, layout, tier, &window_each);
+  if (window_bytes > 0) plan.push_back({units.size(), units.size(), window_bytes}), total += window_bytes;
   // Refused up front, before minutes of pinning (pinned memory must fit in physical memory).
   MT_RETURN_IF_ERROR(alloc.check_capacity(total));
   // Allocate and zero the chunks. Pinning is page-by-page work in the driver (fault in, zero,
@@ -144,7 +164,7 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       hu.numel = n;
       hu.tiered = tiered(i);
       if (!hu.tiered || !tier->masters) hu.master = reinterpret_cast<float*>(p), p += round_up(n * 4, kAlign);
-      hu.grad = p, p += round_up(n * st, kAlign);
+      if (!(hu.tiered && windowed)) hu.grad = p, p += round_up(n * st, kAlign);
       if (holds_moments(moments, i) && !hu.tiered) {
         hu.m = p, p += round_up(n * st, kAlign);
         hu.v = p, p += round_up(n * st, kAlign);
@@ -153,6 +173,9 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       s->units_.push_back(hu);
     }
   }
+  if (window_bytes > 0)
+    s->window_ = std::make_unique<GradWindow>(static_cast<char*>(chunks.back()), size_t(tier->grad_window), window_each,
+                                              units.size());
   for (const ParamSchema& u : units) {
     s->expert_.push_back(u.kind == UnitKind::kExpert);
     s->names_.push_back(u.kind == UnitKind::kExpert ? "expert " + std::to_string(u.expert) + " of layer " + std::to_string(u.layer)
@@ -274,7 +297,8 @@ template Result<UnitState<bf16>> HostStore::acquire<bf16>(size_t);
 
 void HostStore::zero_grads() {
   const size_t st = state_elem_bytes(layout_);
-  for (auto& u : units_) std::memset(u.grad, 0, u.numel * st);
+  for (auto& u : units_)
+    if (u.grad) std::memset(u.grad, 0, u.numel * st);  // a window's buffers are written whole as gradients land
 }
 
 }  // namespace mt

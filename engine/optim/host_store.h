@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/optim/grad_window.h"
 #include "engine/optim/nvme_tier.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/update_gate.h"
@@ -54,7 +55,9 @@ struct HostUnit {
   // through HostStore::acquire.
   bool tiered = false;
   float* master = nullptr;
-  void* grad = nullptr;  // float* (exact) or bf16* (compact)
+  // float* (exact) or bf16* (compact); nullptr for a unit of the tier's grad_window, which takes
+  // a buffer for each gradient (HostStore::take_grad, grad)
+  void* grad = nullptr;
   void* m = nullptr;
   void* v = nullptr;
   bf16* shadow = nullptr;
@@ -79,8 +82,18 @@ class HostStore {
   template <typename S>
   UnitState<S> state(size_t i) const {
     const HostUnit& u = units_[i];
-    return {u.master, static_cast<S*>(u.grad), static_cast<S*>(u.m), static_cast<S*>(u.v), u.shadow};
+    return {u.master, static_cast<S*>(grad(i)), static_cast<S*>(u.m), static_cast<S*>(u.v), u.shadow};
   }
+  // Unit u's gradient buffer. A unit of the tier's grad window (grad_window.h) holds one only
+  // from take_grad (the backward, before its gradient is copied down; it waits while every
+  // buffer is taken) to give_back_grad (the optimizer, once the unit is updated); the others
+  // always hold theirs (take and give back are then no-ops).
+  void* grad(size_t u) const { return units_[u].grad ? units_[u].grad : window_ ? window_->held(u) : nullptr; }
+  void* take_grad(size_t u) { return units_[u].grad ? units_[u].grad : window_->take(u); }
+  void give_back_grad(size_t u) {
+    if (!units_[u].grad && window_) window_->give_back(u);
+  }
+  const GradWindow* grad_window() const { return window_.get(); }  // nullptr: none
   // The AdamW step t (bias correction) of unit u's update in optimizer step `step`: the step
   // itself, except for an expert, which is updated only on the steps that route a token to it
   // (as PyTorch's AdamW skips a parameter without a gradient, its step count included): its
@@ -142,6 +155,7 @@ class HostStore {
   std::vector<long> updates_;   // per unit: AdamW updates applied (adam_step)
   std::vector<std::pair<void*, size_t>> chunks_;
   std::unique_ptr<NvmeTier> tier_;
+  std::unique_ptr<GradWindow> window_;  // the tiered units' gradients (NvmeTierOptions::grad_window)
   std::vector<std::string> names_;  // per unit, for messages
   std::vector<size_t> update_order_;
   std::shared_ptr<UpdateGate> gate_;  // read by the optimizer thread, set between steps

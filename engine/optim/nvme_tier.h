@@ -27,6 +27,9 @@ struct NvmeTierOptions {
   int window = 4;                  // units resident at once
   int io_threads = 4;
   size_t chunk_bytes = size_t(8) << 20;  // one pread/pwrite
+  // > 0: the tiered units' gradients share this many buffers in host memory instead of one
+  // each (grad_window.h): only where each unit is updated as its gradient lands (grad_clip 0).
+  int grad_window = 0;
 };
 
 // Where the tier keeps each unit: its file (one per path; -1: not tiered), its offset there and

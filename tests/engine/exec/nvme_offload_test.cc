@@ -74,6 +74,7 @@ struct Case {
   int window = 3;
   const char* moe = nullptr;  // tests/engine/moe_models.h
   bool update_during_backward = false;
+  int grad_window = 0;  // the tiered units' gradients in this many shared buffers
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -119,6 +120,7 @@ TEST_P(NvmeOffload, TheSameBitsAsInMemory) {
   tiered.nvme.masters = c.masters;
   tiered.nvme.window = c.window;
   tiered.nvme.chunk_bytes = 4 * kDirectAlign;
+  tiered.nvme.grad_window = c.grad_window;
   auto x = make(c, ram);
   auto y = make(c, tiered);
   ASSERT_TRUE(x.ok()) << x.status().to_string();
@@ -132,7 +134,17 @@ TEST_P(NvmeOffload, TheSameBitsAsInMemory) {
     if (sy.unit(u).tiered) {
       EXPECT_EQ(sy.unit(u).m, nullptr);
       EXPECT_EQ(sy.unit(u).master == nullptr, c.masters);
+      EXPECT_EQ(sy.unit(u).grad == nullptr, c.grad_window > 0) << "unit " << u;
     }
+  }
+  if (c.grad_window > 0) {  // a few shared gradient buffers instead of one per tiered unit
+    ASSERT_NE(sy.grad_window(), nullptr);
+    EXPECT_EQ(sy.grad_window()->buffers(), size_t(c.grad_window));
+    StreamingOptions whole = tiered;
+    whole.nvme.grad_window = 0;
+    auto w = make(c, whole);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    EXPECT_LT(sy.total_bytes(), (*w)->store().total_bytes());
   }
   const ModelConfig cfg = config_of(c);
   init_weights(cfg, sx, 11);
@@ -207,7 +219,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"TwoDevices", MemoryLayout::kCompact, Precision::kBf16, true, 2},
                       Case{"WindowOfOne", MemoryLayout::kExact, Precision::kFp32, false, 1, 1},
                       Case{"UpdatedAsLanded", MemoryLayout::kExact, Precision::kFp32, false, 1, 2, nullptr, true},
-                      Case{"MixtureOfExperts", MemoryLayout::kCompact, Precision::kBf16, true, 1, 3, "qwen3_moe"}),
+                      Case{"MixtureOfExperts", MemoryLayout::kCompact, Precision::kBf16, true, 1, 3, "qwen3_moe"},
+                      Case{"GradWindowOfTwo", MemoryLayout::kCompact, Precision::kBf16, true, 1, 3, nullptr, true, 2},
+                      Case{"GradWindowOfOne", MemoryLayout::kExact, Precision::kFp32, false, 1, 1, nullptr, true, 1},
+                      Case{"GradWindowMixtureOfExperts", MemoryLayout::kCompact, Precision::kBf16, true, 1, 3, "qwen3_moe",
+                           true, 2}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(NvmeOffloadFailure, AnIoErrorInAStepFailsItNamingThePathAndTheUnit) {
