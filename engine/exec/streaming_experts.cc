@@ -47,7 +47,12 @@ std::vector<int> StreamingExecutor::receive_routing(int l, int32_t* host, bool p
   backend_->stream_wait(StreamKind::kD2H, backend_->record(StreamKind::kCompute));
   backend_->copy_d2h(host, moe_offsets_, size_t(micro_batches) * size_t(E + 1) * sizeof(int32_t));
   const EventPtr landed = backend_->record(StreamKind::kD2H);
-  if (!publish) return {};  // the backward's recompute: checked at the step's end
+  if (!publish) {  // the backward's recompute: checked at the step's end
+    // The next layer's recompute rewrites the device's offsets: not before this copy has read
+    // them (without this wait the check saw the next layer's routing now and then, on the CPU).
+    backend_->stream_wait(StreamKind::kCompute, landed);
+    return {};
+  }
   const EventPtr from = timeline_.mark();  // the device idles until the host has the routing
   backend_->host_wait(landed);
   timeline_.stall_until(from, timeline_.mark());
