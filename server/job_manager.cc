@@ -266,6 +266,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     refresh_disk_usage();
   };
   hooks.checkpoint_bound_s = opt_.shutdown_timeout_s;
+  hooks.on_checkpoint_cost = [this, id](const CheckpointReport& r) { metrics_.on_checkpoint(id, r); };
   hooks.make_push_source = [job](const JobSpec&, int vocab) {
     return make_push_source(job->spool, vocab, job->progress);
   };

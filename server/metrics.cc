@@ -106,6 +106,23 @@ Metrics::Metrics()
                     .Name("megatrain_moe_expert_load_ratio")
                     .Help("Per MoE layer: the busiest expert's routed tokens over the mean (1 = balanced), last step")
                     .Register(*registry_)),
+      ckpt_step_(BuildGauge()
+                     .Name("megatrain_checkpoint_step")
+                     .Help("Step of the job's latest checkpoint (published)")
+                     .Register(*registry_)),
+      ckpt_bytes_(BuildGauge()
+                      .Name("megatrain_checkpoint_bytes")
+                      .Help("Size on disk of the job's latest checkpoint")
+                      .Register(*registry_)),
+      ckpt_write_(BuildGauge()
+                      .Name("megatrain_checkpoint_write_seconds")
+                      .Help("Seconds from the latest checkpoint's start to its publish")
+                      .Register(*registry_)),
+      ckpt_pause_(BuildGauge()
+                      .Name("megatrain_checkpoint_pause_seconds")
+                      .Help("Seconds the training paused for the latest checkpoint (the step's updates, and the write "
+                            "or the updates that waited for a writer beside training)")
+                      .Register(*registry_)),
       data_queue_total_(data_queue_.Add({})),
       state_dir_bytes_(BuildGauge()
                            .Name("megatrain_state_dir_bytes")
@@ -169,6 +186,15 @@ void Metrics::on_eval(const std::string& job, const EvalReport& r) {
   std::lock_guard<std::mutex> lock(mu_);
   eval_loss_.Add({{kJobLabel, job}}).Set(r.loss);
   best_eval_loss_.Add({{kJobLabel, job}}).Set(r.best_loss);
+}
+
+void Metrics::on_checkpoint(const std::string& job, const CheckpointReport& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const prometheus::Labels l = {{kJobLabel, job}};
+  ckpt_step_.Add(l).Set(double(r.step));
+  ckpt_bytes_.Add(l).Set(double(r.bytes));
+  ckpt_write_.Add(l).Set(r.write_seconds);
+  ckpt_pause_.Add(l).Set(r.pause_seconds);
 }
 
 void Metrics::set_jobs(const std::map<std::string, int>& count_by_state) {

@@ -19,6 +19,7 @@
 #include "engine/exec/engine_stats.h"
 #include "engine/exec/planner.h"
 #include "engine/job/held_out.h"
+#include "engine/job/job.h"
 
 namespace mt::server {
 
@@ -32,6 +33,8 @@ class Metrics {
   void on_step(const std::string& job, const StepStats& s, double flops_per_token, double peak_flops);
   // spec.eval: megatrain_eval_loss and megatrain_best_eval_loss (only for jobs that evaluate).
   void on_eval(const std::string& job, const EvalReport& r);
+  // Each checkpoint: megatrain_checkpoint_{step,bytes,write_seconds,pause_seconds} of the latest.
+  void on_checkpoint(const std::string& job, const CheckpointReport& r);
   void set_jobs(const std::map<std::string, int>& count_by_state);  // keys: queued, running, ...
   void set_memory(const MemoryPlan* running);                       // nullptr: nothing resident
   void set_data_queue(const std::string& job, double tokens);
@@ -47,7 +50,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>&step_seconds_, &optimizer_seconds_;
   prometheus::Family<prometheus::Gauge>&loss_, &tps_, &h2d_bw_, &d2h_bw_, &mfu_, &grad_norm_, &clipped_, &lr_, &host_mem_,
       &device_mem_, &packing_, &eval_loss_, &best_eval_loss_, &jobs_, &data_queue_, &job_data_queue_, &moe_aux_loss_,
-      &moe_routed_, &moe_h2d_, &moe_load_;
+      &moe_routed_, &moe_h2d_, &moe_load_, &ckpt_step_, &ckpt_bytes_, &ckpt_write_, &ckpt_pause_;
   prometheus::Gauge& data_queue_total_;
   prometheus::Gauge& state_dir_bytes_;
   std::mutex mu_;

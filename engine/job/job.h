@@ -19,11 +19,24 @@ namespace mt {
 
 enum class LogLevel { kDebug, kInfo, kWarning, kError };
 
+// What a checkpoint cost (the job's log line, for metrics): its size, the seconds from its
+// start to its publish, and how long the training paused for it (written between steps: the
+// step's updates and the write; beside training: the step's updates and the updates that
+// waited for the writer).
+struct CheckpointReport {
+  long step = 0;
+  uint64_t bytes = 0;
+  double write_seconds = 0;
+  double pause_seconds = 0;
+  bool beside_training = false;
+};
+
 struct JobHooks {
   std::function<void(const StepStats&)> on_step;
   std::function<void(const EvalReport&)> on_eval;  // spec.eval: each held-out evaluation
   std::function<void(LogLevel, const std::string&)> on_log;
   std::function<void(const std::string& checkpoint_dir, long step)> on_checkpoint;
+  std::function<void(const CheckpointReport&)> on_checkpoint_cost;  // before its on_checkpoint
   // Supplies the data source for `data.source: push` (the daemon's spool); other sources are
   // built by the engine itself.
   std::function<Result<std::unique_ptr<DataSource>>(const JobSpec&, int vocab)> make_push_source;

@@ -34,7 +34,7 @@ Status JobCheckpoints::save(const TrainerState& state, long best, bool wait) {
       }
       const auto w0 = std::chrono::steady_clock::now();
       MT_ASSIGN_OR_RETURN(o_.saved, write_(state, best));
-      report({tree_bytes(o_.saved), seconds_since(w0), 0}, synced, false);
+      report(state.step, {tree_bytes(o_.saved), seconds_since(w0), 0}, synced, false);
     }
     o_.saved_step = state.step;
   }
@@ -51,22 +51,24 @@ Status JobCheckpoints::land() {
   in_flight_.reset();
   MT_RETURN_IF_ERROR(dir.status());
   o_.saved = *dir;
-  report(cost, synced_s_, true);
+  report(step, cost, synced_s_, true);
   if (hooks_.on_checkpoint) hooks_.on_checkpoint(o_.saved, step);
   return Status::Ok();
 }
 
 // "checkpoint DIR: 1.20 GB in 2.0 s (0.60 GB/s) beside training; training paused 0.30 s (...)"
-void JobCheckpoints::report(const CheckpointCost& c, double synced_s, bool beside) {
+void JobCheckpoints::report(long step, const CheckpointCost& c, double synced_s, bool beside) {
   last_bytes_ = c.bytes;
   if (c.gbps() > 0) last_gbps_ = c.gbps();
+  const double paused = synced_s + (beside ? c.updates_waited : c.write_seconds);
+  if (hooks_.on_checkpoint_cost) hooks_.on_checkpoint_cost({step, c.bytes, c.write_seconds, paused, beside});
   std::string line = "checkpoint " + o_.saved + ": " + fixed(double(c.bytes) / 1e9, 2) + " GB in " +
                      fixed(c.write_seconds, 2) + " s (" + fixed(c.gbps(), 2) + " GB/s)";
   if (beside)
-    line += " beside training; training paused " + fixed(synced_s + c.updates_waited, 2) + " s (" + fixed(synced_s, 2) +
+    line += " beside training; training paused " + fixed(paused, 2) + " s (" + fixed(synced_s, 2) +
             " s for the step's updates, " + fixed(c.updates_waited, 2) + " s of updates waiting for the writer)";
   else
-    line += "; training paused " + fixed(synced_s + c.write_seconds, 2) + " s";
+    line += "; training paused " + fixed(paused, 2) + " s";
   log_(LogLevel::kInfo, line);
 }
 

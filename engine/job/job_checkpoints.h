@@ -45,7 +45,7 @@ class JobCheckpoints {
 
  private:
   void warn_if_beyond_bound();
-  void report(const CheckpointCost& c, double synced_s, bool beside);
+  void report(long step, const CheckpointCost& c, double synced_s, bool beside);
 
   Options o_;
   const ModelConfig& cfg_;

@@ -72,6 +72,11 @@ TEST(ServerMetrics, EveryDesignMetricIsExportedWithSaneValues) {
   EXPECT_EQ(get(m, "megatrain_eval_loss" + j), done.eval_loss());
   EXPECT_EQ(get(m, "megatrain_best_eval_loss" + j), done.best_eval_loss());
   EXPECT_GT(done.eval_loss(), 0);
+  EXPECT_EQ(get(m, "megatrain_checkpoint_step" + j), 6);  // the job's last checkpoint
+  EXPECT_GT(get(m, "megatrain_checkpoint_bytes" + j), 4 * 4 * 1000);  // weights and moments of a tiny model
+  EXPECT_GT(get(m, "megatrain_checkpoint_write_seconds" + j), 0);
+  EXPECT_GE(get(m, "megatrain_checkpoint_pause_seconds" + j), get(m, "megatrain_checkpoint_write_seconds" + j))
+      << "written between steps (the last), the training paused for the whole write";
   const double clipped = get(m, "megatrain_grad_clipped" + j);
   EXPECT_TRUE(clipped == 0 || clipped == 1) << clipped;
   const double lr = get(m, "megatrain_learning_rate" + j);  // the spec's 3e-3, scheduled
