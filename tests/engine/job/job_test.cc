@@ -2,6 +2,7 @@
 // cancelled job resumes, and resume equals an uninterrupted run bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -227,6 +228,42 @@ TEST_P(InFlightCheckpoints, HoldTheirStepsBytesAndAreToldInOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, InFlightCheckpoints, ::testing::Values("resident", "streaming", "speculative"));
+
+// A stop waits checkpoint_bound_s for a checkpoint (the daemon's --shutdown_timeout): one expected
+// to take longer, at the bandwidth the last one reached, is warned about before it starts; the
+// first has nothing to go by. Each checkpoint reports its cost before it is told.
+TEST(JobRunner, ACheckpointExpectedToOutlastAStopIsWarnedAbout) {
+  TempDir dir;
+  JobSpec spec = tiny_spec("streaming", 3);
+  spec.checkpoint.every = 1;
+  std::vector<std::string> warnings;
+  std::vector<CheckpointReport> costs;
+  std::vector<long> told;
+  JobHooks hooks;
+  hooks.checkpoint_bound_s = 1e-9;
+  hooks.on_log = [&](LogLevel l, const std::string& m) {
+    if (l == LogLevel::kWarning && m.find("--shutdown_timeout") != std::string::npos) warnings.push_back(m);
+  };
+  hooks.on_checkpoint_cost = [&](const CheckpointReport& r) {
+    EXPECT_EQ(std::count(told.begin(), told.end(), r.step), 0) << "reported after it was told";
+    costs.push_back(r);
+  };
+  hooks.on_checkpoint = [&](const std::string&, long step) { told.push_back(step); };
+  auto r = JobRunner(spec, dir.path, hooks).run();
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(warnings.size(), 2u) << "before the checkpoints of steps 2 and 3, not before the first";
+  for (const std::string& w : warnings) EXPECT_NE(w.find("is expected to take"), std::string::npos) << w;
+  ASSERT_EQ(costs.size(), 3u);
+  for (const CheckpointReport& c : costs) {
+    EXPECT_GT(c.bytes, 0u);
+    EXPECT_GT(c.write_seconds, 0);
+    EXPECT_GE(c.pause_seconds, 0);
+  }
+  EXPECT_TRUE(costs[0].beside_training && costs[1].beside_training);
+  EXPECT_FALSE(costs[2].beside_training) << "the last one is written between steps";
+  EXPECT_GE(costs[2].pause_seconds, costs[2].write_seconds);
+  EXPECT_EQ(told, (std::vector<long>{1, 2, 3}));
+}
 
 // speculative_updates: on trains the same model as off, byte for byte (steps that clip and steps
 // that do not), and stays out of the hash: either resumes the other's checkpoints.
