@@ -252,8 +252,15 @@ step bench_step_qwen7b_fp32 150 "$OUT/bench_step_qwen7b_fp32.json" "$B" "${QWEN[
 step bench_step_qwen7b_bf16_convert 150 "$OUT/bench_step_qwen7b_bf16_convert.json" "$B" "${QWEN[@]}" \
   --precision bf16 --bf16-uploads convert --steps 2 --warmup 1
 step bench_pin 60 "$OUT/bench_pin.json" "$B" pin --gib 8 --chunk-mib 1024 --threads 8 --json
+# Issue 29: with it, the pause a 336 MB checkpoint costs the GPU step (between steps and beside
+# them), and the same step with the Adam moments and masters on the NVMe tier (this disk).
 step bench_step_small 90 "$OUT/bench_step_small.json" "$B" step --preset small --backend cuda --precision bf16 \
-  --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json
+  --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 --warmup 2 --json \
+  --checkpoint-stall "$BUILD"
+mkdir -p "$BUILD/nvme-tier"
+step bench_step_small_nvme 90 "$OUT/bench_step_small_nvme.json" "$B" step --preset small --backend cuda \
+  --precision bf16 --executor streaming --recompute on --seq-len 512 --micro-batch 4 --global-batch 8 --steps 5 \
+  --warmup 2 --json --nvme "$BUILD/nvme-tier" --nvme-masters on
 step bench_step_long 90 "$OUT/bench_step_long.json" "$B" step --preset small --backend cuda \
   --executor streaming --recompute on --seq-len 2048 --micro-batch 1 --global-batch 4 --steps 3 --warmup 1 --json
 # Long context on the device (issue 14): the measured peak against the plan as T grows, with the
