@@ -18,6 +18,7 @@
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "engine/io/hf_io.h"
 #include "engine/base/json.h"
@@ -204,20 +205,17 @@ UnitTensors moment_tensors(const std::vector<ParamSchema>& units, const HostStor
   const DType dt = exact ? DType::kF32 : DType::kBF16;
   const size_t es = exact ? 4 : 2;
   UnitTensors out;
-  auto& v = out.tensors;
   for (size_t i : order) {
     const HostUnit& u = store.unit(i);
     for (const auto& t : units[i].tensors) {
-      if (!store.has_moments(i)) break;
-      if (u.tiered) {
-        v.push_back(tiered_tensor(t.name + ".exp_avg", t.shape, dt, store.tier(), i, NvmeTier::Part::kM, t.offset * es));
-        v.push_back(tiered_tensor(t.name + ".exp_avg_sq", t.shape, dt, store.tier(), i, NvmeTier::Part::kV, t.offset * es));
-        continue;
+      if (!store.has_moments(i)) break;  // another process's shard
+      for (auto [suffix, part, base] : {std::tuple{".exp_avg", NvmeTier::Part::kM, u.m},
+                                        std::tuple{".exp_avg_sq", NvmeTier::Part::kV, u.v}}) {
+        if (u.tiered) out.tensors.push_back(tiered_tensor(t.name + suffix, t.shape, dt, store.tier(), i, part, t.offset * es));
+        else out.tensors.push_back({t.name + suffix, t.shape, dt, static_cast<const char*>(base) + t.offset * es, dt});
       }
-      v.push_back({t.name + ".exp_avg", t.shape, dt, static_cast<const char*>(u.m) + t.offset * es, dt});
-      v.push_back({t.name + ".exp_avg_sq", t.shape, dt, static_cast<const char*>(u.v) + t.offset * es, dt});
     }
-    out.ends.push_back(v.size());
+    out.ends.push_back(out.tensors.size());
   }
   return out;
 }

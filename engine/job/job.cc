@@ -455,7 +455,6 @@ Result<JobResult> JobRunner::run() {
   result.steps_done = state.step;
   result.final_loss = state.last_loss;  // what a run that trains no step reports
   result.checkpoint = resumed;
-  const long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
   // TensorBoard event files, by one process, from the step this run starts at (what a killed
   // run logged after its checkpoint is dropped: this run logs those steps again).
   std::unique_ptr<TensorBoardWriter> tb;
@@ -479,6 +478,7 @@ Result<JobResult> JobRunner::run() {
     return sharded ? save_sharded_checkpoint(*nodes.losses, ckpt_root, cfg, ex->store(), st, spec_.checkpoint.keep, best)
                    : save_checkpoint(ckpt_root, cfg, ex->store(), st, spec_.checkpoint.keep, best);
   };
+  const long saved_step = resumed.empty() ? -1 : state.step;  // the step of the checkpoint on disk (-1: none)
   JobCheckpoints checkpoints({ckpt_root, spec_.checkpoint.keep, writes_checkpoints, overlap, saved_step, resumed}, cfg,
                              *ex, hooks_, write, [this](LogLevel l, const std::string& m) { log(l, m); });
   auto checkpoint = [&](bool wait = true) -> Status {
