@@ -14,24 +14,24 @@ namespace {
 
 // One fused, branch-free pass. This file is compiled with -fno-math-errno (kernels/
 // CMakeLists.txt): the sqrt then vectorises instead of keeping a libm errno branch per element.
+// The bias corrections fold into two constants (as DeepSpeed's CPUAdam does): one division and
+// one square root an element, the rest multiplies and FMAs. Three divisions (m / bc1, v / bc2,
+// then the quotient) made the update compute-bound on one core (1.30 G/s against CPUAdam's 1.64).
 template <typename S, bool kShadow>
 MT_ALWAYS_INLINE void adamw_loop(float* __restrict param, const S* __restrict grad,
                                  S* __restrict m, S* __restrict v, bf16* __restrict shadow,
                                  size_t n, const AdamWParams& p) {
-  const float b1 = p.beta1, b2 = p.beta2, lr = p.lr, eps = p.eps, wd = p.weight_decay;
-  const float gs = p.grad_scale;
-  const float bc1 = float(1.0 - std::pow(double(b1), double(p.step)));
-  const float bc2 = float(1.0 - std::pow(double(b2), double(p.step)));
+  const AdamWCoefficients k = adamw_coefficients(p);
+  const float b1 = p.beta1, b2 = p.beta2, gs = p.grad_scale;
   for (size_t i = 0; i < n; ++i) {
     const float g = to_float(grad[i]) * gs;
     const float mi = b1 * to_float(m[i]) + (1.0f - b1) * g;
     const float vi = b2 * to_float(v[i]) + (1.0f - b2) * g * g;
     m[i] = from_float<S>(mi);
     v[i] = from_float<S>(vi);
-    const float mhat = mi / bc1;
-    const float denom = std::sqrt(vi / bc2) + eps;
+    const float denom = std::sqrt(vi) * k.inv_sqrt_bc2 + p.eps;
     float w = param[i];
-    w -= lr * (mhat / denom + wd * w);
+    w -= k.step_size * (mi / denom) + k.decay * w;
     param[i] = w;
     if constexpr (kShadow) shadow[i] = float_to_bf16(w);
   }

@@ -8,7 +8,8 @@ namespace mt::cuda {
 namespace {
 
 struct Coeffs {
-  float lr, b1, b2, eps, wd, gs, bc1, bc2;
+  float b1, b2, eps, gs;
+  cpu::AdamWCoefficients k;
 };
 
 template <typename S>
@@ -20,7 +21,8 @@ __global__ void adamw_kernel(float* param, const S* grad, S* m, S* v, __nv_bfloa
     m[i] = detail::st<S>(mi);
     v[i] = detail::st<S>(vi);
     float w = param[i];
-    w -= c.lr * ((mi / c.bc1) / (sqrtf(vi / c.bc2) + c.eps) + c.wd * w);
+    const float denom = sqrtf(vi) * c.k.inv_sqrt_bc2 + c.eps;
+    w -= c.k.step_size * (mi / denom) + c.k.decay * w;
     param[i] = w;
     if (shadow) shadow[i] = __float2bfloat16_rn(w);
   }
@@ -32,9 +34,7 @@ template <typename S>
 CudaStatus adamw_update(float* param, const S* grad, S* m, S* v, __nv_bfloat16* shadow, size_t n,
                         const cpu::AdamWParams& p, cudaStream_t stream) {
   if (n == 0) return {};
-  const Coeffs c{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.grad_scale,
-                 float(1.0 - std::pow(double(p.beta1), double(p.step))),
-                 float(1.0 - std::pow(double(p.beta2), double(p.step)))};
+  const Coeffs c{p.beta1, p.beta2, p.eps, p.grad_scale, cpu::adamw_coefficients(p)};
   clear_last_error();
   adamw_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(param, grad, m, v, shadow, n, c);
   return launched("adamw_kernel");
