@@ -1,5 +1,8 @@
 #include "engine/base/thread_pool.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace mt {
 
 ThreadPool::ThreadPool(int threads) {
@@ -38,6 +41,14 @@ void ThreadPool::parallel_for(int n, const std::function<void(int)>& fn) {
   }
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   job_ = nullptr;
+}
+
+void ThreadPool::parallel_blocks(int n, const std::function<void(int)>& fn) {
+  const int blocks = std::min(n, size());
+  parallel_for(blocks, [&](int b) {
+    const int hi = int(int64_t(n) * (b + 1) / blocks);
+    for (int i = int(int64_t(n) * b / blocks); i < hi; ++i) fn(i);
+  });
 }
 
 void ThreadPool::worker_loop() {

@@ -19,6 +19,10 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
   // Runs fn(i) for i in [0, n) on the pool and the calling thread; returns when all are done.
   void parallel_for(int n, const std::function<void(int)>& fn);
+  // The same items in size() contiguous blocks, one a thread, each run in order: one hand-out a
+  // thread instead of one an item, and every thread streams through its own part of the memory
+  // (the optimizer: 1.37-1.59 G params/s item by item, 1.66 in blocks, on 2 cores).
+  void parallel_blocks(int n, const std::function<void(int)>& fn);
 
  private:
   void worker_loop();

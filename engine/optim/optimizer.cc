@@ -74,7 +74,7 @@ template <typename S>
 double unit_grad_sumsq(ThreadPool& pool, const ParamSchema& u, const S* grad) {
   const auto ps = pieces(u);
   std::vector<double> partial(ps.size());
-  pool.parallel_for(int(ps.size()), [&](int i) { partial[size_t(i)] = cpu::sum_squares(grad + ps[size_t(i)].offset, ps[size_t(i)].n); });
+  pool.parallel_blocks(int(ps.size()), [&](int i) { partial[size_t(i)] = cpu::sum_squares(grad + ps[size_t(i)].offset, ps[size_t(i)].n); });
   double total = 0;
   for (double p : partial) total += p;  // fixed order: deterministic
   return total;
@@ -92,7 +92,7 @@ void adamw_piece(const UnitState<S>& st, const cpu::AdamWParams& p, size_t o, si
 template <typename S>
 void adamw_unit(ThreadPool& pool, const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p) {
   const auto ps = pieces(u);
-  pool.parallel_for(int(ps.size()), [&](int i) {
+  pool.parallel_blocks(int(ps.size()), [&](int i) {
     const Piece& pc = ps[size_t(i)];
     adamw_piece(st, p, pc.offset, pc.n, pc.decay);
   });
