@@ -7,6 +7,7 @@
 
 #include "bench/bench.h"
 #include "engine/optim/optimizer.h"
+#include "engine/base/host_memory.h"
 #include "engine/base/thread_pool.h"
 #include "kernels/matmul.h"
 
@@ -37,17 +38,30 @@ int run_sgemm(const Flags& f) {
 
 namespace {
 
+constexpr size_t kPiece = size_t(1) << 16;  // the optimizer's pieces (engine/optim/optimizer.cc)
+
 // One layout's arrays for `n` parameters: fp32 masters, gradient and moments in S, an optional
-// bf16 shadow; touched once by the pool's threads in the pieces they update (first touch).
+// bf16 shadow, from the allocator the CPU backend's HostStore uses (page-aligned: a vector's
+// 16-byte-aligned data split every AVX-512 load over two cache lines and cost the update 5-10%),
+// first touched by the pool's threads in the blocks that update them.
 template <typename S>
 struct AdamArrays {
-  std::vector<float> p;
-  std::vector<S> g, m, v;
-  std::vector<bf16> shadow;
-  AdamArrays(size_t n, bool with_shadow) : p(n, 0.1f), g(n, from_float<S>(0.01f)), m(n), v(n) {
-    if (with_shadow) shadow.resize(n);
+  HostBuffer p, g, m, v, shadow;
+  AdamArrays(ThreadPool& pool, size_t n, bool with_shadow) {
+    auto take = [](size_t bytes) { return std::move(*HostBuffer::allocate(default_host_allocator(), bytes)); };
+    p = take(n * 4), g = take(n * sizeof(S)), m = take(n * sizeof(S)), v = take(n * sizeof(S));
+    if (with_shadow) shadow = take(n * 2);
+    const size_t pieces = (n + kPiece - 1) / kPiece;
+    pool.parallel_blocks(int(pieces), [&](int k) {
+      const size_t lo = size_t(k) * kPiece, hi = std::min(n, lo + kPiece);
+      std::fill(p.as<float>() + lo, p.as<float>() + hi, 0.1f);
+      std::fill(g.as<S>() + lo, g.as<S>() + hi, from_float<S>(0.01f));
+      std::fill(m.as<S>() + lo, m.as<S>() + hi, S{});
+      std::fill(v.as<S>() + lo, v.as<S>() + hi, S{});
+      if (with_shadow) std::fill(shadow.as<bf16>() + lo, shadow.as<bf16>() + hi, bf16{});
+    });
   }
-  UnitState<S> state() { return {p.data(), g.data(), m.data(), v.data(), shadow.empty() ? nullptr : shadow.data()}; }
+  UnitState<S> state() { return {p.as<float>(), g.as<S>(), m.as<S>(), v.as<S>(), shadow.as<bf16>()}; }
   // Bytes the update moves per parameter: reads p, g, m, v; writes p, m, v (and the shadow).
   static double bytes(bool with_shadow) { return 4 + 3.0 * sizeof(S) + 4 + 2.0 * sizeof(S) + (with_shadow ? 2 : 0); }
 };
@@ -56,20 +70,22 @@ struct AdamArrays {
 // The ceiling of this pattern on this memory, over the same threads and pieces as the update.
 template <typename S>
 void stream_pattern(ThreadPool& pool, AdamArrays<S>& a, size_t n) {
-  constexpr size_t kPiece = size_t(1) << 16;
-  const bool sh = !a.shadow.empty();
-  pool.parallel_for(int((n + kPiece - 1) / kPiece), [&](int k) {
+  const UnitState<S> st = a.state();
+  float* p = st.master;
+  S *g = st.grad, *m = st.m, *v = st.v;
+  bf16* shadow = st.shadow;
+  pool.parallel_blocks(int((n + kPiece - 1) / kPiece), [&](int k) {
     const size_t lo = size_t(k) * kPiece, hi = std::min(n, lo + kPiece);
     for (size_t i = lo; i < hi; ++i) {
-      const float x = a.p[i] + to_float(a.g[i]);
-      const S mv = a.m[i], vv = a.v[i];
-      a.p[i] = x;
-      a.m[i] = vv;
-      a.v[i] = mv;
-      if (sh) {  // truncated, not rounded: the pattern's bytes, not the rounding's branches
+      const float x = p[i] + to_float(g[i]);
+      const S mv = m[i], vv = v[i];
+      p[i] = x;
+      m[i] = vv;
+      v[i] = mv;
+      if (shadow) {  // truncated, not rounded: the pattern's bytes, not the rounding's branches
         uint32_t u;
         std::memcpy(&u, &x, sizeof u);
-        a.shadow[i] = bf16{uint16_t(u >> 16)};
+        shadow[i] = bf16{uint16_t(u >> 16)};
       }
     }
   });
@@ -77,7 +93,7 @@ void stream_pattern(ThreadPool& pool, AdamArrays<S>& a, size_t n) {
 
 template <typename S>
 Json measure_layout(const char* name, ThreadPool& pool, size_t n, bool with_shadow, int reps) {
-  AdamArrays<S> a(n, with_shadow);
+  AdamArrays<S> a(pool, n, with_shadow);
   ParamSchema unit{UnitKind::kDecoder, 0, -1, {{"w", {int64_t(n)}, 0, n, true}}, n};
   cpu::AdamWParams hp{1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
   const UnitState<S> st = a.state();
