@@ -60,21 +60,26 @@ void qk_norm_backward(T* draw, T* dwq, T* dwk, const T* dqkv, const T* raw, cons
     }
     std::copy_n(dqkv + n * row + v0, kv, draw + n * row + v0);
   }
-  // dw[c] += sum over rows, then over the row's vectors of that weight, of dy * x * rstd
+  // dw[c] += sum over rows, then over the row's vectors of that weight, of dy * x * rstd: in
+  // that order for every column, the columns in chunks of one cache line so the rows are read
+  // in order (a column at a time read every row's line once a column: 4x this backward's time).
+  constexpr int kCols = 16;
   for (const bool q : {true, false}) {
     T* dw = q ? dwq : dwk;
     if (!dw) continue;
     const int first = q ? 0 : s.q_vectors(), count = q ? s.q_vectors() : s.k_vectors();
     const int width = q ? s.q_width() : s.k_width();
     MT_OMP(parallel for schedule(static) if (detail::worth_parallel(long(s.N) * row)))
-    for (int c = 0; c < width; ++c) {
-      T acc = 0;
+    for (int c0 = 0; c0 < width; c0 += kCols) {
+      const int cols = std::min(kCols, width - c0);
+      T acc[kCols] = {};
       for (int n = 0; n < s.N; ++n)
         for (int j = first; j < first + count; ++j) {
-          const long at = n * row + vec(s, j, wq, wk).off + c;
-          acc += dqkv[at] * raw[at] * rstd[long(n) * s.vectors() + j];
+          const long at = n * row + vec(s, j, wq, wk).off + c0;
+          const T r = rstd[long(n) * s.vectors() + j];
+          for (int c = 0; c < cols; ++c) acc[c] += dqkv[at + c] * raw[at + c] * r;
         }
-      dw[c] += acc;
+      for (int c = 0; c < cols; ++c) dw[c0 + c] += acc[c];
     }
   }
 }
