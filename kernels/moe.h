@@ -52,11 +52,14 @@ void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k);
 template <typename T, typename A>
 void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k);
 
-// The weighted scatter's backward: dy[i] = w[rows[i]] * dout[rows[i] / k] (overwritten) and
-// dw[rows[i]] = dout[rows[i] / k] . y[i] (overwritten) for i < n.
+// The weighted scatter's backward, taken behind the expert's down projection y = h W^T + b so
+// that y need not be recomputed. On entry, for i < n: dy[i] = dout[rows[i] / k] (gathered,
+// unweighted, [n, C]) and dh[i] = dy[i] W (its gradient through W, unweighted, [n, F]). Then
+// dw[rows[i]] = dh[i] . h[i] + dy[i] . b (= dout . y; b may be nullptr) is written, and dh[i]
+// and dy[i] are scaled by w[rows[i]] in place: the gradients of h and y.
 template <typename T, typename A>
-void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n, int C,
-                          int k);
+void moe_weight_backward(A* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const A* w, int n, int F,
+                         int C);
 
 // Qwen2-MoE's shared expert gate: out[t] += sigmoid(g[t]) * y[t] for t < N (y, out [N, C]; g [N]).
 template <typename T>

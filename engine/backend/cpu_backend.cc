@@ -235,9 +235,9 @@ class StreamOps final : public Ops<T> {
   void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const override {
     post("moe_scatter", &Base::moe_scatter, out, y, rows, w, n, C, k);
   }
-  void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n, int C,
-                            int k) const override {
-    post("moe_scatter_backward", &Base::moe_scatter_backward, dy, dw, dout, y, rows, w, n, C, k);
+  void moe_weight_backward(A* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const A* w, int n, int F,
+                           int C) const override {
+    post("moe_weight_backward", &Base::moe_weight_backward, dw, dh, dy, h, b, rows, w, n, F, C);
   }
   void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const override {
     post("sigmoid_gate_forward", &Base::sigmoid_gate_forward, out, y, g, N, C);

@@ -86,9 +86,9 @@ class CpuOps final : public Ops<T> {
   void moe_scatter(T* out, const T* y, const int32_t* rows, const T* w, int n, int C, int k) const override {
     cpu::moe_scatter(out, y, rows, w, n, C, k);
   }
-  void moe_scatter_backward(T* dy, T* dw, const T* dout, const T* y, const int32_t* rows, const T* w, int n, int C,
-                            int k) const override {
-    cpu::moe_scatter_backward(dy, dw, dout, y, rows, w, n, C, k);
+  void moe_weight_backward(T* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const T* w, int n, int F,
+                           int C) const override {
+    cpu::moe_weight_backward(dw, dh, dy, h, b, rows, w, n, F, C);
   }
   void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const override {
     cpu::sigmoid_gate_forward(out, y, g, N, C);

@@ -177,19 +177,24 @@ class CpuOpsBf16 final : public Ops<bf16> {
       for (int c = 0; c < C; ++c) o[c] = float_to_bf16(bf16_to_float(o[c]) + wi * bf16_to_float(yi[c]));
     }
   }
-  void moe_scatter_backward(bf16* dy, float* dw, const bf16* dout, const bf16* y, const int32_t* rows, const float* w,
-                            int n, int C, int k) const override {
+  // fp32 dot products of the bf16 rows, as the CUDA kernel; each gradient rounded once more.
+  void moe_weight_backward(float* dw, bf16* dh, bf16* dy, const bf16* h, const bf16* b, const int32_t* rows,
+                           const float* w, int n, int F, int C) const override {
     for (int i = 0; i < n; ++i) {
-      const bf16* d = dout + size_t(rows[i] / k) * C;
-      const bf16* yi = y + size_t(i) * C;
+      bf16* dhi = dh + size_t(i) * F;
+      bf16* dyi = dy + size_t(i) * C;
+      const bf16* hi = h + size_t(i) * F;
       float dot = 0;
-      for (int c = 0; c < C; ++c) {
-        dy[size_t(i) * C + c] = float_to_bf16(w[rows[i]] * bf16_to_float(d[c]));
-        dot += bf16_to_float(d[c]) * bf16_to_float(yi[c]);
-      }
+      for (int f = 0; f < F; ++f) dot += bf16_to_float(dhi[f]) * bf16_to_float(hi[f]);
+      if (b)
+        for (int c = 0; c < C; ++c) dot += bf16_to_float(dyi[c]) * bf16_to_float(b[c]);
       dw[rows[i]] = dot;
+      const float wi = w[rows[i]];
+      for (int f = 0; f < F; ++f) dhi[f] = float_to_bf16(wi * bf16_to_float(dhi[f]));
+      for (int c = 0; c < C; ++c) dyi[c] = float_to_bf16(wi * bf16_to_float(dyi[c]));
     }
   }
+
   void sigmoid_gate_forward(bf16* out, const bf16* y, const bf16* g, int N, int C) const override {
     const size_t n = size_t(N) * C;
     float* o = widen(0, out, n);

@@ -97,8 +97,10 @@ class Ops {
   virtual void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const = 0;
   virtual void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const = 0;
   virtual void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const = 0;
-  virtual void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n,
-                                    int C, int k) const = 0;
+  // The weighted scatter's backward behind the down projection (kernels/moe.h): dw written,
+  // dh and dy (the unweighted gradients on entry) weighted in place.
+  virtual void moe_weight_backward(A* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const A* w, int n,
+                                   int F, int C) const = 0;
   // Qwen2-MoE's shared expert: out += sigmoid(g) * y per token; dy, dg overwritten.
   virtual void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const = 0;
   virtual void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const = 0;

@@ -364,15 +364,15 @@ void moe_mlp_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<
   input_norm_backward(ops, c, dresid, dw.ln2, m.din, a.x2, w.ln2, a.rstd2, N);
 }
 
-// An expert on n of its tokens (their slots `rows`): x = their inputs, gu, h, y = its output.
+// An expert on n of its tokens (their slots `rows`) up to its down projection's input: x = their
+// inputs, gu, h (all the backward recomputes: it needs no y, see expert_backward).
 template <typename T>
-void expert_rows_forward(const Ops<T>& ops, const ModelConfig& c, const ExpertView<const T>& w, const MoeActs<T>& m,
-                         const int32_t* rows, int n, const ExpertScratch<T>& x) {
+void expert_rows_hidden(const Ops<T>& ops, const ModelConfig& c, const ExpertView<const T>& w, const MoeActs<T>& m,
+                        const int32_t* rows, int n, const ExpertScratch<T>& x) {
   const int C = c.hidden_size, F = c.moe.expert_ffn;
   ops.moe_gather(x.x, m.in, rows, n, C, c.moe.top_k);
   ops.matmul_forward(x.gu, x.x, w.wgu, w.bgu, n, C, 2 * F);
   ops.swiglu_forward(x.h, x.gu, n, F, c.activation);
-  ops.matmul_forward(x.y, x.h, w.wdown, w.bdown, n, F, C);
 }
 
 // Layer l's attention: its window and the model's scale; its RoPE table (the local one of
@@ -466,7 +466,8 @@ void expert_forward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertV
   for (int j = 0; j < n; j += M) {
     const int32_t* rows = m.rows + first + j;
     const int r = std::min(M, n - j);
-    expert_rows_forward(ops, c, w, m, rows, r, x);
+    expert_rows_hidden(ops, c, w, m, rows, r, x);
+    ops.matmul_forward(x.y, x.h, w.wdown, w.bdown, r, c.moe.expert_ffn, c.hidden_size);
     ops.moe_scatter(out, x.y, rows, m.w, r, c.hidden_size, c.moe.top_k);
   }
 }
@@ -480,10 +481,15 @@ void expert_backward(const Ops<T>& ops, const LayerShape& s, int e, const Expert
   for (int j = 0; j < n; j += M) {
     const int32_t* rows = m.rows + first + j;
     const int r = std::min(M, n - j);
-    expert_rows_forward(ops, c, w, m, rows, r, x);  // recompute
-    ops.moe_scatter_backward(x.dy, m.dw, dout, x.y, rows, m.w, r, C, k);
+    expert_rows_hidden(ops, c, w, m, rows, r, x);  // recompute
+    // The routing weight's gradient dout . y without y: dout . (h W^T + b) = (dout W) . h + dout . b,
+    // and dout W is the down projection's input gradient before the weight scales it.
+    ops.moe_gather(x.dy, dout, rows, r, C, k);
     ops.zero(x.dh, size_t(r) * F);
-    ops.matmul_backward(x.dh, dw.wdown, dw.bdown, x.dy, x.h, w.wdown, r, F, C);
+    ops.matmul_backward(x.dh, static_cast<acc_t<T>*>(nullptr), static_cast<acc_t<T>*>(nullptr), x.dy, x.h, w.wdown, r,
+                        F, C);
+    ops.moe_weight_backward(m.dw, x.dh, x.dy, x.h, w.bdown, rows, m.w, r, F, C);
+    ops.matmul_backward(static_cast<T*>(nullptr), dw.wdown, dw.bdown, x.dy, x.h, w.wdown, r, F, C);
     ops.swiglu_backward(x.dgu, x.dh, x.gu, r, F, c.activation);
     ops.zero(x.dx, size_t(r) * C);
     ops.matmul_backward(x.dx, dw.wgu, dw.bgu, x.dgu, x.x, w.wgu, r, C, 2 * F);

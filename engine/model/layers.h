@@ -144,8 +144,10 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const D
                       const DecoderScratch<T>& sc, const MoeActs<T>* moe = nullptr);
 
 // Expert e of an MoE layer on one micro-batch (its tokens: moe's rows, host_offsets): out[t] +=
-// w * expert(in[t]) for each of them. Its activations are recomputed by its backward, which
-// accumulates dw (+=), adds d(in) into moe.din and writes moe.dw of its slots; dout is dL/dout.
+// w * expert(in[t]) for each of them. Its backward recomputes the activations up to the down
+// projection's input (not its output: the routing weight's gradient comes from that input's
+// gradient), accumulates dw (+=), adds d(in) into moe.din and writes moe.dw of its slots; dout
+// is dL/dout.
 template <typename T>
 void expert_forward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w, const MoeActs<T>& moe,
                     T* out, const ExpertScratch<T>& sc);

@@ -132,18 +132,20 @@ void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int
 }
 
 template <typename T, typename A>
-void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n, int C,
-                          int k) {
+void moe_weight_backward(A* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const A* w, int n, int F,
+                         int C) {
   for (int i = 0; i < n; ++i) {
-    const T* d = dout + size_t(rows[i] / k) * C;
-    const T* yi = y + size_t(i) * C;
-    const T wi = T(w[rows[i]]);
+    T* dhi = dh + size_t(i) * F;
+    T* dyi = dy + size_t(i) * C;
+    const T* hi = h + size_t(i) * F;
     A dot = 0;
-    for (int c = 0; c < C; ++c) {
-      dy[size_t(i) * C + c] = wi * d[c];
-      dot += A(d[c]) * A(yi[c]);
-    }
+    for (int f = 0; f < F; ++f) dot += A(dhi[f]) * A(hi[f]);
+    if (b)
+      for (int c = 0; c < C; ++c) dot += A(dyi[c]) * A(b[c]);
     dw[rows[i]] = dot;
+    const T wi = T(w[rows[i]]);
+    for (int f = 0; f < F; ++f) dhi[f] *= wi;
+    for (int c = 0; c < C; ++c) dyi[c] *= wi;
   }
 }
 
@@ -175,7 +177,7 @@ void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, 
                                          const RouterShape&);                                                      \
   template void moe_gather<T>(T*, const T*, const int32_t*, int, int, int);                                        \
   template void moe_scatter<T, T>(T*, const T*, const int32_t*, const T*, int, int, int);                          \
-  template void moe_scatter_backward<T, T>(T*, T*, const T*, const T*, const int32_t*, const T*, int, int, int);   \
+  template void moe_weight_backward<T, T>(T*, T*, T*, const T*, const T*, const int32_t*, const T*, int, int, int); \
   template void sigmoid_gate_forward<T>(T*, const T*, const T*, int, int);                                         \
   template void sigmoid_gate_backward<T>(T*, T*, const T*, const T*, const T*, int, int);
 MT_INSTANTIATE(float)

@@ -251,23 +251,23 @@ __global__ void moe_scatter_kernel(T* out, const T* y, const int32_t* rows, cons
 }
 
 template <typename T>
-__global__ void moe_scatter_backward_kernel(T* dy, float* dw, const T* dout, const T* y, const int32_t* rows,
-                                            const float* w, int n, int C, int k) {
+__global__ void moe_weight_backward_kernel(float* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows,
+                                           const float* w, int n, int F, int C) {
   const int i = blockIdx.x * kRowWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (i >= n) return;
   const int r = rows[i];
-  const T* d = dout + size_t(r / k) * C;
-  const T* yi = y + size_t(i) * C;
+  T* dhi = dh + size_t(i) * F;
   T* dyi = dy + size_t(i) * C;
-  const float wi = w[r];
+  const T* hi = h + size_t(i) * F;
   float dot = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float g = ld(d[c]);
-    dyi[c] = st<T>(wi * g);
-    dot += g * ld(yi[c]);
-  }
+  for (int f = lane; f < F; f += 32) dot += ld(dhi[f]) * ld(hi[f]);
+  if (b)
+    for (int c = lane; c < C; c += 32) dot += ld(dyi[c]) * ld(b[c]);
   dot = detail::warp_sum(dot);
   if (lane == 0) dw[r] = dot;
+  const float wi = w[r];  // each lane scales only what it read: no barrier needed
+  for (int f = lane; f < F; f += 32) dhi[f] = st<T>(wi * ld(dhi[f]));
+  for (int c = lane; c < C; c += 32) dyi[c] = st<T>(wi * ld(dyi[c]));
 }
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
@@ -398,12 +398,12 @@ CudaStatus moe_scatter(T* out, const T* y, const int32_t* rows, const float* w, 
 }
 
 template <typename T>
-CudaStatus moe_scatter_backward(T* dy, float* dw, const T* dout, const T* y, const int32_t* rows, const float* w, int n,
-                                int C, int k, cudaStream_t stream) {
+CudaStatus moe_weight_backward(float* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const float* w,
+                               int n, int F, int C, cudaStream_t stream) {
   if (n <= 0) return {};
   clear_last_error();
-  moe_scatter_backward_kernel<<<row_blocks(n), 32 * kRowWarps, 0, stream>>>(dy, dw, dout, y, rows, w, n, C, k);
-  return launched("moe_scatter_backward_kernel");
+  moe_weight_backward_kernel<<<row_blocks(n), 32 * kRowWarps, 0, stream>>>(dw, dh, dy, h, b, rows, w, n, F, C);
+  return launched("moe_weight_backward_kernel");
 }
 
 template <typename T>
@@ -430,8 +430,8 @@ CudaStatus sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const 
                                             float, const RouterShape&, cudaStream_t);                                 \
   template CudaStatus moe_gather<T>(T*, const T*, const int32_t*, int, int, int, cudaStream_t);                       \
   template CudaStatus moe_scatter<T>(T*, const T*, const int32_t*, const float*, int, int, int, cudaStream_t);        \
-  template CudaStatus moe_scatter_backward<T>(T*, float*, const T*, const T*, const int32_t*, const float*, int, int, \
-                                              int, cudaStream_t);                                                     \
+  template CudaStatus moe_weight_backward<T>(float*, T*, T*, const T*, const T*, const int32_t*, const float*, int,   \
+                                             int, int, cudaStream_t);                                                 \
   template CudaStatus sigmoid_gate_forward<T>(T*, const T*, const T*, int, int, cudaStream_t);                        \
   template CudaStatus sigmoid_gate_backward<T>(T*, T*, const T*, const T*, const T*, int, int, cudaStream_t);
 MT_INSTANTIATE(float)

@@ -64,11 +64,12 @@ template <typename T>
 CudaStatus moe_scatter(T* out, const T* y, const int32_t* rows, const float* w, int n, int C, int k,
                        cudaStream_t stream);
 
-// dy[i] = w[rows[i]] * dout[rows[i] / k] and dw[rows[i]] = dout[rows[i] / k] . y[i] (fp32 dot,
-// a warp per row), both overwritten.
+// The weighted scatter's backward behind the down projection (kernels/moe.h): on entry dy[i] =
+// dout[rows[i] / k] and dh[i] = dy[i] W; writes dw[rows[i]] = dh[i] . h[i] + dy[i] . b (fp32
+// dot, a warp per row; b may be nullptr) and scales dh[i], dy[i] by w[rows[i]] in place.
 template <typename T>
-CudaStatus moe_scatter_backward(T* dy, float* dw, const T* dout, const T* y, const int32_t* rows, const float* w, int n,
-                                int C, int k, cudaStream_t stream);
+CudaStatus moe_weight_backward(float* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const float* w,
+                               int n, int F, int C, cudaStream_t stream);
 
 // Qwen2-MoE's shared expert gate: out[t] += sigmoid(g[t]) * y[t]; the backward overwrites dy
 // and dg (a warp per token for dout . y).

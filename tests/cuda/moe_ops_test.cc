@@ -377,17 +377,22 @@ void gather_scatter_match_cpu() {
             cuda::moe_scatter(dp(out), dp(gy), ger, weighted ? gw.get() : nullptr, n, r.C, r.k, stream()));
         expect_stored(out, ref, 1e-6, weighted ? "scatter (+=)" : "unweighted scatter (+=)");
       }
-      // the weighted scatter's backward: dy (a product: rounded once), and dw at the expert's
-      // slots only (the rest stays poisoned).
-      const auto dout = random_data<T>(nx, 200 + uint32_t(e));
-      DeviceBuf<T> gdout(dout.h), gdy(size_t(n) * r.C);
+      // the weighted scatter's backward behind the down projection: dh and dy weighted in place
+      // (a product: rounded once), dw at the expert's slots only (the rest stays poisoned),
+      // with the expert's output bias and without.
+      const int F = 2 * r.C + 3;
+      const auto h = random_data<T>(size_t(n) * F, 300 + uint32_t(e)), b = random_data<T>(size_t(r.C), 400 + uint32_t(e));
+      const auto dh0 = random_data<T>(size_t(n) * F, 500 + uint32_t(e)), dy0 = random_data<T>(size_t(n) * r.C, 600 + uint32_t(e));
+      const bool bias = e % 2 == 0;
+      DeviceBuf<T> gh(h.h), gb(b.h), gdh(dh0.h), gdy(dy0.h);
       DeviceBuf<float> gdw(slots);
-      std::vector<double> dy(size_t(n) * r.C), dw(slots, std::nan(""));
-      cpu::moe_scatter_backward<double, double>(dy.data(), dw.data(), dout.d.data(), y.d.data(), er, wd.data(), n, r.C,
-                                                r.k);
-      MT_EXPECT_CUDA_OK(
-          cuda::moe_scatter_backward(dp(gdy), gdw.get(), dp(gdout), dp(gy), ger, gw.get(), n, r.C, r.k, stream()));
-      expect_stored(gdy, dy, 1e-6, "scatter backward dy");
+      std::vector<double> dh = dh0.d, dy = dy0.d, dw(slots, std::nan(""));
+      cpu::moe_weight_backward<double, double>(dw.data(), dh.data(), dy.data(), h.d.data(), bias ? b.d.data() : nullptr,
+                                               er, wd.data(), n, F, r.C);
+      MT_EXPECT_CUDA_OK(cuda::moe_weight_backward(gdw.get(), dp(gdh), dp(gdy), dp(gh), bias ? dp(gb) : nullptr, ger,
+                                                  gw.get(), n, F, r.C, stream()));
+      expect_stored(gdh, dh, 1e-6, "weight backward dh");
+      expect_stored(gdy, dy, 1e-6, "weight backward dy");
       const auto got_dw = gdw.download();
       std::vector<float> written;
       std::vector<double> want;
@@ -395,7 +400,7 @@ void gather_scatter_match_cpu() {
         if (std::isnan(dw[i])) EXPECT_TRUE(std::isnan(got_dw[i])) << "dw[" << i << "] written, not the expert's slot";
         else written.push_back(got_dw[i]), want.push_back(dw[i]);
       }
-      cudatest::expect_close(written, want, 1e-5, "scatter backward dw");
+      cudatest::expect_close(written, want, 1e-5, "weight backward dw");
     }
   }
 }

@@ -118,25 +118,49 @@ TEST(MoeKernels, SortGroupsSlotsByExpertStably) {
     }
 }
 
-// out[t] += w y and its backward through y and w; gather and unweighted scatter around it.
-TEST(MoeKernels, WeightedScatterBackwardMatchesFiniteDifferences) {
-  const int N = 6, C = 5, k = 2, n = 4;
+// out[t] += w (h W^T + b), an expert's down projection weighted onto its tokens, and its backward
+// through h, b and w as an expert's backward takes it: dout gathered, dh = dout W, then
+// moe_weight_backward. Also the gather is an exact copy.
+TEST(MoeKernels, WeightBackwardBehindTheDownProjectionMatchesFiniteDifferences) {
+  const int N = 6, C = 5, F = 4, k = 2, n = 4;
   const std::vector<int32_t> rows = {1, 4, 7, 10};  // slots t * k + j: tokens 0, 2, 3, 5
-  Vec y = random_vec(size_t(n) * C, 21), w = random_vec(size_t(N) * k, 22), base = random_vec(size_t(N) * C, 23);
+  Vec h = random_vec(size_t(n) * F, 21), w = random_vec(size_t(N) * k, 22), base = random_vec(size_t(N) * C, 23);
+  Vec W = random_vec(size_t(C) * F, 25), b = random_vec(size_t(C), 26);
   const Vec R = random_vec(size_t(N) * C, 24);
-  auto f = [&] {
-    Vec out = base;
-    moe_scatter(out.data(), y.data(), rows.data(), w.data(), n, C, k);
-    return dot(out, R);
-  };
-  Vec dy(y.size(), 1e30), dw(w.size(), 0.0);
-  moe_scatter_backward(dy.data(), dw.data(), R.data(), y.data(), rows.data(), w.data(), n, C, k);
-  expect_grad_matches(y, dy, f, "dy");
-  expect_grad_matches(w, dw, f, "dw");
-  Vec g(size_t(n) * C, 1e30);
-  moe_gather(g.data(), base.data(), rows.data(), n, C, k);
-  for (int i = 0; i < n; ++i)
-    for (int c = 0; c < C; ++c) EXPECT_EQ(g[size_t(i * C + c)], base[size_t(rows[size_t(i)] / k * C + c)]);
+  for (const bool with_bias : {true, false}) {
+    auto y_of = [&] {  // y = h W^T + b
+      Vec y(size_t(n) * C);
+      for (int i = 0; i < n; ++i)
+        for (int c = 0; c < C; ++c) {
+          double acc = with_bias ? b[size_t(c)] : 0;
+          for (int f = 0; f < F; ++f) acc += h[size_t(i * F + f)] * W[size_t(c * F + f)];
+          y[size_t(i * C + c)] = acc;
+        }
+      return y;
+    };
+    auto f = [&] {
+      Vec out = base, y = y_of();
+      moe_scatter(out.data(), y.data(), rows.data(), w.data(), n, C, k);
+      return dot(out, R);
+    };
+    Vec dy(size_t(n) * C, 1e30), dh(size_t(n) * F, 0.0), dw(w.size(), 0.0);
+    moe_gather(dy.data(), R.data(), rows.data(), n, C, k);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < C; ++c) EXPECT_EQ(dy[size_t(i * C + c)], R[size_t(rows[size_t(i)] / k * C + c)]);
+    for (int i = 0; i < n; ++i)  // dh = dy W
+      for (int c = 0; c < C; ++c)
+        for (int q = 0; q < F; ++q) dh[size_t(i * F + q)] += dy[size_t(i * C + c)] * W[size_t(c * F + q)];
+    moe_weight_backward(dw.data(), dh.data(), dy.data(), h.data(), with_bias ? b.data() : nullptr, rows.data(),
+                        w.data(), n, F, C);
+    expect_grad_matches(w, dw, f, with_bias ? "dw, with a bias" : "dw");
+    expect_grad_matches(h, dh, f, "dh");
+    if (with_bias) {  // db = the sum of the weighted dy rows
+      Vec db(size_t(C), 0.0);
+      for (int i = 0; i < n; ++i)
+        for (int c = 0; c < C; ++c) db[size_t(c)] += dy[size_t(i * C + c)];
+      expect_grad_matches(b, db, f, "db from the weighted dy");
+    }
+  }
 }
 
 TEST(MoeKernels, SigmoidGateMatchesFiniteDifferences) {

@@ -226,11 +226,11 @@ void CudaOps<T>::moe_scatter(T* out, const T* y, const int32_t* rows, const A* w
   ctx_.note(cuda::moe_scatter(dev(out), dev(y), rows, w, n, C, k, ctx_.stream()), "moe_scatter");
 }
 template <typename T>
-void CudaOps<T>::moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n,
-                                      int C, int k) const {
+void CudaOps<T>::moe_weight_backward(A* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const A* w, int n,
+                                     int F, int C) const {
   if (!ctx_.bind()) return;
-  ctx_.note(cuda::moe_scatter_backward(dev(dy), dw, dev(dout), dev(y), rows, w, n, C, k, ctx_.stream()),
-            "moe_scatter_backward");
+  ctx_.note(cuda::moe_weight_backward(dw, dev(dh), dev(dy), dev(h), dev(b), rows, w, n, F, C, ctx_.stream()),
+            "moe_weight_backward");
 }
 template <typename T>
 void CudaOps<T>::sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const {

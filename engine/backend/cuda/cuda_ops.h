@@ -93,8 +93,8 @@ class CudaOps final : public Ops<T> {
   void moe_sort(int32_t* rows, int32_t* offsets, const int32_t* idx, int N, int E, int k) const override;
   void moe_gather(T* out, const T* x, const int32_t* rows, int n, int C, int k) const override;
   void moe_scatter(T* out, const T* y, const int32_t* rows, const A* w, int n, int C, int k) const override;
-  void moe_scatter_backward(T* dy, A* dw, const T* dout, const T* y, const int32_t* rows, const A* w, int n, int C,
-                            int k) const override;
+  void moe_weight_backward(A* dw, T* dh, T* dy, const T* h, const T* b, const int32_t* rows, const A* w, int n, int F,
+                           int C) const override;
   void sigmoid_gate_forward(T* out, const T* y, const T* g, int N, int C) const override;
   void sigmoid_gate_backward(T* dy, T* dg, const T* dout, const T* y, const T* g, int N, int C) const override;
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) const override;

@@ -713,8 +713,8 @@ inline std::vector<Row> make_op_rows() {
     });
   }
   // Gather (an exact copy) of every slot in expert order; the weighted and unweighted scatter of
-  // one expert's slots onto the tokens (+=) and the weighted scatter's backward, whose dw is
-  // written at that expert's slots only.
+  // one expert's slots onto the tokens (+=) and the weighted scatter's backward behind the down
+  // projection, whose dw is written at that expert's slots only.
   add(MT_OP(moe_gather), "every slot, by expert", [] {
     Case c;
     const auto iv = routed_experts(c, kMoeN, kMoeK, {0, 1, 2, 3, 4, 5, 6});
@@ -742,19 +742,23 @@ inline std::vector<Row> make_op_rows() {
       return c;
     });
   }
-  add(MT_OP(moe_scatter_backward), "one expert", [] {
-    Case c;
-    const auto rv = busiest_expert_rows(routed_experts(c, kMoeN, kMoeK, {0, 1, 2, 3, 4, 5, 6}), kMoeN, kMoeE, kMoeK);
-    const int n = int(rv.size());
-    const int rows = c.in("rows", Kind::kI32, rv), y = c.in("y", Kind::kT, c.random(size_t(n) * kC));
-    const int w = c.in("w", Kind::kA, c.random(kSlots, 0, 1));
-    const int dout = c.in("dout", Kind::kT, c.random(size_t(kMoeN) * kC));
-    const int dy = c.out("dy", Kind::kT, size_t(n) * kC), dw = c.out("dw", Kind::kA, kSlots, kSlots - size_t(n));
-    c.run([=](const auto& ops, const auto& p) {
-      ops.moe_scatter_backward(p.t(dy), p.a(dw), p.t(dout), p.t(y), p.i32(rows), p.a(w), n, kC, kMoeK);
+  for (const bool bias : {true, false}) {
+    add(MT_OP(moe_weight_backward), bias ? "one expert, with a bias" : "one expert", [=] {
+      Case c;
+      const auto rv = busiest_expert_rows(routed_experts(c, kMoeN, kMoeK, {0, 1, 2, 3, 4, 5, 6}), kMoeN, kMoeE, kMoeK);
+      const int n = int(rv.size());
+      const int rows = c.in("rows", Kind::kI32, rv), h = c.in("h", Kind::kT, c.random(size_t(n) * kF));
+      const int b = bias ? c.in("b", Kind::kT, c.random(kC)) : kNone;
+      const int w = c.in("w", Kind::kA, c.random(kSlots, 0, 1));
+      const int dh = c.inout("dh", Kind::kT, c.random(size_t(n) * kF));
+      const int dy = c.inout("dy", Kind::kT, c.random(size_t(n) * kC));
+      const int dw = c.out("dw", Kind::kA, kSlots, kSlots - size_t(n));
+      c.run([=](const auto& ops, const auto& p) {
+        ops.moe_weight_backward(p.a(dw), p.t(dh), p.t(dy), p.t(h), p.t(b), p.i32(rows), p.a(w), n, kF, kC);
+      });
+      return c;
     });
-    return c;
-  });
+  }
   // Qwen2-MoE's shared-expert gate, on gates well into both tails.
   add(MT_OP(sigmoid_gate_forward), "out +=", [] {
     Case c;
