@@ -4,8 +4,9 @@
 // GEMMs and says which to upload), and only the experts that received tokens are uploaded, run
 // for every micro-batch while resident, and send back a gradient. The backward recomputes the
 // decoder's forward for every micro-batch (the experts' input), runs each routed expert's
-// backward, then the decoder's own recompute and backward micro-batch by micro-batch — the
-// operations, in the order, of the resident pass (model_pass.cc), so the two agree bit for bit.
+// backward, then the decoder's own backward micro-batch by micro-batch (recomputed again except
+// for the micro-batch whose activations are still held) — the operations, in the order, of the
+// resident pass (model_pass.cc), so the two agree bit for bit.
 #include <algorithm>
 
 #include "engine/exec/streaming_executor.h"
@@ -114,8 +115,10 @@ void StreamingExecutor::backward_moe(int use, int l) {
   const auto acts = bind_decoder_acts<T>(shape_, work_);
   const auto sc = bind_decoder_scratch<T>(shape_, static_cast<char*>(work_) + decoder_acts_bytes<T>(shape_));
   T* dresid = static_cast<T*>(dresid_);
-  // The experts' input (and the routing, again) for every micro-batch.
-  for (int m = 0; m < micro_batches; ++m) {
+  // The experts' input (and the routing, again) for every micro-batch, the last first: the
+  // decoder's activations of micro-batch 0 are then the ones left in acts, where its backward
+  // below takes them without a second recompute (the micro-batches are independent here).
+  for (int m = micro_batches - 1; m >= 0; --m) {
     const MoeActs<T> a = moe_acts<T>(l, m, false);
     decoder_forward<T>(ops, micro_batch_shape(m), l, w, in + size_t(m) * act, nullptr, acts, &a);
     ops.zero(a.din, act);
@@ -148,7 +151,7 @@ void StreamingExecutor::backward_moe(int use, int l) {
     const T* x = in + size_t(m) * act;
     const LayerShape s = micro_batch_shape(m);
     const MoeActs<T> a = moe_acts<T>(l, m, false);
-    decoder_forward<T>(ops, s, l, w, x, nullptr, acts, &a);  // recompute
+    if (m > 0) decoder_forward<T>(ops, s, l, w, x, nullptr, acts, &a);  // recompute (0's are in acts)
     decoder_backward(ops, s, l, w, dw, x, acts, dresid + size_t(m) * act, sc, &a);
   }
   send_grads(l + 1, g, n, GradShare::kUnit);
