@@ -7,7 +7,8 @@ namespace mt {
 namespace {
 
 struct Regions {
-  size_t resid, acts_one, acts, scratch, head, dresid, moe_one, moe;  // bytes, in this order
+  size_t resid, acts_one, acts, scratch, head, dresid, moe_one, moe, kept_one, kept;  // bytes, in this order
+  size_t kept_h;  // where a layer's kept activation follows its kept gate/up
 };
 
 template <typename T>
@@ -17,8 +18,14 @@ Regions regions(const LayerShape& s, bool recompute) {
   auto aligned = [](size_t b) { return (b + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; };
   const size_t acts_one = decoder_acts_bytes<T>(s), moe_one = moe_acts_bytes<T>(s);
   const size_t kept = recompute ? 1 : L;  // layers whose activations are kept at once
+  // Without recompute an MoE layer keeps its experts' gate/up and activation as a dense layer
+  // keeps its MLP's (MoeActs::kept_gu, kept_h): every slot, 3 F values.
+  const size_t slots = size_t(s.N()) * size_t(s.cfg->moe.top_k), F = size_t(s.cfg->moe.expert_ffn);
+  const bool keep = !recompute && s.cfg->has_experts();
+  const size_t kept_h = keep ? aligned(slots * 2 * F * sizeof(T)) : 0;
+  const size_t kept_one = keep ? kept_h + aligned(slots * F * sizeof(T)) : 0;
   return {aligned((L + 1) * NC * sizeof(T)), acts_one, kept * acts_one, decoder_scratch_bytes<T>(s),
-          head_scratch_bytes<T>(s), aligned(NC * sizeof(T)), moe_one, kept * moe_one};
+          head_scratch_bytes<T>(s), aligned(NC * sizeof(T)), moe_one, kept * moe_one, kept_one, L * kept_one, kept_h};
 }
 
 // An MoE layer's experts with tokens, in ascending order: forward (into out) or backward.
@@ -50,7 +57,7 @@ void experts_backward(const Ops<T>& ops, const LayerShape& s, int l, const Model
 template <typename T>
 size_t model_pass_workspace_bytes(const LayerShape& s, bool recompute) {
   const Regions r = regions<T>(s, recompute);
-  return r.resid + r.acts + r.scratch + r.head + r.dresid + r.moe;
+  return r.resid + r.acts + r.scratch + r.head + r.dresid + r.moe + r.kept;
 }
 
 template <typename T>
@@ -78,6 +85,11 @@ Result<cpu::LmHeadLossResult> model_pass(const Ops<T>& ops, const LayerShape& s,
   auto moe = [&](int l, bool forward) {
     MoeActs<T> m = bind_moe_acts<T>(s, moe_base + (a.recompute ? 0 : size_t(l) * r.moe_one));
     m.host_offsets = m.offsets;  // a synchronous table in host memory
+    if (r.kept_one) {
+      char* kept = moe_base + r.moe + size_t(l) * r.kept_one;
+      m.kept_gu = reinterpret_cast<T*>(kept);
+      m.kept_h = reinterpret_cast<T*>(kept + r.kept_h);
+    }
     m.stats = forward ? stats.data() : nullptr;
     m.counts = forward || c.moe.aux_coef == 0 ? nullptr : stats.data();
     m.aux_scale = acc_t<T>(moe_aux_scale(s, a.micro_batches));

@@ -364,15 +364,20 @@ void moe_mlp_backward(const Ops<T>& ops, const LayerShape& s, const DecoderView<
   input_norm_backward(ops, c, dresid, dw.ln2, m.din, a.x2, w.ln2, a.rstd2, N);
 }
 
-// An expert on n of its tokens (their slots `rows`) up to its down projection's input: x = their
-// inputs, gu, h (all the backward recomputes: it needs no y, see expert_backward).
+// An expert on n of its tokens (their slots `rows`, from slot `first` of the expert order) up to
+// its down projection's input: x = their inputs, gu, h (all the backward recomputes: it needs no
+// y, see expert_backward). With kept activations, gu and h are written (and read back) there.
 template <typename T>
-void expert_rows_hidden(const Ops<T>& ops, const ModelConfig& c, const ExpertView<const T>& w, const MoeActs<T>& m,
-                        const int32_t* rows, int n, const ExpertScratch<T>& x) {
+ExpertScratch<T> expert_rows_hidden(const Ops<T>& ops, const ModelConfig& c, const ExpertView<const T>& w,
+                                    const MoeActs<T>& m, int first, int n, ExpertScratch<T> x, bool compute) {
   const int C = c.hidden_size, F = c.moe.expert_ffn;
-  ops.moe_gather(x.x, m.in, rows, n, C, c.moe.top_k);
-  ops.matmul_forward(x.gu, x.x, w.wgu, w.bgu, n, C, 2 * F);
-  ops.swiglu_forward(x.h, x.gu, n, F, c.activation);
+  if (m.kept_gu) x.gu = m.kept_gu + size_t(first) * 2 * F, x.h = m.kept_h + size_t(first) * F;
+  ops.moe_gather(x.x, m.in, m.rows + first, n, C, c.moe.top_k);
+  if (compute) {
+    ops.matmul_forward(x.gu, x.x, w.wgu, w.bgu, n, C, 2 * F);
+    ops.swiglu_forward(x.h, x.gu, n, F, c.activation);
+  }
+  return x;
 }
 
 // Layer l's attention: its window and the model's scale; its RoPE table (the local one of
@@ -460,28 +465,27 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const D
 
 template <typename T>
 void expert_forward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w, const MoeActs<T>& m,
-                    T* out, const ExpertScratch<T>& x) {
+                    T* out, const ExpertScratch<T>& sc) {
   const ModelConfig& c = *s.cfg;
   const int first = m.host_offsets[e], n = expert_tokens(m, e), M = s.chunk();
   for (int j = 0; j < n; j += M) {
-    const int32_t* rows = m.rows + first + j;
     const int r = std::min(M, n - j);
-    expert_rows_hidden(ops, c, w, m, rows, r, x);
+    const ExpertScratch<T> x = expert_rows_hidden(ops, c, w, m, first + j, r, sc, true);
     ops.matmul_forward(x.y, x.h, w.wdown, w.bdown, r, c.moe.expert_ffn, c.hidden_size);
-    ops.moe_scatter(out, x.y, rows, m.w, r, c.hidden_size, c.moe.top_k);
+    ops.moe_scatter(out, x.y, m.rows + first + j, m.w, r, c.hidden_size, c.moe.top_k);
   }
 }
 
 template <typename T>
 void expert_backward(const Ops<T>& ops, const LayerShape& s, int e, const ExpertView<const T>& w,
-                     const ExpertView<acc_t<T>>& dw, const MoeActs<T>& m, const T* dout, const ExpertScratch<T>& x) {
+                     const ExpertView<acc_t<T>>& dw, const MoeActs<T>& m, const T* dout, const ExpertScratch<T>& sc) {
   const ModelConfig& c = *s.cfg;
   const int C = c.hidden_size, F = c.moe.expert_ffn, k = c.moe.top_k;
   const int first = m.host_offsets[e], n = expert_tokens(m, e), M = s.chunk();
   for (int j = 0; j < n; j += M) {
     const int32_t* rows = m.rows + first + j;
     const int r = std::min(M, n - j);
-    expert_rows_hidden(ops, c, w, m, rows, r, x);  // recompute
+    const ExpertScratch<T> x = expert_rows_hidden(ops, c, w, m, first + j, r, sc, !m.kept_gu);  // recompute
     // The routing weight's gradient dout . y without y: dout . (h W^T + b) = (dout W) . h + dout . b,
     // and dout W is the down projection's input gradient before the weight scales it.
     ops.moe_gather(x.dy, dout, rows, r, C, k);

@@ -111,6 +111,11 @@ struct MoeActs {
   T* dgate;          // [N]
   // Not workspace; the caller sets them:
   const int32_t* host_offsets = nullptr;  // offsets where the host reads them (they size the GEMMs)
+  // Where the experts' activations are kept for the backward, in slot order (expert e's rows
+  // from host_offsets[e]): gate/up [N*k, 2F] and activation [N*k, F]. nullptr: the backward
+  // recomputes them (the streaming executor, and a pass that recomputes).
+  T* kept_gu = nullptr;
+  T* kept_h = nullptr;
   // The load-balancing statistics [2E] (kernels/moe.h) of this micro-batch over every MoE layer:
   // the forward adds to stats (nullptr: a recompute adds nothing); the backward reads the counts
   // they end with for the loss's gradient, aux_scale * counts[e] per token (nullptr: no aux loss).
