@@ -485,7 +485,7 @@ void expert_backward(const Ops<T>& ops, const LayerShape& s, int e, const Expert
   for (int j = 0; j < n; j += M) {
     const int32_t* rows = m.rows + first + j;
     const int r = std::min(M, n - j);
-    const ExpertScratch<T> x = expert_rows_hidden(ops, c, w, m, first + j, r, sc, !m.kept_gu);  // recompute
+    const ExpertScratch<T> x = expert_rows_hidden(ops, c, w, m, first + j, r, sc, !m.kept_gu);  // unless kept
     // The routing weight's gradient dout . y without y: dout . (h W^T + b) = (dout W) . h + dout . b,
     // and dout W is the down projection's input gradient before the weight scales it.
     ops.moe_gather(x.dy, dout, rows, r, C, k);
