@@ -164,21 +164,6 @@ WriteTensor tiered_tensor(std::string name, const std::vector<int64_t>& shape, D
   return w;
 }
 
-// The units in the order a checkpoint writes them: the store's update order, so that a
-// checkpoint written while training goes on holds the units in the order the next step's
-// optimizer needs them back (0..U-1 if that order is not one of every unit).
-std::vector<size_t> write_order(const HostStore& store) {
-  std::vector<size_t> order = store.update_order();
-  std::vector<char> seen(store.num_units(), 0);
-  bool whole = order.size() == seen.size();
-  for (size_t u : order) whole = whole && u < seen.size() && !seen[u]++;
-  if (!whole) {
-    order.resize(seen.size());
-    for (size_t u = 0; u < order.size(); ++u) order[u] = u;
-  }
-  return order;
-}
-
 // A file's tensors, unit by unit in `order`; ends[k]: how many of them the first k + 1 units make.
 struct UnitTensors {
   std::vector<WriteTensor> tensors;
@@ -298,7 +283,10 @@ Status write_files(const std::string& dir, const ModelConfig& cfg, const std::ve
     for (size_t i = 0; i < units.size(); ++i)
       if (!store.has_moments(i))
         return failed_precondition("this store holds a shard of the optimizer state: write it with write_optimizer_shard");
-  const std::vector<size_t> order = write_order(store);
+  // The store's update order (every unit once: HostStore::set_update_order checks), so that a
+  // checkpoint written while training goes on holds the units in the order the next step's
+  // optimizer needs them back.
+  const std::vector<size_t> order = store.update_order();
   const UnitTensors weights = weight_tensors(units, store, order);
   const UnitTensors moments = ranks == 0 ? moment_tensors(units, store, order) : UnitTensors{};
   std::vector<std::vector<size_t>> ends{weights.ends};
@@ -413,7 +401,7 @@ Status write_optimizer_shard(const std::string& root, long step, const ModelConf
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
   return write_tensor_file(temp_dir(root, step), optimizer_shard_name(rank, ranks),
-                           moment_tensors(units, store, write_order(store)).tensors, optimizer_metadata(step, store))
+                           moment_tensors(units, store, store.update_order()).tensors, optimizer_metadata(step, store))
       .with_context("saving optimizer shard " + std::to_string(rank + 1) + " of " + std::to_string(ranks));
 }
 

@@ -283,13 +283,18 @@ void HostStore::release(size_t i, bool dirty) {
   if (units_[i].tiered) tier_->release(i, dirty);
 }
 
-void HostStore::set_update_order(const std::vector<size_t>& order) {
+bool HostStore::set_update_order(const std::vector<size_t>& order) {
+  std::vector<char> seen(units_.size(), 0);
+  bool whole = order.size() == seen.size();
+  for (size_t u : order) whole = whole && u < seen.size() && !seen[u]++;
+  if (!whole) return false;
   update_order_ = order;
-  if (!tier_) return;
+  if (!tier_) return true;
   std::vector<size_t> tiered;
   for (size_t u : order)
     if (units_[u].tiered) tiered.push_back(u);
   tier_->set_order(std::move(tiered));
+  return true;
 }
 
 template Result<UnitState<float>> HostStore::acquire<float>(size_t);

@@ -131,8 +131,9 @@ class HostStore {
   }
   NvmeTier* tier() const { return tier_.get(); }  // nullptr: none
   // The order the optimizer updates the units in each step (its executor's; 0..U-1 until told):
-  // what the NVMe tier reads ahead in and a checkpoint written during training writes in.
-  void set_update_order(const std::vector<size_t>& units);
+  // what the NVMe tier reads ahead in and a checkpoint written during training writes in. An
+  // order that does not name every unit exactly once is not taken (false; the order stays).
+  bool set_update_order(const std::vector<size_t>& units);
   const std::vector<size_t>& update_order() const { return update_order_; }
   // A checkpoint being written (update_gate.h): before_update(u) waits until it has unit u.
   void set_update_gate(std::shared_ptr<UpdateGate> gate) { gate_ = std::move(gate); }

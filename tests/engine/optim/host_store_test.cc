@@ -1,6 +1,6 @@
 // HostStore allocation (issue 18 point 8): the allocator's capacity check refuses a store before
 // anything is pinned, and a store allocated from several threads (an allocator that allows it)
-// lays its units out exactly as one allocated from one.
+// lays its units out exactly as one allocated from one. And the update order it keeps.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -56,6 +56,21 @@ TEST(HostStorePinning, ParallelAllocationKeepsTheLayout) {
   EXPECT_EQ((*a)->total_bytes(), (*b)->total_bytes());
   EXPECT_EQ(one.asked, (*a)->total_bytes());
   EXPECT_EQ((*a)->total_params(), (*b)->total_params());
+}
+
+// The update order (what the NVMe tier reads ahead in and a checkpoint writes in) is 0..U-1
+// until told, and an order that does not name every unit exactly once is not taken.
+TEST(HostStoreOrder, TakesOnlyAnOrderOfEveryUnitOnce) {
+  auto s = HostStore::create(units(4, 100), MemoryLayout::kExact, false, default_host_allocator());
+  ASSERT_TRUE(s.ok());
+  HostStore& store = **s;
+  EXPECT_EQ(store.update_order(), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(store.set_update_order({3, 2, 1, 0}));
+  EXPECT_EQ(store.update_order(), (std::vector<size_t>{3, 2, 1, 0}));
+  for (const std::vector<size_t>& bad : std::vector<std::vector<size_t>>{{0, 1, 2}, {0, 1, 2, 2}, {0, 1, 2, 4}, {}}) {
+    EXPECT_FALSE(store.set_update_order(bad));
+    EXPECT_EQ(store.update_order(), (std::vector<size_t>{3, 2, 1, 0})) << "a refused order changes nothing";
+  }
 }
 
 }  // namespace
