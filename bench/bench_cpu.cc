@@ -38,7 +38,7 @@ int run_sgemm(const Flags& f) {
 
 namespace {
 
-constexpr size_t kPiece = size_t(1) << 16;  // the optimizer's pieces (engine/optim/optimizer.cc)
+constexpr size_t kPiece = kOptimizerPiece;  // the same blocks as the update
 
 // One layout's arrays for `n` parameters: fp32 masters, gradient and moments in S, an optional
 // bf16 shadow, from the allocator the CPU backend's HostStore uses (page-aligned: a vector's

@@ -54,8 +54,8 @@ float clip_factor(double grad_norm, float grad_clip) {
 
 namespace {
 
-// A unit's tensors cut into pieces of at most kPiece elements: the parallel work items.
-constexpr size_t kPiece = size_t(1) << 16;
+// A unit's tensors cut into pieces of at most kOptimizerPiece elements: the parallel work items.
+constexpr size_t kPiece = kOptimizerPiece;
 struct Piece {
   size_t offset, n;
   bool decay;

@@ -51,6 +51,10 @@ struct UnitState {
 template <typename S>
 double unit_grad_sumsq(ThreadPool& pool, const ParamSchema& u, const S* grad);
 
+// The work item of adamw_unit and unit_grad_sumsq: a tensor is cut into pieces of at most this
+// many elements, a thread's contiguous block of them at a time (ThreadPool::parallel_blocks).
+inline constexpr size_t kOptimizerPiece = size_t(1) << 16;
+
 // One AdamW step on every tensor of a unit.
 template <typename S>
 void adamw_unit(ThreadPool& pool, const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p);
