@@ -117,21 +117,31 @@ int run_adamw(const Flags& f) {
     return 2;
   }
   const size_t n = size_t(*params);
-  ThreadPool pool{int(*threads)};
+  // The optimizer's own threads: on a host of several NUMA nodes pinned over them, and every
+  // array first touched by the worker that updates it (parallel_blocks gives worker b block b).
+  ThreadPool pool{optimizer_placement(int(*threads))};
   // Every layout the HostStore keeps: exact (fp32 moments and gradient), compact (bf16), each
   // with and without the bf16 shadow the uploads copy.
   Json layouts = Json::array({measure_layout<float>("exact", pool, n, false, int(*reps)),
                               measure_layout<float>("exact+shadow", pool, n, true, int(*reps)),
                               measure_layout<bf16>("compact", pool, n, false, int(*reps)),
                               measure_layout<bf16>("compact+shadow", pool, n, true, int(*reps))});
-  // And a plain memcpy of the exact layout's bytes (read 14 B + write 14 B per parameter).
+  // And a plain memcpy of the exact layout's bytes (read 14 B + write 14 B per parameter), each
+  // worker copying the part it first touched.
   const size_t bytes = n * 14;
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  const int parts = pool.size() * 4;
+  HostBuffer src = std::move(*HostBuffer::allocate(default_host_allocator(), bytes));
+  HostBuffer dst = std::move(*HostBuffer::allocate(default_host_allocator(), bytes));
+  const int parts = pool.size();
+  auto part = [&](int i) { return std::pair<size_t, size_t>{bytes * size_t(i) / size_t(parts), bytes * size_t(i + 1) / size_t(parts)}; };
+  pool.parallel_blocks(parts, [&](int i) {
+    const auto [lo, hi] = part(i);
+    std::memset(src.as<char>() + lo, 1, hi - lo);
+    std::memset(dst.as<char>() + lo, 0, hi - lo);
+  });
   const double t_copy = median_seconds(int(*reps), [&] {
-    pool.parallel_for(parts, [&](int i) {
-      size_t lo = bytes * size_t(i) / size_t(parts), hi = bytes * size_t(i + 1) / size_t(parts);
-      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+    pool.parallel_blocks(parts, [&](int i) {
+      const auto [lo, hi] = part(i);
+      std::memcpy(dst.as<char>() + lo, src.as<char>() + lo, hi - lo);
     });
   });
   const Json& exact = layouts.items()[0];
@@ -139,6 +149,7 @@ int run_adamw(const Flags& f) {
   emit(Json::object({{"suite", "adamw"},
                      {"params", int64_t(n)},
                      {"threads", int64_t(pool.size())},
+                     {"numa", pool.placement().describe()},
                      {"params_per_second", exact.find("params_per_second")->as_double()},
                      {"bytes_per_second", adam_bps},
                      {"copy_bytes_per_second", copy_bps},

@@ -30,6 +30,12 @@ class AlignedAllocator final : public HostAllocator {
 
 }  // namespace
 
+Result<void*> HostAllocator::allocate_placed(size_t bytes, const Place& place, Status* placed) {
+  MT_ASSIGN_OR_RETURN(void* p, allocate(bytes));
+  *placed = place(p, bytes);
+  return p;
+}
+
 HostAllocator& default_host_allocator() {
   static AlignedAllocator a;
   return a;

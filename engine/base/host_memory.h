@@ -2,6 +2,7 @@
 // byte is DMA-able) and an owning buffer on it. The HostStore and the executors' staging use it.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <utility>
 
 #include "engine/base/status.h"
@@ -13,6 +14,12 @@ class HostAllocator {
   virtual ~HostAllocator() = default;
   virtual Result<void*> allocate(size_t bytes) = 0;  // aligned to at least 4 KiB
   virtual void release(void* p, size_t bytes) = 0;
+  // allocate, with `place(p, bytes)` called on the memory before any page of it is touched (a
+  // NUMA placement binds its ranges to nodes: numa.h); place's outcome goes to *placed (a failed
+  // placement leaves a usable allocation). Default: allocate, whose fresh pages are untouched,
+  // then place. A pinning allocator places before it pins (pinning faults every page in).
+  using Place = std::function<Status(void* p, size_t bytes)>;
+  virtual Result<void*> allocate_placed(size_t bytes, const Place& place, Status* placed);
   virtual bool pinned() const { return false; }
   // Before a large store is allocated (the HostStore: 80-1,500 GiB): whether `total_bytes` can
   // be had at all, refused with the reason, so a job fails at once instead of after minutes of

@@ -2,12 +2,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 namespace mt {
 
-ThreadPool::ThreadPool(int threads) {
-  if (threads <= 0) threads = int(std::thread::hardware_concurrency());
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+namespace {
+thread_local int t_worker = -1;
+}
+
+ThreadPool::ThreadPool(int threads) : ThreadPool(NumaPlacement::none(resolve_thread_count(threads))) {}
+
+ThreadPool::ThreadPool(const NumaPlacement& numa) : numa_(numa) {
+  if (numa_.worker_node.empty()) numa_ = NumaPlacement::none(1);
+  for (int w = 0; w < int(numa_.worker_node.size()); ++w) workers_.emplace_back([this, w] { worker_loop(w); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -19,51 +26,68 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+std::pair<int, int> ThreadPool::block_range(int n, int blocks, int b) {
+  return {int(int64_t(n) * b / blocks), int(int64_t(n) * (b + 1) / blocks)};
+}
+
+int ThreadPool::worker_index() { return t_worker; }
+
 void ThreadPool::parallel_for(int n, const std::function<void(int)>& fn) {
   if (n <= 0) return;
-  if (workers_.empty() || n == 1) {
-    for (int i = 0; i < n; ++i) fn(i);
-    return;
-  }
+  run(n, fn, false);
+}
+
+void ThreadPool::parallel_blocks(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  const int blocks = std::min(n, size());
+  run(blocks, [&](int b) {
+    const auto [lo, hi] = block_range(n, blocks, b);
+    for (int i = lo; i < hi; ++i) fn(i);
+  }, true);
+}
+
+void ThreadPool::run(int n, const std::function<void(int)>& fn, bool by_worker) {
+  std::lock_guard<std::mutex> call(call_mu_);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
+  by_worker_ = by_worker;
   next_ = 0;
   total_ = n;
-  pending_ = n;
+  pending_ = size();  // every worker takes part in every call (by_worker: the first n run one)
   ++generation_;
   cv_.notify_all();
-  while (next_ < total_) {  // the caller works too
-    int i = next_++;
-    lock.unlock();
-    fn(i);
-    lock.lock();
-    --pending_;
-  }
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   job_ = nullptr;
 }
 
-void ThreadPool::parallel_blocks(int n, const std::function<void(int)>& fn) {
-  const int blocks = std::min(n, size());
-  parallel_for(blocks, [&](int b) {
-    const int hi = int(int64_t(n) * (b + 1) / blocks);
-    for (int i = int(int64_t(n) * b / blocks); i < hi; ++i) fn(i);
-  });
-}
-
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int w) {
+  t_worker = w;
+  if (numa_.active()) {
+    const Status s = pin_current_thread(numa_.cpus_of(numa_.worker_node[size_t(w)]));
+    if (!s.ok()) std::fprintf(stderr, "megatrain: optimizer worker %d not pinned: %s\n", w, s.message().c_str());
+  }
+  long seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || (job_ && next_ < total_); });
+    cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
-    while (job_ && next_ < total_) {
-      int i = next_++;
-      const auto* fn = job_;
-      lock.unlock();
-      (*fn)(i);
-      lock.lock();
-      if (--pending_ == 0) done_cv_.notify_all();
+    seen = generation_;
+    const auto* fn = job_;
+    if (by_worker_) {
+      if (w < total_) {
+        lock.unlock();
+        (*fn)(w);
+        lock.lock();
+      }
+    } else {
+      while (next_ < total_) {
+        const int i = next_++;
+        lock.unlock();
+        (*fn)(i);
+        lock.lock();
+      }
     }
+    if (--pending_ == 0) done_cv_.notify_all();
   }
 }
 

@@ -1,36 +1,56 @@
-// A fixed pool of worker threads with a blocking parallel_for. Used by the CPU optimizer and
-// the bench's copy baseline; tasks are split statically, so results never depend on timing.
+// A fixed pool of worker threads with blocking parallel loops. Used by the CPU optimizer, the
+// tokenizer and the benches; work is split statically, so results never depend on timing.
+// The caller waits while the workers run (it takes no item), so parallel_blocks can give block
+// b to worker b on every call: the optimizer's threads then always update the same bytes, which
+// a NUMA placement (numa.h) binds to their node.
 #pragma once
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "engine/base/numa.h"
 
 namespace mt {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads <= 0: hardware concurrency
+  explicit ThreadPool(int threads);  // threads <= 0: the CPUs this process may run on
+  // Workers placed by `numa` (its worker_node.size() workers); when it is active each worker may
+  // run only on its node's CPUs.
+  explicit ThreadPool(const NumaPlacement& numa);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int size() const { return int(workers_.size()) + 1; }
-  // Runs fn(i) for i in [0, n) on the pool and the calling thread; returns when all are done.
+  int size() const { return int(workers_.size()); }
+  // Runs fn(i) for i in [0, n) on the workers, items handed out as workers free up; returns when
+  // all are done. One call at a time (a second caller waits for the first).
   void parallel_for(int n, const std::function<void(int)>& fn);
-  // The same items in size() contiguous blocks, one a thread, each run in order: one hand-out a
-  // thread instead of one an item, and every thread streams through its own part of the memory
-  // (the optimizer: 1.37-1.59 G params/s item by item, 1.66 in blocks, on 2 cores).
+  // The same items in min(n, size()) contiguous blocks, block b (items block_range(n, blocks, b))
+  // run in order by worker b: one hand-out a thread, every thread streams through its own part of
+  // the memory (the optimizer: 1.37-1.59 G params/s item by item, 1.66 in blocks, on 2 cores),
+  // and the same worker takes the same block every call.
   void parallel_blocks(int n, const std::function<void(int)>& fn);
+  // Items [first, second) of block b when n items are cut into `blocks`: n * b / blocks onwards.
+  static std::pair<int, int> block_range(int n, int blocks, int b);
+  // The index of the pool worker running the calling thread; -1 on a thread of no pool.
+  static int worker_index();
+  const NumaPlacement& placement() const { return numa_; }
 
  private:
-  void worker_loop();
+  void run(int n, const std::function<void(int)>& fn, bool by_worker);
+  void worker_loop(int w);
 
+  NumaPlacement numa_;
   std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // one parallel call at a time
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   const std::function<void(int)>* job_ = nullptr;
+  bool by_worker_ = false;
   int next_ = 0, total_ = 0, pending_ = 0;
   long generation_ = 0;
   bool stop_ = false;

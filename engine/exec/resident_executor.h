@@ -83,6 +83,7 @@ class ResidentExecutor final : public Executor {
   TrainOptions opt_;  // global
   std::vector<ParamSchema> units_;
   std::unique_ptr<HostStore> store_;
+  NumaPlacement numa_;  // the optimizer's workers and the store's nodes
   ThreadPool pool_;
   std::vector<float> inv_freq_;
   std::vector<Device> devices_;  // [0] accumulates into the store

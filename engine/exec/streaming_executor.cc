@@ -1,5 +1,7 @@
 #include "engine/exec/streaming_executor.h"
 
+#include <cstdio>
+
 #include <algorithm>
 
 #include "engine/exec/streaming_pipeline.h"
@@ -99,6 +101,9 @@ Status StreamingExecutor::check_nvme_tier(const TrainOptions& opt, const Streami
 }
 
 Status StreamingExecutor::allocate() {
+  numa_ = optimizer_placement(opt_.optimizer_threads);
+  if (numa_.active() && !ro_.leader)
+    std::fprintf(stderr, "megatrain: optimizer: %s; the host store bound to them by update block\n", numa_.describe().c_str());
   const bool shadow = keeps_bf16_shadow(opt_.precision, so_.bf16_uploads);
   const std::vector<int> owners =
       ro_.weights ? optimizer_shard_owners(units_, ro_.nodes->size()) : std::vector<int>{};
@@ -107,7 +112,7 @@ Status StreamingExecutor::allocate() {
   } else {
     MT_ASSIGN_OR_RETURN(own_store_, HostStore::create(units_, opt_.layout, shadow, backend_->host_allocator(),
                                                       owners.empty() ? MomentUnits{} : moments_of_rank(owners, ro_.nodes->rank()),
-                                                      so_.nvme.paths.empty() ? nullptr : &so_.nvme));
+                                                      so_.nvme.paths.empty() ? nullptr : &so_.nvme, &numa_));
     store_ = own_store_.get();
   }
   if (opt_.precision == Precision::kBf16 && !shadow) {  // convert uploads
@@ -170,7 +175,7 @@ Status StreamingExecutor::allocate() {
   pc.optimizer = opt_.optimizer;
   // A grad window holds a unit's gradient only until its update: each unit updates as it lands.
   pc.update_during_backward = so_.update_during_backward || so_.nvme.grad_window > 0;
-  pc.optimizer_threads = opt_.optimizer_threads;
+  pc.optimizer_placement = numa_;
   pc.embedding_width = C;
   pc.precision = opt_.precision;
   pc.nodes = ro_.nodes;

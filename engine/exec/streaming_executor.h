@@ -179,6 +179,7 @@ class StreamingExecutor final : public Executor {
   ModelConfig cfg_;
   TrainOptions opt_;
   StreamingOptions so_;
+  NumaPlacement numa_ = NumaPlacement::none(1);  // the optimizer's workers (allocate)
   std::vector<ParamSchema> units_;
   MemoryPlan plan_;
   ReplicaOptions ro_;

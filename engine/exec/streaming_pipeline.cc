@@ -93,7 +93,7 @@ StreamingPipeline::StreamingPipeline(Backend& backend, HostStore& store, const s
       uses_(std::move(uses)),
       cfg_(cfg),
       staging_(staging),
-      pool_(cfg.optimizer_threads),
+      pool_(cfg.optimizer_placement),
       staged_(slots_.size()),
       ready_(uses_.size()),
       released_(uses_.size()),

@@ -65,7 +65,8 @@ std::vector<UnitUse> build_use_sequence(int num_layers, int slots, bool tied,
 struct PipelineConfig {
   OptimizerConfig optimizer;
   bool update_during_backward = false;
-  int optimizer_threads = 0;
+  // The optimizer's workers and their NUMA nodes: the placement the HostStore was created with.
+  NumaPlacement optimizer_placement = NumaPlacement::none(1);
   size_t embedding_width = 0;  // C: elements per embedding row
   // What the slots hold: the fp32 masters, or (bf16) the shadows the optimizer writes with them.
   Precision precision = Precision::kFp32;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -53,6 +54,49 @@ HostStoreBytes unit_store_bytes(size_t numel, MemoryLayout layout, bool shadow, 
 
 bool holds_moments(const MomentUnits& moments, size_t unit) { return moments.empty() || moments[unit]; }
 
+// NUMA runs are cut on 2 MiB boundaries (the nearest to each block's edge): a huge page is never
+// split between nodes, and an edge moves by at most 1 MiB of a block of hundreds.
+constexpr size_t kNumaGrain = size_t(2) << 20;
+
+// Appends the runs of unit u's regions (hu, at offsets from `base`): each worker's update block
+// (update_blocks) on the worker's node, neighbouring runs of one node merged.
+void add_numa_runs(const ParamSchema& u, const HostUnit& hu, size_t st, const NumaPlacement& numa, const void* base,
+                   std::vector<NumaRun>& runs) {
+  const auto blocks = update_blocks(u, int(numa.worker_node.size()));
+  auto nearest = [](size_t b) { return (b + kNumaGrain / 2) / kNumaGrain * kNumaGrain; };
+  const std::pair<const void*, size_t> regions[] = {{hu.master, 4}, {hu.grad, st}, {hu.m, st}, {hu.v, st}, {hu.shadow, 2}};
+  for (const auto& [ptr, eb] : regions) {
+    if (!ptr) continue;
+    const size_t off = size_t(static_cast<const char*>(ptr) - static_cast<const char*>(base));
+    for (size_t w = 0; w < blocks.size(); ++w) {
+      size_t b = nearest(off + blocks[w].first * eb), e = nearest(off + blocks[w].second * eb);
+      const int node = numa.worker_node[w];
+      if (!runs.empty() && runs.back().chunk == base) b = std::max(b, runs.back().end);
+      if (e <= b) continue;
+      if (!runs.empty() && runs.back().chunk == base && runs.back().node == node && runs.back().end == b) runs.back().end = e;
+      else runs.push_back({base, b, e, node});
+    }
+  }
+}
+
+// Each run bound to a node is a memory map of its own (a VMA), and a process has
+// vm.max_map_count of them (65,530 by default) for everything. A unit's five regions take at most
+// one run a node each; a store that could take more than half the limit (a mixture of thousands
+// of experts) is left unplaced, with the reason.
+Status check_numa_run_budget(const std::vector<ParamSchema>& units, const NumaPlacement& numa) {
+  long limit = 65530;
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+    if (std::fscanf(f, "%ld", &limit) != 1) limit = 65530;
+    std::fclose(f);
+  }
+  const size_t runs = units.size() * 5 * numa.nodes.ids.size();
+  if (runs <= size_t(limit / 2)) return Status::Ok();
+  return resource_exhausted(std::to_string(units.size()) + " units over " + std::to_string(numa.nodes.ids.size()) +
+                            " nodes could take " + std::to_string(runs) + " memory maps, more than half of "
+                            "vm.max_map_count = " + std::to_string(limit) + "; raise it to at least " +
+                            std::to_string(2 * runs) + " to place the store");
+}
+
 // The grad window's buffers: grad_window of them, each the largest tiered unit's gradient (0: none).
 size_t grad_window_bytes(const std::vector<ParamSchema>& units, MemoryLayout layout, const NvmeTierOptions* tier,
                          size_t* each = nullptr) {
@@ -80,7 +124,7 @@ HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLay
 
 Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSchema>& units, MemoryLayout layout,
                                                      bool shadow, HostAllocator& alloc, const MomentUnits& moments,
-                                                     const NvmeTierOptions* tier) {
+                                                     const NvmeTierOptions* tier, const NumaPlacement* numa) {
   if (!moments.empty() && moments.size() != units.size())
     return invalid_argument("HostStore: a moments mask of " + std::to_string(moments.size()) + " units for " +
                             std::to_string(units.size()));
@@ -117,6 +161,38 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
   if (window_bytes > 0) plan.push_back({units.size(), units.size(), window_bytes}), total += window_bytes;
   // Refused up front, before minutes of pinning (pinned memory must fit in physical memory).
   MT_RETURN_IF_ERROR(alloc.check_capacity(total));
+  // Unit i's regions at p (p moves past them): master, grad, m, v, shadow, each 4 KiB aligned.
+  auto carve = [&](size_t i, char*& p) {
+    const size_t n = units[i].numel;
+    HostUnit hu;
+    hu.numel = n;
+    hu.tiered = tiered(i);
+    if (!hu.tiered || !tier->masters) hu.master = reinterpret_cast<float*>(p), p += round_up(n * 4, kAlign);
+    if (!(hu.tiered && windowed)) hu.grad = p, p += round_up(n * st, kAlign);
+    if (holds_moments(moments, i) && !hu.tiered) {
+      hu.m = p, p += round_up(n * st, kAlign);
+      hu.v = p, p += round_up(n * st, kAlign);
+    }
+    if (shadow) hu.shadow = reinterpret_cast<bf16*>(p), p += round_up(n * 2, kAlign);
+    return hu;
+  };
+  // With an active NUMA placement, each chunk's runs are bound to their nodes before any page of
+  // it is touched (zeroed or pinned) — unless they would take too many of the kernel's memory maps.
+  Status numa_status;
+  const bool place = numa && numa->active() && (numa_status = check_numa_run_budget(units, *numa)).ok();
+  std::vector<std::vector<NumaRun>> runs(plan.size());
+  std::vector<Status> placed(plan.size());
+  auto bind_chunk = [&](size_t k, void* base, size_t bytes) {
+    char* p = static_cast<char*>(base);
+    for (size_t i = plan[k].first; i < plan[k].end; ++i) {
+      const HostUnit hu = carve(i, p);
+      add_numa_runs(units[i], hu, st, *numa, base, runs[k]);
+    }
+    for (NumaRun& r : runs[k]) r.end = std::min(r.end, round_up(bytes, kAlign));
+    for (const NumaRun& r : runs[k])
+      if (r.end > r.begin) MT_RETURN_IF_ERROR(prefer_node(static_cast<char*>(base) + r.begin, r.end - r.begin, r.node));
+    return Status::Ok();
+  };
   // Allocate and zero the chunks. Pinning is page-by-page work in the driver (fault in, zero,
   // lock) at a few GB/s per thread, so 1.5 TB from one thread would take minutes; an allocator
   // that allows it gets the chunks from several threads at once (megatrain-bench pin measures
@@ -131,7 +207,9 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
         std::lock_guard<std::mutex> l(error_mu);
         if (!first_error.ok()) return;
       }
-      auto c = alloc.allocate(plan[k].bytes);
+      auto c = place && k < plan.size() - (window_bytes > 0)
+                   ? alloc.allocate_placed(plan[k].bytes, [&](void* p, size_t b) { return bind_chunk(k, p, b); }, &placed[k])
+                   : alloc.allocate(plan[k].bytes);
       if (!c.ok()) {
         std::lock_guard<std::mutex> l(error_mu);
         if (first_error.ok()) first_error = c.status();
@@ -154,24 +232,18 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
   for (size_t k = 0; k < plan.size(); ++k)
     if (chunks[k]) s->chunks_.emplace_back(chunks[k], plan[k].bytes);  // released by ~HostStore on failure
   MT_RETURN_IF_ERROR(first_error);
+  s->numa_status_ = numa_status;
   for (size_t k = 0; k < plan.size(); ++k) {
-    const size_t bytes = plan[k].bytes;
-    s->total_bytes_ += bytes;
+    if (!placed[k].ok() && s->numa_status_.ok()) s->numa_status_ = placed[k];
+    s->numa_runs_.insert(s->numa_runs_.end(), runs[k].begin(), runs[k].end());
+  }
+  if (!s->numa_status_.ok())
+    std::fprintf(stderr, "megatrain: warning: the host store is not placed on NUMA nodes (%s); the optimizer reads "
+                 "across sockets\n", s->numa_status_.message().c_str());
+  for (size_t k = 0; k < plan.size(); ++k) {
+    s->total_bytes_ += plan[k].bytes;
     char* p = static_cast<char*>(chunks[k]);
-    for (size_t i = plan[k].first; i < plan[k].end; ++i) {
-      const size_t n = units[i].numel;
-      HostUnit hu;
-      hu.numel = n;
-      hu.tiered = tiered(i);
-      if (!hu.tiered || !tier->masters) hu.master = reinterpret_cast<float*>(p), p += round_up(n * 4, kAlign);
-      if (!(hu.tiered && windowed)) hu.grad = p, p += round_up(n * st, kAlign);
-      if (holds_moments(moments, i) && !hu.tiered) {
-        hu.m = p, p += round_up(n * st, kAlign);
-        hu.v = p, p += round_up(n * st, kAlign);
-      }
-      if (shadow) hu.shadow = reinterpret_cast<bf16*>(p), p += round_up(n * 2, kAlign);
-      s->units_.push_back(hu);
-    }
+    for (size_t i = plan[k].first; i < plan[k].end; ++i) s->units_.push_back(carve(i, p));
   }
   if (window_bytes > 0)
     s->window_ = std::make_unique<GradWindow>(static_cast<char*>(chunks.back()), size_t(tier->grad_window), window_each,

@@ -15,6 +15,7 @@
 #include "engine/optim/update_gate.h"
 #include "engine/model/param_schema.h"
 #include "engine/base/host_memory.h"
+#include "engine/base/numa.h"
 #include "engine/base/status.h"
 #include "kernels/bf16.h"
 
@@ -50,6 +51,13 @@ HostStoreBytes host_store_bytes(const std::vector<ParamSchema>& units, MemoryLay
 bool nvme_tiered(const ParamSchema& unit);
 std::vector<size_t> nvme_unit_numel(const std::vector<ParamSchema>& units);  // per unit: numel if tiered, else 0
 
+// [begin, end) bytes of a store chunk bound to NUMA node `node` (HostStore::numa_runs).
+struct NumaRun {
+  const void* chunk;
+  size_t begin, end;
+  int node;
+};
+
 struct HostUnit {
   // On the NVMe tier, m and v are nullptr (and master, when the tier holds masters): reach them
   // through HostStore::acquire.
@@ -68,7 +76,8 @@ class HostStore {
  public:
   static Result<std::unique_ptr<HostStore>> create(const std::vector<ParamSchema>& units, MemoryLayout layout,
                                                    bool shadow, HostAllocator& alloc, const MomentUnits& moments = {},
-                                                   const NvmeTierOptions* tier = nullptr);
+                                                   const NvmeTierOptions* tier = nullptr,
+                                                   const NumaPlacement* numa = nullptr);
   ~HostStore();
   HostStore(const HostStore&) = delete;
   HostStore& operator=(const HostStore&) = delete;
@@ -141,6 +150,11 @@ class HostStore {
     if (const auto g = gate_) g->wait(u);
   }
   void zero_grads();
+  // Where a NUMA placement put the store (numa given and active): byte runs of the chunks, each
+  // bound to the node of the optimizer worker that updates it; and how binding went (a container
+  // may forbid mbind: the store then works unplaced, and this says why).
+  const std::vector<NumaRun>& numa_runs() const { return numa_runs_; }
+  const Status& numa_status() const { return numa_status_; }
   // Each unit's bf16 shadow (if it has one) = its masters rounded: after they are written other
   // than by the optimizer (initialisation, a loaded checkpoint or model).
   void refresh_shadows() const;
@@ -161,6 +175,8 @@ class HostStore {
   std::vector<size_t> update_order_;
   std::shared_ptr<UpdateGate> gate_;  // read by the optimizer thread, set between steps
   size_t total_bytes_ = 0;
+  std::vector<NumaRun> numa_runs_;
+  Status numa_status_;
 };
 
 }  // namespace mt

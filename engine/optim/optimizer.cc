@@ -98,6 +98,17 @@ void adamw_unit(ThreadPool& pool, const ParamSchema& u, const UnitState<S>& st, 
   });
 }
 
+std::vector<std::pair<size_t, size_t>> update_blocks(const ParamSchema& u, int threads) {
+  const auto ps = pieces(u);
+  std::vector<std::pair<size_t, size_t>> out(size_t(std::max(threads, 1)), {0, 0});
+  const int blocks = std::min(int(ps.size()), int(out.size()));
+  for (int b = 0; b < blocks; ++b) {  // the split of ThreadPool::parallel_blocks
+    const auto [lo, hi] = ThreadPool::block_range(int(ps.size()), blocks, b);
+    out[size_t(b)] = {ps[size_t(lo)].offset, ps[size_t(hi - 1)].offset + ps[size_t(hi - 1)].n};
+  }
+  return out;
+}
+
 template <typename S>
 void adamw_range(const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p, size_t offset, size_t n) {
   bool decay = false;

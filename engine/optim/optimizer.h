@@ -3,6 +3,8 @@
 // over a thread pool and applies per-tensor weight decay (none on norms and biases).
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/model/param_schema.h"
 #include "engine/base/status.h"
@@ -62,5 +64,10 @@ void adamw_unit(ThreadPool& pool, const ParamSchema& u, const UnitState<S>& st, 
 // rule applies), on the calling thread. Elementwise: the same bits as adamw_unit gives them.
 template <typename S>
 void adamw_range(const ParamSchema& u, const UnitState<S>& st, const cpu::AdamWParams& p, size_t offset, size_t n);
+
+// The elements [first, second) of unit u that worker b of a pool of `threads` updates in
+// adamw_unit and sums in unit_grad_sumsq (empty past the last block): what a NUMA placement
+// binds to that worker's node (HostStore::create).
+std::vector<std::pair<size_t, size_t>> update_blocks(const ParamSchema& u, int threads);
 
 }  // namespace mt

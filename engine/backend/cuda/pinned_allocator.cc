@@ -1,6 +1,7 @@
 #include "engine/backend/cuda/pinned_allocator.h"
 
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <cstdint>
@@ -18,6 +19,8 @@ size_t memlock_limit_bytes() {
 }
 
 namespace {
+constexpr size_t kHugePage = size_t(2) << 20;
+
 size_t rounded_size(size_t bytes) {
   const size_t r = (bytes + 4095) / 4096 * 4096;
   return r ? r : 4096;
@@ -61,6 +64,14 @@ Status PinnedAllocator::check_capacity(size_t total_bytes) const {
                             ". Free host memory, use memory.layout = compact, or a smaller model");
 }
 
+Status PinnedAllocator::refused(size_t rounded, const char* call, cudaError_t e) const {
+  return resource_exhausted("pinning " + std::to_string(rounded) + " bytes of host memory was refused (" + call + ": " +
+                            cudaGetErrorString(e) + "); already pinned: " + std::to_string(pinned_.load()) +
+                            " bytes; locked-memory limit (ulimit -l): " + limit_text() +
+                            ". Raise the limit (systemd: LimitMEMLOCK=infinity), free host memory, or use "
+                            "memory.layout = compact");
+}
+
 Result<void*> PinnedAllocator::allocate(size_t bytes) {
   const size_t rounded = rounded_size(bytes);
   void* p = nullptr;
@@ -69,19 +80,53 @@ Result<void*> PinnedAllocator::allocate(size_t bytes) {
   const cudaError_t e = cudaHostAlloc(&p, rounded, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it: the device itself is fine
-    return resource_exhausted("pinning " + std::to_string(rounded) + " bytes of host memory was refused (cudaHostAlloc: " +
-                              cudaGetErrorString(e) + "); already pinned: " + std::to_string(pinned_.load()) +
-                              " bytes; locked-memory limit (ulimit -l): " + limit_text() +
-                              ". Raise the limit (systemd: LimitMEMLOCK=infinity), free host memory, or use "
-                              "memory.layout = compact");
+    return refused(rounded, "cudaHostAlloc", e);
   }
   pinned_ += rounded;
   return p;
 }
 
+Result<void*> PinnedAllocator::allocate_placed(size_t bytes, const Place& place, Status* placed) {
+  const size_t rounded = (rounded_size(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  if (!bind_device(device_, nullptr))
+    return failed_precondition("pinning host memory: cannot make CUDA device " + std::to_string(device_) + " current");
+  // Over-map by a huge page to start on a 2 MiB boundary; the slack is unmapped at once.
+  char* raw = static_cast<char*>(::mmap(nullptr, rounded + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (raw == MAP_FAILED) return resource_exhausted("mapping " + std::to_string(rounded) + " bytes of host memory failed");
+  char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) / kHugePage * kHugePage);
+  if (p > raw) ::munmap(raw, size_t(p - raw));
+  if (p + rounded < raw + rounded + kHugePage) ::munmap(p + rounded, size_t(raw + rounded + kHugePage - (p + rounded)));
+  (void)::madvise(p, rounded, MADV_HUGEPAGE);
+  *placed = place(p, rounded);
+  const cudaError_t e = cudaHostRegister(p, rounded, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    ::munmap(p, rounded);
+    return refused(rounded, "cudaHostRegister", e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    registered_.insert(p);
+  }
+  pinned_ += rounded;
+  return static_cast<void*>(p);
+}
+
 void PinnedAllocator::release(void* p, size_t bytes) {
   if (!p) return;
   bind_device(device_, nullptr);
+  bool mapped = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mapped = registered_.erase(p) > 0;
+  }
+  if (mapped) {
+    const size_t rounded = (rounded_size(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+    cudaHostUnregister(p);
+    ::munmap(p, rounded);
+    pinned_ -= rounded;
+    return;
+  }
   cudaFreeHost(p);
   pinned_ -= rounded_size(bytes);
 }

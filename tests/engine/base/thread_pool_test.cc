@@ -1,6 +1,8 @@
-// The pool's two schedules: every item exactly once; parallel_blocks hands each thread one
-// contiguous block that it runs in order (the optimizer relies on the blocks for its streaming).
+// The pool's two schedules: every item exactly once; parallel_blocks hands worker b block b, run
+// in order, on every call (the optimizer relies on the blocks for its streaming, a NUMA placement
+// on the same worker taking the same bytes). And workers placed on nodes run on their CPUs.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,30 +25,55 @@ TEST(ThreadPool, ParallelForRunsEveryItemOnce) {
   }
 }
 
-TEST(ThreadPool, ParallelBlocksGivesEachThreadOneContiguousAscendingBlock) {
+TEST(ThreadPool, ParallelBlocksGivesWorkerBBlockBInOrderOnEveryCall) {
   ThreadPool pool(3);
-  for (int n : {0, 1, 2, 3, 4, 10, 1001}) {
-    std::mutex mu;
-    std::map<std::thread::id, std::vector<int>> seen;  // items in the order each thread ran them
-    pool.parallel_blocks(n, [&](int i) {
-      std::lock_guard<std::mutex> lock(mu);
-      seen[std::this_thread::get_id()].push_back(i);
-    });
-    std::vector<int> hits(size_t(n), 0);
-    for (const auto& [id, items] : seen) {
-      ASSERT_FALSE(items.empty());
-      for (size_t k = 0; k < items.size(); ++k) {
-        ++hits[size_t(items[k])];
-        // A thread's items ascend (a fast thread may run a second block: the pool hands out
-        // blocks in ascending order, so they still do).
-        if (k > 0) {
-          EXPECT_LT(items[k - 1], items[k]) << "n " << n;
-        }
+  for (int round = 0; round < 3; ++round)
+    for (int n : {1, 2, 3, 4, 10, 1001}) {
+      std::mutex mu;
+      std::map<int, std::vector<int>> seen;  // worker -> items in the order it ran them
+      pool.parallel_blocks(n, [&](int i) {
+        std::lock_guard<std::mutex> lock(mu);
+        seen[ThreadPool::worker_index()].push_back(i);
+      });
+      const int blocks = std::min(n, pool.size());
+      ASSERT_EQ(int(seen.size()), blocks) << "n " << n;
+      for (int b = 0; b < blocks; ++b) {
+        const auto [lo, hi] = ThreadPool::block_range(n, blocks, b);
+        std::vector<int> want;
+        for (int i = lo; i < hi; ++i) want.push_back(i);
+        EXPECT_EQ(seen[b], want) << "n " << n << " worker " << b;
       }
     }
-    for (int i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)], 1) << "n " << n << " item " << i;
-    EXPECT_LE(int(seen.size()), pool.size());
-  }
+}
+
+TEST(ThreadPool, ItemsRunOnWorkersNotOnTheCaller) {
+  ThreadPool pool(2);
+  std::atomic<int> on_caller{0};
+  pool.parallel_for(50, [&](int) { on_caller += ThreadPool::worker_index() < 0; });
+  pool.parallel_blocks(50, [&](int) { on_caller += ThreadPool::worker_index() < 0; });
+  EXPECT_EQ(on_caller.load(), 0);
+  EXPECT_EQ(ThreadPool::worker_index(), -1);
+}
+
+TEST(ThreadPool, WorkersOfANodeRunOnlyOnItsCpus) {
+  const NumaNodes here = NumaNodes::read();
+  std::vector<int> cpus;
+  for (const auto& c : here.cpus) cpus.insert(cpus.end(), c.begin(), c.end());
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to place workers on two of them";
+  // Two made-up nodes, one CPU each: four workers, two a node.
+  NumaNodes fake{{0, 1}, {{cpus[0]}, {cpus[1]}}};
+  ThreadPool pool(NumaPlacement::for_threads(4, fake));
+  ASSERT_TRUE(pool.placement().active());
+  std::vector<int> ran_on(4, -1);
+  pool.parallel_blocks(4, [&](int i) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    ASSERT_EQ(CPU_COUNT(&set), 1) << "worker " << i;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) ran_on[size_t(i)] = c;
+  });
+  EXPECT_EQ(ran_on, (std::vector<int>{cpus[0], cpus[0], cpus[1], cpus[1]}));
 }
 
 TEST(ThreadPool, ParallelBlocksSplitsEvenly) {

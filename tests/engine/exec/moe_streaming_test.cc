@@ -114,6 +114,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt_oss", "gpt_oss"},
                       Case{"Bf16_gpt_oss_Chunk7_one_expert_slot", "gpt_oss", Precision::kBf16, 7,
                            CheckpointPlacement::kDevice, 1},
+                      // One micro-batch a step: the backward takes micro-batch 0's activations as
+                      // the experts' pass left them (no recompute of its decoder forward).
+                      Case{"qwen3_moe_one_micro_batch", "qwen3_moe", Precision::kFp32, 0, CheckpointPlacement::kDevice, 2,
+                           12, 4, 4},
+                      Case{"Bf16_gpt_oss_one_micro_batch_host", "gpt_oss", Precision::kBf16, 0, CheckpointPlacement::kHost,
+                           2, 12, 4, 4},
                       // 6 tokens a step, 16 experts, one each: most experts idle every step.
                       Case{"sparse_idle_experts", "sparse", Precision::kFp32, 0, CheckpointPlacement::kDevice, 2, 3, 1,
                            2}),
