@@ -99,6 +99,10 @@ step() {
   echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
   echo "ulimit -l (RLIMIT_MEMLOCK, KiB): $(ulimit -l)"
   grep -E 'MemTotal|MemAvailable' /proc/meminfo 2>/dev/null
+  # The host's NUMA nodes and CPUs (the optimizer's placement: engine/base/numa.h).
+  command -v lscpu >/dev/null && lscpu | grep -E 'Model name|Socket|NUMA|^CPU\(s\)|Thread'
+  for n in /sys/devices/system/node/node*; do [ -r "$n/cpulist" ] && echo "$(basename "$n") cpus: $(cat "$n/cpulist")"; done
+  echo "vm.max_map_count: $(cat /proc/sys/vm/max_map_count 2>/dev/null)"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv
   command -v nvcc >/dev/null && nvcc --version | tail -2
   cmake --version | head -1
