@@ -143,7 +143,10 @@ void StreamingExecutor::backward_moe(int use, int l) {
     send_grads(u, g, numel, GradShare::kUnit);
     pipe_->release(i);
   }
-  // The decoder unit's own backward, micro-batch by micro-batch.
+  // The decoder unit's own backward, micro-batch by micro-batch. Micro-batch 0's activations are
+  // still in `acts` from the experts' input pass (it ran last): everything since wrote only the
+  // scratch after the activations' region (work_ + decoder_acts_bytes), the MoE state slots and
+  // dresid. Anything that writes into `acts` between the two must drop this shortcut.
   const size_t n = units_[size_t(l) + 1].numel;
   const int g = acquire_grad_slot(n);
   const auto dw = bind_decoder<float>(cfg_, l, grad_slots_[size_t(g)]);
