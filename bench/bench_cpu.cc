@@ -129,8 +129,12 @@ int run_adamw(const Flags& f) {
   // And a plain memcpy of the exact layout's bytes (read 14 B + write 14 B per parameter), each
   // worker copying the part it first touched.
   const size_t bytes = n * 14;
-  HostBuffer src = std::move(*HostBuffer::allocate(default_host_allocator(), bytes));
-  HostBuffer dst = std::move(*HostBuffer::allocate(default_host_allocator(), bytes));
+  auto src_or = HostBuffer::allocate(default_host_allocator(), bytes), dst_or = HostBuffer::allocate(default_host_allocator(), bytes);
+  if (!src_or.ok() || !dst_or.ok()) {
+    std::fprintf(stderr, "adamw: no memory for the copy baseline (%zu bytes twice)\n", bytes);
+    return 1;
+  }
+  HostBuffer src = std::move(*src_or), dst = std::move(*dst_or);
   const int parts = pool.size();
   auto part = [&](int i) { return std::pair<size_t, size_t>{bytes * size_t(i) / size_t(parts), bytes * size_t(i + 1) / size_t(parts)}; };
   pool.parallel_blocks(parts, [&](int i) {

@@ -164,6 +164,15 @@ Status prefer_node(void* p, size_t bytes, int node) {
   return Status::Ok();
 }
 
+int preferred_node(const void* p) {
+  int mode = -1;
+  unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
+  if (::syscall(SYS_get_mempolicy, &mode, mask, kMaskBits + 1, p, kMpolFAddr) != 0 || mode != kMpolPreferred) return -1;
+  for (int n = 0; n < kMaskBits; ++n)
+    if (mask[size_t(n) / (8 * sizeof(unsigned long))] >> (size_t(n) % (8 * sizeof(unsigned long))) & 1UL) return n;
+  return -1;
+}
+
 int node_of_page(const void* p) {
   int node = -1;
   if (::syscall(SYS_get_mempolicy, &node, nullptr, 0, p, kMpolFNode | kMpolFAddr) != 0) return -1;

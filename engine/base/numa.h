@@ -51,5 +51,8 @@ Status pin_current_thread(const std::vector<int>& cpus);
 Status prefer_node(void* p, size_t bytes, int node);
 // The node holding the page at p (touched), or -1 when the kernel cannot say.
 int node_of_page(const void* p);
+// The node that the policy of the memory at p prefers (prefer_node), or -1: another policy or
+// none, an empty node mask, or the kernel cannot say.
+int preferred_node(const void* p);
 
 }  // namespace mt

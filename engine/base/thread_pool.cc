@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 
 namespace mt {
 
 namespace {
 thread_local int t_worker = -1;
+thread_local const ThreadPool* t_pool = nullptr;  // the pool whose worker this thread is
 }
 
 ThreadPool::ThreadPool(int threads) : ThreadPool(NumaPlacement::none(resolve_thread_count(threads))) {}
@@ -34,6 +36,7 @@ int ThreadPool::worker_index() { return t_worker; }
 
 void ThreadPool::parallel_for(int n, const std::function<void(int)>& fn) {
   if (n <= 0) return;
+  if (n == 1) return fn(0);  // no worker to wake for one item
   run(n, fn, false);
 }
 
@@ -47,6 +50,10 @@ void ThreadPool::parallel_blocks(int n, const std::function<void(int)>& fn) {
 }
 
 void ThreadPool::run(int n, const std::function<void(int)>& fn, bool by_worker) {
+  if (t_pool == this) {  // from one of our own tasks: the workers are busy with the outer call
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
   std::lock_guard<std::mutex> call(call_mu_);
   std::unique_lock<std::mutex> lock(mu_);
   job_ = &fn;
@@ -58,10 +65,24 @@ void ThreadPool::run(int n, const std::function<void(int)>& fn, bool by_worker) 
   cv_.notify_all();
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   job_ = nullptr;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void ThreadPool::run_item(const std::function<void(int)>& fn, int i, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  std::exception_ptr e;
+  try {
+    fn(i);
+  } catch (...) {
+    e = std::current_exception();
+  }
+  lock.lock();
+  if (e && !error_) error_ = e;
 }
 
 void ThreadPool::worker_loop(int w) {
   t_worker = w;
+  t_pool = this;
   if (numa_.active()) {
     const Status s = pin_current_thread(numa_.cpus_of(numa_.worker_node[size_t(w)]));
     if (!s.ok()) std::fprintf(stderr, "megatrain: optimizer worker %d not pinned: %s\n", w, s.message().c_str());
@@ -74,18 +95,9 @@ void ThreadPool::worker_loop(int w) {
     seen = generation_;
     const auto* fn = job_;
     if (by_worker_) {
-      if (w < total_) {
-        lock.unlock();
-        (*fn)(w);
-        lock.lock();
-      }
+      if (w < total_) run_item(*fn, w, lock);
     } else {
-      while (next_ < total_) {
-        const int i = next_++;
-        lock.unlock();
-        (*fn)(i);
-        lock.lock();
-      }
+      while (next_ < total_) run_item(*fn, next_++, lock);
     }
     if (--pending_ == 0) done_cv_.notify_all();
   }

@@ -5,6 +5,7 @@
 // a NUMA placement (numa.h) binds to their node.
 #pragma once
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -27,7 +28,9 @@ class ThreadPool {
 
   int size() const { return int(workers_.size()); }
   // Runs fn(i) for i in [0, n) on the workers, items handed out as workers free up; returns when
-  // all are done. One call at a time (a second caller waits for the first).
+  // all are done (one item: on the caller). One call at a time (a second caller waits for the
+  // first); a call from one of this pool's own tasks runs its items in order on that thread. An
+  // exception thrown by fn is rethrown to the caller (the first one; the other items still run).
   void parallel_for(int n, const std::function<void(int)>& fn);
   // The same items in min(n, size()) contiguous blocks, block b (items block_range(n, blocks, b))
   // run in order by worker b: one hand-out a thread, every thread streams through its own part of
@@ -43,6 +46,8 @@ class ThreadPool {
  private:
   void run(int n, const std::function<void(int)>& fn, bool by_worker);
   void worker_loop(int w);
+  // fn(i) with mu_ released; an exception is kept for the caller. Called and returns with lock held.
+  void run_item(const std::function<void(int)>& fn, int i, std::unique_lock<std::mutex>& lock);
 
   NumaPlacement numa_;
   std::vector<std::thread> workers_;
@@ -54,6 +59,7 @@ class ThreadPool {
   int next_ = 0, total_ = 0, pending_ = 0;
   long generation_ = 0;
   bool stop_ = false;
+  std::exception_ptr error_;  // the first exception of the current call
 };
 
 }  // namespace mt

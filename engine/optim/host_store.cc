@@ -189,8 +189,9 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
       add_numa_runs(units[i], hu, st, *numa, base, runs[k]);
     }
     for (NumaRun& r : runs[k]) r.end = std::min(r.end, round_up(bytes, kAlign));
+    std::erase_if(runs[k], [](const NumaRun& r) { return r.end <= r.begin; });
     for (const NumaRun& r : runs[k])
-      if (r.end > r.begin) MT_RETURN_IF_ERROR(prefer_node(static_cast<char*>(base) + r.begin, r.end - r.begin, r.node));
+      MT_RETURN_IF_ERROR(prefer_node(static_cast<char*>(base) + r.begin, r.end - r.begin, r.node));
     return Status::Ok();
   };
   // Allocate and zero the chunks. Pinning is page-by-page work in the driver (fault in, zero,
@@ -207,7 +208,8 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
         std::lock_guard<std::mutex> l(error_mu);
         if (!first_error.ok()) return;
       }
-      auto c = place && k < plan.size() - (window_bytes > 0)
+      // Chunks under 2 MiB (tiny stores) stay unplaced: their memory may be the heap's, touched.
+      auto c = place && k < plan.size() - (window_bytes > 0) && plan[k].bytes >= kNumaGrain
                    ? alloc.allocate_placed(plan[k].bytes, [&](void* p, size_t b) { return bind_chunk(k, p, b); }, &placed[k])
                    : alloc.allocate(plan[k].bytes);
       if (!c.ok()) {

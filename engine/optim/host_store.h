@@ -150,9 +150,10 @@ class HostStore {
     if (const auto g = gate_) g->wait(u);
   }
   void zero_grads();
-  // Where a NUMA placement put the store (numa given and active): byte runs of the chunks, each
-  // bound to the node of the optimizer worker that updates it; and how binding went (a container
-  // may forbid mbind: the store then works unplaced, and this says why).
+  // A NUMA placement's plan (numa given and active): byte runs of the chunks, each for the node
+  // of the optimizer worker that updates it; and how binding them went — not ok: some or all
+  // were not bound (a container may forbid mbind; the store then works unplaced, and this says
+  // why). preferred_node (numa.h) reads back what the kernel holds.
   const std::vector<NumaRun>& numa_runs() const { return numa_runs_; }
   const Status& numa_status() const { return numa_status_; }
   // Each unit's bf16 shadow (if it has one) = its masters rounded: after they are written other

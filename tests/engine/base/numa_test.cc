@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "engine/base/numa.h"
 #include "engine/optim/host_store.h"
@@ -64,18 +65,32 @@ TEST(Numa, SpreadsWorkersInContiguousRunsByCpus) {
   EXPECT_EQ(NumaPlacement::for_threads(4, one).describe(), "4 threads on one NUMA node (not pinned)");
 }
 
+bool mbind_forbidden(const Status& s) {
+  return s.message().find("Operation not permitted") != std::string::npos ||
+         s.message().find("Function not implemented") != std::string::npos;
+}
+
+// The policy itself is checked (a wrong node mask reads back as another node or none); on a host
+// of several nodes also where the pages land, touched from a thread on another node.
 TEST(Numa, ARangeBoundToANodeLandsThere) {
   const NumaNodes here = NumaNodes::read();
-  const int node = here.ids[0];
+  const int node = here.ids.back();
   const size_t bytes = size_t(8) << 20;
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);
+  EXPECT_EQ(preferred_node(p), -1) << "fresh memory has no policy";
   const Status s = prefer_node(p, bytes, node);
-  if (!s.ok() && (s.message().find("Operation not permitted") != std::string::npos ||
-                  s.message().find("Function not implemented") != std::string::npos))
-    GTEST_SKIP() << "mbind is not allowed here: " << s.message();
+  if (mbind_forbidden(s)) GTEST_SKIP() << "mbind is not allowed here: " << s.message();
   ASSERT_TRUE(s.ok()) << s.message();
-  std::memset(p, 1, bytes);
+  for (size_t off = 0; off < bytes; off += size_t(1) << 20) EXPECT_EQ(preferred_node(static_cast<char*>(p) + off), node);
+  if (here.ids.size() > 1) {  // touched from the first node's CPUs, placed on the last node
+    std::thread([&] {
+      ASSERT_TRUE(pin_current_thread(here.cpus[0]).ok());
+      std::memset(p, 1, bytes);
+    }).join();
+  } else {
+    std::memset(p, 1, bytes);
+  }
   for (size_t off = 0; off < bytes; off += size_t(1) << 20) EXPECT_EQ(node_of_page(static_cast<char*>(p) + off), node);
   EXPECT_FALSE(prefer_node(p, bytes, 5000).ok()) << "a node past the mask is refused";
   ::munmap(p, bytes);
@@ -140,6 +155,19 @@ TEST(Numa, TheStoreBindsEachWorkersUpdateBlockToItsNode) {
   auto plain = HostStore::create(units, MemoryLayout::kExact, false, default_host_allocator());
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE((*plain)->numa_runs().empty());
+  EXPECT_EQ(preferred_node((*plain)->unit(0).master), -1);
+  // Bound for real: two made-up nodes that are both this machine's first, so mbind succeeds
+  // here; every run's memory then prefers that node.
+  const int first = NumaNodes::read().ids[0];
+  const NumaPlacement same = NumaPlacement::for_threads(4, NumaNodes{{first, first}, {{0}, {1}}});
+  auto bound = HostStore::create(units, MemoryLayout::kExact, true, default_host_allocator(), {}, nullptr, &same);
+  ASSERT_TRUE(bound.ok());
+  if (mbind_forbidden((*bound)->numa_status())) GTEST_SKIP() << (*bound)->numa_status().message();
+  ASSERT_TRUE((*bound)->numa_status().ok()) << (*bound)->numa_status().message();
+  ASSERT_FALSE((*bound)->numa_runs().empty());
+  for (const NumaRun& r : (*bound)->numa_runs())
+    for (size_t at = r.begin; at < r.end; at += 4096 * 64)
+      ASSERT_EQ(preferred_node(static_cast<const char*>(r.chunk) + at), first) << "byte " << at;
 }
 
 TEST(Numa, AStoreOfTooManyUnitsForTheMapLimitIsLeftUnplaced) {
@@ -159,6 +187,33 @@ TEST(Numa, AStoreOfTooManyUnitsForTheMapLimitIsLeftUnplaced) {
   auto fits = HostStore::create(units, MemoryLayout::kExact, true, default_host_allocator(), {}, nullptr, &numa);
   ASSERT_TRUE(fits.ok());
   EXPECT_EQ((*fits)->numa_status().message().find("vm.max_map_count"), std::string::npos);
+}
+
+// update_blocks names the elements each worker really takes: a pool's parallel_blocks over the
+// unit's pieces (kOptimizerPiece a tensor, as adamw_unit cuts them), recorded by worker.
+TEST(Numa, UpdateBlocksAreWhatEachWorkerTakes) {
+  ParamSchema u;
+  size_t off = 0;
+  for (size_t n : {size_t(500'000), size_t(3), size_t(131'072), size_t(70'001)}) {
+    u.tensors.push_back({"t", {int64_t(n)}, off, n, true});
+    off += n;
+  }
+  u.numel = off;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  for (const auto& t : u.tensors)
+    for (size_t o = 0; o < t.numel; o += kOptimizerPiece) pieces.push_back({t.offset + o, std::min(kOptimizerPiece, t.numel - o)});
+  for (int threads : {1, 3, 4, 7, 40}) {
+    ThreadPool pool(threads);
+    std::vector<int> taker(pieces.size(), -1);
+    pool.parallel_blocks(int(pieces.size()), [&](int i) { taker[size_t(i)] = ThreadPool::worker_index(); });
+    const auto blocks = update_blocks(u, threads);
+    ASSERT_EQ(int(blocks.size()), threads);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const auto& bl = blocks[size_t(taker[i])];
+      EXPECT_TRUE(pieces[i].first >= bl.first && pieces[i].first + pieces[i].second <= bl.second)
+          << threads << " threads: piece " << i << " taken by worker " << taker[i];
+    }
+  }
 }
 
 TEST(Numa, UpdateBlocksAreTheOptimizersSplit) {

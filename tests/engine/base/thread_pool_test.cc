@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -80,21 +81,43 @@ TEST(ThreadPool, ParallelBlocksSplitsEvenly) {
   // The block boundaries: n * b / size(), so no block differs from another by more than one.
   ThreadPool pool(4);
   std::mutex mu;
-  std::vector<int> order;
+  std::map<int, std::vector<int>> seen;
   pool.parallel_blocks(10, [&](int i) {
     std::lock_guard<std::mutex> lock(mu);
-    order.push_back(i);
+    seen[ThreadPool::worker_index()].push_back(i);
   });
-  ASSERT_EQ(order.size(), 10u);
-  // Blocks of 10 over 4 threads: [0,2) [2,5) [5,7) [7,10); each block's items run in order, so
-  // within the recorded order, 1 follows 0, 3 and 4 follow 2, 6 follows 5, 8 and 9 follow 7.
-  auto pos = [&](int v) { return std::find(order.begin(), order.end(), v) - order.begin(); };
-  EXPECT_LT(pos(0), pos(1));
-  EXPECT_LT(pos(2), pos(3));
-  EXPECT_LT(pos(3), pos(4));
-  EXPECT_LT(pos(5), pos(6));
-  EXPECT_LT(pos(7), pos(8));
-  EXPECT_LT(pos(8), pos(9));
+  const std::map<int, std::vector<int>> want{{0, {0, 1}}, {1, {2, 3, 4}}, {2, {5, 6}}, {3, {7, 8, 9}}};
+  EXPECT_EQ(seen, want);
+}
+
+TEST(ThreadPool, AnExceptionReachesTheCallerAndThePoolGoesOn) {
+  ThreadPool pool(3);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.parallel_for(9, [&](int i) {
+    ++ran;
+    if (i == 4) throw std::runtime_error("item 4");
+  }), std::runtime_error);
+  EXPECT_EQ(ran.load(), 9) << "the other items still run";
+  EXPECT_THROW(pool.parallel_blocks(3, [](int i) {
+    if (i == 2) throw std::runtime_error("block 2");
+  }), std::runtime_error);
+  std::atomic<int> after{0};
+  pool.parallel_for(5, [&](int) { ++after; });
+  EXPECT_EQ(after.load(), 5);
+}
+
+TEST(ThreadPool, ACallFromOneOfItsOwnTasksRunsOnThatThread) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0}, wrong_thread{0};
+  pool.parallel_for(2, [&](int) {
+    const int me = ThreadPool::worker_index();
+    pool.parallel_blocks(3, [&](int) {
+      ++inner;
+      wrong_thread += ThreadPool::worker_index() != me;
+    });
+  });
+  EXPECT_EQ(inner.load(), 6);
+  EXPECT_EQ(wrong_thread.load(), 0);
 }
 
 }  // namespace
