@@ -1,8 +1,10 @@
 #include "engine/model/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string_view>
+#include <vector>
 
 #include "engine/base/hash.h"
 
@@ -30,18 +32,30 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 }  // namespace
 
-void init_unit_weights(const ModelConfig& cfg, const ParamSchema& unit, float* w, uint64_t seed) {
-  for (const auto& t : unit.tensors) {
+void init_unit_weights(const ModelConfig& cfg, const ParamSchema& unit, float* w, uint64_t seed, ThreadPool* pool) {
+  constexpr size_t kPiece = size_t(1) << 16;
+  struct Piece {
+    const TensorSpec* t;
+    size_t lo, hi;
+  };
+  std::vector<Piece> pieces;
+  for (const auto& t : unit.tensors)
+    for (size_t lo = 0; lo < t.numel; lo += kPiece) pieces.push_back({&t, lo, std::min(t.numel, lo + kPiece)});
+  auto fill = [&](int i) {
+    const Piece& pc = pieces[size_t(i)];
+    const TensorSpec& t = *pc.t;
     float* p = w + t.offset;
     const bool norm = ends_with(t.name, "norm.weight"), bias = ends_with(t.name, ".bias") || ends_with(t.name, "_bias");
     if (norm || bias) {
       // a norm starts as the identity scale: w = 1, or 0 where the scale is 1 + w (Gemma)
-      for (size_t i = 0; i < t.numel; ++i) p[i] = norm ? 1.0f - cfg.norm_offset : 0.0f;
-      continue;
+      for (size_t k = pc.lo; k < pc.hi; ++k) p[k] = norm ? 1.0f - cfg.norm_offset : 0.0f;
+      return;
     }
     const uint64_t key = mix64(seed) ^ hash_name(t.name);
-    for (size_t i = 0; i < t.numel; ++i) p[i] = float(cfg.initializer_range * normal_from(key, i));
-  }
+    for (size_t k = pc.lo; k < pc.hi; ++k) p[k] = float(cfg.initializer_range * normal_from(key, k));
+  };
+  if (pool) pool->parallel_for(int(pieces.size()), fill);
+  else for (size_t i = 0; i < pieces.size(); ++i) fill(int(i));
 }
 
 }  // namespace mt

@@ -115,7 +115,8 @@ class HostStore {
   // m = v = 0 (of the units that hold them), update counts 0. masters_follow: the caller writes
   // every unit's masters next (initialisation, a load), so the NVMe tier need not keep its own:
   // it zeroes them too, and the next acquire of each unit reads nothing from the drives.
-  void zero_optimizer_state(bool masters_follow = false);
+  // On `pool`'s threads when given.
+  void zero_optimizer_state(bool masters_follow = false, ThreadPool* pool = nullptr);
   // A unit's optimizer state (masters, moments, gradient, shadow) where the CPU can read and
   // write it, until release(u, dirty): in memory, or — a unit on the NVMe tier — read into the
   // tier's window. One unit at a time per caller. Errors name the unit and the drive's path.
@@ -149,7 +150,7 @@ class HostStore {
   void before_update(size_t u) const {
     if (const auto g = gate_) g->wait(u);
   }
-  void zero_grads();
+  void zero_grads(ThreadPool* pool = nullptr);
   // A NUMA placement's plan (numa given and active): byte runs of the chunks, each for the node
   // of the optimizer worker that updates it; and how binding them went — not ok: some or all
   // were not bound (a container may forbid mbind; the store then works unplaced, and this says
