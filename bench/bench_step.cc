@@ -240,12 +240,18 @@ int run_step(const Flags& f) {
   }
   if (args->layers > 0) cfg->set_num_layers(args->layers);  // a real layer shape, fewer of them
   const TrainOptions& opt = args->opt;
+  // Setup, timed: on the GPU machine it was most of each bench's wall time (2026-11-30: ~110 s of
+  // 120 for 4 layers of qwen2.5-7b), and the device window is short.
+  const auto t_alloc = std::chrono::steady_clock::now();
   auto ex = make_bench_executor(*cfg, *args);
   if (!ex.ok()) {
     std::fprintf(stderr, "step: %s\n", ex.status().message().c_str());
     return 2;
   }
+  const double alloc_s = seconds_since(t_alloc);
+  const auto t_init = std::chrono::steady_clock::now();
   init_weights(*cfg, (*ex)->store(), 1);
+  const double init_s = seconds_since(t_init);
   auto src = make_synthetic_source({1, cfg->vocab_size, args->active_vocab, 4});
   Batch batch;
   std::vector<double> times;
@@ -316,6 +322,8 @@ int run_step(const Flags& f) {
                      {"layers", cfg->num_layers},
                      {"bf16_uploads", args->so.bf16_uploads == Bf16Uploads::kShadow ? "shadow" : "convert"},
                      {"host_bytes", int64_t(host_bytes_of(**ex))},
+                     {"setup_alloc_seconds", alloc_s},  // executor and host store (pinned on CUDA)
+                     {"setup_init_seconds", init_s},    // weights, moments and gradients
                      {"recompute", opt.recompute},
                      {"seq_len", opt.seq_len},
                      {"micro_batch", opt.micro_batch},

@@ -222,7 +222,8 @@ Result<std::unique_ptr<HostStore>> HostStore::create(const std::vector<ParamSche
     }
   };
   const size_t nthreads = alloc.parallel_allocate()
-                              ? std::min<size_t>(plan.size(), std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8))
+                              ? std::min<size_t>(plan.size(), std::clamp<size_t>(std::thread::hardware_concurrency() / 2,
+                                                                                 std::min(2u, std::thread::hardware_concurrency()), 8))
                               : 1;
   if (nthreads <= 1) {
     worker();
