@@ -14,17 +14,10 @@ void init_weights(const ModelConfig& cfg, HostStore& store, uint64_t seed) {
   const auto units = build_param_schemas(cfg);
   ThreadPool pool(0);  // every CPU: a 7 B model's init took minutes on one
   store.zero_optimizer_state(/*masters_follow=*/true, &pool);
-  constexpr size_t kPiece = size_t(1) << 16;
   for (size_t u = 0; u < units.size(); ++u)  // one pass over the NVMe tier (its error is sticky: the first step reports it)
     (void)store.with_master(u, true, [&](float* master) {
       init_unit_weights(cfg, units[u], master, seed, &pool);
-      if (bf16* shadow = store.unit(u).shadow) {
-        const size_t n = units[u].numel;
-        pool.parallel_for(int((n + kPiece - 1) / kPiece), [&](int i) {
-          const size_t lo = size_t(i) * kPiece;
-          round_to_bf16(shadow + lo, master + lo, std::min(kPiece, n - lo));
-        });
-      }
+      if (bf16* shadow = store.unit(u).shadow) round_to_bf16_on(pool, shadow, master, units[u].numel);
       return Status::Ok();
     });
   store.zero_grads(&pool);

@@ -305,6 +305,14 @@ void zero_bytes(ThreadPool* pool, void* p, size_t bytes) {
 }
 }  // namespace
 
+void round_to_bf16_on(ThreadPool& pool, bf16* dst, const float* src, size_t n) {
+  constexpr size_t kPiece = size_t(1) << 16;
+  pool.parallel_blocks(int((n + kPiece - 1) / kPiece), [&](int i) {
+    const size_t lo = size_t(i) * kPiece;
+    round_to_bf16(dst + lo, src + lo, std::min(kPiece, n - lo));
+  });
+}
+
 void HostStore::zero_optimizer_state(bool masters_follow, ThreadPool* pool) {
   const size_t st = state_elem_bytes(layout_);
   for (auto& u : units_) {
@@ -333,11 +341,12 @@ Status HostStore::tier_zero_moments(size_t i) {
 }
 
 void HostStore::refresh_shadows() const {
+  ThreadPool pool(0);
   for (size_t i = 0; i < units_.size(); ++i) {
     const HostUnit& u = units_[i];
     if (!u.shadow) continue;
     if (u.master) {
-      round_to_bf16(u.shadow, u.master, u.numel);
+      round_to_bf16_on(pool, u.shadow, u.master, u.numel);
       continue;
     }
     auto master = const_cast<HostStore*>(this)->acquire_master(i);  // on the tier

@@ -58,6 +58,10 @@ struct NumaRun {
   int node;
 };
 
+// dst = src rounded to bf16 (a unit's shadow from its masters), in pieces on the pool's threads
+// (one thread rounds ~1 G values a second: seconds for a 7 B model at every load).
+void round_to_bf16_on(ThreadPool& pool, bf16* dst, const float* src, size_t n);
+
 struct HostUnit {
   // On the NVMe tier, m and v are nullptr (and master, when the tier holds masters): reach them
   // through HostStore::acquire.
