@@ -281,6 +281,9 @@ step bench_long_qwen7b_32k 150 "$OUT/bench_long_qwen7b_32k.json" "$B" step --pre
 # this host's cores against DeepSpeed's CPUAdam, the same data (fp32, 28 B a parameter) and
 # threads (all cores); CPUAdam's op builds on first use (tens of seconds).
 step bench_adamw 60 "$OUT/bench_adamw.json" "$B" adamw --params 1e8 --reps 5 --json
+# The same without the NUMA placement (workers unpinned, arrays first touched by whoever): on a
+# host of several nodes the difference is what placement gives (machine.txt lists the nodes).
+step bench_adamw_unplaced 60 "$OUT/bench_adamw_unplaced.json" env MEGATRAIN_NUMA=off "$B" adamw --params 1e8 --reps 5 --json
 step peer_deepspeed_cpu_adam 120 "$OUT/peer_deepspeed_cpu_adam.json" python3 bench/peers/deepspeed_cpu_adam.py \
   --params 1e8 --reps 5 --json
 

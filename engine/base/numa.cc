@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -140,6 +141,8 @@ int resolve_thread_count(int threads) {
 }
 
 NumaPlacement optimizer_placement(int threads) {
+  const char* env = std::getenv("MEGATRAIN_NUMA");
+  if (env && std::string(env) == "off") return NumaPlacement::none(resolve_thread_count(threads));
   return NumaPlacement::for_threads(resolve_thread_count(threads), NumaNodes::read());
 }
 

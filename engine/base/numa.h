@@ -41,7 +41,8 @@ struct NumaPlacement {
 };
 
 int resolve_thread_count(int threads);  // <= 0: the CPUs this process may run on
-// The optimizer's `threads` (resolve_thread_count) placed over this host's nodes.
+// The optimizer's `threads` (resolve_thread_count) placed over this host's nodes; not placed
+// (no pinning, no binding) when MEGATRAIN_NUMA=off, to measure what placement gives.
 NumaPlacement optimizer_placement(int threads);
 
 // The calling thread may run only on `cpus`.

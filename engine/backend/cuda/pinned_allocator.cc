@@ -99,10 +99,12 @@ Result<void*> PinnedAllocator::allocate_placed(size_t bytes, const Place& place,
   (void)::madvise(p, rounded, MADV_HUGEPAGE);
   *placed = place(p, rounded);
   const cudaError_t e = cudaHostRegister(p, rounded, cudaHostRegisterPortable);
-  if (e != cudaSuccess) {
+  if (e != cudaSuccess) {  // pinned the usual way instead, unplaced (the placement is a speed-up only)
     cudaGetLastError();
     ::munmap(p, rounded);
-    return refused(rounded, "cudaHostRegister", e);
+    *placed = internal_error(std::string("cudaHostRegister refused placed memory (") + cudaGetErrorString(e) +
+                             "); pinned with cudaHostAlloc, unplaced");
+    return allocate(bytes);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -24,7 +24,8 @@ class PinnedAllocator final : public HostAllocator {
   explicit PinnedAllocator(int device = 0) : device_(device) {}
   Result<void*> allocate(size_t bytes) override;
   // Placed memory is mapped (2 MiB aligned, huge pages asked for), placed, then pinned in place
-  // with cudaHostRegister, which faults the pages in where the placement binds them.
+  // with cudaHostRegister, which faults the pages in where the placement binds them. If the
+  // driver refuses that, the memory is cudaHostAlloc'd as usual and *placed says so.
   Result<void*> allocate_placed(size_t bytes, const Place& place, Status* placed) override;
   void release(void* p, size_t bytes) override;
   bool pinned() const override { return true; }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +73,18 @@ bool mbind_forbidden(const Status& s) {
 
 // The policy itself is checked (a wrong node mask reads back as another node or none); on a host
 // of several nodes also where the pages land, touched from a thread on another node.
+TEST(Numa, MegatrainNumaOffLeavesTheWorkersUnplaced) {
+  ::unsetenv("MEGATRAIN_NUMA");
+  const NumaPlacement on = optimizer_placement(3);
+  ASSERT_EQ(on.worker_node.size(), 3u);
+  for (int n : on.worker_node) EXPECT_GE(n, 0) << "every worker has a node";
+  ::setenv("MEGATRAIN_NUMA", "off", 1);
+  const NumaPlacement off = optimizer_placement(3);
+  ::unsetenv("MEGATRAIN_NUMA");
+  EXPECT_FALSE(off.active());
+  EXPECT_EQ(off.worker_node, (std::vector<int>{-1, -1, -1}));
+}
+
 TEST(Numa, ARangeBoundToANodeLandsThere) {
   const NumaNodes here = NumaNodes::read();
   const int node = here.ids.back();
