@@ -34,7 +34,12 @@ void point_at(const Batch& batch, size_t first, ModelPassArgs<T>& a, LayerShape&
 }  // namespace
 
 ResidentExecutor::ResidentExecutor(const ModelConfig& cfg, const TrainOptions& opt)
-    : cfg_(cfg), opt_(opt), units_(build_param_schemas(cfg)), numa_(optimizer_placement(opt.optimizer_threads)), pool_(numa_), inv_freq_(rope_inv_freq(cfg)) {}
+    : cfg_(cfg),
+      opt_(opt),
+      units_(build_param_schemas(cfg)),
+      numa_(optimizer_placement(opt.optimizer_threads)),
+      pool_(numa_),
+      inv_freq_(rope_inv_freq(cfg)) {}
 
 Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelConfig& cfg, const TrainOptions& opt,
                                                                    int devices) {
@@ -44,7 +49,8 @@ Result<std::unique_ptr<ResidentExecutor>> ResidentExecutor::create(const ModelCo
     return invalid_argument("memory.layout = compact is not supported by the resident executor (use streaming)");
   std::unique_ptr<ResidentExecutor> e(new ResidentExecutor(cfg, opt));
   const bool bf16_compute = opt.precision == Precision::kBf16;
-  MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, bf16_compute, default_host_allocator(), {}, nullptr, &e->numa_));
+  MT_ASSIGN_OR_RETURN(e->store_, HostStore::create(e->units_, MemoryLayout::kExact, bf16_compute,
+                                                   default_host_allocator(), {}, nullptr, &e->numa_));
   LayerShape s{&e->cfg_, opt.micro_batch, opt.seq_len, e->inv_freq_.data(), opt.head_chunk, opt.token_chunk};
   const size_t ws = bf16_compute ? model_pass_workspace_bytes<bf16>(s, opt.recompute)
                                  : model_pass_workspace_bytes<float>(s, opt.recompute);
