@@ -51,9 +51,8 @@ struct AdamArrays {
     auto take = [](size_t bytes) { return std::move(*HostBuffer::allocate(default_host_allocator(), bytes)); };
     p = take(n * 4), g = take(n * sizeof(S)), m = take(n * sizeof(S)), v = take(n * sizeof(S));
     if (with_shadow) shadow = take(n * 2);
-    const size_t pieces = (n + kPiece - 1) / kPiece;
-    pool.parallel_blocks(int(pieces), [&](int k) {
-      const size_t lo = size_t(k) * kPiece, hi = std::min(n, lo + kPiece);
+    pool.parallel_ranges(n, kPiece, [&](size_t lo, size_t len) {
+      const size_t hi = lo + len;
       std::fill(p.as<float>() + lo, p.as<float>() + hi, 0.1f);
       std::fill(g.as<S>() + lo, g.as<S>() + hi, from_float<S>(0.01f));
       std::fill(m.as<S>() + lo, m.as<S>() + hi, S{});
@@ -74,9 +73,8 @@ void stream_pattern(ThreadPool& pool, AdamArrays<S>& a, size_t n) {
   float* p = st.master;
   S *g = st.grad, *m = st.m, *v = st.v;
   bf16* shadow = st.shadow;
-  pool.parallel_blocks(int((n + kPiece - 1) / kPiece), [&](int k) {
-    const size_t lo = size_t(k) * kPiece, hi = std::min(n, lo + kPiece);
-    for (size_t i = lo; i < hi; ++i) {
+  pool.parallel_ranges(n, kPiece, [&](size_t lo, size_t len) {
+    for (size_t i = lo; i < lo + len; ++i) {
       const float x = p[i] + to_float(g[i]);
       const S mv = m[i], vv = v[i];
       p[i] = x;

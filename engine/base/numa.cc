@@ -23,6 +23,8 @@ namespace {
 constexpr int kMpolPreferred = 1;
 constexpr unsigned long kMpolFNode = 1, kMpolFAddr = 2;
 constexpr int kMaskBits = 1024;
+constexpr size_t kWordBits = 8 * sizeof(unsigned long);
+using NodeMask = unsigned long[kMaskBits / kWordBits];
 
 std::set<int> allowed_cpus() {
   cpu_set_t set;
@@ -158,8 +160,8 @@ Status pin_current_thread(const std::vector<int>& cpus) {
 
 Status prefer_node(void* p, size_t bytes, int node) {
   if (node < 0 || node >= kMaskBits) return invalid_argument("NUMA node " + std::to_string(node) + " out of range");
-  unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
-  mask[size_t(node) / (8 * sizeof(unsigned long))] = 1UL << (size_t(node) % (8 * sizeof(unsigned long)));
+  NodeMask mask = {};
+  mask[size_t(node) / kWordBits] = 1UL << (size_t(node) % kWordBits);
   // maxnode: the kernel reads maxnode - 1 bits (as libnuma passes it).
   if (::syscall(SYS_mbind, p, bytes, kMpolPreferred, mask, kMaskBits + 1, 0) != 0)
     return internal_error("binding " + std::to_string(bytes) + " bytes of host memory to NUMA node " +
@@ -169,10 +171,10 @@ Status prefer_node(void* p, size_t bytes, int node) {
 
 int preferred_node(const void* p) {
   int mode = -1;
-  unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
+  NodeMask mask = {};
   if (::syscall(SYS_get_mempolicy, &mode, mask, kMaskBits + 1, p, kMpolFAddr) != 0 || mode != kMpolPreferred) return -1;
   for (int n = 0; n < kMaskBits; ++n)
-    if (mask[size_t(n) / (8 * sizeof(unsigned long))] >> (size_t(n) % (8 * sizeof(unsigned long))) & 1UL) return n;
+    if (mask[size_t(n) / kWordBits] >> (size_t(n) % kWordBits) & 1UL) return n;
   return -1;
 }
 

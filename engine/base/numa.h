@@ -37,7 +37,7 @@ struct NumaPlacement {
   static NumaPlacement none(int threads);  // the same workers, no node assigned (all -1)
   bool active() const { return nodes.ids.size() > 1; }
   const std::vector<int>& cpus_of(int node) const;  // empty if unknown
-  std::string describe() const;  // "16 threads over nodes 0 (8) and 1 (8)"
+  std::string describe() const;  // "16 threads pinned over NUMA nodes 0 (8) and 1 (8)"
 };
 
 int resolve_thread_count(int threads);  // <= 0: the CPUs this process may run on

@@ -28,6 +28,13 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::parallel_ranges(size_t n, size_t piece, const std::function<void(size_t, size_t)>& fn) {
+  parallel_blocks(int((n + piece - 1) / piece), [&](int i) {
+    const size_t lo = size_t(i) * piece;
+    fn(lo, std::min(piece, n - lo));
+  });
+}
+
 std::pair<int, int> ThreadPool::block_range(int n, int blocks, int b) {
   return {int(int64_t(n) * b / blocks), int(int64_t(n) * (b + 1) / blocks)};
 }

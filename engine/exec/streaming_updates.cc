@@ -19,10 +19,8 @@ namespace {
 // moves gigabytes, and worker b's block of a region is about the part it updates, which a NUMA
 // placement keeps on its node (the restore buffer's pages then land there on the first save).
 void parallel_copy(ThreadPool& pool, void* dst, const void* src, size_t bytes) {
-  constexpr size_t kPiece = size_t(4) << 20;
-  pool.parallel_blocks(int((bytes + kPiece - 1) / kPiece), [&](int i) {
-    const size_t o = size_t(i) * kPiece;
-    std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, std::min(kPiece, bytes - o));
+  pool.parallel_ranges(bytes, size_t(4) << 20, [&](size_t o, size_t k) {
+    std::memcpy(static_cast<char*>(dst) + o, static_cast<const char*>(src) + o, k);
   });
 }
 }  // namespace

@@ -577,9 +577,11 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
   if (read.ok() && store.tier()) read = load_tiered_units(units, *model, *opt, store);
   MT_RETURN_IF_ERROR(read.with_context("loading checkpoint '" + dir + "'"));
   if (cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
-  ThreadPool pool(0);
-  for (size_t i = 0; i < units.size(); ++i)  // the tiered units' shadows were made as they were read
-    if (const HostUnit& u = store.unit(i); u.shadow && !u.tiered) round_to_bf16_on(pool, u.shadow, u.master, u.numel);
+  if (store.num_units() > 0 && store.unit(0).shadow) {  // every unit has one, or none does
+    ThreadPool pool(0);
+    for (size_t i = 0; i < units.size(); ++i)  // the tiered units' shadows were made as they were read
+      if (const HostUnit& u = store.unit(i); !u.tiered) round_to_bf16_on(pool, u.shadow, u.master, u.numel);
+  }
   return state;
 }
 

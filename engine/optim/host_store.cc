@@ -1,6 +1,7 @@
 #include "engine/optim/host_store.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -58,14 +59,19 @@ bool holds_moments(const MomentUnits& moments, size_t unit) { return moments.emp
 // split between nodes, and an edge moves by at most 1 MiB of a block of hundreds.
 constexpr size_t kNumaGrain = size_t(2) << 20;
 
+// A unit's regions with their element sizes (st: a gradient's or moment's), absent ones null.
+constexpr size_t kUnitRegions = 5;
+std::array<std::pair<const void*, size_t>, kUnitRegions> unit_regions(const HostUnit& hu, size_t st) {
+  return {{{hu.master, 4}, {hu.grad, st}, {hu.m, st}, {hu.v, st}, {hu.shadow, 2}}};
+}
+
 // Appends the runs of unit u's regions (hu, at offsets from `base`): each worker's update block
 // (update_blocks) on the worker's node, neighbouring runs of one node merged.
 void add_numa_runs(const ParamSchema& u, const HostUnit& hu, size_t st, const NumaPlacement& numa, const void* base,
                    std::vector<NumaRun>& runs) {
   const auto blocks = update_blocks(u, int(numa.worker_node.size()));
   auto nearest = [](size_t b) { return (b + kNumaGrain / 2) / kNumaGrain * kNumaGrain; };
-  const std::pair<const void*, size_t> regions[] = {{hu.master, 4}, {hu.grad, st}, {hu.m, st}, {hu.v, st}, {hu.shadow, 2}};
-  for (const auto& [ptr, eb] : regions) {
+  for (const auto& [ptr, eb] : unit_regions(hu, st)) {
     if (!ptr) continue;
     const size_t off = size_t(static_cast<const char*>(ptr) - static_cast<const char*>(base));
     for (size_t w = 0; w < blocks.size(); ++w) {
@@ -89,7 +95,7 @@ Status check_numa_run_budget(const std::vector<ParamSchema>& units, const NumaPl
     if (std::fscanf(f, "%ld", &limit) != 1) limit = 65530;
     std::fclose(f);
   }
-  const size_t runs = units.size() * 5 * numa.nodes.ids.size();
+  const size_t runs = units.size() * kUnitRegions * numa.nodes.ids.size();
   if (runs <= size_t(limit / 2)) return Status::Ok();
   return resource_exhausted(std::to_string(units.size()) + " units over " + std::to_string(numa.nodes.ids.size()) +
                             " nodes could take " + std::to_string(runs) + " memory maps, more than half of "
@@ -296,21 +302,13 @@ size_t HostStore::total_params() const {
 namespace {
 // memset in 4 MiB pieces on the pool's threads (one thread: a 7 B model's moments are 30-60 GB).
 void zero_bytes(ThreadPool* pool, void* p, size_t bytes) {
-  constexpr size_t kPiece = size_t(4) << 20;
   if (!pool) return (void)std::memset(p, 0, bytes);
-  pool->parallel_blocks(int((bytes + kPiece - 1) / kPiece), [&](int i) {
-    const size_t o = size_t(i) * kPiece;
-    std::memset(static_cast<char*>(p) + o, 0, std::min(kPiece, bytes - o));
-  });
+  pool->parallel_ranges(bytes, size_t(4) << 20, [&](size_t o, size_t k) { std::memset(static_cast<char*>(p) + o, 0, k); });
 }
 }  // namespace
 
 void round_to_bf16_on(ThreadPool& pool, bf16* dst, const float* src, size_t n) {
-  constexpr size_t kPiece = size_t(1) << 16;
-  pool.parallel_blocks(int((n + kPiece - 1) / kPiece), [&](int i) {
-    const size_t lo = size_t(i) * kPiece;
-    round_to_bf16(dst + lo, src + lo, std::min(kPiece, n - lo));
-  });
+  pool.parallel_ranges(n, size_t(1) << 16, [&](size_t lo, size_t k) { round_to_bf16(dst + lo, src + lo, k); });
 }
 
 void HostStore::zero_optimizer_state(bool masters_follow, ThreadPool* pool) {
@@ -341,6 +339,7 @@ Status HostStore::tier_zero_moments(size_t i) {
 }
 
 void HostStore::refresh_shadows() const {
+  if (units_.empty() || !units_[0].shadow) return;  // every unit has a shadow, or none does
   ThreadPool pool(0);
   for (size_t i = 0; i < units_.size(); ++i) {
     const HostUnit& u = units_[i];

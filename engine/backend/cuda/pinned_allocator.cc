@@ -26,6 +26,9 @@ size_t rounded_size(size_t bytes) {
   return r ? r : 4096;
 }
 
+// What allocate_placed maps for `bytes`: whole huge pages.
+size_t placed_size(size_t bytes) { return (rounded_size(bytes) + kHugePage - 1) / kHugePage * kHugePage; }
+
 std::string limit_text() {
   const size_t l = memlock_limit_bytes();
   return l == SIZE_MAX ? std::string("unlimited") : std::to_string(l) + " bytes";
@@ -87,7 +90,7 @@ Result<void*> PinnedAllocator::allocate(size_t bytes) {
 }
 
 Result<void*> PinnedAllocator::allocate_placed(size_t bytes, const Place& place, Status* placed) {
-  const size_t rounded = (rounded_size(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t rounded = placed_size(bytes);
   if (!bind_device(device_, nullptr))
     return failed_precondition("pinning host memory: cannot make CUDA device " + std::to_string(device_) + " current");
   // Over-map by a huge page to start on a 2 MiB boundary; the slack is unmapped at once.
@@ -123,7 +126,7 @@ void PinnedAllocator::release(void* p, size_t bytes) {
     mapped = registered_.erase(p) > 0;
   }
   if (mapped) {
-    const size_t rounded = (rounded_size(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+    const size_t rounded = placed_size(bytes);
     cudaHostUnregister(p);
     ::munmap(p, rounded);
     pinned_ -= rounded;

@@ -90,6 +90,20 @@ TEST(ThreadPool, ParallelBlocksSplitsEvenly) {
   EXPECT_EQ(seen, want);
 }
 
+TEST(ThreadPool, ParallelRangesCoverEveryElementOnceInPieces) {
+  ThreadPool pool(3);
+  std::mutex mu;
+  std::map<size_t, size_t> got;  // begin -> length
+  pool.parallel_ranges(10, 3, [&](size_t lo, size_t len) {
+    std::lock_guard<std::mutex> lock(mu);
+    got[lo] = len;
+  });
+  EXPECT_EQ(got, (std::map<size_t, size_t>{{0, 3}, {3, 3}, {6, 3}, {9, 1}}));
+  int calls = 0;
+  pool.parallel_ranges(0, 3, [&](size_t, size_t) { ++calls; });
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(ThreadPool, AnExceptionReachesTheCallerAndThePoolGoesOn) {
   ThreadPool pool(3);
   std::atomic<int> ran{0};
