@@ -72,7 +72,7 @@ const char* command_usage(const std::string& cmd) {
       {"resume", "resume ID [--json]"},
       {"delete", "delete ID [--keep-checkpoints] [--json]"},
       {"status", "status ID [--json]"},
-      {"watch", "watch ID [--json]"},
+      {"watch", "watch ID [--from-start] [--json]"},
       {"cancel", "cancel ID [--json]"},
       {"checkpoint", "checkpoint ID [--json]"},
       {"push", "push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--json]"},

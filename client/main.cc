@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     std::printf("usage: megatrain %s\n", usage);
     return kOk;
   }
-  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow", "max-seq-len", "shard-optimizer", "nvme-masters"});
+  auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow", "max-seq-len", "shard-optimizer", "nvme-masters", "from-start"});
   report_errors_as_json(std::find(argv + 2, argv + argc, std::string("--json")) != argv + argc);
   if (!args.ok()) return fail(kUsage, args.status().message());
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));

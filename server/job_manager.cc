@@ -215,7 +215,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     job->log->append("info", step_line(s, job->rec.total_steps));
     metrics_.on_step(id, s, job->flops_per_token, peak);
     if (job->spool) metrics_.set_data_queue(id, double(job->spool->tokens() - job->progress->consumed));
-    emit(id, ev);
+    emit(id, ev, /*progress=*/true);
   };
   hooks.on_log = [&](LogLevel level, const std::string& msg) {
     const auto lvl = level == LogLevel::kError     ? spdlog::level::err
@@ -248,7 +248,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     ev.set_eval_best(r.best);
     ev.set_best_eval_step(r.best_step);
     ev.set_best_eval_loss(r.best_loss);
-    emit(id, ev);
+    emit(id, ev, /*progress=*/true);
   };
   hooks.on_checkpoint = [&](const std::string& dir, long step) {
     std::vector<CheckpointDone> waiters;
@@ -539,14 +539,17 @@ Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {
   return Status::Ok();
 }
 
-Result<uint64_t> JobManager::watch(const std::string& id, Listener l) {
+Result<uint64_t> JobManager::watch(const std::string& id, Listener l, bool from_start) {
+  // Held from the state to the registration: an event emitted in between (the job's end, say)
+  // would otherwise reach nobody, and the watch would wait for it forever.
+  std::lock_guard<std::mutex> listening(listeners_mu_);
   v1::JobEvent first;
   {
     std::lock_guard<std::mutex> lock(mu_);
     MT_ASSIGN_OR_RETURN(auto job, find(id));
     first = event_of(*job);
   }
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  if (from_start) history_.replay(id, l);
   l(first);
   const uint64_t token = next_listener_++;
   listeners_[token] = {id, std::move(l)};
@@ -558,8 +561,12 @@ void JobManager::unwatch(uint64_t token) {
   listeners_.erase(token);
 }
 
-void JobManager::emit(const std::string& id, const v1::JobEvent& ev) {
+void JobManager::emit(const std::string& id, const v1::JobEvent& ev, bool progress) {
   std::lock_guard<std::mutex> lock(listeners_mu_);
+  if (progress) history_.keep(id, ev);
+  if (ev.state() == v1::JOB_STATE_SUCCEEDED || ev.state() == v1::JOB_STATE_FAILED ||
+      ev.state() == v1::JOB_STATE_CANCELLED)
+    history_.ended(id);
   for (auto& [token, entry] : listeners_)
     if (entry.first == id) entry.second(ev);
 }

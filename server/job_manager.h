@@ -29,6 +29,7 @@
 
 #include "engine/job/job.h"
 #include "megatrain/v1/trainer.pb.h"
+#include "server/event_history.h"
 #include "server/job_queue.h"
 #include "server/job_record.h"
 #include "server/log_file.h"
@@ -101,8 +102,10 @@ class JobManager {
   // A running job checkpoints at its next step boundary, or at once while it waits for data; a
   // job that yielded for want of data answers with the checkpoint it wrote when it yielded.
   Status checkpoint(const std::string& id, CheckpointDone done);
-  // Calls `l` with the job's current state at once, then with every event until unwatch.
-  Result<uint64_t> watch(const std::string& id, Listener l);
+  // Calls `l` with the job's current state at once, then with every event until unwatch; with
+  // `from_start`, first with the job's step and evaluation events this daemon still holds
+  // (EventHistory). No event falls between the state and the first live event.
+  Result<uint64_t> watch(const std::string& id, Listener l, bool from_start = false);
   void unwatch(uint64_t token);
 
   // Logs and artifacts (issue 17). A job's log (STATE_DIR/jobs/ID/log.txt), or the daemon's own
@@ -144,7 +147,8 @@ class JobManager {
   void refresh_disk_usage();           // mu_ not held
   v1::Job to_proto(const Job& job) const;  // mu_ held
   v1::JobEvent event_of(const Job& job) const;  // mu_ held
-  void emit(const std::string& id, const v1::JobEvent& ev);
+  // To the job's watchers; a step or evaluation event (`progress`) is kept for later ones too.
+  void emit(const std::string& id, const v1::JobEvent& ev, bool progress = false);
   Status save(const Job& job);  // mu_ held; logged as well
   void update_job_metrics();  // mu_ held
 
@@ -160,9 +164,10 @@ class JobManager {
   Status device_fault_;
   std::thread worker_;
 
-  std::mutex listeners_mu_;
+  std::mutex listeners_mu_;  // taken before mu_ when both are held
   std::map<uint64_t, std::pair<std::string, Listener>> listeners_;
   uint64_t next_listener_ = 1;
+  EventHistory history_;  // listeners_mu_
 };
 
 }  // namespace mt::server

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "server/event_history.h"
 #include "server/log_stream.h"
 #include "server/status_map.h"
 
@@ -25,8 +26,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
   explicit WatchReactor(JobManager& jobs) : jobs_(jobs), sink_(std::make_shared<Sink>()) { sink_->r = this; }
 
-  void start(const std::string& id) {
-    auto token = jobs_.watch(id, [sink = sink_](const v1::JobEvent& ev) { sink->push(ev); });
+  void start(const std::string& id, bool from_start) {
+    auto token = jobs_.watch(id, [sink = sink_](const v1::JobEvent& ev) { sink->push(ev); }, from_start);
     std::lock_guard<std::mutex> lock(sink_->mu);
     if (!token.ok()) {
       sink_->finished = true;
@@ -71,8 +72,9 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     void push(const v1::JobEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
       if (!r || finished) return;
-      // A slow client loses intermediate progress events, never state changes.
-      while (queue.size() >= 256 && !terminal(queue.front().state())) queue.pop_front();
+      // A slow client loses intermediate progress events, never state changes. Room for a
+      // whole replay (a watch from_start) and 256 live events after it.
+      while (queue.size() >= EventHistory::kPerJob + 256 && !terminal(queue.front().state())) queue.pop_front();
       queue.push_back(ev);
       if (!writing) next();
     }
@@ -222,7 +224,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackS
                                                                  const v1::WatchJobRequest* req) {
   auto* r = new WatchReactor(jobs_);
   if (auto a = auth_.authorize(*ctx, "WatchJob", Role::kRead); !a.ok()) r->fail(a);
-  else r->start(req->job_id());
+  else r->start(req->job_id(), req->from_start());
   return r;
 }
 

@@ -26,7 +26,8 @@ int remote_checkpoints(Connection& c, const Args& a);
 int remote_export(Connection& c, const Args& a);  // export --remote ID OUT_DIR
 
 // Follows job `id` until it ends: progress per step, a summary at the end. Exit code: 0 when the
-// job succeeded, 1 when it failed or was cancelled, 3 when the daemon went away.
-int watch_job(Connection& c, const std::string& id, bool json);
+// job succeeded, 1 when it failed or was cancelled, 3 when the daemon went away. `from_start`:
+// the steps the daemon still holds first (WatchJobRequest.from_start).
+int watch_job(Connection& c, const std::string& id, bool json, bool from_start = false);
 
 }  // namespace mt::cli

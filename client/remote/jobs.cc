@@ -50,7 +50,8 @@ int remote_submit(Connection& c, const Args& a) {
                  job.id().c_str(), human_bytes(resp.plan().host_bytes()).c_str(), resp.plan().host_bytes_per_param(),
                  human_bytes(resp.plan().device_bytes()).c_str());
   }
-  return a.has("watch") ? watch_job(c, job.id(), a.json()) : kOk;
+  // From the start: the job may have begun (and stepped) before the watch did.
+  return a.has("watch") ? watch_job(c, job.id(), a.json(), /*from_start=*/true) : kOk;
 }
 
 int remote_list(Connection& c, const Args& a) {

@@ -1,4 +1,5 @@
-// watch ID: follows a job's WatchJob stream with the shared progress display, then a summary.
+// watch ID [--from-start]: follows a job's WatchJob stream with the shared progress display (from
+// the steps the daemon still holds with --from-start), then a summary.
 #include "client/progress.h"
 #include "client/remote/commands.h"
 #include "client/remote/format.h"
@@ -73,9 +74,10 @@ class Follower {
 
 }  // namespace
 
-int watch_job(Connection& c, const std::string& id, bool json) {
+int watch_job(Connection& c, const std::string& id, bool json, bool from_start) {
   v1::WatchJobRequest req;
   req.set_job_id(id);
+  req.set_from_start(from_start);
   auto ctx = c.context(0);  // as long as the job runs
   auto reader = c.stub().WatchJob(ctx.get(), req);
   Follower follow(json);
@@ -103,7 +105,7 @@ int watch_job(Connection& c, const std::string& id, bool json) {
 
 int remote_watch(Connection& c, const Args& a) {
   if (a.positional().size() != 1) return usage_error("watch");
-  return watch_job(c, a.positional()[0], a.json());
+  return watch_job(c, a.positional()[0], a.json(), a.has("from-start"));
 }
 
 }  // namespace mt::cli

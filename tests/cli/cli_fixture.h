@@ -122,6 +122,68 @@ inline std::string write_file(const std::string& path, const std::string& text) 
   return path;
 }
 
+// `megatrain train SPEC --json --out RUN` killed with SIGKILL once it has reported step `at`.
+// Reading step `at` and then killing raced the run's end (a tiny step takes ~4 ms; CI lost that
+// race). So the test holds the run instead: its stdout is a pipe of one page of which the test
+// keeps the write end too, and on reading step `at` fills what is left of the page; the run then
+// blocks printing its next step until the kill. A run stalled that way is killed at most a
+// page of step lines (~13 steps) past `at`, however late the kill comes. `step` is the last step
+// reported, -1 when the run was not killed (it ended before reporting step `at`).
+struct KilledRun {
+  long step = -1;
+  std::string seen;  // what it printed
+};
+
+inline KilledRun train_and_kill(const std::string& spec, const std::string& run, long at) {
+  KilledRun k;
+  int out[2];
+  if (::pipe(out) != 0) return k;
+  ::fcntl(out[1], F_SETPIPE_SZ, 4096);  // the smallest a pipe gets
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDERR_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", r = run, sp = spec;
+    char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), r.data(), nullptr};
+    ::execv(args[0], args);
+    ::_exit(127);
+  }
+  // The test's write end: a file of its own on the pipe, so that only it is non-blocking. It
+  // keeps read() from seeing an end: a run that ends is seen by waitpid.
+  const int filler = ::open(("/proc/self/fd/" + std::to_string(out[1])).c_str(), O_WRONLY | O_NONBLOCK);
+  ::close(out[1]);
+  if (filler < 0) ADD_FAILURE() << "cannot open the pipe's write end again through /proc/self/fd";
+  long step = 0;
+  int status = 0;
+  bool ended = false;
+  while (step < at && !ended) {
+    pollfd in{out[0], POLLIN, 0};
+    if (::poll(&in, 1, 50) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n > 0) k.seen.append(buf, size_t(n));
+      for (size_t p = k.seen.find("\"step\":"); p != std::string::npos; p = k.seen.find("\"step\":", p + 1))
+        step = std::max(step, std::atol(k.seen.c_str() + p + 7));
+    } else {
+      ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    }
+  }
+  // Fill the page a byte at a time (a non-blocking write of more than is free writes nothing).
+  while (!ended && ::write(filler, " ", 1) == 1) {
+  }
+  if (!ended) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) k.step = step;
+  }
+  ::close(out[0]);
+  ::close(filler);
+  return k;
+}
+
 // A loopback port nothing listens on (bound to port 0, then released).
 inline int unused_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

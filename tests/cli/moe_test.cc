@@ -39,42 +39,14 @@ std::string step_dir(const std::string& run, long step) {
 TEST(MoeCli, ResumeAfterKill9IsBitExactWithIdleExperts) {
   const std::string dir = fresh_dir("moe_resume");
   const std::string config = write_file(dir + "/config.json", kSparseConfig);
-  const long steps = 10;
+  const long steps = 20;  // the kill after step 5 lands within a page of step lines (train_and_kill)
   const std::string spec = write_file(dir + "/spec.yaml", moe_spec(config, steps));
   RunResult whole = megatrain({"train", spec, "--json", "--out", dir + "/whole"}, {}, 300);
   ASSERT_EQ(whole.rc, 0) << describe(whole);
 
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, STDERR_FILENO);
-    ::close(out[0]);
-    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", run = dir + "/killed";
-    std::string sp = spec;
-    char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), run.data(), nullptr};
-    ::execv(args[0], args);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string seen;
-  char buf[4096];
-  long step = 0;
-  while (step < 5) {  // past the checkpoints of steps 2 and 4
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    seen.append(buf, size_t(n));
-    for (size_t at = seen.find("\"step\":"); at != std::string::npos; at = seen.find("\"step\":", at + 1))
-      step = std::max(step, std::atol(seen.c_str() + at + 7));
-  }
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(out[0]);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed:\n" << seen;
-  ASSERT_LT(step, steps);
+  const KilledRun killed = train_and_kill(spec, dir + "/killed", 5);  // past the checkpoints of steps 2 and 4
+  ASSERT_GT(killed.step, 0) << "the run ended before it was killed:\n" << killed.seen;
+  ASSERT_LT(killed.step, steps);
 
   RunResult resumed = megatrain({"train", spec, "--json", "--out", dir + "/killed"}, {}, 300);
   ASSERT_EQ(resumed.rc, 0) << describe(resumed);

@@ -27,7 +27,7 @@ std::string tier_spec(long steps, const std::string& memory, const std::string& 
          "global_batch: 4\n"
          "steps: " + std::to_string(steps) + "\n"
          "optimizer: {lr: 1.0e-2, grad_clip: " + clip + "}\n"
-         "checkpoint: {every: 2, keep: 5}\n"
+         "checkpoint: {every: 2, keep: 10}\n"
          "precision: bf16\n"
          "backend: cpu\n"
          "memory: " + memory + "\n";
@@ -37,40 +37,6 @@ std::string step_dir(const std::string& run, long step) {
   char name[32];
   std::snprintf(name, sizeof name, "/checkpoints/step-%08ld", step);
   return run + name;
-}
-
-// Runs `megatrain train SPEC --json --out RUN` and kills it with SIGKILL once it reports step
-// `at`; returns the last step it reported.
-long train_and_kill(const std::string& spec, const std::string& run, long at) {
-  int out[2];
-  if (::pipe(out) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, STDERR_FILENO);
-    ::close(out[0]);
-    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", r = run, sp = spec;
-    char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), r.data(), nullptr};
-    ::execv(args[0], args);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string seen;
-  char buf[4096];
-  long step = 0;
-  while (step < at) {
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    seen.append(buf, size_t(n));
-    for (size_t p = seen.find("\"step\":"); p != std::string::npos; p = seen.find("\"step\":", p + 1))
-      step = std::max(step, std::atol(seen.c_str() + p + 7));
-  }
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(out[0]);
-  return WIFSIGNALED(status) ? step : -1;
 }
 
 // Each tensor of a safetensors file, by name: its dtype, shape and bytes (the layout of the file
@@ -94,16 +60,16 @@ void expect_killed_tier_run_resumes_to_memory_bytes(const std::string& name, con
                                                      const std::string& clip) {
   const std::string dir = fresh_dir(name);
   testing_util::NvmeDir drive("nvme-cli");
-  const long steps = 8;
+  const long steps = 20;  // the kill after step 5 lands within a page of step lines (train_and_kill)
   const std::string ram = write_file(dir + "/ram.yaml", tier_spec(steps, "{layout: compact}", clip));
   const std::string tier = write_file(
       dir + "/tier.yaml",
       tier_spec(steps, "{layout: compact, offload: nvme, nvme_paths: [" + drive.path + "], " + tier_memory + "}", clip));
   RunResult whole = megatrain({"train", ram, "--json", "--out", dir + "/ram"}, {}, 300);
   ASSERT_EQ(whole.rc, 0) << describe(whole);
-  const long killed_at = train_and_kill(tier, dir + "/tier", 5);  // past the checkpoints of steps 2 and 4
-  ASSERT_GT(killed_at, 0) << "the run must be killed, not end";
-  ASSERT_LT(killed_at, steps);
+  const KilledRun killed = train_and_kill(tier, dir + "/tier", 5);  // past the checkpoints of steps 2 and 4
+  ASSERT_GT(killed.step, 0) << "the run must be killed, not end:\n" << killed.seen;
+  ASSERT_LT(killed.step, steps);
   RunResult resumed = megatrain({"train", tier, "--json", "--out", dir + "/tier"}, {}, 300);
   ASSERT_EQ(resumed.rc, 0) << describe(resumed);
   for (long s : {4L, steps})

@@ -183,42 +183,14 @@ TEST(SftCli, ResumeMidEpochWithPackingIsBitExactAfterKill9) {
   const std::string dir = fresh_dir("sft_resume");
   const Task task = reverse_task(dir, 80, 8, 6);
   const std::string data = "{source: jsonl, path: " + task.path + ", tokenizer: byte, seed: 5}";
-  const long steps = 30;
+  const long steps = 40;  // past the epoch after the latest checkpoint a kill within a page of step lines can leave
   const std::string spec = write_file(dir + "/spec.yaml", sft_spec(data, steps, 32, 4, 3));
   RunResult whole = megatrain({"train", spec, "--json", "--out", dir + "/whole"}, {}, 300);
   ASSERT_EQ(whole.rc, 0) << describe(whole);
 
-  int out[2];
-  ASSERT_EQ(::pipe(out), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, STDERR_FILENO);
-    ::close(out[0]);
-    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", run = dir + "/killed";
-    std::string sp = spec;
-    char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), run.data(), nullptr};
-    ::execv(args[0], args);
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string seen;
-  char buf[4096];
-  long step = 0;
-  while (step < 11) {  // past the checkpoints of steps 3, 6 and 9
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n <= 0) break;
-    seen.append(buf, size_t(n));
-    for (size_t at = seen.find("\"step\":"); at != std::string::npos; at = seen.find("\"step\":", at + 1))
-      step = std::max(step, std::atol(seen.c_str() + at + 7));
-  }
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(out[0]);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before it was killed:\n" << seen;
-  ASSERT_LT(step, steps);
+  const KilledRun killed = train_and_kill(spec, dir + "/killed", 11);  // past the checkpoints of 3, 6, 9
+  ASSERT_GT(killed.step, 0) << "the run ended before it was killed:\n" << killed.seen;
+  ASSERT_LT(killed.step, steps);
 
   // It resumes from a checkpoint in the middle of an epoch.
   std::string ckpt;

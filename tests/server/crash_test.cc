@@ -91,14 +91,21 @@ TEST(ServerCrash, KillNineLeavesTensorBoardCurvesWithEachStepOnce) {
   spec.mutable_checkpoint()->set_every(7);
   spec.mutable_logging()->set_tensorboard(true);
   std::string id;
-  long killed_at = 0;
+  long killed_at = 0, announced = 0;
   {
     Process p(state);
     ASSERT_GT(p.port, 0);
     id = submit(*p.stub, spec);
-    const v1::Job j = wait_job(*p.stub, id, [](const v1::Job& x) { return x.step() >= 30; });
+    const v1::Job j =
+        wait_job(*p.stub, id, [](const v1::Job& x) { return x.step() >= 30 && !x.last_checkpoint().empty(); });
     killed_at = j.step();
     p.kill9();
+    // A checkpoint is written beside the steps that follow it and announced once durable: the
+    // resume is from the last one announced before the kill or a later one, not from killed_at's.
+    const std::string& ck = j.last_checkpoint();
+    const size_t at = ck.rfind("step-");
+    ASSERT_NE(at, std::string::npos) << "no checkpoint announced by step " << killed_at << ": " << ck;
+    announced = std::atol(ck.c_str() + at + 5);
   }
   const double restarted = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   Process p(state);
@@ -110,12 +117,13 @@ TEST(ServerCrash, KillNineLeavesTensorBoardCurvesWithEachStepOnce) {
   ASSERT_EQ(f->events.size(), 301u) << "the version record and steps 1..300 once (killed near step " << killed_at << ")";
   for (long step = 1; step <= 300; ++step) ASSERT_EQ(f->events[size_t(step)].step, step);
   EXPECT_EQ(f->ends.back(), f->size);
-  // It resumed: the records up to a checkpoint (a multiple of 7, at or past the step seen before
-  // the kill) are the killed run's, kept; every later one was logged after the restart.
+  // It resumed: the records up to a checkpoint (a multiple of 7, at or past the last one announced
+  // before the kill) are the killed run's, kept; every later one was logged after the restart.
   long first_new = 1;
   while (first_new <= 300 && f->events[size_t(first_new)].wall_time < restarted) ++first_new;
   EXPECT_EQ((first_new - 1) % 7, 0) << "resumed after step " << first_new - 1 << ", not a checkpoint";
-  EXPECT_GE(first_new - 1, (killed_at / 7) * 7) << "the killed run's steps up to its checkpoint are kept";
+  EXPECT_GE(first_new - 1, announced) << "the killed run's steps up to its checkpoint are kept (killed near step "
+                                       << killed_at << ")";
   for (long step = first_new; step <= 300; ++step) ASSERT_GE(f->events[size_t(step)].wall_time, restarted) << step;
 }
 

@@ -247,13 +247,15 @@ TEST(ServerPreempt, KillNineDuringPreemptionLosesNothing) {
     low_id = submit(*p.stub, low);
     Watcher w(*p.stub, low_id);
     ASSERT_GE(wait_job(*p.stub, low_id, [](const v1::Job& j) { return j.step() >= 3; }).step(), 3);
+    // A checkpoint is written beside the next steps: wait until one this client was told of.
+    ASSERT_TRUE(w.wait_for([](const v1::JobEvent& e) { return !e.checkpoint().empty() && e.step() >= 2; }));
     high_id = submit(*p.stub, named(tiny_spec(4), "high", 9));
     ASSERT_FALSE(high_id.empty());
     p.kill9();
     for (const auto& e : w.join())
       if (!e.checkpoint().empty()) told = std::max(told, long(e.step()));
   }
-  EXPECT_GE(told, 2);  // step 3 ran; its checkpoint may not have been announced yet
+  EXPECT_GE(told, 2);  // waited for above; step 3's may not have been announced yet
   Process p(state);
   ASSERT_GT(p.port, 0);
   v1::Job j;

@@ -2,6 +2,7 @@
 // events from its own thread, an in-process daemon with an injected run_job, the final
 // checkpoint's tensors of a job, and an uninterrupted reference run.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -53,6 +54,13 @@ class Watcher {
   std::vector<v1::JobEvent> events() {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
+  }
+  // Waits until the stream has delivered an event for which `pred` holds.
+  template <typename Pred>
+  bool wait_for(Pred pred, std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return seen_.wait_for(lock, timeout, [&] { return ended_ || std::any_of(events_.begin(), events_.end(), pred); }) &&
+           std::any_of(events_.begin(), events_.end(), pred);
   }
 
  private:

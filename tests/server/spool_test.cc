@@ -97,8 +97,10 @@ TEST(PushSpool, StopWakesAWaitingReader) {
   auto progress = std::make_shared<PushProgress>();
   auto src = make_push_source(*spool, 256, progress);
   ASSERT_TRUE(src.ok());
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::thread stopper([&] {  // stops the reader once it says it waits (not after a guessed sleep)
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!progress->waiting.load() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_TRUE(progress->waiting.load());
     (*spool)->stop();
   });

@@ -142,9 +142,12 @@ class Client:
         """A checkpoint now (at the running job's next step boundary)."""
         return self._unary(self._stub.Checkpoint, pb.CheckpointRequest(job_id=job_id), timeout)
 
-    def watch(self, job_id: str) -> Iterator[pb.JobEvent]:
-        """The job's events: its current state first, then progress; ends after a terminal state."""
-        for ev in self._stream(self._stub.WatchJob, pb.WatchJobRequest(job_id=job_id)):
+    def watch(self, job_id: str, from_start: bool = False) -> Iterator[pb.JobEvent]:
+        """The job's events: its current state first, then progress; ends after a terminal state.
+        from_start: the step and evaluation events the daemon still holds come first (a job
+        submitted just before may have stepped before the watch began)."""
+        req = pb.WatchJobRequest(job_id=job_id, from_start=from_start)
+        for ev in self._stream(self._stub.WatchJob, req):
             yield ev
             if ev.state in TERMINAL:
                 return
