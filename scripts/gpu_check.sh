@@ -209,6 +209,22 @@ step bench_step_qwen7b_noclip 120 "$OUT/bench_step_qwen7b_noclip.json" env MEGAT
   "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1 --grad-clip 1e9
 step bench_step_qwen7b_speculative 120 "$OUT/bench_step_qwen7b_speculative.json" env MEGATRAIN_ATTENTION=cudnn \
   "$B" "${QWEN[@]}" --precision bf16 --steps 3 --warmup 1 --grad-clip 1e9 --speculative-updates auto
+# Issue 25's full-depth step, before the peers (our headline numbers first; a peer past the
+# budget is recorded as skipped): all 28 layers (7.6 G parameters; compact layout + bf16
+# shadow, ~91 GB of pinned host state on a 128 GiB host: `megatrain-bench plan`), 16 x 4096
+# tokens. Then gpt-oss-120b's layer at 64 Ki tokens (issue 28).
+step bench_step_qwen7b_full_cudnn 300 "$OUT/bench_step_qwen7b_full_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" step --preset qwen2.5-7b --backend cuda --executor streaming --recompute on --precision bf16 \
+  --layout compact --seq-len 4096 --micro-batch 1 --global-batch 16 --steps 2 --warmup 1 --json
+# Issue 28: mixtures of experts at their real layer shapes, bf16, compact. gpt-oss-120b's layer
+# (128 experts of 24.9 M, 4 a token) at 64 Ki tokens a step (every expert routed) and at 64 tokens
+# (at most 4 x 64 slots: most idle), reported over active parameters (model_tflops_6nt_active)
+# with the H2D bytes against the routed experts (h2d_over_routed_ideal); qwen3-30b-a3b's too.
+MOE_STEP=(step --backend cuda --executor streaming --recompute on --precision bf16 --layout compact --json)
+step bench_step_gpt_oss_120b 150 "$OUT/bench_step_gpt_oss_120b.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" "${MOE_STEP[@]}" --preset gpt-oss-120b --layers 1 --seq-len 4096 --micro-batch 1 --global-batch 16 \
+  --steps 2 --warmup 1
+# gpt-oss-120b at a small batch and qwen3-30b-a3b come after the peers.
 # Peers on the same GPU, same shape, same tokens per step (bench/peers/, the same JSON fields):
 # PyTorch resident, the published MegaTrain (its sources carried in third_party_src/), DeepSpeed
 # ZeRO-3 offload (when carried and installed: bench/peers/deepspeed_zero3.py says how).
@@ -227,19 +243,6 @@ step peer_torch_resident 150 "$OUT/peer_torch_resident.json" python3 bench/peers
 step peer_megatrain_official 180 "$OUT/peer_megatrain_official.json" python3 bench/peers/megatrain_official.py \
   "${PEER[@]}"
 step peer_deepspeed_zero3 180 "$OUT/peer_deepspeed_zero3.json" python3 bench/peers/deepspeed_zero3.py "${PEER[@]}"
-# Issue 25's full-depth step: all 28 layers (7.6 G parameters; compact layout + bf16 shadow,
-# ~91 GB of pinned host state on a 128 GiB host: `megatrain-bench plan`), 16 x 4096 tokens.
-step bench_step_qwen7b_full_cudnn 300 "$OUT/bench_step_qwen7b_full_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
-  "$B" step --preset qwen2.5-7b --backend cuda --executor streaming --recompute on --precision bf16 \
-  --layout compact --seq-len 4096 --micro-batch 1 --global-batch 16 --steps 2 --warmup 1 --json
-# Issue 28: mixtures of experts at their real layer shapes, bf16, compact. gpt-oss-120b's layer
-# (128 experts of 24.9 M, 4 a token) at 64 Ki tokens a step (every expert routed) and at 64 tokens
-# (at most 4 x 64 slots: most idle), reported over active parameters (model_tflops_6nt_active)
-# with the H2D bytes against the routed experts (h2d_over_routed_ideal); qwen3-30b-a3b's too.
-MOE_STEP=(step --backend cuda --executor streaming --recompute on --precision bf16 --layout compact --json)
-step bench_step_gpt_oss_120b 150 "$OUT/bench_step_gpt_oss_120b.json" env MEGATRAIN_ATTENTION=cudnn \
-  "$B" "${MOE_STEP[@]}" --preset gpt-oss-120b --layers 1 --seq-len 4096 --micro-batch 1 --global-batch 16 \
-  --steps 2 --warmup 1
 step bench_step_gpt_oss_120b_small_batch 90 "$OUT/bench_step_gpt_oss_120b_small_batch.json" "$B" "${MOE_STEP[@]}" \
   --preset gpt-oss-120b --layers 1 --seq-len 64 --micro-batch 1 --global-batch 1 --steps 2 --warmup 1
 step bench_step_qwen3_30b_a3b 120 "$OUT/bench_step_qwen3_30b_a3b.json" env MEGATRAIN_ATTENTION=cudnn \
