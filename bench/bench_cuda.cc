@@ -264,7 +264,7 @@ bool time_attention(const std::string& kernel, int T, int H, int KVH, int D, int
   E *qkv = nullptr, *out = nullptr, *dout = nullptr, *dqkv = nullptr;
   float* lse = nullptr;
   void* ws = nullptr;
-  const size_t ws_bytes = kernel == "cudnn" ? cuda::cudnn_attention_workspace_bytes(rows, H, KVH, D) : 0;
+  const size_t ws_bytes = kernel == "cudnn" ? cuda::cudnn_attention_workspace_bytes(1, T, H, KVH, D) : 0;
   bool ok = !cudaMalloc(&qkv, nqkv * sizeof(E)) && !cudaMalloc(&out, nout * sizeof(E)) &&
             !cudaMalloc(&lse, size_t(H) * T * 4) && !cudaMalloc(&dout, nout * sizeof(E)) &&
             !cudaMalloc(&dqkv, nqkv * sizeof(E)) && (!ws_bytes || !cudaMalloc(&ws, ws_bytes));

@@ -124,7 +124,7 @@ Result<std::unique_ptr<Executor>> make_bench_executor(const ModelConfig& cfg, co
   }
   if (a.backend == "cuda") {  // Unimplemented without CUDA in this build, FailedPrecondition without a device
     CudaBackendOptions o;  // cuDNN attention's workspace for a micro-batch, when it is the kernel
-    o.attention_workspace_bytes = cuda_attention_workspace_bytes(uint64_t(a.opt.micro_batch) * uint64_t(a.opt.seq_len),
+    o.attention_workspace_bytes = cuda_attention_workspace_bytes(int(a.opt.micro_batch), int(a.opt.seq_len),
                                                                  cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
     MT_ASSIGN_OR_RETURN(auto be, make_cuda_backend(o));
     MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create(cfg, a.opt, a.so, std::move(be)));

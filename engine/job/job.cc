@@ -55,8 +55,8 @@ namespace {
 CudaBackendOptions cuda_options(const JobSpec& spec, const ModelConfig& cfg, int device) {
   CudaBackendOptions o;
   o.device = device;
-  o.attention_workspace_bytes = cuda_attention_workspace_bytes(
-      uint64_t(spec.train.micro_batch) * uint64_t(spec.train.seq_len), cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+  o.attention_workspace_bytes = cuda_attention_workspace_bytes(int(spec.train.micro_batch), int(spec.train.seq_len),
+                                                               cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
   return o;
 }
 

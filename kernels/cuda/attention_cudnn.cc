@@ -36,11 +36,17 @@ struct Key {
 
 std::atomic<uint64_t> calls{0};
 
-// Bytes of a row's ragged index arrays for a batch of b documents (seq, then three offsets).
-size_t meta_bytes(int b) {
-  const size_t raw = size_t(b) * sizeof(int32_t) + 3 * size_t(b + 1) * sizeof(int64_t);
-  return (raw + 255) / 256 * 256;
-}
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// A call's ragged index arrays for a batch of b documents: the lengths, then three offset
+// arrays, each on a 16-byte boundary (the frontend declares every tensor 16-byte aligned).
+struct MetaLayout {
+  size_t seq_bytes, off_bytes;
+  explicit MetaLayout(int b)
+      : seq_bytes(round_up(size_t(b) * sizeof(int32_t), 16)), off_bytes(round_up(size_t(b + 1) * sizeof(int64_t), 16)) {}
+  size_t bytes() const { return round_up(seq_bytes + 3 * off_bytes, 256); }
+};
+size_t meta_bytes(int b) { return MetaLayout(b).bytes(); }
 
 // The views of one graph: qkv rows [q (H*D) | k (KVH*D) | v (KVH*D)], out rows (H*D), lse [.., H, T].
 struct Views {
@@ -240,16 +246,17 @@ std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* doc
 CudaStatus ragged_pack(Impl& im, const RowCall& c, const AttentionShape& s, const DocumentSpans& docs,
                        std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
   char* meta = im.workspace + im.plans_for(c.key).workspace;
+  const MetaLayout m(c.key.b);
   auto* seq = reinterpret_cast<int32_t*>(meta);
-  auto* off = reinterpret_cast<int64_t*>(meta + (size_t(c.key.b) * sizeof(int32_t) + 7) / 8 * 8);
-  const int64_t n = c.key.b + 1;
-  MT_CUDA_TRY(cudnn_ragged_meta(seq, off, off + n, off + 2 * n, docs.device_starts, c.first, c.count, c.key.b, c.row, s,
+  int64_t* off[3];
+  for (int j = 0; j < 3; ++j) off[j] = reinterpret_cast<int64_t*>(meta + m.seq_bytes + size_t(j) * m.off_bytes);
+  MT_CUDA_TRY(cudnn_ragged_meta(seq, off[0], off[1], off[2], docs.device_starts, c.first, c.count, c.key.b, c.row, s,
                                 stream));
   pack[kSeqQ] = seq;
   pack[kSeqKV] = seq;
-  pack[kOffQkv] = off;
-  pack[kOffOut] = off + n;
-  pack[kOffLse] = off + 2 * n;
+  pack[kOffQkv] = off[0];
+  pack[kOffOut] = off[1];
+  pack[kOffLse] = off[2];
   return {};
 }
 
@@ -281,12 +288,25 @@ std::string cudnn_describe() {
          std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." + std::to_string(CUDNN_FRONTEND_PATCH_VERSION) + ")";
 }
 
-size_t cudnn_attention_workspace_bytes(uint64_t tokens, int H, int KVH, int D) {
-  const uint64_t qd = tokens * uint64_t(H) * uint64_t(D);
+size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
+  const uint64_t tokens = uint64_t(B) * uint64_t(T), qd = tokens * uint64_t(H) * uint64_t(D);
+  // dP of the deterministic backward (cuDNN < 9.25 on sm_90): the dense call's B rows, or one
+  // ragged call's (at most a dense row's, ragged::row_calls), reserved twice since the
+  // frontend's count is a lower bound for ragged layouts. Past kMaxDp nothing is reserved:
+  // cuDNN refuses those lengths and our own kernels run them.
+  constexpr uint64_t kMaxDp = uint64_t(48) << 30;
+  uint64_t dp = uint64_t(std::max(B, 2)) * uint64_t(H) * uint64_t(ragged::dp_elems(1, T)) * sizeof(__nv_bfloat16);
+  if (dp > kMaxDp) dp = 0;
+  // GQA's dK and dV over every query head, summed by cuDNN: the dense call's are virtual [B, H,
+  // T, D] (counted as fp32); a ragged call's are the frontend's THD buffers at dK's strides times
+  // H / KVH (with max_total_seq_len_kv = T: T fused qkv rows times H / KVH, fp32).
+  const uint64_t row = uint64_t(H + 2 * KVH) * uint64_t(D);
+  const uint64_t full_heads =
+      KVH < H ? 2 * std::max(qd, uint64_t(T) * row * uint64_t(H / KVH)) * sizeof(float) : 0;
+  // The fp32 dQ accumulator of a non-deterministic or ordered-dQ backward, and the softmax sums.
   const uint64_t dq_accum = qd * sizeof(float), sums = 2 * tokens * uint64_t(H) * sizeof(float);
-  const uint64_t full_heads = KVH < H ? 2 * qd * sizeof(__nv_bfloat16) : 0;  // dK, dV over every query head
-  const uint64_t meta = meta_bytes(int(std::min<uint64_t>(2 * tokens, 1u << 30)));
-  return size_t(dq_accum + sums + full_heads + meta + (uint64_t(64) << 20));
+  const uint64_t meta = meta_bytes(ragged::pow2_at_least(std::max(T, 1)));
+  return size_t(dp + full_heads + dq_accum + sums + meta + (uint64_t(64) << 20));
 }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

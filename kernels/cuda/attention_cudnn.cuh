@@ -32,11 +32,12 @@ std::string cudnn_describe();
 // The runtime library's version as cudnnGetVersion() (e.g. 91900), 0 without cuDNN.
 size_t cudnn_runtime_version();
 
-// Device memory to reserve for the graphs of one micro-batch of `tokens` tokens: the fp32 dQ
-// accumulator and softmax sums of the deterministic backward, GQA's full-head dK/dV, the
-// ragged index arrays, and a fixed margin. A graph that asks for more is refused (and the call
-// falls back): the planner's count stays an upper bound of what the device holds.
-size_t cudnn_attention_workspace_bytes(uint64_t tokens, int H, int KVH, int D);
+// Device memory to reserve for the graphs of one micro-batch of B rows of T tokens: the dP
+// matrix of the deterministic backward (cuDNN < 9.25 keeps it whole on sm_90: B x H x T^2 bf16,
+// nothing past 48 GiB), GQA's full-head dK/dV, the dQ accumulator and softmax sums, the ragged
+// index arrays, and a fixed margin. A graph that asks for more is refused (and the call falls
+// back to our kernels): the planner's count stays an upper bound of what the device holds.
+size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D);
 
 // cuDNN attention calls (forwards and backwards) this process has enqueued: tests and benches
 // check that a run said to use cuDNN did (a refused call falls back silently but for one warning).

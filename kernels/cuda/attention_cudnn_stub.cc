@@ -12,7 +12,7 @@ size_t cudnn_runtime_version() { return 0; }
 std::string cudnn_describe() {
   return "cuDNN: not in this build (needs the cuDNN frontend headers: scripts/install_deps.sh, and libcudnn)";
 }
-size_t cudnn_attention_workspace_bytes(uint64_t, int, int, int) { return 0; }
+size_t cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;

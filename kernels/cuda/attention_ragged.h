@@ -1,8 +1,9 @@
-// The ragged (THD) layout CudnnAttention hands cuDNN for packed documents: one call per row of
-// the micro-batch, the row's documents padded with empty ones to a power-of-two batch, each
-// with its length and the element offsets of its first token — relative to the row's own base
-// pointers in the fused qkv rows, the out rows and the row's [H, T] lse. Host and device
-// functions (the index kernel, attention_cudnn_meta.cu, and the CPU tests compute the same).
+// The ragged (THD) layout CudnnAttention hands cuDNN for packed documents: calls of a row's
+// consecutive documents (one a row unless its dP would outgrow a dense row's, row_calls),
+// padded with empty ones to a power-of-two batch, each with its length and the element offsets
+// of its first token — relative to the row's own base pointers in the fused qkv rows, the out
+// rows and the row's [H, T] lse. Host and device functions (the index kernel,
+// attention_cudnn_meta.cu, and the CPU tests compute the same).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -53,19 +54,43 @@ inline int pow2_at_least(int n) {
   return p;
 }
 
-// One row's call: its graph's batch (documents rounded up to a power of two) and sequence
-// length (the longest document rounded up, at most T), and which documents it holds.
+// Elements of the deterministic backward's dP workspace per head for b documents of at most
+// s tokens: cuDNN < 9.25 on sm_90 keeps dP whole, b x s x s padded to 128 (the frontend's
+// formula; for ragged layouts a lower bound).
+inline int64_t dp_elems(int b, int s) {
+  const int64_t r = (int64_t(s) + 127) / 128 * 128;
+  return int64_t(b) * r * r;
+}
+
+// A call's sequence length for its longest document: a power of two (so few graphs serve every
+// batch), at least 2 (cuDNN's backward refuses s = 1 for q and kv), at most T.
+inline int seq_for(int longest, int T) { return std::min(std::max(pow2_at_least(longest), 2), T); }
+
+// One call: its graph's batch (documents rounded up to a power of two) and sequence length
+// (seq_for), and which documents it holds — consecutive ones of one row.
 struct RowCall {
   int batch, seq, row, first, count;
 };
+// The calls of B rows of T tokens: each row's documents in order, grouped so that no call's dP
+// exceeds a dense row's (dp_elems(1, T); for short rows 16 tiles of 128 x 128, which the
+// workspace's fixed margin holds) unless it holds a single document. Without grouping a row of
+// one long document and many short ones (batch ~ documents, seq ~ T) would need ~T^3.
 inline std::vector<RowCall> row_calls(int B, int T, const DocumentSpans& docs) {
+  const int64_t cap = std::max(dp_elems(1, T), dp_elems(16, 128));
   std::vector<RowCall> calls;
   int i = 0;
   for (int b = 0; b < B; ++b) {
-    const int first = i, end = (b + 1) * T;
-    int longest = 0;
-    for (; i < docs.count && docs.starts[i] < end; ++i) longest = std::max(longest, docs.starts[i + 1] - docs.starts[i]);
-    calls.push_back({pow2_at_least(i - first), std::min(pow2_at_least(longest), T), b, first, i - first});
+    const int end = (b + 1) * T;
+    while (i < docs.count && docs.starts[i] < end) {
+      const int first = i;
+      int longest = 0;
+      for (; i < docs.count && docs.starts[i] < end; ++i) {
+        const int l = std::max(longest, docs.starts[i + 1] - docs.starts[i]);
+        if (i > first && dp_elems(pow2_at_least(i - first + 1), seq_for(l, T)) > cap) break;
+        longest = l;
+      }
+      calls.push_back({pow2_at_least(i - first), seq_for(longest, T), b, first, i - first});
+    }
   }
   return calls;
 }

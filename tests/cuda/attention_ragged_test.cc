@@ -1,6 +1,7 @@
 // The ragged layout CudnnAttention gives cuDNN (kernels/cuda/attention_ragged.h), checked on the
-// CPU — no device needed: for random packings, every row becomes one call whose batch and
-// sequence length bound its documents, and cuDNN's addressing through the offsets (a document's
+// CPU — no device needed: for random packings, each row becomes calls of its consecutive
+// documents whose batch and sequence length bound them and whose dP (the deterministic
+// backward's workspace) stays within a dense row's, and cuDNN's addressing through the offsets (a document's
 // token j, head h, element d at base + offset + j * row stride + h * D + d; its statistic at
 // lse base + offset + h * T + j) lands on exactly the elements our kernels use for that token.
 #include <gtest/gtest.h>
@@ -30,13 +31,13 @@ std::vector<int32_t> random_positions(std::mt19937& rng, int B, int T) {
 TEST(CudnnRagged, RowCallsBoundTheirDocuments) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 40; ++trial) {
-    const int B = 1 + int(rng() % 4), T = 1 + int(rng() % 70);
+    const int B = 1 + int(rng() % 4), T = 1 + int(rng() % (trial % 4 ? 70 : 400));  // some rows split
     const auto pos = random_positions(rng, B, T);
     const auto st = document_starts(pos.data(), B, T);
     ASSERT_FALSE(st.empty());
     const DocumentSpans docs{st.data(), nullptr, int(st.size()) - 1};
     const auto calls = row_calls(B, T, docs);
-    ASSERT_EQ(calls.size(), size_t(B));
+    ASSERT_GE(calls.size(), size_t(B));
     int next = 0;
     for (const RowCall& c : calls) {
       EXPECT_EQ(c.first, next) << "rows take the documents in order";
@@ -45,6 +46,9 @@ TEST(CudnnRagged, RowCallsBoundTheirDocuments) {
       EXPECT_GE(c.batch, c.count);
       EXPECT_EQ(c.batch & (c.batch - 1), 0) << "batch " << c.batch << " is a power of two";
       EXPECT_LE(c.seq, T);
+      EXPECT_GE(c.seq, std::min(T, 2)) << "cuDNN's backward refuses s = 1";
+      EXPECT_TRUE(c.count == 1 || dp_elems(c.batch, c.seq) <= std::max(dp_elems(1, T), dp_elems(16, 128)))
+          << "dP beyond a dense row's";
       for (int i = 0; i < c.count; ++i) {
         const int start = st[size_t(c.first + i)], len = st[size_t(c.first + i + 1)] - start;
         EXPECT_EQ(start / T, c.row) << "a row's call holds only its documents";
@@ -70,11 +74,11 @@ TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
         const Entry e = entry(st.data(), c.first, c.count, c.row, g, i);
         EXPECT_GE(e.qkv, prev_qkv) << "offsets never decrease";
         prev_qkv = e.qkv;
-        if (i >= c.count) {  // padding: empty documents at the row's end
+        if (i >= c.count) {  // padding: empty documents where the call's documents end
           if (i < c.batch) {
             EXPECT_EQ(e.seq, 0);
           }
-          EXPECT_EQ(e.lse, T);
+          EXPECT_EQ(e.lse, st[size_t(c.first + c.count)] - int64_t(c.row) * T);
           continue;
         }
         const int start = st[size_t(c.first + i)];
@@ -91,6 +95,27 @@ TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
       }
     }
   }
+}
+
+// A row of one long document and many short ones: one call would be batch ~ documents by seq ~ T
+// (dP ~ T^3); the calls split it so that only a lone document reaches a dense row's dP.
+TEST(CudnnRagged, ALongDocumentAmongShortOnesIsSplitOff) {
+  const int T = 4096;
+  std::vector<int32_t> starts = {0, 3000};
+  for (int t = 3007; t < T; t += 7) starts.push_back(t);
+  starts.push_back(T);
+  const DocumentSpans docs{starts.data(), nullptr, int(starts.size()) - 1};
+  const auto calls = row_calls(1, T, docs);
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls[0].count, 1) << "the long document alone";
+  EXPECT_EQ(calls[0].seq, T);
+  int64_t most = 0, held = 0;
+  for (const RowCall& c : calls) {
+    most = std::max(most, dp_elems(c.batch, c.seq));
+    held += c.count;
+  }
+  EXPECT_EQ(held, docs.count);
+  EXPECT_LE(most, dp_elems(1, T));
 }
 
 }  // namespace

@@ -446,7 +446,7 @@ TEST_F(CudaBf16Ops, SlidingWindowAttentionOnEveryKernel) {
                                         << opt.scale << (docs ? " documents" : ""));
         const cudatest::AttentionKernelScope scope(kernel);
         CudaBackendOptions o;
-        o.attention_workspace_bytes = cuda_attention_workspace_bytes(rows, H, KVH, D);
+        o.attention_workspace_bytes = cuda_attention_workspace_bytes(B, T, H, KVH, D);
         auto b = make_cuda_backend(o);
         ASSERT_TRUE(b.ok()) << b.status().to_string();
         DeviceBuf<int32_t> gpos(pos), gstarts(starts);

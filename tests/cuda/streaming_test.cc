@@ -93,7 +93,7 @@ std::vector<double> run(const Case& c, bool cuda, int steps) {
   const uint64_t cudnn_calls = cuda::cudnn_attention_calls();
   if (cuda) {
     CudaBackendOptions o;
-    o.attention_workspace_bytes = cuda_attention_workspace_bytes(uint64_t(opt.micro_batch) * uint64_t(opt.seq_len),
+    o.attention_workspace_bytes = cuda_attention_workspace_bytes(int(opt.micro_batch), int(opt.seq_len),
                                                                  cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
     auto b = make_cuda_backend(o);
     EXPECT_TRUE(b.ok()) << b.status().to_string();

@@ -367,9 +367,11 @@ uint64_t cuda_device_memory() {
   return uint64_t(p.totalGlobalMem);
 }
 
-uint64_t cuda_attention_workspace_bytes(uint64_t tokens, int heads, int kv_heads, int head_dim) {
+uint64_t cuda_attention_workspace_bytes(int rows, int seq_len, int heads, int kv_heads, int head_dim) {
   // 0 from the stub too: a build without cuDNN reserves nothing.
-  return cudnn_attention_selected() ? cuda::cudnn_attention_workspace_bytes(tokens, heads, kv_heads, head_dim) : 0;
+  return cudnn_attention_selected()
+             ? cuda::cudnn_attention_workspace_bytes(rows, seq_len, heads, kv_heads, head_dim)
+             : 0;
 }
 
 std::string cuda_attention_warning() {

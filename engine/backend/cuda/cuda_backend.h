@@ -24,10 +24,11 @@ struct CudaBackendOptions {
   size_t attention_workspace_bytes = 0;
 };
 
-// The cuDNN attention workspace a micro-batch of `tokens` tokens reserves when the process's
-// attention kernel is cuDNN (MEGATRAIN_ATTENTION=cudnn, kernels/cuda/attention.cuh) and this
-// build has it; 0 otherwise. The planner counts it (cuda_fixed_device_bytes).
-uint64_t cuda_attention_workspace_bytes(uint64_t tokens, int heads, int kv_heads, int head_dim);
+// The cuDNN attention workspace a micro-batch of `rows` sequences of `seq_len` tokens reserves
+// when the process's attention kernel is cuDNN (MEGATRAIN_ATTENTION=cudnn,
+// kernels/cuda/attention.cuh) and this build has it; 0 otherwise. The planner counts it
+// (cuda_fixed_device_bytes).
+uint64_t cuda_attention_workspace_bytes(int rows, int seq_len, int heads, int kv_heads, int head_dim);
 // Non-empty when MEGATRAIN_ATTENTION asks for cuDNN and this build cannot give it: the warning a
 // job logs before falling back to our own kernels.
 std::string cuda_attention_warning();

@@ -7,7 +7,7 @@ bool cuda_available() { return false; }
 std::string cuda_describe() { return "CUDA: not built into this engine (configure with -DMEGATRAIN_CUDA=ON)"; }
 uint64_t cuda_device_memory() { return 0; }
 uint64_t cuda_free_device_memory() { return 0; }
-uint64_t cuda_attention_workspace_bytes(uint64_t, int, int, int) { return 0; }
+uint64_t cuda_attention_workspace_bytes(int, int, int, int, int) { return 0; }
 std::string cuda_attention_warning() { return ""; }
 std::string cuda_attention_kernel_name() { return "none"; }
 std::string cuda_cudnn_describe() { return "cuDNN: CUDA not built"; }
