@@ -19,6 +19,14 @@ import sys
 import time
 
 
+def unavailable(e):
+    """As bench/peers/common.py fail(): why, as one JSON line on stdout (gpu_check logs its tail), and 3."""
+    print(f"deepspeed_cpu_adam: cannot run here: {e}", file=sys.stderr)
+    print(json.dumps({"suite": "adamw_peer", "peer": "deepspeed_cpu_adam", "ok": False,
+                      "error": f"{type(e).__name__}: {e}"[:500]}))
+    return 3
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--params", type=float, default=1e8)
@@ -33,8 +41,7 @@ def main():
         import deepspeed
         from deepspeed.ops.adam import DeepSpeedCPUAdam
     except Exception as e:  # noqa: BLE001 - a peer that cannot run says why
-        print(f"deepspeed_cpu_adam: cannot run here: {e}", file=sys.stderr)
-        return 3
+        return unavailable(e)
     torch.set_num_threads(a.threads)
     n = int(a.params)
     lr, b1, b2, eps, wd = 1e-4, 0.9, 0.95, 1e-8, 0.1  # megatrain-bench adamw's hyperparameters
@@ -46,8 +53,7 @@ def main():
         opt = DeepSpeedCPUAdam([w], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, adamw_mode=True)
         opt.step()  # warm-up, and the step the check below recomputes
     except Exception as e:  # noqa: BLE001
-        print(f"deepspeed_cpu_adam: cannot run here: {e}", file=sys.stderr)
-        return 3
+        return unavailable(e)
 
     # Step 1 from zero moments, in float64: the update both optimizers compute.
     g64, w64 = w.grad.double(), w0.double()

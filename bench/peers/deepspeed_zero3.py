@@ -10,6 +10,7 @@ with `pip install --no-index --find-links DIR deepspeed`; CPUAdam then JIT-build
 """
 import os
 import sys
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -37,11 +38,19 @@ def main():
         "activation_checkpointing": {"partition_activations": False},
     }
     torch.manual_seed(0)
-    with deepspeed.zero.Init(config_dict_or_path=ds):
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    # Built whole on the host, then partitioned by deepspeed.initialize: under zero.Init the
+    # parameters are partitioned as each module is built, so transformers' _init_weights sees
+    # empty tensors and the weights keep torch's defaults (embeddings N(0, 1): a loss ~10x the
+    # other peers'). The step is the same either way.
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     model.gradient_checkpointing_enable()
+    model.train()
     params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+    try:  # NCCL's one-rank group, the partitioning, CPUAdam's JIT build (ninja, the CUDA toolkit)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+    except Exception as e:  # noqa: BLE001 - the traceback to stderr, the reason to stdout
+        traceback.print_exc()
+        common.fail("deepspeed_zero3", f"deepspeed.initialize failed: {type(e).__name__}: {e}"[:500])
     data = common.batches(a, cfg.vocab_size, engine.device)
 
     def step():
@@ -50,9 +59,10 @@ def main():
             loss = engine(input_ids=x, labels=x).loss
             engine.backward(loss)
             engine.step()  # applies the update at the accumulation boundary
-            total += float(loss) / micro
-        return total
+            total += loss.detach() / micro
+        return float(total)
 
+    torch.cuda.reset_peak_memory_stats()
     step_s, loss = common.time_steps(a, step, torch.cuda.synchronize)
     common.emit(a, "deepspeed_zero3", cfg, params, step_s, loss, deepspeed=deepspeed.__version__,
                 device_peak_bytes=torch.cuda.max_memory_allocated(), torch=torch.__version__, attention="sdpa")

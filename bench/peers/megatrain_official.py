@@ -39,12 +39,19 @@ def main():
         common.fail("megatrain_official", f"cannot import its infinity package from {src}: {e}")
     cfg = common.hf_config(a)
     torch.manual_seed(0)
-    config = CPUMasterConfig(model_name="synthetic", max_seq_len=a.seq_len, batch_size=a.global_batch,
-                             gradient_accumulation_steps=1, num_steps=a.warmup + a.steps, device=0,
-                             dtype=torch.bfloat16, attn_implementation="sdpa", log_interval=1)
+    # dataset_path: its __post_init__ refuses a config without one (never read by CPUMasterModel).
+    config = CPUMasterConfig(model_name="synthetic", dataset_path="synthetic", max_seq_len=a.seq_len,
+                             batch_size=a.global_batch, gradient_accumulation_steps=1,
+                             num_steps=a.warmup + a.steps, device=0, dtype=torch.bfloat16,
+                             attn_implementation="sdpa", log_interval=1)
     hf = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to(torch.bfloat16)
     model = CPUMasterModel(hf, config)
     del hf
+    # It hands the [B, T] padding mask straight to each decoder layer, which flash_attention_2 (its
+    # configs) takes, but SDPA refuses (int64, not [B, 1, T, T]). No padding here: no mask, so
+    # transformers' SDPA runs causal (is_causal), as flash-attn would.
+    build_kwargs = model._build_layer_kwargs
+    model._build_layer_kwargs = lambda mask, *rest: build_kwargs(None, *rest)
     params = sum(p.numel() for p in model.get_parameters())
     try:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -70,7 +77,8 @@ def main():
     torch.cuda.reset_peak_memory_stats()
     step_s, loss = common.time_steps(a, step, torch.cuda.synchronize)
     common.emit(a, "megatrain_official", cfg, params, step_s, loss, optimizer=optimizer,
-                device_peak_bytes=torch.cuda.max_memory_allocated(), torch=torch.__version__, attention="sdpa")
+                sequences_per_pass=int(input_ids.shape[0]), device_peak_bytes=torch.cuda.max_memory_allocated(),
+                torch=torch.__version__, attention="sdpa")
 
 
 if __name__ == "__main__":
