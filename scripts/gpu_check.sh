@@ -38,6 +38,8 @@
 #   scripts/gpu_check.sh /tmp/out                # the whole check (or OUT=/tmp/out scripts/gpu_check.sh)
 #   GPU_CHECK_DRY=1 scripts/gpu_check.sh         # print the steps without running them
 #   ONLY="tests_rest bench_attention" scripts/gpu_check.sh /tmp/out   # only the steps named
+#   ONLY="install_deepspeed peer_torch_resident peer_megatrain_official peer_deepspeed_zero3" \
+#     scripts/gpu_check.sh /tmp/peers     # the peers alone, when a first call's budget ended before them
 set -uo pipefail
 
 ARG_OUT=${1:-}
@@ -115,12 +117,7 @@ for c in "${MEGATRAIN_GTEST_SOURCE:-}" "$ROOT/third_party_src/googletest" "$ROOT
     break
   fi
 done
-if [ -z "$GTEST_SRC" ]; then
-  log "no GoogleTest source: copy /usr/src/googletest to third_party_src/googletest and carry it (see the header)"
-  [ "$DRY" = 1 ] || exit 1
-  GTEST_SRC=/usr/src/googletest
-fi
-log "GoogleTest from $GTEST_SRC; build in $BUILD with -j$JOBS; budget ${BUDGET_S}s"
+log "GoogleTest from ${GTEST_SRC:-nowhere (needed only to build: prebuilt binaries need none)}; build in $BUILD with -j$JOBS; budget ${BUDGET_S}s"
 
 GENERATOR=()
 command -v ninja >/dev/null && GENERATOR=(-G Ninja)
@@ -155,6 +152,10 @@ if [ "$PREBUILT" = 1 ]; then
   T="$BUILD/prebuilt/bin/mt_cuda_tests"
   B="$BUILD/prebuilt/bin/megatrain-bench"
 else
+  if [ -z "$GTEST_SRC" ] && [ "$DRY" != 1 ]; then
+    log "no GoogleTest source to build with: copy /usr/src/googletest to third_party_src/googletest and carry it (see the header)"
+    exit 1
+  fi
   step configure 120 - cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DMEGATRAIN_CUDA=ON -DMEGATRAIN_SERVER=OFF -DMEGATRAIN_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DMEGATRAIN_GTEST_SOURCE="$GTEST_SRC" \
