@@ -59,10 +59,22 @@ struct Spans {
   const DocumentSpans* get() const { return starts.empty() ? nullptr : &spans; }
 };
 
-// cuDNN's forward, then its backward on the forward's own out and lse.
+// `v` into the start of `b` (longer: the rest stays NaN).
+void copy_in(DeviceBuf<bf16>& b, const std::vector<bf16>& v) {
+  ASSERT_GE(b.size(), v.size());
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(b.get(), v.data(), v.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+// cuDNN's forward, then its backward on the forward's own out and lse. qkv and dout are followed
+// by a tile (128 rows) of NaN: cuDNN reads K/V rows past a document's end (masked, but they
+// may take part in P @ V); past the last document of the last row they lie beyond the tensor,
+// and if they counted, that document's outputs would turn NaN here instead of passing on zeros.
 Outputs run_cudnn(Cudnn& k, const Case& c, const Inputs& in) {
   const Spans sp(c, in);
-  DeviceBuf<bf16> gqkv(in.qkv.h), gdout(in.dout.h), gout(c.nout()), gdqkv(c.nqkv());
+  const size_t tail = 128 * size_t(c.H + 2 * c.KVH) * c.D, out_tail = 128 * size_t(c.H) * c.D;
+  DeviceBuf<bf16> gqkv(c.nqkv() + tail), gdout(c.nout() + out_tail), gout(c.nout()), gdqkv(c.nqkv());
+  copy_in(gqkv, in.qkv.h);
+  copy_in(gdout, in.dout.h);
   DeviceBuf<float> glse(c.nlse());  // DeviceBuf poisons with NaN
   const cuda::AttentionShape s{c.B, c.T, c.H, c.KVH, c.D};
   std::string why;
