@@ -32,10 +32,14 @@ class LogStreamReactor final : public grpc::ServerWriteReactor<v1::StreamLogsRes
     state_->cursor = std::make_unique<LogCursor>(std::move(cursor).value());
     state_->follow = req.follow();
     state_->since = req.since_unix_ms();
-    // Listening before the first read: a line appended from here on wakes the pump.
-    if (state_->follow) state_->token = log->listen([s = std::weak_ptr<State>(state_)] {
-      if (auto st = s.lock()) st->wake();
-    });
+    // Listening before the first read: a line appended from here on wakes the pump. The headers
+    // go out at once, so a follower can tell that it is listening before any line exists.
+    if (state_->follow) {
+      state_->token = log->listen([s = std::weak_ptr<State>(state_)] {
+        if (auto st = s.lock()) st->wake();
+      });
+      StartSendInitialMetadata();
+    }
     state_->pump();
   }
 

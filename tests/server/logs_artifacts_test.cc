@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "engine/io/model_files.h"
@@ -26,7 +27,7 @@ struct Stream {
 };
 
 Stream stream_logs(v1::Trainer::Stub& stub, const std::string& id, bool follow, int64_t tail = 0, int64_t since = 0,
-                   double seconds = 120) {
+                   double seconds = 120, std::promise<void>* listening = nullptr) {
   v1::StreamLogsRequest req;
   req.set_job_id(id);
   req.set_follow(follow);
@@ -34,6 +35,10 @@ Stream stream_logs(v1::Trainer::Stub& stub, const std::string& id, bool follow, 
   req.set_since_unix_ms(since);
   auto c = ctx(seconds);
   auto reader = stub.StreamLogs(c.get(), req);
+  if (listening) {  // a follower's headers come once the daemon listens for its lines
+    reader->WaitForInitialMetadata();
+    listening->set_value();
+  }
   Stream out;
   v1::StreamLogsResponse msg;
   while (reader->Read(&msg))
@@ -114,8 +119,10 @@ TEST(ServerLogs, AFollowerOfAQueuedOrPausedJobEndsWhenTheJobIsDeleted) {
       ASSERT_TRUE(s.stub->PauseJob(c.get(), req, &reply).ok());
     }
     Stream followed;
-    std::thread follower([&] { followed = stream_logs(*s.stub, id, true, 0, 0, 20); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the follower waits for lines
+    std::promise<void> listening;
+    std::thread follower([&] { followed = stream_logs(*s.stub, id, true, 0, 0, 20, &listening); });
+    // The daemon sends a follower its headers once it listens: only then is the delete raced.
+    ASSERT_EQ(listening.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
     v1::DeleteJobRequest del;
     del.set_job_id(id);
     v1::DeleteJobResponse resp;
