@@ -564,9 +564,7 @@ void JobManager::unwatch(uint64_t token) {
 void JobManager::emit(const std::string& id, const v1::JobEvent& ev, bool progress) {
   std::lock_guard<std::mutex> lock(listeners_mu_);
   if (progress) history_.keep(id, ev);
-  if (ev.state() == v1::JOB_STATE_SUCCEEDED || ev.state() == v1::JOB_STATE_FAILED ||
-      ev.state() == v1::JOB_STATE_CANCELLED)
-    history_.ended(id);
+  if (terminal(ev.state())) history_.ended(id);
   for (auto& [token, entry] : listeners_)
     if (entry.first == id) entry.second(ev);
 }

@@ -15,10 +15,12 @@ namespace mt::server {
 
 using megatrain::v1::JobState;
 
-bool JobRecord::terminal() const {
-  return state == megatrain::v1::JOB_STATE_SUCCEEDED || state == megatrain::v1::JOB_STATE_FAILED ||
-         state == megatrain::v1::JOB_STATE_CANCELLED;
+bool terminal(megatrain::v1::JobState s) {
+  return s == megatrain::v1::JOB_STATE_SUCCEEDED || s == megatrain::v1::JOB_STATE_FAILED ||
+         s == megatrain::v1::JOB_STATE_CANCELLED;
 }
+
+bool JobRecord::terminal() const { return mt::server::terminal(state); }
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())

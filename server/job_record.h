@@ -37,6 +37,9 @@ struct JobRecord {
   bool terminal() const;
 };
 
+// SUCCEEDED, FAILED or CANCELLED: a job in it never runs again.
+bool terminal(megatrain::v1::JobState s);
+
 int64_t now_ms();
 Json record_to_json(const JobRecord& r);
 Result<JobRecord> record_from_json(const Json& j);

@@ -17,10 +17,6 @@ grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::S
   return r;
 }
 
-bool terminal(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
-}
-
 // Streams a job's events; finishes after the first terminal state.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:

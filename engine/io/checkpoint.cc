@@ -74,7 +74,8 @@ std::string step_dir_name(long step) {
   return buf;
 }
 
-// The step of a directory named step-NNNNNNNN, or -1.
+}  // namespace
+
 long parse_step_dir(const std::string& name) {
   if (name.size() < 6 || name.rfind("step-", 0) != 0 || name.size() > 5 + 18) return -1;
   long v = 0;
@@ -84,6 +85,8 @@ long parse_step_dir(const std::string& name) {
   }
   return v;
 }
+
+namespace {
 
 std::string join(const std::string& a, const std::string& b) { return (fs::path(a) / b).string(); }
 

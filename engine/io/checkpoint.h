@@ -77,6 +77,8 @@ std::vector<std::string> remove_stale_checkpoint_temps(const std::string& root);
 
 // ROOT/step-XXXXXXXX: where the checkpoint of `step` is published.
 std::string checkpoint_step_dir(const std::string& root, long step);
+// The step of a directory named step-NNNNNNNN (the name, not a path), or -1.
+long parse_step_dir(const std::string& name);
 
 // True when `path` is a training checkpoint: a step directory (trainer_state.json) or a
 // checkpoints root (`latest`). Anything else is taken for an HF model directory.
