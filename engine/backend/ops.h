@@ -90,7 +90,9 @@ class Ops {
   // Mixture of experts (kernels/moe.h): the router's choice and its backward (dlogits
   // overwritten; counts nullptr: no load-balancing gradient), the permutation of tokens to
   // experts (rows, offsets overwritten), the gather (=) and weighted scatter (+=) around an
-  // expert's MLP and the scatter's backward (dy, dw overwritten).
+  // expert's MLP and the scatter's backward (dy, dw overwritten). moe_scatter's n slots must
+  // name distinct tokens (one expert's, as every caller passes): the CUDA kernel adds without
+  // atomics, so two slots of one token in one call race there.
   virtual void moe_route_forward(int32_t* idx, A* w, A* stats, const T* logits, const RouterShape& s) const = 0;
   virtual void moe_route_backward(T* dlogits, const A* dw, const T* logits, const int32_t* idx, const A* w,
                                   const A* counts, A aux_scale, const RouterShape& s) const = 0;

@@ -102,6 +102,9 @@ template <typename T, int kDL>
 __global__ void __launch_bounds__(32 * kRows)
     attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, Geo g) {
   constexpr int kElems = kKeys * 32 * kDL / (32 * kRows);  // accumulator elements per thread
+  constexpr int kJStep = 32 * kRows / (32 * kDL);          // keys between a thread's accumulators
+  static_assert(kJStep * 32 * kDL == 32 * kRows, "a thread's accumulators share one column");
+  const int d_own = threadIdx.x % (32 * kDL), j_own = threadIdx.x / (32 * kDL);
   extern __shared__ float smem[];
   const int D = g.D, Dv = 32 * kDL, w = threadIdx.x >> 5;
   const int b = blockIdx.z, kvh = blockIdx.y, k0 = blockIdx.x * kKeys, group = g.H / g.KVH;
@@ -119,7 +122,8 @@ __global__ void __launch_bounds__(32 * kRows)
   for (int i = 0; i < kElems; ++i) dk[i] = dv[i] = 0.f;
   __syncthreads();
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int t0 = k0; t0 < g.T; t0 += kRows) {
+    // rows past the window's reach start after this key tile (attention_tiles.h)
+    for (int t0 = k0, t_end = attn::query_rows_end(k0, kKeys, g.T, g.window); t0 < t_end; t0 += kRows) {
       if (g.min_start(b, t0, kRows) >= k0 + kKeys) continue;  // block-uniform: no row sees these keys
       float di, l, p, ds;
       load_query(qkv, dout, out, lse, g, b, h, t0 + w, q_s + w * D, do_s + w * D, di, l);
@@ -127,15 +131,18 @@ __global__ void __launch_bounds__(32 * kRows)
       p_s[w * kKeys + (threadIdx.x & 31)] = p;
       ds_s[w * kKeys + (threadIdx.x & 31)] = ds;
       __syncthreads();
-#pragma unroll
-      for (int i = 0; i < kElems; ++i) {
-        const int e = threadIdx.x + i * 32 * kRows, j = e / Dv, d = e % Dv;
-        if (d >= D) continue;
+      // All of this thread's accumulators share column d (32 * kRows is a multiple of Dv): read
+      // q / dO at d once per row. Each accumulator still adds rows r = 0, 1, ... in order.
+      if (d_own < D)
         for (int r = 0; r < kRows; ++r) {
-          dv[i] += p_s[r * kKeys + j] * do_s[r * D + d];
-          dk[i] += ds_s[r * kKeys + j] * q_s[r * D + d];
+          const float qd = q_s[r * D + d_own], dod = do_s[r * D + d_own];
+#pragma unroll
+          for (int i = 0; i < kElems; ++i) {
+            const int j = j_own + i * kJStep;
+            dv[i] += p_s[r * kKeys + j] * dod;
+            dk[i] += ds_s[r * kKeys + j] * qd;
+          }
         }
-      }
       __syncthreads();
     }
   }
@@ -153,10 +160,11 @@ template <typename T, int kDL>
 CudaStatus launch_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, const Geo& g,
                            cudaStream_t stream) {
   const size_t s1 = dq_smem<kDL>(g.D), s2 = dkv_smem<kDL>(g.D);
-  MT_CUDA_CALL(
-      cudaFuncSetAttribute(attention_backward_dq_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+  // the instantiation's largest head_dim, as in the forward
+  MT_CUDA_CALL(cudaFuncSetAttribute(attention_backward_dq_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(dq_smem<kDL>(32 * kDL))));
   MT_CUDA_CALL(cudaFuncSetAttribute(attention_backward_dkv_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(s2)));
+                                    int(dkv_smem<kDL>(32 * kDL))));
   clear_last_error();
   attention_backward_dq_kernel<T, kDL>
       <<<dim3((g.T + kRows - 1) / kRows, g.H, g.B), 32 * kRows, s1, stream>>>(dqkv, dout, qkv, out, lse, g);

@@ -72,8 +72,10 @@ __global__ void __launch_bounds__(32 * kRows) attention_forward_kernel(T* out, f
 template <typename T, int kDL>
 CudaStatus launch_forward(T* out, float* lse, const T* qkv, const Geo& g, cudaStream_t stream) {
   const size_t smem = fwd_smem<kDL>(g.D);
-  MT_CUDA_CALL(
-      cudaFuncSetAttribute(attention_forward_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // the instantiation's largest head_dim, not this call's: a launch with a wider head from
+  // another thread never finds the limit lowered under it
+  MT_CUDA_CALL(cudaFuncSetAttribute(attention_forward_kernel<T, kDL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(fwd_smem<kDL>(32 * kDL))));
   const dim3 grid((g.T + kRows - 1) / kRows, g.H, g.B);
   clear_last_error();
   attention_forward_kernel<T, kDL><<<grid, 32 * kRows, smem, stream>>>(out, lse, qkv, g);

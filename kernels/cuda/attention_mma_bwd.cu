@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_backward_dkv_kernel(bf
   zero(dk);
   zero(dv);
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int t0 = k0; t0 < g.T; t0 += kTile) {  // queries before k0 see none of these keys (causal)
+    // queries before k0 see none of these keys (causal), nor those past the window's reach
+    for (int t0 = k0, t_end = attn::query_rows_end(k0, kTile, g.T, g.window); t0 < t_end; t0 += kTile) {
       __syncthreads();  // the previous query tile's operands and row state are no longer read
       load_ranges(sm.rows.ranges, g, b, t0);
       __syncthreads();

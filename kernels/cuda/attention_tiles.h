@@ -33,4 +33,13 @@ MT_ATTN_HD int key_tile_end(int q0, int T) { return q0 + kTile < T ? q0 + kTile 
 // start after the key tile (other documents).
 MT_ATTN_HD bool query_tile_skipped(int min_first, int k0) { return min_first >= k0 + kTile; }
 
+// Under a sliding window of `window` keys (0: none) row t sees keys from t - window + 1, so the
+// rows from k0 + keys + window - 1 on see none of the key tile [k0, k0 + keys): a key tile's
+// blocks stop there instead of at T (a 1,024-key window at T = 32K: ~17 of 512 query tiles).
+MT_ATTN_HD int query_rows_end(int k0, int keys, int T, int window) {
+  if (window <= 0) return T;
+  const long end = long(k0) + keys + window - 1;
+  return end < T ? int(end) : T;
+}
+
 }  // namespace mt::cuda::attn

@@ -21,9 +21,9 @@ constexpr int kThreads = 512;
 // With a soft cap the row's logits are capped first, in place (the cap's slope 1 - (z/cap)^2 is a
 // function of the capped value, so nothing else is kept).
 template <typename D>
-__global__ void lm_head_softmax_ce_kernel(float* logits, D* dlogits, double* row_loss, float* losses,
-                                          const int32_t* targets, int V, bool backward, float grad_scale,
-                                          float cap) {
+__global__ void __launch_bounds__(kThreads)
+    lm_head_softmax_ce_kernel(float* logits, D* dlogits, double* row_loss, float* losses, const int32_t* targets, int V,
+                              bool backward, float grad_scale, float cap) {
   __shared__ float red[32];
   const int row = blockIdx.x;
   float* z = logits + size_t(row) * V;

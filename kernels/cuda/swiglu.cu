@@ -34,7 +34,9 @@ struct GateUp {
 __device__ __forceinline__ GateUp gate_up(float g, float u, Activation act) {
   if (act.kind != GateActivation::kClampedSwiglu) return {g, u, true, true};
   const float l = act.limit;
-  return {fminf(g, l), fminf(fmaxf(u, -l), l) + 1.f, g <= l, u >= -l && u <= l};
+  // std::min / std::max's NaN behaviour (the CPU's): a NaN stays NaN; fminf would return the bound
+  const float uc = u < -l ? -l : u;
+  return {l < g ? l : g, (l < uc ? l : uc) + 1.f, g <= l, u >= -l && u <= l};
 }
 
 template <typename T>

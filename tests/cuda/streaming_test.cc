@@ -66,7 +66,11 @@ ModelConfig case_config(const Case& c) {
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     return m.ok() ? m.value() : ModelConfig{};
   }
-  return c.family ? testing_util::family_config(c.family) : tiny(c.tied, c.qwen);
+  ModelConfig cfg = c.family ? testing_util::family_config(c.family) : tiny(c.tied, c.qwen);
+  // cuDNN refuses head_dim % 8 != 0 (the family fixtures' is 12): the weights are initialised
+  // here, not read from the fixture, so a cuDNN case may widen the heads
+  if (c.cudnn && cfg.head_dim % 8) cfg.head_dim = 16;
+  return cfg;
 }
 
 // Positions of documents of 1, 7, 12, 20, 1, 7, ... tokens in every row of the batch.
@@ -137,6 +141,7 @@ class CudaStreaming : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaStreaming, LossesMatchCpuBackend) {
   MT_REQUIRE_CUDA();
+  if (GetParam().cudnn && !cuda::cudnn_built()) GTEST_SKIP() << cuda::cudnn_describe();
   const auto cpu = run(GetParam(), false, 5), gpu = run(GetParam(), true, 5);
   const size_t n = GetParam().moe ? 10u : 5u;  // an MoE's aux losses follow its losses
   ASSERT_EQ(cpu.size(), n);
@@ -148,6 +153,7 @@ TEST_P(CudaStreaming, LossesMatchCpuBackend) {
 
 TEST_P(CudaStreaming, SameRunTwiceIsBitIdentical) {
   MT_REQUIRE_CUDA();
+  if (GetParam().cudnn && !cuda::cudnn_built()) GTEST_SKIP() << cuda::cudnn_describe();
   const auto a = run(GetParam(), true, 4), b = run(GetParam(), true, 4);
   ASSERT_EQ(a.size(), GetParam().moe ? 8u : 4u);
   ASSERT_EQ(b.size(), a.size());

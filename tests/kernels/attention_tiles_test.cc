@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -88,6 +89,38 @@ TEST(AttentionTiles, BoundsCoverEveryVisiblePairOnceAndSkipEmptyTiles) {
       EXPECT_EQ(by_query_tiles, visible);
       EXPECT_EQ(by_key_tiles, visible);
     }
+}
+
+// The dK/dV loops' end under a sliding window (query_rows_end): every query tile past it sees
+// none of the key tile, and the tiles before it hold every visible pair — for both kernels'
+// tile shapes (the tensor-core kernel's 64 x 64, the SIMT one's keys x rows), windows shorter,
+// equal to and longer than a tile, with and without packed documents.
+TEST(AttentionTiles, AWindowedKeyTileStopsWhereNoRowSeesIt) {
+  for (const auto& [keys, rows] : {std::pair{kTile, kTile}, std::pair{32, 8}})  // 32 keys x 8 rows: attention_bwd.cu
+    for (int W : {1, 2, 7, 63, 64, 65, 200})
+      for (int T : {1, 65, 333, 517})
+        for (int docs : {0, 40}) {
+          SCOPED_TRACE(testing::Message() << "keys=" << keys << " rows=" << rows << " W=" << W << " T=" << T
+                                          << " docs<=" << docs);
+          const auto pos = docs ? documents(1, T, docs, uint32_t(T + W)) : std::vector<int32_t>{};
+          auto seen = [&](int t, int j) {  // causal, same document, inside the window
+            const int doc = docs ? t - pos[size_t(t)] : 0;
+            return j <= t && j >= std::max(doc, t - W + 1);
+          };
+          long visible = 0, visited = 0;
+          for (int t = 0; t < T; ++t)
+            for (int j = 0; j < T; ++j) visible += seen(t, j);
+          for (int k0 = 0; k0 < T; k0 += keys) {
+            const int end = cuda::attn::query_rows_end(k0, keys, T, W);
+            for (int t0 = k0; t0 < T; t0 += rows)
+              for (int t = t0; t < std::min(t0 + rows, T); ++t)
+                for (int j = k0; j < std::min(k0 + keys, T); ++j) {
+                  if (t0 < end) visited += seen(t, j);
+                  else EXPECT_FALSE(seen(t, j)) << "row " << t << " sees key " << j << " past the end " << end;
+                }
+          }
+          EXPECT_EQ(visited, visible);
+        }
 }
 
 // Worst |got - ref| / (2^-7 (|ref| + rms(ref)) + u * bound): at most 1 when every element is
