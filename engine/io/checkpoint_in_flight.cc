@@ -15,7 +15,10 @@ Result<std::unique_ptr<CheckpointInFlight>> CheckpointInFlight::start(const std:
   store.set_update_gate(c->gate_);
   c->writer_ = std::thread([c = c.get(), root, cfg, &store, state, keep, also_keep] {
     const auto t0 = std::chrono::steady_clock::now();
-    c->written_ = save_checkpoint(root, cfg, store, state, keep, also_keep, [c](size_t u) { c->gate_->capture(u); });
+    c->written_ = save_checkpoint(root, cfg, store, state, keep, also_keep, [c, t0](size_t u) {
+      c->gate_->capture(u);
+      c->cost_.captured_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
     c->gate_->open();  // a failed writer holds no unit back
     c->cost_.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (c->written_.ok()) c->cost_.bytes = tree_bytes(*c->written_);

@@ -21,6 +21,7 @@ namespace mt {
 struct CheckpointCost {
   uint64_t bytes = 0;          // the files written
   double write_seconds = 0;    // from the start to the publish
+  double captured_seconds = 0; // from the start to the last unit captured: no update waits past it
   double updates_waited = 0;   // the optimizer's wait for the writer (0 when written in one go)
   double gbps() const { return write_seconds > 0 ? double(bytes) / write_seconds / 1e9 : 0; }
 };
