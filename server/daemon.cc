@@ -48,9 +48,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   jo.shutdown_timeout_s = cfg.shutdown_timeout_s;
   jo.daemon_log = d->log_->file();
   jo.log_file_bytes = cfg.log_file_bytes;
+  jo.max_reply_bytes = size_t(cfg.max_message_bytes);
   d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);
   MT_RETURN_IF_ERROR(d->jobs_->start());
-  d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth));
+  d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth), cfg.max_streams);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -108,7 +108,11 @@ Result<v1::ListJobsResponse> JobManager::list(const v1::ListJobsRequest& req) {
   if (req.page_size() < 0)
     return invalid_argument("page_size = " + std::to_string(req.page_size()) + " must be >= 0 (0: " +
                             std::to_string(kDefaultPageSize) + ", at most " + std::to_string(kMaxPageSize) + ")");
+  if (!v1::JobState_IsValid(req.state()))
+    return invalid_argument("state = " + std::to_string(int(req.state())) + " names no job state");
   const int limit = req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
+  // by size too: a page of jobs with long paths in their specs must still fit one reply
+  const size_t budget = opt_.max_reply_bytes > 4096 ? opt_.max_reply_bytes - 1024 : opt_.max_reply_bytes;
   std::string after;
   std::lock_guard<std::mutex> lock(mu_);
   if (!req.page_token().empty()) {
@@ -120,13 +124,17 @@ Result<v1::ListJobsResponse> JobManager::list(const v1::ListJobsRequest& req) {
   };
   v1::ListJobsResponse out;
   auto it = after.empty() ? jobs_.begin() : jobs_.upper_bound(after);
+  size_t bytes = 0;
   for (; it != jobs_.end(); ++it) {
     if (!wanted(*it->second)) continue;
-    if (out.jobs_size() == limit) {  // one more matches: there is a next page
-      out.set_next_page_token(page_token_after(out.jobs(limit - 1).id()));
+    v1::Job job = to_proto(*it->second);
+    const size_t size = job.ByteSizeLong() + 8;  // its tag and length
+    if (out.jobs_size() == limit || (out.jobs_size() > 0 && bytes + size > budget)) {  // a next page
+      out.set_next_page_token(page_token_after(out.jobs(out.jobs_size() - 1).id()));
       break;
     }
-    *out.add_jobs() = to_proto(*it->second);
+    bytes += size;
+    *out.add_jobs() = std::move(job);
   }
   return out;
 }

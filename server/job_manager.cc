@@ -174,7 +174,12 @@ void JobManager::worker() {
     std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      for (;;) {  // while idle, records that could not be saved are tried again every second
+        resave_unsaved();
+        if (stopping_ || !queue_.empty()) break;
+        if (unsaved_.empty()) cv_.wait(lock);
+        else cv_.wait_for(lock, std::chrono::seconds(1));
+      }
       if (stopping_) break;
       job = jobs_[queue_.pop()];
       if (job->rec.terminal()) continue;  // cancelled while queued
@@ -193,8 +198,14 @@ void JobManager::worker() {
   worker_done_cv_.notify_all();
 }
 
+// Where spec paths may resolve: the data root, and other jobs' directories (init.from can name a
+// job's checkpoint there).
+std::vector<std::string> JobManager::spec_roots() const { return {opt_.data_root, opt_.state_dir + "/jobs"}; }
+
 void JobManager::run_job(const std::shared_ptr<Job>& job) {
   emit(job->rec.id, [&] { std::lock_guard<std::mutex> l(mu_); return event_of(*job); }());
+  if (Status moved = recheck_spec_paths(job->spec, spec_roots(), opt_.nvme_paths); !moved.ok())
+    return finish_job(job, moved);
   const std::string id = job->rec.id;
   const double peak = opt_.peak_flops > 0 ? opt_.peak_flops : estimate_peak_flops(job->spec);
   JobHooks hooks;
@@ -397,7 +408,7 @@ void JobManager::unpark_if_fed(Job& job) {
 
 Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   auto job = std::make_shared<Job>();
-  MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, {opt_.data_root, opt_.state_dir + "/jobs"}, opt_.nvme_paths));
+  MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, spec_roots(), opt_.nvme_paths));
   MT_RETURN_IF_ERROR(check_spec_inputs(job->spec));
   auto cfg = resolve_model(job->spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
@@ -428,7 +439,7 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
 }
 
 Result<v1::PlanJobResponse> JobManager::plan(const v1::PlanJobRequest& req) {
-  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(req.spec(), {opt_.data_root, opt_.state_dir + "/jobs"}, opt_.nvme_paths));
+  MT_ASSIGN_OR_RETURN(JobSpec spec, spec_from_proto(req.spec(), spec_roots(), opt_.nvme_paths));
   auto cfg = resolve_model(spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
   v1::PlanJobResponse out;
@@ -575,9 +586,22 @@ Status JobManager::save(const Job& job) {
   rec.consumed_checksum = job.progress->checksum.load();
   if (job.spool) rec.spooled_tokens = job.spool->tokens();
   Status st = save_record(job.dir + "/job.json", rec);
-  if (!st.ok()) spdlog::error("job {}: {}", job.rec.id, st.to_string());
+  if (!st.ok()) {
+    if (unsaved_.insert(job.rec.id).second) spdlog::error("job {}: {}; tried again while idle", job.rec.id, st.to_string());
+  } else if (unsaved_.erase(job.rec.id)) {
+    spdlog::info("job {}: its record is saved again", job.rec.id);
+  }
   if (job.rec.terminal() && job.log) job.log->close();
   return st;
+}
+
+void JobManager::resave_unsaved() {
+  const std::set<std::string> ids = unsaved_;
+  for (const std::string& id : ids) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) unsaved_.erase(id);  // deleted since
+    else (void)save(*it->second);
+  }
 }
 
 void JobManager::update_job_metrics() {

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +58,7 @@ class JobManager {
     std::shared_ptr<LogFile> daemon_log;  // StreamLogs' "daemon"; null: none
     uint64_t log_file_bytes = 0;         // each job log's rotation size; 0: LogFile's default
     double shutdown_timeout_s = 0;       // how long a stop waits for a job's checkpoint; 0: unbounded
+    size_t max_reply_bytes = 4 << 20;    // a ListJobs page ends before its reply would outgrow this
   };
   // A job whose run ends with the device lost (StatusCode::kDeviceLost: a sticky CUDA error,
   // the process's context unusable) stays RUNNING with the failure as its reason, the worker
@@ -149,7 +151,12 @@ class JobManager {
   v1::JobEvent event_of(const Job& job) const;  // mu_ held
   // To the job's watchers; a step or evaluation event (`progress`) is kept for later ones too.
   void emit(const std::string& id, const v1::JobEvent& ev, bool progress = false);
-  Status save(const Job& job);  // mu_ held; logged as well
+  // mu_ held; a failure is logged, and the record tried again (resave_unsaved) until it is saved:
+  // a job a client was told ended must not run again after a restart because its record was not
+  // written (its disk full, the daemon out of descriptors).
+  Status save(const Job& job);
+  void resave_unsaved();  // mu_ held
+  std::vector<std::string> spec_roots() const;
   void update_job_metrics();  // mu_ held
 
   Options opt_;
@@ -162,6 +169,7 @@ class JobManager {
   long next_id_ = 1;
   bool stopping_ = false, worker_done_ = false, started_ = false;
   Status device_fault_;
+  std::set<std::string> unsaved_;  // jobs whose last save failed
   std::thread worker_;
 
   std::mutex listeners_mu_;  // taken before mu_ when both are held

@@ -14,7 +14,9 @@ constexpr size_t kBatchBytes = 32 << 10;  // per message, well under any --max_m
 
 class LogStreamReactor final : public grpc::ServerWriteReactor<v1::StreamLogsResponse> {
  public:
-  LogStreamReactor() : state_(std::make_shared<State>()) { state_->r = this; }
+  explicit LogStreamReactor(StreamSlots::Slot slot) : state_(std::make_shared<State>()), slot_(std::move(slot)) {
+    state_->r = this;
+  }
 
   void fail(const grpc::Status& s) {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -123,14 +125,16 @@ class LogStreamReactor final : public grpc::ServerWriteReactor<v1::StreamLogsRes
   };
 
   std::shared_ptr<State> state_;
+  StreamSlots::Slot slot_;  // freed when the reactor is deleted
 };
 
 }  // namespace
 
 grpc::ServerWriteReactor<v1::StreamLogsResponse>* stream_logs(const grpc::Status& refused,
                                                               std::shared_ptr<LogFile> log,
-                                                              const v1::StreamLogsRequest& req) {
-  auto* r = new LogStreamReactor();
+                                                              const v1::StreamLogsRequest& req,
+                                                              StreamSlots::Slot slot) {
+  auto* r = new LogStreamReactor(std::move(slot));
   if (!refused.ok()) r->fail(refused);
   else r->start(std::move(log), req);
   return r;

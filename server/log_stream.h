@@ -8,12 +8,14 @@
 
 #include "megatrain/v1/trainer.grpc.pb.h"
 #include "server/log_file.h"
+#include "server/stream_slots.h"
 
 namespace mt::server {
 
-// The reactor for one call; it deletes itself when the call is done. A non-OK `refused` (auth,
-// no such job) finishes the call at once with that status.
+// The reactor for one call; it deletes itself (and frees its stream slot) when the call is done.
+// A non-OK `refused` (auth, no such job, no slot) finishes the call at once with that status.
 grpc::ServerWriteReactor<megatrain::v1::StreamLogsResponse>* stream_logs(
-    const grpc::Status& refused, std::shared_ptr<LogFile> log, const megatrain::v1::StreamLogsRequest& req);
+    const grpc::Status& refused, std::shared_ptr<LogFile> log, const megatrain::v1::StreamLogsRequest& req,
+    StreamSlots::Slot slot);
 
 }  // namespace mt::server

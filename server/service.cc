@@ -37,6 +37,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     sink_->finished = true;
     Finish(s);
   }
+  void hold(StreamSlots::Slot slot) { slot_ = std::move(slot); }
   void OnWriteDone(bool ok) override { sink_->write_done(ok); }
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(sink_->mu);
@@ -98,6 +99,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
 
   JobManager& jobs_;
   std::shared_ptr<Sink> sink_;
+  StreamSlots::Slot slot_;  // freed when the reactor is deleted
   uint64_t token_ = 0;
 };
 
@@ -112,7 +114,10 @@ bool valid_push_id(const std::string& id) {
 class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
  public:
   PushReactor(JobManager& jobs, v1::PushDataResponse* resp) : jobs_(jobs), resp_(resp) {}
-  void start() { StartRead(&req_); }
+  void start(StreamSlots::Slot slot) {
+    slot_ = std::move(slot);
+    StartRead(&req_);
+  }
   void fail(const grpc::Status& s) { Finish(s); }
 
   void OnReadDone(bool ok) override {
@@ -123,14 +128,14 @@ class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
     const std::string where = "chunk " + std::to_string(chunks_) + " (" + std::to_string(resp_->chunks_accepted()) +
                               " earlier chunks accepted): ";
     if (grpc::Status bad = take_names(); !bad.ok()) {
-      Finish({bad.error_code(), where + bad.error_message()});
+      Finish({bad.error_code(), clip_message(where + bad.error_message())});
       return;
     }
     PushAt at;
     if (!push_id_.empty()) at = {push_key(push_id_), req_.offset()};
     auto ack = jobs_.push(job_id_, req_.tokens().data(), size_t(req_.tokens_size()), at);
     if (!ack.ok()) {
-      Finish(grpc::Status(to_grpc_code(ack.status().code()), where + ack.status().message()));
+      Finish(grpc::Status(to_grpc_code(ack.status().code()), clip_message(where + ack.status().message())));
       return;
     }
     ++chunks_;
@@ -175,6 +180,7 @@ class PushReactor final : public grpc::ServerReadReactor<v1::PushDataRequest> {
   v1::PushDataResponse* resp_;
   v1::PushDataRequest req_;
   std::string job_id_, push_id_;
+  StreamSlots::Slot slot_;  // freed when the reactor is deleted
   uint64_t chunks_ = 0, next_offset_ = 0;
 };
 
@@ -219,16 +225,21 @@ grpc::ServerUnaryReactor* TrainerService::CancelJob(grpc::CallbackServerContext*
 grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                  const v1::WatchJobRequest* req) {
   auto* r = new WatchReactor(jobs_);
-  if (auto a = auth_.authorize(*ctx, "WatchJob", Role::kRead); !a.ok()) r->fail(a);
-  else r->start(req->job_id(), req->from_start());
+  if (auto a = auth_.authorize(*ctx, "WatchJob", Role::kRead); !a.ok()) return r->fail(a), r;
+  auto slot = streams_.take("WatchJob");
+  if (!slot.ok()) return r->fail(to_grpc(slot.status())), r;
+  r->hold(std::move(*slot));
+  r->start(req->job_id(), req->from_start());
   return r;
 }
 
 grpc::ServerReadReactor<v1::PushDataRequest>* TrainerService::PushData(grpc::CallbackServerContext* ctx,
                                                                        v1::PushDataResponse* resp) {
   auto* r = new PushReactor(jobs_, resp);
-  if (auto a = auth_.authorize(*ctx, "PushData", Role::kAdmin); !a.ok()) r->fail(a);
-  else r->start();
+  if (auto a = auth_.authorize(*ctx, "PushData", Role::kAdmin); !a.ok()) return r->fail(a), r;
+  auto slot = streams_.take("PushData");
+  if (!slot.ok()) return r->fail(to_grpc(slot.status())), r;
+  r->start(std::move(*slot));
   return r;
 }
 
@@ -278,12 +289,18 @@ grpc::ServerWriteReactor<v1::StreamLogsResponse>* TrainerService::StreamLogs(grp
   const bool daemon_log = req->job_id().empty() || req->job_id() == "daemon";
   grpc::Status refused = auth_.authorize(*ctx, "StreamLogs", daemon_log ? Role::kAdmin : Role::kRead);
   std::shared_ptr<LogFile> log;
+  StreamSlots::Slot slot;
+  if (refused.ok()) {
+    auto s = streams_.take("StreamLogs");
+    if (s.ok()) slot = std::move(*s);
+    else refused = to_grpc(s.status());
+  }
   if (refused.ok()) {
     auto l = jobs_.log(req->job_id());
     if (l.ok()) log = *l;
     else refused = to_grpc(l.status());
   }
-  return stream_logs(refused, std::move(log), *req);
+  return stream_logs(refused, std::move(log), *req, std::move(slot));
 }
 
 grpc::ServerUnaryReactor* TrainerService::ListCheckpoints(grpc::CallbackServerContext* ctx,

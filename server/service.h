@@ -5,12 +5,16 @@
 #include "server/artifacts.h"
 #include "server/auth.h"
 #include "server/job_manager.h"
+#include "server/stream_slots.h"
 
 namespace mt::server {
 
 class TrainerService final : public megatrain::v1::Trainer::CallbackService {
  public:
-  TrainerService(JobManager& jobs, Authenticator auth) : jobs_(jobs), auth_(std::move(auth)) {}
+  // At most max_streams streaming calls open at once (stream_slots.h).
+  TrainerService(JobManager& jobs, Authenticator auth, int max_streams)
+      : jobs_(jobs), auth_(std::move(auth)), streams_(max_streams) {}
+  int open_streams() const { return streams_.open(); }
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                       v1::SubmitJobResponse* resp) override;
@@ -53,6 +57,7 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
   JobManager& jobs_;
   Authenticator auth_;
   Exporter exporter_;
+  StreamSlots streams_;
 };
 
 }  // namespace mt::server

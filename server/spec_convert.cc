@@ -43,6 +43,9 @@ bool within_any(const fs::path& p, const std::vector<fs::path>& roots) {
 // resolves outside escaped through a symlink, and is refused rather than tried elsewhere.
 Status resolve_path(const char* field, std::string& value, const std::vector<std::string>& roots) {
   if (value.empty()) return Status::Ok();
+  if (value.find('\0') != std::string::npos) return invalid_argument(std::string(field) + " holds a NUL byte");
+  if (value.size() > 4096)
+    return invalid_argument(std::string(field) + " is " + std::to_string(value.size()) + " bytes, longer than a path");
   if (roots.empty()) return invalid_argument(std::string(field) + " = '" + value + "': no data root configured");
   std::error_code ec;
   std::vector<fs::path> real_roots;
@@ -108,6 +111,28 @@ static Status resolve_nvme_paths(JobSpec& spec, const std::vector<std::string>& 
   if (!roots.empty()) allowed.push_back(roots.front());
   allowed.insert(allowed.end(), nvme_roots.begin(), nvme_roots.end());
   for (std::string& p : spec.nvme.paths) MT_RETURN_IF_ERROR(resolve_path("memory.nvme_paths", p, allowed));
+  return Status::Ok();
+}
+
+Status recheck_spec_paths(const JobSpec& spec, const std::vector<std::string>& roots,
+                          const std::vector<std::string>& nvme_roots) {
+  JobSpec again = spec;
+  if (Status st = resolve_spec_paths(again, roots, nvme_roots); !st.ok())
+    return invalid_argument("since the submit, " + st.message());
+  auto same = [](const char* field, const std::string& was, const std::string& now) {
+    return was == now ? Status::Ok()
+                      : invalid_argument(std::string(field) + " = '" + was + "' now resolves to '" + now +
+                                         "': a component was replaced (by a symlink?) since the submit");
+  };
+  MT_RETURN_IF_ERROR(same("data.path", spec.data.path, again.data.path));
+  MT_RETURN_IF_ERROR(same("data.tokenizer", spec.data.tokenizer, again.data.tokenizer));
+  MT_RETURN_IF_ERROR(same("eval.data.path", spec.eval.data.path, again.eval.data.path));
+  MT_RETURN_IF_ERROR(same("eval.data.tokenizer", spec.eval.data.tokenizer, again.eval.data.tokenizer));
+  MT_RETURN_IF_ERROR(same("model.hf_config", spec.model.hf_config, again.model.hf_config));
+  MT_RETURN_IF_ERROR(same("model.hf_model", spec.model.hf_model, again.model.hf_model));
+  MT_RETURN_IF_ERROR(same("init.from", spec.init.from, again.init.from));
+  for (size_t i = 0; i < spec.nvme.paths.size(); ++i)
+    MT_RETURN_IF_ERROR(same("memory.nvme_paths", spec.nvme.paths[i], again.nvme.paths[i]));
   return Status::Ok();
 }
 

@@ -19,6 +19,12 @@ Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::
                                 const std::vector<std::string>& nvme_roots = {});
 Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots,
                           const std::vector<std::string>& nvme_roots = {});
+// At a job's start (after a queue of hours, or a restart): its resolved paths resolve to the same
+// places under the roots still. A directory swapped for a symlink since the submit (to outside
+// the roots, or elsewhere inside them) fails the job naming the path instead of reading or
+// writing where the client may not. The window left is the job's own start to its opens.
+Status recheck_spec_paths(const JobSpec& spec, const std::vector<std::string>& roots,
+                          const std::vector<std::string>& nvme_roots = {});
 // The files a job reads when it starts exist (data.path of text/tokens data, init.from), so a
 // job that would fail at start is refused at submit, naming the path. INVALID_ARGUMENT.
 Status check_spec_inputs(const JobSpec& spec);

@@ -2,6 +2,8 @@
 #pragma once
 #include <grpcpp/support/status.h>
 
+#include <string>
+
 #include "engine/base/status.h"
 
 namespace mt::server {
@@ -24,9 +26,18 @@ inline grpc::StatusCode to_grpc_code(StatusCode c) {
   return grpc::StatusCode::UNKNOWN;
 }
 
+// A message goes out in a header (grpc-message), which clients refuse past ~8-16 KiB: one that
+// quotes a client's enormous input keeps its start and end, and says how much was cut.
+inline std::string clip_message(const std::string& m, size_t max = 4096) {
+  if (m.size() <= max) return m;
+  const size_t head = max / 2, tail = max / 4;
+  return m.substr(0, head) + " ... [" + std::to_string(m.size() - head - tail) + " bytes cut] ... " +
+         m.substr(m.size() - tail);
+}
+
 inline grpc::Status to_grpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(to_grpc_code(s.code()), s.message());
+  return grpc::Status(to_grpc_code(s.code()), clip_message(s.message()));
 }
 
 }  // namespace mt::server

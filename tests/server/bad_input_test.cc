@@ -451,5 +451,132 @@ TEST(ServerHealth, TrainerServiceNameIsServing) {
   EXPECT_EQ(health_check(s.channel, "megatrain.v1.Nope").first.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// A client that opens streams and never reads them (watches, log followers, pushes) holds at most
+// --max_streams of them: the next is refused RESOURCE_EXHAUSTED naming the flag, the job and the
+// unary calls go on, and a stream that ends frees its slot. (Unbounded, 20,000 followers held
+// 20,000 descriptors and the running job failed: it could not open its checkpoint directory.)
+TEST(ServerStreams, MoreThanMaxStreamsAreRefusedAndAnEndedOneFreesItsSlot) {
+  DaemonConfig cfg = test_config(fresh_dir("max_streams"));
+  cfg.max_streams = 3;
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  const std::string id = submit(*s.stub, tiny_spec(1000000));
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(id);
+  v1::StreamLogsRequest lreq;
+  lreq.set_job_id(id);
+  lreq.set_follow(true);
+  std::vector<std::unique_ptr<grpc::ClientContext>> held;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> watches;
+  v1::JobEvent ev;
+  for (int i = 0; i < 2; ++i) {  // two watches, each open once it has its first event
+    held.push_back(ctx(60));
+    watches.push_back(s.stub->WatchJob(held.back().get(), wreq));
+    ASSERT_TRUE(watches.back()->Read(&ev)) << i;
+  }
+  held.push_back(ctx(60));
+  auto follower = s.stub->StreamLogs(held.back().get(), lreq);
+  follower->WaitForInitialMetadata();  // the third: a follower, listening
+
+  auto c1 = ctx(10);
+  auto refused_watch = s.stub->WatchJob(c1.get(), wreq);
+  EXPECT_FALSE(refused_watch->Read(&ev));
+  const grpc::Status w = refused_watch->Finish();
+  EXPECT_EQ(w.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << w.error_message();
+  EXPECT_NE(w.error_message().find("--max_streams"), std::string::npos) << w.error_message();
+  auto c2 = ctx(10);
+  auto refused_logs = s.stub->StreamLogs(c2.get(), lreq);
+  v1::StreamLogsResponse line;
+  EXPECT_FALSE(refused_logs->Read(&line));
+  EXPECT_EQ(refused_logs->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(push_status(*s.stub, id, {1, 2, 3}).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(still_serving(*s.stub));
+
+  held[0]->TryCancel();  // the first watch ends: its slot comes back once the daemon is done with it
+  while (watches[0]->Read(&ev)) {
+  }
+  (void)watches[0]->Finish();
+  bool reopened = false;
+  for (int attempt = 0; attempt < 200 && !reopened; ++attempt) {
+    auto c = ctx(10);
+    auto again = s.stub->WatchJob(c.get(), wreq);
+    reopened = again->Read(&ev);
+    c->TryCancel();
+    (void)again->Finish();
+    if (!reopened) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(reopened) << "the ended watch's slot never came back";
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(id);
+  v1::Job j;
+  auto c3 = ctx();
+  EXPECT_TRUE(s.stub->CancelJob(c3.get(), cancel, &j).ok());
+  EXPECT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_CANCELLED);
+  for (auto& c : held) c->TryCancel();
+  for (size_t i = 1; i < watches.size(); ++i) {
+    while (watches[i]->Read(&ev)) {
+    }
+    (void)watches[i]->Finish();
+  }
+  while (follower->Read(&line)) {
+  }
+  (void)follower->Finish();
+}
+
+// A name longer than 256 bytes, a NUL in a path and a ListJobs state that names no state are
+// INVALID_ARGUMENT; a page of jobs whose specs are large ends before the reply outgrows
+// --max_message_bytes, and its token leads on to the rest (the first version filled pages by
+// count: 50 jobs of 45,000-byte names broke ListJobs and `megatrain list` for everyone).
+TEST(ServerBadInput, LongNamesNulPathsAndUnknownStatesAreRefusedAndPagesFitAReply) {
+  DaemonConfig cfg = test_config(fresh_dir("list_by_size"));
+  cfg.max_message_bytes = 16 << 10;
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  v1::JobSpec long_name = tiny_spec(1);
+  long_name.set_name(std::string(257, 'n'));
+  grpc::Status st = submit_status(*s.stub, long_name);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("at most 256"), std::string::npos) << st.error_message();
+  v1::JobSpec nul = tiny_spec(1, "text");
+  nul.mutable_data()->set_path(std::string("ok.txt\0junk", 11));
+  st = submit_status(*s.stub, nul);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("NUL"), std::string::npos) << st.error_message();
+  v1::ListJobsRequest bad_state;
+  bad_state.set_state(v1::JobState(99));
+  v1::ListJobsResponse resp;
+  auto c = ctx();
+  EXPECT_EQ(s.stub->ListJobs(c.get(), bad_state, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Paths of 3,000 bytes (a deep directory inside the root): each Job carries one in its spec.
+  std::string dir = "d";
+  while (dir.size() < 3000) dir += "/" + std::string(200, 'x');
+  std::filesystem::create_directories(cfg.data_root + "/" + dir);
+  std::ofstream(cfg.data_root + "/" + dir + "/t.txt") << std::string(4096, 'a');
+  std::vector<std::string> ids;
+  for (int i = 0; i < 12; ++i) {
+    v1::JobSpec spec = tiny_spec(1, "text");
+    spec.mutable_data()->set_path(dir + "/t.txt");
+    spec.set_name(std::string(256, char('a' + i)));
+    ids.push_back(submit(*s.stub, spec));
+    ASSERT_FALSE(ids.back().empty()) << i;
+  }
+  std::vector<std::string> listed;
+  v1::ListJobsRequest req;
+  int pages = 0;
+  do {
+    auto cl = ctx();
+    v1::ListJobsResponse page;
+    grpc::Status ls = s.stub->ListJobs(cl.get(), req, &page);
+    ASSERT_TRUE(ls.ok()) << ls.error_message();
+    EXPECT_LE(page.ByteSizeLong(), size_t(cfg.max_message_bytes));
+    for (const auto& j : page.jobs()) listed.push_back(j.id());
+    req.set_page_token(page.next_page_token());
+    ++pages;
+  } while (!req.page_token().empty() && pages < 100);
+  EXPECT_EQ(listed, ids);
+  EXPECT_GT(pages, 1);
+}
+
 }  // namespace
 }  // namespace mt::server::testing

@@ -248,6 +248,66 @@ TEST(ServerBadInput, DataPathThroughAnEscapingSymlinkOrMissingIsRefusedAtSubmit)
   fs::remove_all(outside);
 }
 
+// A directory a queued job's data path runs through, swapped for a symlink to outside the data
+// root after the submit, fails the job when it starts, naming the path; it never reads there.
+// (The path was checked once, at submit, and the job opened whatever it named hours later.)
+TEST(ServerBadInput, ADataDirectorySwappedForASymlinkWhileQueuedFailsTheJobAtStart) {
+  const std::string state = fresh_dir("paths_swapped");
+  DaemonConfig cfg = test_config(state);
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  const std::string outside = fresh_dir("paths_swapped_outside");
+  fs::create_directories(cfg.data_root + "/tt");
+  fs::create_directories(outside + "/tt");
+  std::ofstream(cfg.data_root + "/tt/tokens.bin") << std::string(4096, '\0');
+  std::ofstream(outside + "/tt/tokens.bin") << std::string(8192, '\0');
+  const std::string blocker = submit(*s.stub, tiny_spec(1000000));
+  v1::JobSpec spec = tiny_spec(2, "tokens");
+  spec.mutable_data()->set_path("tt/tokens.bin");
+  spec.mutable_data()->set_dtype("uint16");
+  const std::string id = submit(*s.stub, spec);
+  ASSERT_FALSE(id.empty());
+  fs::rename(cfg.data_root + "/tt", cfg.data_root + "/tt.orig");
+  fs::create_directory_symlink(outside + "/tt", cfg.data_root + "/tt");
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(blocker);
+  v1::Job j;
+  auto c = ctx();
+  ASSERT_TRUE(s.stub->CancelJob(c.get(), cancel, &j).ok());
+  j = wait_terminal(*s.stub, id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
+  EXPECT_NE(j.reason().find("data.path"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("since the submit"), std::string::npos) << j.reason();
+  EXPECT_EQ(j.step(), 0);
+  fs::remove_all(outside);
+}
+
+// A record that cannot be written when the job ends (here a directory squats job.json.tmp; in
+// the field, a full disk or no descriptors left) is written once it can be: the job a client was
+// told SUCCEEDED does not run again after a restart because its record still said RUNNING.
+TEST(ServerRestart, AnEndedJobsRecordThatCouldNotBeSavedIsSavedOnceItCanBe) {
+  const std::string state = fresh_dir("resave");
+  Server s(test_config(state));
+  ASSERT_TRUE(s.stub);
+  const std::string id = submit(*s.stub, tiny_spec(200));
+  const std::string dir = state + "/jobs/" + id;
+  wait_job(*s.stub, id, [](const v1::Job& j) { return j.step() >= 2; });
+  fs::create_directory(dir + "/job.json.tmp");  // every save fails from here on
+  ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
+  auto on_disk = [&] {
+    std::ifstream f(dir + "/job.json");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(on_disk().find("\"succeeded\""), std::string::npos) << "the squatted save went through?";
+  fs::remove(dir + "/job.json.tmp");
+  bool saved = false;
+  for (int i = 0; i < 100 && !saved; ++i) {
+    saved = on_disk().find("\"succeeded\"") != std::string::npos;
+    if (!saved) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(saved) << on_disk();
+}
+
 // Issue 11.11: checkpoint-now on a push job waiting for data answers at once (it used to wait
 // for data that never came).
 TEST(ServerStarvation, CheckpointAnswersWhileWaitingForData) {
