@@ -32,7 +32,7 @@ ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::string, auth_token_file, "", "File holding the bearer token clients must send");
 ABSL_FLAG(bool, insecure, false, "Allow a non-loopback listen address without TLS and a token");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20, "Largest gRPC message accepted");
-ABSL_FLAG(int32_t, max_streams, 1024, "Streaming calls (watches, log reads, pushes) open at once; more are refused");
+ABSL_FLAG(int32_t, max_streams, 1024, "Watches and log reads open at once, and pushes apart; more are refused");
 ABSL_FLAG(double, shutdown_timeout, 30, "Seconds SIGTERM waits for the running job's checkpoint");
 ABSL_FLAG(double, peak_flops, 0, "Peak FLOP/s of the compute device for MFU (0: estimate)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
@@ -96,7 +96,8 @@ Status finalize_config(DaemonConfig& c) {
   if (c.state_dir.empty()) c.state_dir = default_state_dir();
   if (c.data_root.empty()) c.data_root = c.state_dir + "/data";
   if (c.host_memory == 0) c.host_memory = physical_memory_bytes() / 10 * 8;
-  if (c.max_message_bytes < 1024) return invalid_argument("--max_message_bytes must be >= 1024");
+  // a Job message with every path of a spec at PATH_MAX fits (ListJobs pages always hold one)
+  if (c.max_message_bytes < (64 << 10)) return invalid_argument("--max_message_bytes must be >= 64K (65536)");
   if (c.max_streams < 1 || c.max_streams > 1000000)
     return invalid_argument("--max_streams = " + std::to_string(c.max_streams) + " must be in 1..1000000");
   if (c.devices < 1 || c.devices > 64) return invalid_argument("--devices = " + std::to_string(c.devices) + " must be in 1..64");

@@ -24,7 +24,7 @@ struct DaemonConfig {
   std::string auth_token_file;
   bool insecure = false;
   int max_message_bytes = 4 << 20;
-  int max_streams = 1024;  // WatchJob, StreamLogs and PushData calls open at once (stream_slots.h)
+  int max_streams = 1024;  // WatchJob + StreamLogs calls open at once, and PushData apart (stream_slots.h)
   double shutdown_timeout_s = 30;
   double peak_flops = 0;  // for MFU; 0: estimated from the backend
   std::string log_level = "info";

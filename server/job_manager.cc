@@ -268,6 +268,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
       std::lock_guard<std::mutex> lock(mu_);
       job->rec.last_checkpoint = dir;
       (void)save(*job);
+      resave_unsaved();  // a job that ended while this one was queued: its record, not days later
       waiters.swap(job->ckpt_waiters);
       ev = event_of(*job);
     }
@@ -587,7 +588,10 @@ Status JobManager::save(const Job& job) {
   if (job.spool) rec.spooled_tokens = job.spool->tokens();
   Status st = save_record(job.dir + "/job.json", rec);
   if (!st.ok()) {
-    if (unsaved_.insert(job.rec.id).second) spdlog::error("job {}: {}; tried again while idle", job.rec.id, st.to_string());
+    if (unsaved_.insert(job.rec.id).second) {
+      spdlog::error("job {}: {}; tried again while idle and at checkpoints", job.rec.id, st.to_string());
+      cv_.notify_all();  // an idle worker waits without a timeout until there is one to retry
+    }
   } else if (unsaved_.erase(job.rec.id)) {
     spdlog::info("job {}: its record is saved again", job.rec.id);
   }

@@ -237,7 +237,7 @@ grpc::ServerReadReactor<v1::PushDataRequest>* TrainerService::PushData(grpc::Cal
                                                                        v1::PushDataResponse* resp) {
   auto* r = new PushReactor(jobs_, resp);
   if (auto a = auth_.authorize(*ctx, "PushData", Role::kAdmin); !a.ok()) return r->fail(a), r;
-  auto slot = streams_.take("PushData");
+  auto slot = pushes_.take("PushData");
   if (!slot.ok()) return r->fail(to_grpc(slot.status())), r;
   r->start(std::move(*slot));
   return r;

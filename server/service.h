@@ -11,10 +11,10 @@ namespace mt::server {
 
 class TrainerService final : public megatrain::v1::Trainer::CallbackService {
  public:
-  // At most max_streams streaming calls open at once (stream_slots.h).
+  // At most max_streams watches and log reads open at once, and as many pushes (stream_slots.h).
   TrainerService(JobManager& jobs, Authenticator auth, int max_streams)
-      : jobs_(jobs), auth_(std::move(auth)), streams_(max_streams) {}
-  int open_streams() const { return streams_.open(); }
+      : jobs_(jobs), auth_(std::move(auth)), streams_(max_streams, "watches and log reads"),
+        pushes_(max_streams, "pushes") {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                       v1::SubmitJobResponse* resp) override;
@@ -57,7 +57,7 @@ class TrainerService final : public megatrain::v1::Trainer::CallbackService {
   JobManager& jobs_;
   Authenticator auth_;
   Exporter exporter_;
-  StreamSlots streams_;
+  StreamSlots streams_, pushes_;
 };
 
 }  // namespace mt::server

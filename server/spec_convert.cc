@@ -21,6 +21,10 @@ Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::
   if (!st.ok()) return invalid_argument("job spec: " + std::string(st.message()));
   MT_ASSIGN_OR_RETURN(Json json, Json::parse(text));
   MT_ASSIGN_OR_RETURN(JobSpec spec, job_spec_from_json(json));
+  // here, not in the engine's validation: a daemon restarted over jobs with longer names runs them
+  if (spec.name.size() > kMaxJobNameBytes)
+    return invalid_argument("name is " + std::to_string(spec.name.size()) + " bytes, at most " +
+                            std::to_string(kMaxJobNameBytes));
   MT_RETURN_IF_ERROR(resolve_spec_paths(spec, roots, nvme_roots));
   return spec;
 }

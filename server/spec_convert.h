@@ -11,6 +11,9 @@
 
 namespace mt::server {
 
+// A job is listed by its name (twice in every Job message): a submitted one is at most this long.
+inline constexpr size_t kMaxJobNameBytes = 256;
+
 // Parses and validates; every path in the spec is resolved (made absolute) under one of
 // `roots` and a path that escapes them is refused naming the field and value.
 // nvme_roots: megatraind's --nvme_paths, where a job's NVMe tier may put its scratch files

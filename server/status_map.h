@@ -28,11 +28,14 @@ inline grpc::StatusCode to_grpc_code(StatusCode c) {
 
 // A message goes out in a header (grpc-message), which clients refuse past ~8-16 KiB: one that
 // quotes a client's enormous input keeps its start and end, and says how much was cut.
+// The cuts fall between UTF-8 characters.
 inline std::string clip_message(const std::string& m, size_t max = 4096) {
   if (m.size() <= max) return m;
-  const size_t head = max / 2, tail = max / 4;
-  return m.substr(0, head) + " ... [" + std::to_string(m.size() - head - tail) + " bytes cut] ... " +
-         m.substr(m.size() - tail);
+  auto continuation = [&](size_t i) { return i < m.size() && (static_cast<unsigned char>(m[i]) & 0xC0) == 0x80; };
+  size_t head = max / 2, tail_at = m.size() - max / 4;
+  while (head > 0 && continuation(head)) --head;
+  while (continuation(tail_at)) ++tail_at;
+  return m.substr(0, head) + " ... [" + std::to_string(tail_at - head) + " bytes cut] ... " + m.substr(tail_at);
 }
 
 inline grpc::Status to_grpc(const Status& s) {

@@ -315,9 +315,6 @@ Result<JobSpec> job_spec_from_json(const Json& j) {
 Status validate_nvme(const JobSpec& s);  // below
 
 Status validate(const JobSpec& s) {
-  if (s.name.size() > JobSpec::kMaxNameBytes)
-    return invalid_argument("name is " + std::to_string(s.name.size()) + " bytes, at most " +
-                            std::to_string(JobSpec::kMaxNameBytes));
   const int sources = !s.model.preset.empty() + !s.model.hf_config.empty() + !s.model.hf_model.empty();
   if (sources != 1) return invalid_argument("model must name exactly one of preset, hf_config, hf_model");
   if (s.steps < 1) return invalid_argument("steps = " + std::to_string(s.steps) + " must be >= 1");

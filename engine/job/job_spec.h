@@ -74,7 +74,6 @@ struct EvalSpec {
 inline constexpr int kMaxSlots = 64;
 
 struct JobSpec {
-  static constexpr size_t kMaxNameBytes = 256;  // a job is listed by its name, twice per Job message
   std::string name = "job";
   ModelSpec model;
   InitSpec init;
