@@ -16,7 +16,9 @@ namespace mt {
 
 Status errno_status(const std::string& what, const std::string& path, int err) {
   const std::string m = what + " '" + path + "': " + std::strerror(err);
-  return err == ENOSPC || err == EFBIG || err == EDQUOT ? resource_exhausted(m) : data_loss(m);
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT) return resource_exhausted(m);
+  if (err == ENAMETOOLONG) return invalid_argument(m);  // the caller's name, not the disk
+  return data_loss(m);
 }
 
 namespace {

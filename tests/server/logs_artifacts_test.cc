@@ -260,6 +260,7 @@ TEST(ServerArtifacts, CheckpointsListedAndAnExportReadsBackAsTheCheckpoint) {
       {"exports/new", "fp16", 0, grpc::StatusCode::INVALID_ARGUMENT, "dtype"},
       {"exports/new", "", 5, grpc::StatusCode::NOT_FOUND, "steps 4, 8, 12"},
       {"exports/new", "", -3, grpc::StatusCode::INVALID_ARGUMENT, "step"},
+      {"exports/" + std::string(300, 'n'), "", 0, grpc::StatusCode::INVALID_ARGUMENT, "too long"},  // not DATA_LOSS
   };
   for (const auto& r : refusals) {
     st = export_model(*s.stub, id, r.out, r.step, r.dtype, &resp);
