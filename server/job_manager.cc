@@ -551,36 +551,6 @@ Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {
   return Status::Ok();
 }
 
-Result<uint64_t> JobManager::watch(const std::string& id, Listener l, bool from_start) {
-  // Held from the state to the registration: an event emitted in between (the job's end, say)
-  // would otherwise reach nobody, and the watch would wait for it forever.
-  std::lock_guard<std::mutex> listening(listeners_mu_);
-  v1::JobEvent first;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    MT_ASSIGN_OR_RETURN(auto job, find(id));
-    first = event_of(*job);
-  }
-  if (from_start) history_.replay(id, l);
-  l(first);
-  const uint64_t token = next_listener_++;
-  listeners_[token] = {id, std::move(l)};
-  return token;
-}
-
-void JobManager::unwatch(uint64_t token) {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
-  listeners_.erase(token);
-}
-
-void JobManager::emit(const std::string& id, const v1::JobEvent& ev, bool progress) {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
-  if (progress) history_.keep(id, ev);
-  if (terminal(ev.state())) history_.ended(id);
-  for (auto& [token, entry] : listeners_)
-    if (entry.first == id) entry.second(ev);
-}
-
 Status JobManager::save(const Job& job) {
   JobRecord rec = job.rec;
   rec.consumed_tokens = job.progress->consumed.load();
