@@ -59,6 +59,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   builder.AddListeningPort(cfg.listen, creds, &d->port_);
   builder.SetMaxReceiveMessageSize(cfg.max_message_bytes);
   builder.SetMaxSendMessageSize(cfg.max_message_bytes);
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same --listen (another state
+  // directory, a stale instance) would start and take a share of the connections at random.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(d->service_.get());
   d->server_ = builder.BuildAndStart();
   if (!d->server_ || d->port_ == 0) {

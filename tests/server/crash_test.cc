@@ -219,5 +219,41 @@ TEST(ServerCrash, CorruptSpoolRecordFailsTheJobAndKeepsTheFile) {
   EXPECT_EQ(file_bytes(spool), damaged) << "the spool was modified";
 }
 
+
+// A daemon started without OMP_WAIT_POLICY re-executes itself with it and keeps its name
+// (/proc/self/exe named it "exe": `pkill megatraind` matched nothing); a second daemon on the same
+// --listen exits 1 naming it (gRPC's default SO_REUSEPORT let it start and take connections).
+TEST(ServerProcess, KeepsItsNameAndASecondDaemonOnItsPortExits) {
+  ::unsetenv("OMP_WAIT_POLICY");  // the child re-executes itself, as when started by hand
+  ::unsetenv("MEGATRAIN_OMP_WAIT_POLICY");
+  const std::string a = fresh_dir("process_name"), b = fresh_dir("process_port");
+  Process first(a);
+  ASSERT_GT(first.port, 0);
+  auto comm = read_file("/proc/" + std::to_string(first.pid) + "/comm");
+  ASSERT_TRUE(comm.ok());
+  EXPECT_EQ(*comm, "megatraind\n");
+
+  const std::string err_path = b + "/second.err";
+  const pid_t second = ::fork();
+  if (second == 0) {
+    ::dup2(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDERR_FILENO);
+    const std::string state = "--state_dir=" + b, listen = "--listen=127.0.0.1:" + std::to_string(first.port);
+    ::execl(megatraind_path().c_str(), "megatraind", state.c_str(), listen.c_str(), "--metrics_listen=",
+            "--host_memory=8G", "--log_level=warning", nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::waitpid(second, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (::kill(second, 0) == 0) {  // still serving: the failure this test is about
+    ::kill(second, SIGKILL);
+    ::waitpid(second, &status, 0);
+    FAIL() << "a second daemon started on port " << first.port;
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  auto err = read_file(err_path);
+  EXPECT_NE(err.ok() ? err->find("cannot listen") : std::string::npos, std::string::npos) << (err.ok() ? *err : "");
+}
 }  // namespace
 }  // namespace mt::server::testing
