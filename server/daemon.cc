@@ -51,7 +51,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   jo.max_reply_bytes = size_t(cfg.max_message_bytes);
   d->jobs_ = std::make_unique<JobManager>(jo, d->metrics_);
   MT_RETURN_IF_ERROR(d->jobs_->start());
-  d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth), cfg.max_streams);
+  d->service_ = std::make_unique<TrainerService>(*d->jobs_, std::move(auth), cfg.max_streams, d->metrics_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

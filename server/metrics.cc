@@ -129,7 +129,14 @@ Metrics::Metrics()
                            .Help("Bytes under the state directory (jobs, spools, logs, checkpoints), measured at "
                                  "startup, each checkpoint, each job's end, and each delete or retention sweep")
                            .Register(*registry_)
-                           .Add({})) {
+                           .Add({})),
+      streams_(BuildGauge()
+                   .Name("megatrain_streams_open")
+                   .Help("Streaming calls open: kind=read (WatchJob, StreamLogs) and kind=push (PushData), "
+                         "each bounded by --max_streams")
+                   .Register(*registry_)) {
+  streams_open("read");
+  streams_open("push");
   set_jobs({});
   set_memory(nullptr);
 }

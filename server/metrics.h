@@ -39,6 +39,8 @@ class Metrics {
   void set_memory(const MemoryPlan* running);                       // nullptr: nothing resident
   void set_data_queue(const std::string& job, double tokens);
   void set_state_dir_bytes(double bytes);  // megatrain_state_dir_bytes
+  // megatrain_streams_open{kind}: the streams open against --max_streams (kind: read, push).
+  prometheus::Gauge& streams_open(const std::string& kind) { return streams_.Add({{"kind", kind}}); }
 
  private:
   struct JobSeries;
@@ -53,6 +55,7 @@ class Metrics {
       &moe_routed_, &moe_h2d_, &moe_load_, &ckpt_step_, &ckpt_bytes_, &ckpt_write_, &ckpt_pause_;
   prometheus::Gauge& data_queue_total_;
   prometheus::Gauge& state_dir_bytes_;
+  prometheus::Family<prometheus::Gauge>& streams_;
   std::mutex mu_;
   std::map<std::string, double> queue_by_job_;
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;

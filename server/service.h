@@ -11,10 +11,13 @@ namespace mt::server {
 
 class TrainerService final : public megatrain::v1::Trainer::CallbackService {
  public:
-  // At most max_streams watches and log reads open at once, and as many pushes (stream_slots.h).
-  TrainerService(JobManager& jobs, Authenticator auth, int max_streams)
-      : jobs_(jobs), auth_(std::move(auth)), streams_(max_streams, "watches and log reads"),
-        pushes_(max_streams, "pushes") {}
+  // At most max_streams watches and log reads open at once, and as many pushes (stream_slots.h);
+  // their counts go to `metrics` (megatrain_streams_open).
+  TrainerService(JobManager& jobs, Authenticator auth, int max_streams, Metrics& metrics)
+      : jobs_(jobs),
+        auth_(std::move(auth)),
+        streams_(max_streams, "watches and log reads", [&g = metrics.streams_open("read")](int n) { g.Set(n); }),
+        pushes_(max_streams, "pushes", [&g = metrics.streams_open("push")](int n) { g.Set(n); }) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx, const v1::SubmitJobRequest* req,
                                       v1::SubmitJobResponse* resp) override;

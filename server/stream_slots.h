@@ -4,8 +4,9 @@
 // either (a job that cannot open its next checkpoint fails). One past the bound is refused
 // RESOURCE_EXHAUSTED, naming the bound and its flag; a stream frees its slot when done.
 #pragma once
-#include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/base/status.h"
@@ -13,44 +14,65 @@
 namespace mt::server {
 
 class StreamSlots {
+  struct Count {  // under one lock, so the gauge is told the counts in their order
+    std::mutex mu;
+    int open = 0;
+    std::function<void(int)> changed;  // told each new count (a gauge); may be empty
+    void add(int d) {
+      std::lock_guard<std::mutex> lock(mu);
+      open += d;
+      if (changed) changed(open);
+    }
+  };
+
  public:
-  StreamSlots(int max, std::string what) : max_(max), what_(std::move(what)), open_(std::make_shared<std::atomic<int>>(0)) {}
+  StreamSlots(int max, std::string what, std::function<void(int)> changed = {})
+      : max_(max), what_(std::move(what)), count_(std::make_shared<Count>()) {
+    count_->changed = std::move(changed);
+  }
 
   // One stream's slot: held by its reactor, released when the reactor is deleted.
   class Slot {
    public:
     Slot() = default;
-    explicit Slot(std::shared_ptr<std::atomic<int>> open) : open_(std::move(open)) {}
+    explicit Slot(std::shared_ptr<Count> count) : count_(std::move(count)) {}
     Slot(Slot&&) noexcept = default;
     Slot& operator=(Slot&& o) noexcept {
       release();
-      open_ = std::move(o.open_);
+      count_ = std::move(o.count_);
       return *this;
     }
     ~Slot() { release(); }
 
    private:
     void release() {
-      if (open_) open_->fetch_sub(1);
-      open_.reset();
+      if (count_) count_->add(-1);
+      count_.reset();
     }
-    std::shared_ptr<std::atomic<int>> open_;
+    std::shared_ptr<Count> count_;
   };
 
   Result<Slot> take(const char* rpc) {
-    if (open_->fetch_add(1) >= max_) {
-      open_->fetch_sub(1);
-      return resource_exhausted(std::string(rpc) + ": the daemon holds its limit of " + std::to_string(max_) + " open " +
-                                what_ + " (--max_streams); retry when one ends");
+    {
+      std::lock_guard<std::mutex> lock(count_->mu);
+      if (count_->open < max_) {
+        count_->open += 1;
+        if (count_->changed) count_->changed(count_->open);
+        return Slot(count_);
+      }
     }
-    return Slot(open_);
+    return resource_exhausted(std::string(rpc) + ": the daemon holds its limit of " + std::to_string(max_) + " open " +
+                              what_ + " (--max_streams); retry when one ends");
   }
-  int open() const { return open_->load(); }
+  int open() const {
+    std::lock_guard<std::mutex> lock(count_->mu);
+    return count_->open;
+  }
 
  private:
   const int max_;
   const std::string what_;
-  std::shared_ptr<std::atomic<int>> open_;  // shared with the slots, which may outlive this
+  std::shared_ptr<Count> count_;  // shared with the slots, which may outlive this
 };
 
 }  // namespace mt::server

@@ -485,6 +485,10 @@ TEST(ServerStreams, MoreThanMaxStreamsAreRefusedAndAnEndedOneFreesItsSlot) {
   auto follower = s.stub->StreamLogs(held.back().get(), lreq);
   follower->WaitForInitialMetadata();  // the third: a follower, listening
 
+  const std::string scraped = http_get(s.daemon->metrics_port(), "/metrics");
+  EXPECT_NE(scraped.find("megatrain_streams_open{kind=\"read\"} 3"), std::string::npos) << scraped;
+  EXPECT_NE(scraped.find("megatrain_streams_open{kind=\"push\"} 0"), std::string::npos) << scraped;
+
   auto c1 = ctx(10);
   auto refused_watch = s.stub->WatchJob(c1.get(), wreq);
   EXPECT_FALSE(refused_watch->Read(&ev));
