@@ -21,7 +21,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   std::unique_ptr<Daemon> d(new Daemon());
   d->cfg_ = cfg;
   // Before anything reads or writes the state directory: a second daemon on it stops here.
-  MT_ASSIGN_OR_RETURN(d->lock_, StateLock::acquire(cfg.state_dir));
+  MT_ASSIGN_OR_RETURN(d->lock_, FileLock::acquire(cfg.state_dir + "/megatraind.lock",
+                                                 "the state directory '" + cfg.state_dir + "' is in use by another megatraind",
+                                                 "stop it or choose another --state_dir"));
   MT_ASSIGN_OR_RETURN(Authenticator auth, Authenticator::from_file(cfg.auth_token_file));
   MT_ASSIGN_OR_RETURN(d->log_, DaemonLog::install(cfg.state_dir + "/daemon.log", cfg.log_file_bytes));
 

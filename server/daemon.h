@@ -12,7 +12,7 @@
 #include "server/job_manager.h"
 #include "server/metrics.h"
 #include "server/service.h"
-#include "server/state_lock.h"
+#include "engine/base/file_lock.h"
 
 namespace mt::server {
 
@@ -40,7 +40,7 @@ class Daemon {
  private:
   Daemon() = default;
   DaemonConfig cfg_;
-  std::unique_ptr<StateLock> lock_;  // released last, after the job manager has stopped
+  std::unique_ptr<FileLock> lock_;  // released last, after the job manager has stopped
   std::unique_ptr<DaemonLog> log_;   // STATE_DIR/daemon.log; uninstalled after the job manager
   Metrics metrics_;
   std::unique_ptr<JobManager> jobs_;

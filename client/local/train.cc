@@ -4,11 +4,13 @@
 // data-parallel job (engine/exec/data_parallel_executor.h); rank 0 writes the checkpoints.
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 
 #include "client/cli.h"
 #include "client/progress.h"
 #include "client/spec_file.h"
 #include "engine/dist/mpi_comm.h"
+#include "engine/io/checkpoint.h"
 #include "engine/job/job.h"
 
 namespace mt::cli {
@@ -51,6 +53,23 @@ Json summary_of(const JobResult& r) {
   return j;
 }
 
+// The run's directory: --out, or megatrain-runs/NAME. Refused: an empty --out (an unset variable
+// would put checkpoints in /checkpoints), a name that is not one plain directory name, and a
+// checkpoint directory (RUN/checkpoints, as the summary prints it: the run is its parent).
+Result<std::string> run_dir(const Args& a, const std::string& name) {
+  if (a.has("out")) {
+    const std::string out = a.get("out");
+    if (out.empty()) return invalid_argument("--out is empty: name the run's directory");
+    if (is_training_checkpoint(out))
+      return invalid_argument("--out '" + out + "' is a checkpoint directory; give the run's directory (the one " +
+                              "holding checkpoints/)");
+    return out;
+  }
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    return invalid_argument("name = '" + name + "' is not a plain directory name for megatrain-runs/NAME; give --out DIR");
+  return "megatrain-runs/" + name;
+}
+
 }  // namespace
 
 int cmd_train(const Args& a) {
@@ -58,7 +77,8 @@ int cmd_train(const Args& a) {
   auto spec = load_job_spec(a.positional()[0]);
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   if (Status s = apply_overrides(a, *spec); !s.ok()) return fail(kUsage, s.message());
-  const std::string dir = a.get("out", "megatrain-runs/" + spec->name);
+  auto dir = run_dir(a, spec->name);
+  if (!dir.ok()) return fail(kUsage, dir.status().message());
 
   Progress progress(a.json());
   JobHooks hooks;
@@ -69,13 +89,16 @@ int cmd_train(const Args& a) {
                     s.h2d_bandwidth() / 1e9, s.d2h_bandwidth() / 1e9,
                     double(steps - s.step) * s.step_seconds, s.grad_norm, double(s.lr), s.clipped};
     progress.step(e);
-    if (g_interrupted) runner_ptr->request_cancel();
+    // A reader that went away (`| head -1`) stops the run as Ctrl-C does: with a checkpoint,
+    // where SIGPIPE used to kill it without one.
+    if (g_interrupted || std::ferror(stdout)) runner_ptr->request_cancel();
   };
   hooks.on_eval = [&](const EvalReport& r) { progress.eval({r.step, r.loss, r.best, r.best_step, r.best_loss}); };
   hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
-  JobRunner runner(*spec, dir, hooks);
+  JobRunner runner(*spec, *dir, hooks);
   runner_ptr = &runner;
   for (int sig : kStopSignals) std::signal(sig, on_stop_signal);
+  std::signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen by ferror at the next step
   auto r = runner.run();
   for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <filesystem>
 #include <map>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "engine/io/hf_io.h"
 #include "engine/io/tensorboard.h"
 #include "engine/job/job_checkpoints.h"
+#include "engine/base/file_lock.h"
 #include "engine/base/utc_time.h"
 #include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
@@ -399,10 +401,32 @@ static Result<std::unique_ptr<DataSource>> open_data(const JobSpec& spec, const 
   return documents_of(hooks.make_push_source(spec, vocab), spec.data, vocab);
 }
 
+namespace {
+
+// The run's directory, created and locked (JOB_DIR/.megatrain.lock) for this process.
+Result<std::unique_ptr<FileLock>> hold_job_dir(const std::string& job_dir, const std::string& ckpt_root) {
+  if (job_dir.empty()) return invalid_argument("the run's directory is empty");  // else /checkpoints
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_root, ec);
+  if (ec) return failed_precondition("cannot create the checkpoint directory '" + ckpt_root + "': " + ec.message());
+  return FileLock::acquire(job_dir + "/.megatrain.lock", "'" + job_dir + "' is in use by another training run",
+                           "wait for it to end, or give this run another directory (--out)");
+}
+
+}  // namespace
+
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
   MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
+  const std::string ckpt_root = job_dir_ + "/checkpoints";
+  // Before any work: the one process that begins checkpoints holds the run's directory (two runs
+  // on one --out published each other's checkpoints), and a directory it cannot write is refused
+  // now, not at the first checkpoint after hours of training.
+  std::unique_ptr<FileLock> held;
+  if (nodes.comms().rank() == 0) {
+    MT_ASSIGN_OR_RETURN(held, hold_job_dir(job_dir_, ckpt_root));
+  }
   MT_ASSIGN_OR_RETURN(auto ex, make_executor(spec_, cfg, device_budget_, host_budget_, hooks_, nodes.comms()));
   // Every node holds the same model; sharded, each holds its part of the optimizer state.
   const bool sharded = nodes.weights != nullptr;
@@ -415,7 +439,6 @@ Result<JobResult> JobRunner::run() {
                              (spec_.eval.every > 0 ? "every " + std::to_string(spec_.eval.every) + " steps and " : "") +
                              "at the end");
   }
-  const std::string ckpt_root = job_dir_ + "/checkpoints";
   if (nodes.comms().rank() == 0)  // the one process that begins checkpoints, before its first
     for (const std::string& stale : remove_stale_checkpoint_temps(ckpt_root))
       log(LogLevel::kWarning, "removed " + ckpt_root + "/" + stale + ", a checkpoint a killed run did not finish");

@@ -1,4 +1,4 @@
-#include "server/state_lock.h"
+#include "engine/base/file_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace mt::server {
+namespace mt {
 
 namespace {
 
@@ -21,17 +21,20 @@ std::string holder_pid(int fd) {
 
 }  // namespace
 
-Result<std::unique_ptr<StateLock>> StateLock::acquire(const std::string& state_dir) {
-  const std::string path = state_dir + "/megatraind.lock";
+Result<std::unique_ptr<FileLock>> FileLock::acquire(const std::string& path, const std::string& in_use,
+                                                    const std::string& remedy) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (fd < 0) return internal_error("cannot open the state lock '" + path + "': " + std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    const std::string m = "cannot open the lock '" + path + "': " + std::strerror(err);
+    return err == EACCES || err == EROFS || err == ENOTDIR || err == ENOENT ? failed_precondition(m) : internal_error(m);
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string pid = holder_pid(fd);
     ::close(fd);
     if (err == EWOULDBLOCK)
-      return failed_precondition("the state directory '" + state_dir + "' is in use by another megatraind (pid " +
-                                 pid + ", holding '" + path + "'); stop it or choose another --state_dir");
+      return failed_precondition(in_use + " (pid " + pid + ", holding '" + path + "'); " + remedy);
     return internal_error("cannot lock '" + path + "': " + std::strerror(err));
   }
   const std::string text = std::to_string(::getpid()) + "\n";
@@ -39,9 +42,9 @@ Result<std::unique_ptr<StateLock>> StateLock::acquire(const std::string& state_d
     ::close(fd);
     return internal_error("cannot write the pid into '" + path + "': " + std::strerror(errno));
   }
-  return std::unique_ptr<StateLock>(new StateLock(fd));
+  return std::unique_ptr<FileLock>(new FileLock(fd));
 }
 
-StateLock::~StateLock() { ::close(fd_); }  // releases the flock
+FileLock::~FileLock() { ::close(fd_); }  // releases the flock
 
-}  // namespace mt::server
+}  // namespace mt
