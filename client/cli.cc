@@ -1,6 +1,7 @@
 #include "client/cli.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -75,10 +76,28 @@ const char* command_usage(const std::string& cmd) {
       {"watch", "watch ID [--from-start] [--json]"},
       {"cancel", "cancel ID [--json]"},
       {"checkpoint", "checkpoint ID [--json]"},
-      {"push", "push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--json]"},
+      {"push", "push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--push-id ID] [--json]"},
   };
   auto it = kUsage.find(cmd);
   return it == kUsage.end() ? nullptr : it->second;
+}
+
+Status check_flags(const std::string& cmd, const Args& a) {
+  const char* usage = command_usage(cmd);
+  if (!usage) return Status::Ok();  // an unknown command is refused by name elsewhere
+  const std::string u = usage;
+  // A daemon's address and credentials, for the commands that talk to one (flags or environment).
+  const bool local_only = cmd == "train" || cmd == "eval" || cmd == "inspect" || cmd == "tokenize";
+  for (const auto& [flag, value] : a.flags()) {
+    const bool connection = flag == "server" || flag == "tls-ca" || flag == "token-file";
+    if (flag == "json" || (connection && !local_only)) continue;
+    const size_t at = u.find("--" + flag);
+    const size_t end = at == std::string::npos ? at : at + 2 + flag.size();
+    if (at != std::string::npos && (end == u.size() || !(std::isalnum(static_cast<unsigned char>(u[end])) || u[end] == '-')))
+      continue;
+    return invalid_argument("unknown flag --" + flag + " for '" + cmd + "'");
+  }
+  return Status::Ok();
 }
 
 bool wants_help(int argc, char** argv, int first) {

@@ -24,6 +24,7 @@ class Args {
   // '-', nothing else (no spaces, no '+', no 0x, no exponent), as the spec parser reads integers.
   Result<int64_t> integer(const std::string& k, int64_t def, int64_t min, int64_t max) const;
   bool json() const { return has("json"); }
+  const std::map<std::string, std::string>& flags() const { return flags_; }
 
  private:
   std::vector<std::string> pos_;
@@ -34,6 +35,9 @@ class Args {
 // `megatrain CMD --help` (or -h) prints it and exits 0; a usage error prints it and exits 2.
 const char* command_usage(const std::string& cmd);
 bool wants_help(int argc, char** argv, int first);  // --help or -h among the arguments
+// A flag the command's usage line does not name (a typo: --step for --steps, --output for --out)
+// is refused naming it, instead of being ignored while the command does something else.
+Status check_flags(const std::string& cmd, const Args& a);
 int usage_error(const std::string& cmd);             // "usage: megatrain ..." on stderr, kUsage
 
 // Prints an error ("megatrain: ..." on stderr) and returns the exit code. With --json

@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   auto args = Args::parse(argc, argv, 2, {"json", "watch", "insecure", "overwrite", "keep-checkpoints", "follow", "max-seq-len", "shard-optimizer", "nvme-masters", "from-start"});
   report_errors_as_json(std::find(argv + 2, argv + argc, std::string("--json")) != argv + argc);
   if (!args.ok()) return fail(kUsage, args.status().message());
+  if (mt::Status s = check_flags(cmd, *args); !s.ok())
+    return fail(kUsage, s.message() + "\nusage: megatrain " + command_usage(cmd));
   const bool remote_plan = cmd == "plan" && (args->has("server") || std::getenv("MEGATRAIN_SERVER"));
   if (cmd == "train") return cmd_train(*args);
   if (cmd == "plan" && !remote_plan) return cmd_plan_local(*args);

@@ -409,5 +409,30 @@ TEST(CliPlan, LocalPlanEqualsTheDaemonPlan) {
   fs::remove_all(dir);
 }
 
+// A flag the command does not know is refused naming it (exit 2, nothing run): `--step 5` and
+// `--output DIR` for train ran all the spec's steps into the default directory, and `--dtyp fp32`
+// exported bf16. A flag must match a whole name of the usage line, not a prefix of one.
+TEST(CliErrors, AnUnknownFlagIsRefusedNamingItBeforeAnythingRuns) {
+  const std::string dir = fresh_dir("cli_unknown_flag");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(3));
+  for (const auto& [args, flag] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"train", spec, "--out", dir + "/run", "--step", "1"}, "--step"},
+           {{"train", spec, "--output", dir + "/run"}, "--output"},
+           {{"train", spec, "--out", dir + "/run", "--server", "127.0.0.1:1"}, "--server"},
+           {{"export", dir + "/run", dir + "/x", "--dtyp", "fp32"}, "--dtyp"},
+           {{"list", "--stat", "running"}, "--stat"}}) {
+    std::vector<std::string> argv = args;
+    argv.push_back("--json");
+    RunResult r = megatrain(argv);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    auto lines = r.json_lines();
+    ASSERT_EQ(lines.size(), 1u) << describe(r);
+    EXPECT_NE(lines[0].find("message")->as_string().find("unknown flag " + flag + " for"), std::string::npos)
+        << describe(r);
+  }
+  EXPECT_FALSE(fs::exists(dir + "/run"));
+  EXPECT_EQ(megatrain({"train", spec, "--out", dir + "/run", "--steps", "1", "--json"}).rc, 0);
+}
+
 }  // namespace
 }  // namespace mt::cli::testing
