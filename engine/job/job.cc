@@ -446,6 +446,12 @@ Result<JobResult> JobRunner::run() {
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex, resumed));
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   if (resumed.empty()) state.eval = {};  // init.from another job: its evaluations are not ours
+  // The same spec over different data (a file rewritten in place) resumes all the same, but not
+  // silently. A push job's description counts what is spooled, so it always differs.
+  if (!resumed.empty() && spec_.data.source != "push" && !state.data_source.empty() &&
+      state.data_source != data->describe())
+    log(LogLevel::kWarning, "the data is not what " + resumed + " was trained on: it was " + state.data_source +
+                                ", now " + data->describe() + "; resuming at its data position all the same");
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
                            data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
   if (cfg.pad_token_id >= 0)

@@ -50,5 +50,24 @@ TEST(CliTrain, ResumeWithADifferentStepsIsRefused) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// The same spec over data rewritten in place resumes, but says so (it used to be silent): the
+// checkpoint's description of its data against the data now.
+TEST(CliTrain, ResumeOverRewrittenDataSaysSo) {
+  const std::string dir = fresh_dir("train_rewritten_data");
+  const std::string data = write_file(dir + "/d.txt", std::string(20000, 'a') + "bcd\n");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(3, "{source: text, path: " + data + "}"));
+  RunResult first = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  ASSERT_EQ(first.rc, 0) << describe(first);
+  EXPECT_EQ(first.err.find("the data is not what"), std::string::npos) << describe(first);
+  RunResult same = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  EXPECT_EQ(same.err.find("the data is not what"), std::string::npos) << describe(same);
+  write_file(data, std::string(9000, 'z'));
+  RunResult rewritten = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  EXPECT_EQ(rewritten.rc, 0) << describe(rewritten);
+  EXPECT_NE(rewritten.err.find("the data is not what"), std::string::npos) << describe(rewritten);
+  EXPECT_NE(rewritten.err.find("20004 bytes"), std::string::npos) << describe(rewritten);
+  EXPECT_NE(rewritten.err.find("9000 bytes"), std::string::npos) << describe(rewritten);
+}
+
 }  // namespace
 }  // namespace mt::cli::testing
