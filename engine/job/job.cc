@@ -306,7 +306,7 @@ void JobRunner::log(LogLevel level, const std::string& msg) const {
 static Status check_schedule_span(const JobSpec& spec, const TrainerState& st, const std::string& dir) {
   if (st.total_steps <= 0 || st.total_steps == spec.steps || spec.train.schedule.decay == LrDecay::kConstant)
     return Status::Ok();
-  return failed_precondition("steps = " + std::to_string(spec.steps) + " differs from the steps = " +
+  return invalid_argument("steps = " + std::to_string(spec.steps) + " differs from the steps = " +
                              std::to_string(st.total_steps) + " of the run that wrote checkpoint '" + dir +
                              "'; its " + lr_decay_name(spec.train.schedule.decay) +
                              " LR schedule spans that many steps and resuming would change it. Resume with steps = " +
@@ -366,9 +366,14 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   }
   MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
   MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
-  if (from == ckpt_root && st.spec_hash != job_spec_hash(spec))
-    return failed_precondition("checkpoint '" + dir + "' was written by a different job spec (hash " + st.spec_hash +
-                               ", this spec " + job_spec_hash(spec) + ")");
+  if (from == ckpt_root && st.spec_hash != job_spec_hash(spec)) {
+    auto was = Json::parse(st.spec);  // an older checkpoint keeps only the hash
+    const std::string what = st.spec.empty() || !was.ok() ? "" : ": " + spec_differences(*was, job_spec_hashed_json(spec));
+    return invalid_argument("checkpoint '" + dir + "' was written by a different job spec" + what + " (hash " +
+                            st.spec_hash + ", this spec " + job_spec_hash(spec) +
+                            "); resume with the spec it was written by, or start another run (--out) from it with "
+                            "init.from");
+  }
   if (from == ckpt_root) {
     MT_RETURN_IF_ERROR(check_schedule_span(spec, st, dir));
     resumed = dir;
@@ -477,6 +482,7 @@ Result<JobResult> JobRunner::run() {
   if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) log(LogLevel::kWarning, w);
   if (const std::string w = cuda_attention_warning(); uses_cuda(spec_) && !w.empty()) log(LogLevel::kWarning, w);
   state.spec_hash = job_spec_hash(spec_);
+  state.spec = job_spec_hashed_json(spec_).dump();
   state.data_source = data->describe();
   state.total_steps = spec_.steps;
 

@@ -473,7 +473,7 @@ Json job_spec_to_json(const JobSpec& s) {
   return j;
 }
 
-std::string job_spec_hash(const JobSpec& s) {
+Json job_spec_hashed_json(const JobSpec& s) {
   // Fields that change the trajectory; name, steps, checkpoint policy and executor do not, nor
   // (beyond fp32 rounding) how the run is spread over devices and processes, so a checkpoint
   // resumes on another count. Those are not in the trajectory JSON at all; "devices" and
@@ -482,7 +482,36 @@ std::string job_spec_hash(const JobSpec& s) {
   for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend",
                         "devices", "comm_timeout_seconds"})
     j.set(k, Json());
-  const std::string text = j.dump();
+  return j;
+}
+
+namespace {
+void collect_differences(const Json& was, const Json& now, const std::string& at, std::vector<std::string>& out) {
+  if (was.is_object() && now.is_object()) {
+    for (const auto& [k, v] : was.members()) {
+      const Json* n = now.find(k);
+      collect_differences(v, n ? *n : Json(), at.empty() ? k : at + "." + k, out);
+    }
+    for (const auto& [k, v] : now.members())
+      if (!was.find(k)) collect_differences(Json(), v, at.empty() ? k : at + "." + k, out);
+    return;
+  }
+  const std::string a = was.dump(), b = now.dump();
+  if (a != b) out.push_back(at + " " + a + " -> " + b);
+}
+}  // namespace
+
+std::string spec_differences(const Json& was, const Json& now, size_t max) {
+  std::vector<std::string> diffs;
+  collect_differences(was, now, "", diffs);
+  std::string out;
+  for (size_t i = 0; i < diffs.size() && i < max; ++i) out += (i ? ", " : "") + diffs[i];
+  if (diffs.size() > max) out += ", and " + std::to_string(diffs.size() - max) + " more";
+  return out;
+}
+
+std::string job_spec_hash(const JobSpec& s) {
+  const std::string text = job_spec_hashed_json(s).dump();
   uint64_t h = 0;
   for (size_t i = 0; i < text.size(); i += 8) {
     uint64_t w = 0;

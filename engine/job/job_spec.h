@@ -121,7 +121,12 @@ struct JobSpec {
 Result<JobSpec> job_spec_from_json(const Json& j);
 Json job_spec_to_json(const JobSpec& s);
 Status validate(const JobSpec& s);
+// The fields that define the training trajectory (what job_spec_hash hashes; a checkpoint keeps
+// them so that a resume refused for a different spec can say which fields differ).
+Json job_spec_hashed_json(const JobSpec& s);
 // A stable hash of the fields that define the training trajectory (checked on resume).
 std::string job_spec_hash(const JobSpec& s);
+// Where two hashed specs differ: "optimizer.lr 0.003 -> 0.01, seq_len 64 -> 32" (at most `max`).
+std::string spec_differences(const Json& was, const Json& now, size_t max = 8);
 
 }  // namespace mt

@@ -45,8 +45,14 @@ TEST(CliTrain, ResumeWithADifferentStepsIsRefused) {
   RunResult first = megatrain({"train", spec, "--json", "--out", dir + "/run"});
   ASSERT_EQ(first.rc, 0) << describe(first);
   RunResult longer = megatrain({"train", spec, "--json", "--out", dir + "/run", "--steps", "4"});
-  EXPECT_NE(longer.rc, 0) << describe(longer);
+  EXPECT_EQ(longer.rc, 2) << describe(longer);  // a spec error
   EXPECT_NE(longer.err.find("steps = 4 differs from the steps = 2"), std::string::npos) << describe(longer);
+  // Another field of the trajectory: refused naming it and both values.
+  std::string yaml = tiny_spec_yaml(2);
+  yaml.replace(yaml.find("seq_len: 32"), 11, "seq_len: 16");
+  RunResult shorter = megatrain({"train", write_file(dir + "/short.yaml", yaml), "--json", "--out", dir + "/run"});
+  EXPECT_EQ(shorter.rc, 2) << describe(shorter);
+  EXPECT_NE(shorter.err.find("seq_len 32 -> 16"), std::string::npos) << describe(shorter);
   if (!HasFailure()) fs::remove_all(dir);
 }
 
