@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <set>
 
 #include "engine/exec/planner.h"
 
@@ -85,18 +87,16 @@ const char* command_usage(const std::string& cmd) {
 Status check_flags(const std::string& cmd, const Args& a) {
   const char* usage = command_usage(cmd);
   if (!usage) return Status::Ok();  // an unknown command is refused by name elsewhere
-  const std::string u = usage;
-  // A daemon's address and credentials, for the commands that talk to one (flags or environment).
-  const bool local_only = cmd == "train" || cmd == "eval" || cmd == "inspect" || cmd == "tokenize";
-  for (const auto& [flag, value] : a.flags()) {
-    const bool connection = flag == "server" || flag == "tls-ca" || flag == "token-file";
-    if (flag == "json" || (connection && !local_only)) continue;
-    const size_t at = u.find("--" + flag);
-    const size_t end = at == std::string::npos ? at : at + 2 + flag.size();
-    if (at != std::string::npos && (end == u.size() || !(std::isalnum(static_cast<unsigned char>(u[end])) || u[end] == '-')))
-      continue;
-    return invalid_argument("unknown flag --" + flag + " for '" + cmd + "'");
+  std::set<std::string> known = {"json"};  // every --NAME of the usage line
+  for (const char* p = std::strstr(usage, "--"); p; p = std::strstr(p, "--")) {
+    const char* end = p += 2;
+    while (std::isalnum(static_cast<unsigned char>(*end)) || *end == '-') ++end;
+    known.emplace(p, end);
   }
+  // A daemon's address and credentials, for the commands that talk to one (flags or environment).
+  if (cmd != "train" && cmd != "eval" && cmd != "inspect" && cmd != "tokenize") known.insert({"server", "tls-ca", "token-file"});
+  for (const auto& [flag, value] : a.flags())
+    if (!known.count(flag)) return invalid_argument("unknown flag --" + flag + " for '" + cmd + "'");
   return Status::Ok();
 }
 

@@ -22,7 +22,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
   explicit WatchReactor(JobManager& jobs) : jobs_(jobs), sink_(std::make_shared<Sink>()) { sink_->r = this; }
 
-  void start(const std::string& id, bool from_start) {
+  void start(StreamSlots::Slot slot, const std::string& id, bool from_start) {
+    slot_ = std::move(slot);
     auto token = jobs_.watch(id, [sink = sink_](const v1::JobEvent& ev) { sink->push(ev); }, from_start);
     std::lock_guard<std::mutex> lock(sink_->mu);
     if (!token.ok()) {
@@ -37,7 +38,6 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     sink_->finished = true;
     Finish(s);
   }
-  void hold(StreamSlots::Slot slot) { slot_ = std::move(slot); }
   void OnWriteDone(bool ok) override { sink_->write_done(ok); }
   void OnCancel() override {
     std::lock_guard<std::mutex> lock(sink_->mu);
@@ -228,8 +228,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* TrainerService::WatchJob(grpc::CallbackS
   if (auto a = auth_.authorize(*ctx, "WatchJob", Role::kRead); !a.ok()) return r->fail(a), r;
   auto slot = streams_.take("WatchJob");
   if (!slot.ok()) return r->fail(to_grpc(slot.status())), r;
-  r->hold(std::move(*slot));
-  r->start(req->job_id(), req->from_start());
+  r->start(std::move(*slot), req->job_id(), req->from_start());
   return r;
 }
 

@@ -123,21 +123,10 @@ Status recheck_spec_paths(const JobSpec& spec, const std::vector<std::string>& r
   JobSpec again = spec;
   if (Status st = resolve_spec_paths(again, roots, nvme_roots); !st.ok())
     return invalid_argument("since the submit, " + st.message());
-  auto same = [](const char* field, const std::string& was, const std::string& now) {
-    return was == now ? Status::Ok()
-                      : invalid_argument(std::string(field) + " = '" + was + "' now resolves to '" + now +
-                                         "': a component was replaced (by a symlink?) since the submit");
-  };
-  MT_RETURN_IF_ERROR(same("data.path", spec.data.path, again.data.path));
-  MT_RETURN_IF_ERROR(same("data.tokenizer", spec.data.tokenizer, again.data.tokenizer));
-  MT_RETURN_IF_ERROR(same("eval.data.path", spec.eval.data.path, again.eval.data.path));
-  MT_RETURN_IF_ERROR(same("eval.data.tokenizer", spec.eval.data.tokenizer, again.eval.data.tokenizer));
-  MT_RETURN_IF_ERROR(same("model.hf_config", spec.model.hf_config, again.model.hf_config));
-  MT_RETURN_IF_ERROR(same("model.hf_model", spec.model.hf_model, again.model.hf_model));
-  MT_RETURN_IF_ERROR(same("init.from", spec.init.from, again.init.from));
-  for (size_t i = 0; i < spec.nvme.paths.size(); ++i)
-    MT_RETURN_IF_ERROR(same("memory.nvme_paths", spec.nvme.paths[i], again.nvme.paths[i]));
-  return Status::Ok();
+  // resolution changes paths only: any difference is a path that resolves elsewhere now
+  const std::string moved = spec_differences(job_spec_to_json(spec), job_spec_to_json(again));
+  if (moved.empty()) return Status::Ok();
+  return invalid_argument("since the submit, a path resolves elsewhere (a component replaced by a symlink?): " + moved);
 }
 
 Status resolve_spec_paths(JobSpec& spec, const std::vector<std::string>& roots, const std::vector<std::string>& nvme_roots) {

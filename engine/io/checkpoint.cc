@@ -109,7 +109,7 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
   if (s.data_cursor <= uint64_t(std::numeric_limits<int64_t>::max())) j.set("data_cursor", int64_t(s.data_cursor));
   else j.set("data_cursor", std::to_string(s.data_cursor));
   j.set("spec_hash", s.spec_hash);
-  if (auto spec = Json::parse(s.spec); !s.spec.empty() && spec.ok()) j.set("spec", *spec);
+  if (s.spec.is_object()) j.set("spec", s.spec);
   j.set("data_source", s.data_source);
   j.set("last_loss", s.last_loss);
   j.set("total_steps", int64_t(s.total_steps));
@@ -142,7 +142,7 @@ Result<TrainerState> state_from_json(const std::string& path) {
     return data_loss("'" + path + "': data_cursor is not a non-negative integer");
   }
   if (const Json* h = j->find("spec_hash"); h && h->is_string()) s.spec_hash = h->as_string();
-  if (const Json* sp = j->find("spec"); sp && sp->is_object()) s.spec = sp->dump();
+  if (const Json* sp = j->find("spec"); sp && sp->is_object()) s.spec = *sp;
   if (const Json* d = j->find("data_source"); d && d->is_string()) s.data_source = d->as_string();
   if (const Json* l = j->find("last_loss"))
     s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();

@@ -35,7 +35,7 @@ struct TrainerState {
   long step = 0;              // optimizer steps completed
   uint64_t data_cursor = 0;   // DataSource::cursor() after the last consumed batch
   std::string spec_hash;      // job_spec_hash of the job that wrote it
-  std::string spec;           // what it hashed (job_spec_hashed_json), as JSON; empty in older checkpoints
+  Json spec;                  // what it hashed (job_spec_hashed_json); null in older checkpoints
   std::string data_source;    // DataSource::describe(), informational
   double last_loss = 0;
   long total_steps = 0;       // the job's `steps` (the LR schedule's span); 0: unknown (older checkpoint)

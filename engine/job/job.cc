@@ -367,8 +367,8 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
   MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
   if (from == ckpt_root && st.spec_hash != job_spec_hash(spec)) {
-    auto was = Json::parse(st.spec);  // an older checkpoint keeps only the hash
-    const std::string what = st.spec.empty() || !was.ok() ? "" : ": " + spec_differences(*was, job_spec_hashed_json(spec));
+    // an older checkpoint keeps only the hash
+    const std::string what = st.spec.is_object() ? ": " + spec_differences(st.spec, job_spec_hashed_json(spec)) : "";
     return invalid_argument("checkpoint '" + dir + "' was written by a different job spec" + what + " (hash " +
                             st.spec_hash + ", this spec " + job_spec_hash(spec) +
                             "); resume with the spec it was written by, or start another run (--out) from it with "
@@ -482,7 +482,7 @@ Result<JobResult> JobRunner::run() {
   if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) log(LogLevel::kWarning, w);
   if (const std::string w = cuda_attention_warning(); uses_cuda(spec_) && !w.empty()) log(LogLevel::kWarning, w);
   state.spec_hash = job_spec_hash(spec_);
-  state.spec = job_spec_hashed_json(spec_).dump();
+  state.spec = job_spec_hashed_json(spec_);
   state.data_source = data->describe();
   state.total_steps = spec_.steps;
 
