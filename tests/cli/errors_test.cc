@@ -180,7 +180,7 @@ struct Row {
 TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
   DaemonProcess d("bad_table");
   ASSERT_TRUE(d.ok());
-  const std::string dir = fresh_dir("bad_table");
+  const std::string dir = fresh_dir("bad_table_specs");  // not the daemon's state directory
   const std::string spec = tiny_spec_yaml(3);
   auto file = [&](const std::string& name, const std::string& text) { return write_file(dir + "/" + name, text); };
   const std::string steps = file("steps.yaml", replaced(spec, "steps: 3", "steps: 99999999999999999999"));
@@ -364,7 +364,7 @@ TEST(CliTrain, SigtermCheckpointsAndExits) {
 TEST(CliPlan, LocalPlanEqualsTheDaemonPlan) {
   DaemonProcess d("plan_agree");
   ASSERT_TRUE(d.ok());
-  const std::string dir = fresh_dir("plan_agree");
+  const std::string dir = fresh_dir("plan_agree_specs");
   for (const char* preset : {"dense-120b", "llama3-8b", "tiny"})
     for (const char* extra : {"memory: {layout: compact}\nbackend: cuda\nprecision: bf16\n", "precision: fp32\n"}) {
       std::string text = replaced(tiny_spec_yaml(10), "model: {preset: tiny}", std::string("model: {preset: ") + preset + "}");
