@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "engine/base/confined_open.h"
+
 namespace mt {
 
 Status errno_status(const std::string& what, const std::string& path, int err) {
@@ -76,9 +78,10 @@ Result<DirFd> DirFd::open(const std::string& path, bool create) {
     std::filesystem::create_directories(path, ec);
     if (ec && ec != std::errc::file_exists) return errno_status("cannot create", path, ec.value());
   }
-  const int fd = ::open(path.c_str(), kDirFlags);
+  const int fd = open_confined(path, kDirFlags);
   if (fd < 0) {
     const int err = errno;
+    if (err == EXDEV) return invalid_argument("'" + path + "' leads outside the allowed roots (through a symlink)");
     if (err == ENOTDIR) return failed_precondition("'" + path + "' is not a directory");
     if (err == ENOENT) return not_found("'" + path + "' does not exist");
     return errno_status("cannot open directory", path, err);

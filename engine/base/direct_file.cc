@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/base/confined_open.h"
 #include "engine/base/dir_fd.h"
 
 namespace mt {
@@ -23,11 +24,11 @@ constexpr long kTmpfsMagic = 0x01021994, kRamfsMagic = 0x858458f6;
 // An unnamed file in `dir` (O_TMPFILE), or a uniquely named one unlinked at once.
 int open_unnamed(const std::string& dir, int flags) {
   if (const int e = g_open_error.load(); e != 0 && (flags & O_DIRECT)) return errno = e, -1;
-  const int fd = ::open(dir.c_str(), O_TMPFILE | flags, 0600);
+  const int fd = open_confined(dir, O_TMPFILE | flags, 0600);
   if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
   static std::atomic<long> serial{0};
   const std::string path = dir + "/.megatrain-scratch." + std::to_string(::getpid()) + "." + std::to_string(serial++);
-  const int named = ::open(path.c_str(), O_CREAT | O_EXCL | flags, 0600);
+  const int named = open_confined(path, O_CREAT | O_EXCL | flags, 0600);
   if (named >= 0) ::unlink(path.c_str());
   return named;
 }

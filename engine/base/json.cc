@@ -1,13 +1,16 @@
 #include "engine/base/json.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "engine/base/confined_open.h"
 
 namespace mt {
 
@@ -318,17 +321,30 @@ Result<Json> Json::parse_number(std::string_view text) {
 }
 
 Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return invalid_argument("'" + path + "' is a directory, not a file");
-  if (const auto size = std::filesystem::file_size(path, ec); max_bytes && !ec && size > max_bytes)
+  MT_ASSIGN_OR_RETURN(const OwnedFd file, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
+  const int fd = file.get();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return data_loss("cannot stat '" + path + "': " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return invalid_argument("'" + path + "' is a directory, not a file");
+  const auto too_large = [&](uint64_t size) {
     return invalid_argument("'" + path + "' is " + std::to_string(size) + " bytes; the limit for this file is " +
                             std::to_string(max_bytes));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return data_loss("error reading '" + path + "'");
-  return ss.str();
+  };
+  if (max_bytes && S_ISREG(st.st_mode) && uint64_t(st.st_size) > max_bytes) return too_large(uint64_t(st.st_size));
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(size_t(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return data_loss("error reading '" + path + "': " + std::strerror(errno));
+    }
+    out.append(buf, size_t(n));
+    if (max_bytes && out.size() > max_bytes) return too_large(out.size());  // a pipe, or a file that grew
+  }
+  return out;
 }
 
 }  // namespace mt

@@ -1,15 +1,53 @@
 // Chunked, parallel tokenization of jsonl and text files.
 #include "engine/data/tokenize_files.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
+#include <fcntl.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/base/confined_open.h"
 #include "engine/base/json.h"
 
 namespace mt {
 
 namespace {
+
+// The lines of an open file, without their '\n' (NUL bytes kept, as std::getline keeps them).
+class LineReader {
+ public:
+  explicit LineReader(OwnedFd fd) : f_(::fdopen(fd.get(), "rb")) {
+    if (f_) fd.release();
+  }
+  ~LineReader() {
+    if (f_) std::fclose(f_);
+    std::free(buf_);
+  }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  bool next(std::string& line) {
+    if (!f_) return error_ = EBADF, false;
+    const ssize_t n = ::getline(&buf_, &cap_, f_);
+    if (n < 0) {
+      if (std::ferror(f_)) error_ = errno ? errno : EIO;
+      return false;
+    }
+    line.assign(buf_, size_t(n) - (n > 0 && buf_[n - 1] == '\n' ? 1 : 0));
+    return true;
+  }
+  int failed() const { return error_; }  // errno of a failed read, 0 at the end of the file
+
+ private:
+  std::FILE* f_;
+  char* buf_ = nullptr;
+  size_t cap_ = 0;
+  int error_ = 0;
+};
 
 struct Unit {
   std::string line;  // a jsonl line
@@ -55,15 +93,15 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
     if (!text.empty()) units.push_back({text_json(text), 1});
     return emit(path, units, text.size(), format, pool, sink);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open '" + path + "'");
+  MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
+  LineReader in(std::move(fd));
   uint64_t line_no = 0, bytes = 0, para_line = 0;
   std::string line, para;
   auto flush_para = [&] {
     if (!para.empty()) units.push_back({text_json(para), para_line});
     para.clear();
   };
-  while (std::getline(in, line)) {
+  while (in.next(line)) {
     ++line_no;
     bytes += line.size() + 1;
     if (kind == InputKind::kJsonl) {
@@ -80,7 +118,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
       bytes = 0;
     }
   }
-  if (in.bad()) return data_loss("reading '" + path + "' failed");
+  if (in.failed()) return data_loss("reading '" + path + "' failed: " + std::strerror(in.failed()));
   flush_para();
   return emit(path, units, bytes, format, pool, sink);
 }

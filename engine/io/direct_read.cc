@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "engine/base/confined_open.h"
 #include "engine/io/direct_io.h"
 #include "engine/io/direct_io_internal.h"
 
@@ -42,14 +43,21 @@ struct InFile {
   }
 };
 
+// The path is opened confined (confined_open.h); its O_DIRECT descriptor, opened by path again,
+// is kept only if it is the same file.
 Status open_in(InFile& f, bool want_direct) {
-  f.fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) return errno_status("cannot open", f.path, errno);
-  struct stat st {};
+  MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status("cannot open", f.path, O_RDONLY | O_CLOEXEC));
+  f.fd = fd.release();
+  struct stat st {}, st_direct {};
   if (::fstat(f.fd, &st) != 0) return errno_status("cannot stat", f.path, errno);
   f.size = uint64_t(st.st_size);
   if (!want_direct) return Status::Ok();
   f.direct = open_direct(AT_FDCWD, f.path, O_RDONLY);
+  if (f.direct >= 0 && (::fstat(f.direct, &st_direct) != 0 || st_direct.st_ino != st.st_ino || st_direct.st_dev != st.st_dev)) {
+    ::close(f.direct);
+    f.direct = -1;
+    errno = ESTALE;  // the path names another file now
+  }
   f.opened_direct = f.direct >= 0;
   if (!f.opened_direct) f.refused(std::string("open: ") + std::strerror(errno));
   return Status::Ok();

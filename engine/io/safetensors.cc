@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "engine/base/confined_open.h"
 #include "engine/base/json.h"
 
 namespace mt {
@@ -18,26 +19,17 @@ namespace mt {
 // ---- MappedFile --------------------------------------------------------------------------------
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return not_found("cannot open '" + path + "': " + std::strerror(errno));
+  MT_ASSIGN_OR_RETURN(const OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument("'" + path + "' is not a regular file");
-  }
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return invalid_argument("'" + path + "' is not a regular file");
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
   m->size_ = size_t(st.st_size);
   if (m->size_ > 0) {
-    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return data_loss("cannot map '" + path + "': " + std::strerror(err));
-    }
+    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (p == MAP_FAILED) return data_loss("cannot map '" + path + "': " + std::strerror(errno));
     m->data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
   return m;
 }
 

@@ -1,0 +1,53 @@
+// Where the engine may open a path a client named. A daemon serving several users names its roots
+// once, before any job (its data root, STATE_DIR/jobs, its NVMe roots); from then on every open
+// of a path inside one of them stays inside that root, whatever symlinks lie below it — placed in
+// a shard or model directory before the submit, or swapped in while the job runs. Outside the
+// roots, and where none are named (the local CLI opens what its own user names), an open is a
+// plain open(2).
+//
+// How: the path is opened beneath a descriptor of the root (openat2 with RESOLVE_BENEATH, which
+// refuses a lookup that would leave it without opening anything there). RESOLVE_BENEATH also
+// refuses every absolute symlink, even one that points back inside the root; such a path (and
+// every path on kernels before 5.6) is opened as given and kept only if the file it opened lies
+// inside the root (its /proc/self/fd link): the check is of the object opened, so no swap between
+// check and use can change it.
+#pragma once
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/base/status.h"
+
+namespace mt {
+
+// Replaces the roots (each resolved now; opened again at each use, so a root removed and made
+// again, or mounted over, is the one used); an empty list ends the confinement. A root that
+// cannot be resolved, or is not a directory, is an error and changes nothing.
+Status confine_opens_to(const std::vector<std::string>& roots);
+
+// open(2) under that rule: a descriptor, or -1 with errno, EXDEV for a path that leads outside
+// its root.
+int open_confined(const std::string& path, int flags, mode_t mode = 0);
+
+// A descriptor, closed when it goes out of scope.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd = -1) : fd_(fd) {}
+  ~OwnedFd();
+  OwnedFd(OwnedFd&& o) noexcept : fd_(o.release()) {}
+  OwnedFd& operator=(OwnedFd&& o) noexcept;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// open_confined as a Status: `what` names the use ("cannot open"); an escape is INVALID_ARGUMENT
+// naming the path (as the submit's own check says), a missing file NOT_FOUND, anything else as
+// errno_status says.
+Result<OwnedFd> open_confined_or_status(const std::string& what, const std::string& path, int flags, mode_t mode = 0);
+
+}  // namespace mt

@@ -1,0 +1,149 @@
+// confined_open: once roots are named, no open of a path inside one leaves it, whatever symlinks
+// lie below it or are swapped in while it is being opened; paths outside the roots, and no roots
+// at all, open as plain open(2).
+#include "engine/base/confined_open.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/base/dir_fd.h"
+#include "engine/base/json.h"
+#include "engine/io/safetensors.h"
+#include "tests/engine/symlink_swap.h"
+#include "tests/engine/temp_dir.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::SymlinkSwap;
+using testing_util::TempDir;
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Names the roots for one test and ends the confinement after it.
+struct Confined {
+  explicit Confined(const std::vector<std::string>& roots) { EXPECT_TRUE(confine_opens_to(roots).ok()); }
+  ~Confined() { EXPECT_TRUE(confine_opens_to({}).ok()); }
+};
+
+struct Tree {
+  TempDir tmp{"confined"};
+  std::string root = tmp / "root", outside = tmp / "outside";
+  Tree() {
+    fs::create_directories(root + "/real");
+    fs::create_directories(outside);
+    write(root + "/real/x", "inside");
+    write(outside + "/x", "outside");
+    fs::create_symlink("../outside/x", root + "/relative_escape");      // relative, leaves the root
+    fs::create_symlink(outside + "/x", root + "/absolute_escape");      // absolute, leaves the root
+    fs::create_symlink(root + "/real/x", root + "/absolute_inside");    // absolute, stays inside
+    fs::create_symlink("real/x", root + "/relative_inside");            // relative, stays inside
+    fs::create_directory_symlink(outside, root + "/dir_escape");        // a directory above the file
+  }
+};
+
+std::string read_or_error(const std::string& path) {
+  auto r = read_file(path);
+  return r.ok() ? *r : "error: " + r.status().message();
+}
+
+TEST(ConfinedOpen, APathInsideARootNeverLeadsOutsideIt) {
+  Tree t;
+  Confined c({t.root});
+  EXPECT_EQ(read_or_error(t.root + "/real/x"), "inside");
+  EXPECT_EQ(read_or_error(t.root + "/absolute_inside"), "inside");
+  EXPECT_EQ(read_or_error(t.root + "/relative_inside"), "inside");
+  for (const char* name : {"/relative_escape", "/absolute_escape", "/dir_escape/x"}) {
+    const std::string path = t.root + name;
+    errno = 0;
+    EXPECT_EQ(open_confined(path, O_RDONLY | O_CLOEXEC), -1) << path;
+    EXPECT_EQ(errno, EXDEV) << path;
+    auto r = read_file(path);
+    ASSERT_FALSE(r.ok()) << path << " read '" << *r << "'";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("outside the allowed roots"), std::string::npos) << r.status().message();
+    auto m = MappedFile::open(path);
+    EXPECT_FALSE(m.ok()) << path;
+  }
+  EXPECT_FALSE(DirFd::open(t.root + "/dir_escape", false).ok());
+  // A file created through a directory that leads outside is refused and not created there.
+  EXPECT_EQ(open_confined(t.root + "/dir_escape/new", O_WRONLY | O_CREAT | O_CLOEXEC, 0644), -1);
+  EXPECT_FALSE(fs::exists(t.outside + "/new"));
+  // An unnamed scratch file (the NVMe tier's) in a directory that leads outside: refused too.
+  EXPECT_EQ(open_confined(t.root + "/dir_escape", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600), -1);
+  // Outside every root, an open is a plain open.
+  EXPECT_EQ(read_or_error(t.outside + "/x"), "outside");
+  // A missing file is NOT_FOUND naming it.
+  auto missing = read_file(t.root + "/none");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(ConfinedOpen, WithoutRootsEveryPathOpensAsGiven) {
+  Tree t;
+  EXPECT_EQ(read_or_error(t.root + "/relative_escape"), "outside");
+  {
+    Confined c({t.root});
+    EXPECT_NE(read_or_error(t.root + "/relative_escape"), "outside");
+  }
+  EXPECT_EQ(read_or_error(t.root + "/dir_escape/x"), "outside");
+  EXPECT_FALSE(confine_opens_to({t.tmp / "no-such-root"}).ok());
+}
+
+// The innermost root that holds a path is the one it must stay in: an NVMe root inside the data
+// root does not let a path below it reach the rest of the data root.
+TEST(ConfinedOpen, TheInnermostRootHolds) {
+  Tree t;
+  fs::create_directories(t.root + "/nvme");
+  fs::create_symlink("../real/x", t.root + "/nvme/up");
+  {
+    Confined c({t.root});
+    EXPECT_EQ(read_or_error(t.root + "/nvme/up"), "inside");
+  }
+  Confined c({t.root, t.root + "/nvme"});
+  EXPECT_NE(read_or_error(t.root + "/nvme/up"), "inside");
+}
+
+// A root removed and made again while the daemon runs (an operator's rm -rf and mkdir, a volume
+// mounted over it late) is the root used from then on: files below the new one open, and stay
+// confined to it.
+TEST(ConfinedOpen, ARootMadeAgainIsTheOneUsed) {
+  Tree t;
+  Confined c({t.root});
+  fs::remove_all(t.root);
+  EXPECT_EQ(read_file(t.root + "/real/x").status().code(), StatusCode::kNotFound);
+  fs::create_directories(t.root);
+  write(t.root + "/y", "new");
+  fs::create_symlink("../outside/x", t.root + "/escape");
+  EXPECT_EQ(read_or_error(t.root + "/y"), "new");
+  EXPECT_NE(read_or_error(t.root + "/escape"), "outside");
+}
+
+// A directory flipped between itself and a symlink to outside while files below it are read:
+// every read either refuses or reads the file inside, never the one outside.
+TEST(ConfinedOpen, ADirectorySwappedWhileOpeningNeverReadsOutside) {
+  Tree t;
+  fs::create_directories(t.outside + "/d");
+  write(t.outside + "/d/x", "outside");
+  fs::create_directories(t.root + "/d");
+  write(t.root + "/d/x", "inside");
+  Confined c({t.root});
+  SymlinkSwap swap(t.root, "d", t.outside + "/d");
+  int inside = 0, refused = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const std::string got = read_or_error(t.root + "/d/x");
+    ASSERT_NE(got, "outside") << "read through the swapped symlink at try " << i;
+    (got == "inside" ? inside : refused)++;
+  }
+  const long flips = swap.stop();
+  EXPECT_GT(inside, 0);
+  EXPECT_GT(flips, 0);
+}
+
+}  // namespace
+}  // namespace mt
