@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/base/confined_open.h"
 #include "server/job_housekeeping.h"
 #include "server/managed_job.h"
 
@@ -115,6 +116,13 @@ Status JobManager::start() {
   std::error_code ec;
   fs::create_directories(opt_.state_dir + "/jobs", ec);
   if (ec) return internal_error("cannot create the state dir '" + opt_.state_dir + "': " + ec.message());
+  // Every open of a path inside these stays inside them, whatever symlink a shard or model
+  // directory holds or is swapped for while a job runs (the submit checked only the spec's own).
+  std::vector<std::string> roots;
+  for (const std::string& r : spec_roots())
+    if (!r.empty()) roots.push_back(r);
+  roots.insert(roots.end(), opt_.nvme_paths.begin(), opt_.nvme_paths.end());
+  MT_RETURN_IF_ERROR(confine_opens_to(roots));
   std::vector<std::shared_ptr<Job>> resume, queued;
   next_id_ = std::max(next_id_, last_issued_id(opt_.state_dir) + 1);
   for (const auto& entry : fs::directory_iterator(opt_.state_dir + "/jobs")) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "engine/base/json.h"
+#include "engine/data/token_shard.h"
 #include "tests/server/daemon_process.h"
 
 namespace mt::server::testing {
@@ -278,6 +279,41 @@ TEST(ServerBadInput, ADataDirectorySwappedForASymlinkWhileQueuedFailsTheJobAtSta
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
   EXPECT_NE(j.reason().find("data.path"), std::string::npos) << j.reason();
   EXPECT_NE(j.reason().find("since the submit"), std::string::npos) << j.reason();
+  EXPECT_EQ(j.step(), 0);
+  fs::remove_all(outside);
+}
+
+// A shard directory (checked at submit: inside the data root) holding a symlink to a shard outside
+// it: the job fails naming that shard and never trains on it. Every open of a path inside the
+// roots stays inside them (engine/base/confined_open.h), so the same holds for a symlink swapped
+// in while the job runs; before, the daemon read whatever the directory's entries pointed at.
+TEST(ServerBadInput, AShardDirectoryWithASymlinkToOutsideFailsTheJobNamingTheShard) {
+  const std::string state = fresh_dir("paths_shard_link");
+  DaemonConfig cfg = test_config(state);
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  const std::string outside = fresh_dir("paths_shard_link_outside");
+  auto write_shard = [](const std::string& path) {
+    ShardWriter w(256);
+    TokenizedExample ex;
+    for (int i = 0; i < 600; ++i) ex.ids.push_back(i % 250), ex.loss.push_back(1);
+    ASSERT_TRUE(w.add(ex).ok());
+    ASSERT_TRUE(w.write(path).ok());
+  };
+  fs::create_directories(cfg.data_root + "/shards");
+  write_shard(cfg.data_root + "/shards/a.mts");
+  write_shard(outside + "/b.mts");
+  v1::JobSpec spec = tiny_spec(2, "shards");
+  spec.mutable_data()->set_path("shards");
+  const std::string ok = submit(*s.stub, spec);  // only a.mts: trains
+  EXPECT_EQ(wait_terminal(*s.stub, ok).state(), v1::JOB_STATE_SUCCEEDED);
+  fs::create_symlink(outside + "/b.mts", cfg.data_root + "/shards/b.mts");
+  const std::string id = submit(*s.stub, spec);
+  ASSERT_FALSE(id.empty());
+  const v1::Job j = wait_terminal(*s.stub, id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
+  EXPECT_NE(j.reason().find("shards/b.mts"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("outside the allowed roots"), std::string::npos) << j.reason();
   EXPECT_EQ(j.step(), 0);
   fs::remove_all(outside);
 }
