@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "engine/base/byte_size.h"
 #include "engine/exec/planner.h"
 
 namespace mt::cli {
@@ -36,6 +37,14 @@ Result<Args> Args::parse(int argc, char** argv, int first, const std::vector<std
 std::string Args::get(const std::string& k, const std::string& def) const {
   auto it = flags_.find(k);
   return it == flags_.end() ? def : it->second;
+}
+
+Result<uint64_t> Args::size(const std::string& k, uint64_t def) const {
+  auto it = flags_.find(k);
+  if (it == flags_.end()) return def;
+  auto bytes = parse_byte_size(it->second);
+  if (!bytes.ok()) return invalid_argument("--" + k + " = " + bytes.status().message());
+  return bytes;
 }
 
 Result<int64_t> Args::integer(const std::string& k, int64_t def, int64_t min, int64_t max) const {

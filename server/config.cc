@@ -11,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "engine/base/address.h"
+#include "engine/base/byte_size.h"
 #include "engine/job/job.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
@@ -60,20 +61,10 @@ uint64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
 }
 
-Result<uint64_t> parse_bytes(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !std::isfinite(v) || v < 0) return invalid_argument("'" + text + "' is not a size");
-  std::string unit(end);
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
-  if (unit.size() == 2 && unit[1] == 'i') unit.pop_back();
-  double mul = 1;
-  if (unit == "K" || unit == "k") mul = 1ull << 10;
-  else if (unit == "M" || unit == "m") mul = 1ull << 20;
-  else if (unit == "G" || unit == "g") mul = 1ull << 30;
-  else if (unit == "T" || unit == "t") mul = double(1ull << 40);
-  else if (!unit.empty()) return invalid_argument("'" + text + "' has an unknown unit (use K, M, G, T)");
-  return uint64_t(v * mul);
+Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text) {
+  auto bytes = parse_byte_size(text);
+  if (!bytes.ok()) return invalid_argument(flag + ": " + bytes.status().message());
+  return bytes;
 }
 
 bool is_loopback_listen(const std::string& a) {
@@ -170,10 +161,10 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_nvme_paths), ',', absl::SkipEmpty()))
     c.nvme_paths.emplace_back(p);
   if (auto s = absl::GetFlag(FLAGS_host_memory); !s.empty()) {
-    MT_ASSIGN_OR_RETURN(c.host_memory, parse_bytes(s));
+    MT_ASSIGN_OR_RETURN(c.host_memory, parse_size_flag("--host_memory", s));
   }
   if (auto s = absl::GetFlag(FLAGS_device_memory); !s.empty()) {
-    MT_ASSIGN_OR_RETURN(c.device_memory, parse_bytes(s));
+    MT_ASSIGN_OR_RETURN(c.device_memory, parse_size_flag("--device_memory", s));
   } else {
     c.device_memory = default_device_budget();  // what a job's executor assumes too
   }
@@ -190,7 +181,7 @@ Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   c.devices = absl::GetFlag(FLAGS_devices);
   c.retain_days = absl::GetFlag(FLAGS_retain_days);
   const std::string log_bytes = absl::GetFlag(FLAGS_log_file_bytes);
-  auto lb = parse_bytes(log_bytes);
+  auto lb = parse_byte_size(log_bytes);
   if (!lb.ok() || *lb < 1024)
     return invalid_argument("--log_file_bytes = '" + log_bytes + "' is not a size of at least 1K");
   c.log_file_bytes = *lb;

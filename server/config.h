@@ -35,8 +35,9 @@ struct DaemonConfig {
 
 std::string default_state_dir();  // $STATE_DIRECTORY, $XDG_STATE_HOME/megatrain or ~/.local/state/megatrain
 uint64_t physical_memory_bytes();
-// "64G", "1.5TiB", "4096" -> bytes.
-Result<uint64_t> parse_bytes(const std::string& text);
+// A size flag's value by engine/base/byte_size's rule ("64G", "1.5TiB", "4096"); refused naming
+// the flag.
+Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text);
 bool is_loopback_listen(const std::string& address);
 // --listen (HOST:PORT or unix:PATH) and --metrics_listen (HOST:PORT or empty): the host present,
 // the port a number in 0..65535 (0: any free port). Refused naming the flag otherwise.

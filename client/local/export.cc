@@ -8,14 +8,12 @@
 
 namespace mt::cli {
 
-Result<uint64_t> parse_size(const std::string& text);  // local/plan.cc
-
 int cmd_export(const Args& a) {
   if (a.positional().size() != 2)
     return usage_error("export");
   const std::string dtype = a.get("dtype", "bf16");
   if (dtype != "bf16" && dtype != "fp32") return fail(kUsage, "--dtype = '" + dtype + "' is not one of bf16, fp32");
-  auto shard = parse_size(a.get("shard-size", "5GB"));
+  auto shard = a.size("shard-size", 5'000'000'000);
   if (!shard.ok()) return fail(kUsage, shard.status().message());
   const bool overwrite = a.has("overwrite");
   if (Status s = check_export_dir(a.positional()[1], overwrite); !s.ok()) return fail(kUsage, s.message());

@@ -10,20 +10,6 @@
 
 namespace mt::cli {
 
-// Sizes like 128GiB, 1.5TB, 800000000.
-Result<uint64_t> parse_size(const std::string& text) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? end : "";
-  const std::pair<const char*, double> units[] = {{"", 1},       {"B", 1},        {"KB", 1e3},  {"MB", 1e6},
-                                                  {"GB", 1e9},   {"TB", 1e12},    {"KiB", 1024.0}, {"MiB", 1048576.0},
-                                                  {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
-  if (end != text.c_str() && v >= 0)
-    for (auto [u, f] : units)
-      if (unit == u) return uint64_t(v * f);
-  return invalid_argument("'" + text + "' is not a size (e.g. 128GiB, 1.5TB, 4096)");
-}
-
 // --offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-grad-window N] [--nvme-gbps G]: the
 // spec with the NVMe tier (paths only count here: a plan for another machine names none, and
 // plans one drive).
@@ -66,8 +52,7 @@ int cmd_plan_local(const Args& a) {
   if (!cfg.ok()) return fail(kUsage, cfg.status().message());
   // The device budget defaults to what a job here would get: this GPU's free memory (none
   // without a GPU: then say so, since a plan for another machine needs --device-memory).
-  auto host = parse_size(a.get("host-memory", "0")),
-       dev = parse_size(a.get("device-memory", std::to_string(default_device_budget())));
+  auto host = a.size("host-memory", 0), dev = a.size("device-memory", default_device_budget());
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
