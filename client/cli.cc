@@ -27,6 +27,11 @@ Result<Args> Args::parse(int argc, char** argv, int first, const std::vector<std
       key = key.substr(0, eq);
     } else if (std::find(switches.begin(), switches.end(), key) == switches.end()) {
       if (i + 1 >= argc) return invalid_argument("flag --" + key + " needs a value");
+      // `--out --json` would train into a directory named "--json": a value that looks like a
+      // flag is written --out=--json when it really is one.
+      if (std::string next = argv[i + 1]; next.rfind("--", 0) == 0)
+        return invalid_argument("flag --" + key + " needs a value, not the flag " + next + " (write --" + key +
+                                "=" + next + " if that is the value)");
       value = argv[++i];
     }
     a.flags_[key] = value;

@@ -1,7 +1,10 @@
 // megatrain train SPEC: runs a job in the foreground with the engine linked in (no daemon).
 // Ctrl-C (SIGINT) or SIGTERM (a service manager, `kill`) stops at the next step boundary, writes
-// a checkpoint and exits cleanly. Under mpirun or srun each process is one rank of a
-// data-parallel job (engine/exec/data_parallel_executor.h); rank 0 writes the checkpoints.
+// a checkpoint and exits cleanly; a second one stops at once. Under mpirun or srun each process is
+// one rank of a data-parallel job (engine/exec/data_parallel_executor.h); rank 0 writes the
+// checkpoints.
+#include <unistd.h>
+
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -18,7 +21,21 @@ namespace mt::cli {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-void on_stop_signal(int) { g_interrupted = 1; }
+// The first signal asks for a stop at the next step boundary, with a checkpoint; a second one,
+// for a user who cannot wait for a long step or a large write, ends the process by that signal
+// at once (a checkpoint is published by rename: the last whole one stays, a partial one is
+// cleaned up by the next run).
+void on_stop_signal(int sig) {
+  if (g_interrupted) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_interrupted = 1;
+  static constexpr char kSaid[] =
+      "megatrain: stopping after this step with a checkpoint; Ctrl-C again stops now without one\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
+}
 constexpr int kStopSignals[] = {SIGINT, SIGTERM};
 
 Status apply_overrides(const Args& a, JobSpec& spec) {

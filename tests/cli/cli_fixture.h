@@ -128,13 +128,15 @@ inline std::string write_file(const std::string& path, const std::string& text) 
 // keeps the write end too, and on reading step `at` fills what is left of the page; the run then
 // blocks printing its next step until the kill. A run stalled that way is killed at most a
 // page of step lines (~13 steps) past `at`, however late the kill comes. `step` is the last step
-// reported, -1 when the run was not killed (it ended before reporting step `at`).
+// reported, -1 when the run was not killed (it ended before reporting step `at`). Another
+// `signal` is sent every 200 ms until the run ends by it (Ctrl-C pressed until the run gives
+// up), for at most 20 s; then it is killed, and `step` stays -1.
 struct KilledRun {
   long step = -1;
   std::string seen;  // what it printed
 };
 
-inline KilledRun train_and_kill(const std::string& spec, const std::string& run, long at) {
+inline KilledRun train_and_kill(const std::string& spec, const std::string& run, long at, int signal = SIGKILL) {
   KilledRun k;
   int out[2];
   if (::pipe(out) != 0) return k;
@@ -174,11 +176,16 @@ inline KilledRun train_and_kill(const std::string& spec, const std::string& run,
   // Fill the page a byte at a time (a non-blocking write of more than is free writes nothing).
   while (!ended && ::write(filler, " ", 1) == 1) {
   }
+  for (int tries = 0; !ended && signal != SIGKILL && tries < 100; ++tries) {
+    ::kill(pid, signal);
+    ::usleep(200'000);
+    ended = ::waitpid(pid, &status, WNOHANG) == pid;
+  }
   if (!ended) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) k.step = step;
   }
+  if (WIFSIGNALED(status) && WTERMSIG(status) == signal) k.step = step;
   ::close(out[0]);
   ::close(filler);
   return k;

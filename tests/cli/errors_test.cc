@@ -434,5 +434,21 @@ TEST(CliErrors, AnUnknownFlagIsRefusedNamingItBeforeAnythingRuns) {
   EXPECT_EQ(megatrain({"train", spec, "--out", dir + "/run", "--steps", "1", "--json"}).rc, 0);
 }
 
+// `train SPEC --out --json` trained into a directory named "--json" (found by an adversarial CLI
+// campaign): a flag's separate value may not itself look like a flag; --out=--json still names it.
+TEST(CliErrors, AFlagWhoseValueLooksLikeAFlagIsRefused) {
+  const std::string dir = fresh_dir("cli_flag_as_value");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(1));
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"train", spec, "--out", "--json"},
+                                               {"train", spec, "--out", "--steps", "1", "--json"},
+                                               {"export", dir + "/run", dir + "/x", "--dtype", "--json"}}) {
+    RunResult r = megatrain(args);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_NE((r.out + r.err).find("needs a value, not the flag --"), std::string::npos) << describe(r);
+  }
+  EXPECT_FALSE(fs::exists("--json"));
+  EXPECT_FALSE(fs::exists(dir + "/--json"));
+}
+
 }  // namespace
 }  // namespace mt::cli::testing

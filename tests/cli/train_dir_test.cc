@@ -81,5 +81,22 @@ TEST(CliTrainDir, AReaderThatGoesAwayStopsTheRunWithACheckpoint) {
   EXPECT_TRUE(latest.ok()) << "no checkpoint: " << describe(r);
 }
 
+// Ctrl-C stops at the next step with a checkpoint; a user who cannot wait for that (a long step,
+// a large write) presses it again and the run ends at once, by the signal, leaving the last whole
+// checkpoint to resume from. The run is held blocked printing a step (train_and_kill), so without
+// the second press's effect it would not end at all.
+TEST(CliTrainDir, ASecondCtrlCStopsAtOnceAndTheLastCheckpointResumes) {
+  const std::string dir = fresh_dir("train_dir_ctrl_c");
+  std::string yaml = tiny_spec_yaml(40);
+  yaml.replace(yaml.find("every: 0"), 8, "every: 2");
+  const std::string spec = write_file(dir + "/spec.yaml", yaml);
+  const KilledRun stopped = train_and_kill(spec, dir + "/run", 5, SIGINT);
+  ASSERT_GE(stopped.step, 5) << "the run did not end by SIGINT: " << stopped.seen;
+  RunResult resumed = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  EXPECT_EQ(resumed.rc, 0) << describe(resumed);
+  EXPECT_LT(step_events(resumed), 40) << "it started over: " << describe(resumed);
+  EXPECT_EQ(*read_file(dir + "/run/checkpoints/latest"), "step-00000040\n");
+}
+
 }  // namespace
 }  // namespace mt::cli::testing
