@@ -381,12 +381,17 @@ ExpertScratch<T> expert_rows_hidden(const Ops<T>& ops, const ModelConfig& c, con
 }
 
 // Layer l's attention: its window and the model's scale; its RoPE table (the local one of
-// Gemma 3's sliding layers follows the global one in inv_freq).
+// Gemma 3's sliding layers follows the global one in inv_freq) and the table's attention factor:
+// the local table is default RoPE, so YaRN's factor scales only the global layers, as
+// transformers' separate local rotary embedding does.
 AttentionOptions attention_options(const ModelConfig& c, int l) {
   return {c.layer_attention(l).window, c.attention_scale, c.attention_softcap};
 }
 const float* rope_table(const LayerShape& s, int l) {
   return s.cfg->layer_attention(l).local_rope ? s.inv_freq + s.cfg->head_dim / 2 : s.inv_freq;
+}
+float rope_factor(const LayerShape& s, int l) {
+  return s.cfg->layer_attention(l).local_rope ? 1.0f : float(s.cfg->rope_attention_factor);
 }
 
 }  // namespace
@@ -402,7 +407,7 @@ void decoder_forward(const Ops<T>& ops, const LayerShape& s, int layer, const De
   if (w.qn)
     ops.qk_norm_forward(a.qkv, a.qk_rstd, a.qkv_raw, w.qn, w.kn, qk_norm_shape(s), float(c.rms_norm_eps), c.norm_offset);
   ops.rope_forward(a.qkv, rope_table(s, layer), s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
-                   float(c.rope_attention_factor));
+                   rope_factor(s, layer));
   ops.attention_forward(a.att, a.lse, a.qkv, s.documents(), attention_options(c, layer), s.B, s.T, c.num_heads,
                         c.num_kv_heads, c.head_dim);
   if (w.sinks) ops.attention_sinks_forward(a.att, a.lse, w.sinks, s.B, s.T, c.num_heads, c.head_dim);
@@ -449,7 +454,7 @@ void decoder_backward(const Ops<T>& ops, const LayerShape& s, int layer, const D
   ops.attention_backward(sc.dqkv, sc.datt, a.qkv, a.att, a.lse, s.documents(), attention_options(c, layer), s.B, s.T,
                          c.num_heads, c.num_kv_heads, c.head_dim);
   ops.rope_backward(sc.dqkv, rope_table(s, layer), s.pos, s.B, s.T, c.num_heads, c.num_kv_heads, c.head_dim,
-                    float(c.rope_attention_factor));
+                    rope_factor(s, layer));
   const T* dqkv = sc.dqkv;
   if (w.qn) {
     ops.qk_norm_backward(sc.dqkv_raw, dw.qn, dw.kn, sc.dqkv, a.qkv_raw, w.qn, w.kn, a.qk_rstd, qk_norm_shape(s),

@@ -10,6 +10,7 @@
 // must be within 2 fp32 ulps (2.4e-7 relative) of the double values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -159,6 +160,46 @@ TEST(YarnTrain, AConfigWithYarnLoadsAndTrains) {
   }
   EXPECT_LT(losses.back(), losses.front());
   EXPECT_NE(losses.front(), plain_loss);
+}
+
+double first_loss(const ModelConfig& cfg) {
+  TrainOptions opt;
+  opt.seq_len = 48;
+  opt.micro_batch = 2;
+  opt.global_batch = 2;
+  auto e = ResidentExecutor::create(cfg, opt);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  if (!e.ok()) return NAN;
+  init_weights(cfg, (*e)->store(), 7);
+  auto src = make_synthetic_source({3, cfg.vocab_size, 16, 2});
+  Batch b;
+  EXPECT_TRUE(src.ok() && (*src)->next_batch(opt.global_batch, opt.seq_len, b).ok());
+  auto st = (*e)->step(b);
+  EXPECT_TRUE(st.ok()) << st.status().to_string();
+  return st.ok() ? st->loss : NAN;
+}
+
+// Gemma 3's sliding layers rotate by their own default-RoPE table: YaRN's attention factor
+// belongs to the global table only (transformers builds the local rotary embedding from a config
+// whose rope_scaling is default). It scaled the local layers' q and k too; a model whose layers
+// are all local now gives the same bits with and without YaRN, and one with a global layer does not.
+TEST(YarnTrain, GemmaThreesLocalLayersTakeNoYarnFactor) {
+  const auto gemma3 = [](const std::string& layer_types, bool yarn) {
+    return parse(R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 32,
+        "intermediate_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+        "vocab_size": 64, "max_position_embeddings": 64, "rope_theta": 100.0, "rope_local_base_freq": 10.0,
+        "sliding_window": 8, "query_pre_attn_scalar": 8, "hidden_activation": "gelu_pytorch_tanh",
+        "num_hidden_layers": )" + std::to_string(std::count(layer_types.begin(), layer_types.end(), ',') + 1) +
+                 R"(, "layer_types": [)" + layer_types + "]" +
+                 (yarn ? R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16})"
+                       : "") +
+                 "}");
+  };
+  const std::string local = R"("sliding_attention", "sliding_attention")";
+  ASSERT_GT(gemma3(local, true).rope_attention_factor, 1.0);
+  EXPECT_EQ(first_loss(gemma3(local, true)), first_loss(gemma3(local, false)));
+  const std::string mixed = R"("sliding_attention", "full_attention")";
+  EXPECT_NE(first_loss(gemma3(mixed, true)), first_loss(gemma3(mixed, false)));
 }
 
 }  // namespace
