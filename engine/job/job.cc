@@ -457,8 +457,12 @@ Result<JobResult> JobRunner::run() {
       state.data_source != data->describe())
     log(LogLevel::kWarning, "the data is not what " + resumed + " was trained on: it was " + state.data_source +
                                 ", now " + data->describe() + "; resuming at its data position all the same");
+  // A resume continues this run; init.from another run's checkpoint starts this one at its step.
+  const std::string at_step = !state.step        ? ""
+                              : resumed.empty() ? ", starting at step " + std::to_string(state.step) + " of " + spec_.init.from
+                                                : ", resuming at step " + std::to_string(state.step);
   log(LogLevel::kInfo, "model " + cfg.architecture + " (" + std::to_string(cfg.num_params()) + " params), data " +
-                           data->describe() + (state.step ? ", resuming at step " + std::to_string(state.step) : ""));
+                           data->describe() + at_step);
   if (cfg.pad_token_id >= 0)
     log(LogLevel::kWarning, "config.json sets pad_token_id " + std::to_string(cfg.pad_token_id) +
                                 ": transformers leaves that embedding row untrained (nn.Embedding padding_idx); "
