@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -106,18 +107,40 @@ void LogFile::append_at(int64_t unix_ms, const std::string& level, const std::st
     lines += head + piece + "\n";
     start = end + 1;
   }
+  const auto count = uint64_t(std::count(lines.begin(), lines.end(), '\n'));
   {
-    // Opened for each append: a daemon with thousands of jobs holds no descriptor per log.
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    if (size_ > 0 && size_ + lines.size() > max_bytes_ && !rotate().ok()) return;
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) return;  // the job's directory is gone
-    const ssize_t n = ::write(fd, lines.data(), lines.size());
-    ::close(fd);
-    if (n > 0) size_ += uint64_t(n);
+    const std::string lost_note = !lost_lines_ ? ""
+                                  : utc_time_text(unix_ms) + " warning " + std::to_string(lost_lines_) +
+                                        " log line(s) before this one could not be written: " + lost_why_ + "\n";
+    if (Status s = write_lines(lost_note + lines); !s.ok()) {
+      if (!lost_lines_) lost_why_ = s.message();
+      lost_lines_ += count;
+      return;
+    }
+    lost_lines_ = 0;
   }
   wake_all();
+}
+
+Status LogFile::write_lines(const std::string& lines) {
+  if (size_ > 0 && size_ + lines.size() > max_bytes_) MT_RETURN_IF_ERROR(rotate());
+  // Opened for each append: a daemon with thousands of jobs holds no descriptor per log.
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return internal_error("cannot open '" + path_ + "': " + std::strerror(errno));
+  const ssize_t n = ::write(fd, lines.data(), lines.size());
+  const int err = errno;
+  if (n == ssize_t(lines.size())) {
+    ::close(fd);
+    size_ += uint64_t(n);
+    return Status::Ok();
+  }
+  if (n > 0 && ::ftruncate(fd, off_t(size_)) != 0) size_ += uint64_t(n);  // a torn line left: counted
+  ::close(fd);
+  return internal_error("cannot write '" + path_ + "': " +
+                        (n < 0 ? std::string(std::strerror(err))
+                               : "wrote " + std::to_string(n) + " of " + std::to_string(lines.size()) + " bytes"));
 }
 
 Status LogFile::rotate() {

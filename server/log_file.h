@@ -3,7 +3,10 @@
 //
 // A line is "2026-11-30T16:05:01.123Z info TEXT\n", appended with one write(2) (the file opened
 // for it: no descriptor is held per log) the moment it is logged, so it survives the daemon's crash or kill -9 (not a power cut: lines are not
-// fsynced). Text with newlines becomes several lines; a line is cut at kMaxLineBytes.
+// fsynced). Text with newlines becomes several lines; a line is cut at kMaxLineBytes. Lines that
+// cannot be written (a full disk, a directory gone) are counted; the next line that can be is
+// preceded by a warning saying how many were lost and why, and a short write is cut back, so the
+// file never holds a torn line.
 // The size is bounded by rotation: a line that would take the file past max_bytes first renames
 // it to PATH.1 (replacing the previous PATH.1) and starts a new PATH, so a log keeps its last
 // max_bytes to 2 x max_bytes on disk.
@@ -53,7 +56,8 @@ class LogFile {
  private:
   friend class LogCursor;
   LogFile(std::string path, uint64_t max_bytes) : path_(std::move(path)), max_bytes_(max_bytes) {}
-  Status rotate();  // mu_ held
+  Status rotate();                             // mu_ held
+  Status write_lines(const std::string& lines);  // mu_ held: all of them, or none
   void wake_all();
 
   const std::string path_;
@@ -62,6 +66,8 @@ class LogFile {
   uint64_t size_ = 0;    // of the current file
   uint64_t gen_ = 1;     // the current file's generation; PATH.1 holds gen_ - 1
   bool closed_ = false;
+  uint64_t lost_lines_ = 0;  // lines that could not be written since the last that could
+  std::string lost_why_;     // the first reason
   std::mutex listeners_mu_;
   std::map<uint64_t, Wake> listeners_;
   uint64_t next_listener_ = 1;

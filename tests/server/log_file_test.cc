@@ -2,6 +2,11 @@
 // that keeps up (even one that reads while the writer rotates), a reader left two rotations
 // behind is told what it lost, tail N spans the rotated file, and a closed log ends its readers.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <filesystem>
@@ -47,6 +52,70 @@ TEST(LogFile, LinesRoundTripWithTimeAndLevel) {
   (*log)->append("info", "after close");  // refused silently
   EXPECT_TRUE(read_all(*c).empty());
   EXPECT_TRUE(c->finished());
+}
+
+// A line that cannot be written (the path taken by a directory here; a full disk, a removed
+// directory in use) was dropped without a word. Now the next line written says how many were lost
+// and why.
+TEST(LogFile, LinesThatCouldNotBeWrittenAreCountedInTheNextOne) {
+  const std::string dir = testing::fresh_dir("log_lost");
+  const std::string path = dir + "/log.txt";
+  auto log = LogFile::open(path, 0);
+  ASSERT_TRUE(log.ok());
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  (*log)->append("info", "lost");
+  (*log)->append("info", "lost\ntoo");
+  std::filesystem::remove(path);
+  (*log)->append_at(1796054701123, "info", "back");
+  auto c = LogCursor::open(*log, 0);
+  ASSERT_TRUE(c.ok());
+  auto lines = read_all(*c);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].level, "warning");
+  EXPECT_EQ(lines[0].unix_ms, 1796054701123);
+  EXPECT_NE(lines[0].text.find("3 log line(s) before this one could not be written: cannot open '" + path + "'"),
+            std::string::npos)
+      << lines[0].text;
+  EXPECT_EQ(lines[1].text, "back");
+  (*log)->append("info", "then as before");
+  EXPECT_EQ(read_all(*c).size(), 1u);
+}
+
+// A write cut short (the file size limit here; a full disk) is cut back to the last whole line:
+// no torn line, and the next line says what was lost. In a child process, whose limit it sets.
+TEST(LogFile, AShortWriteLeavesNoTornLine) {
+  const std::string dir = testing::fresh_dir("log_short");
+  const std::string path = dir + "/log.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // the write returns short instead of the signal killing it
+    auto log = LogFile::open(path, 0);
+    if (!log.ok()) ::_exit(2);
+    (*log)->append("info", "before");
+    const rlimit limit{rlim_t(std::filesystem::file_size(path) + 40), RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+    (*log)->append("info", std::string(200, 'x'));
+    const rlimit none{RLIM_INFINITY, RLIM_INFINITY};
+    if (::setrlimit(RLIMIT_FSIZE, &none) != 0) ::_exit(4);
+    (*log)->append("info", "after");
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto log = LogFile::open(path, 0, /*closed=*/true);
+  ASSERT_TRUE(log.ok());
+  auto c = LogCursor::open(*log, 0);
+  ASSERT_TRUE(c.ok());
+  auto lines = read_all(*c);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].text, "before");
+  EXPECT_NE(lines[1].text.find("1 log line(s) before this one could not be written: cannot write '" + path +
+                               "': wrote 40 of "),
+            std::string::npos)
+      << lines[1].text;
+  EXPECT_EQ(lines[2].text, "after");
 }
 
 TEST(LogFile, RotationBoundsTheDiskAndAConcurrentReaderLosesNothing) {
