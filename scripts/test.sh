@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
+# ccache (CMakeLists.txt) keys on paths relative to the checkout, and on no working directory, so a
+# fresh clone elsewhere on the same machine (CI's) reuses what a build in another checkout compiled.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 werror=OFF
 [ "${CI:-}" = "true" ] && werror=ON
