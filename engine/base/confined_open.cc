@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,7 +22,8 @@ namespace {
 
 // A root is held by its resolved path and opened again for each open below it: a directory
 // removed and made again (or a volume mounted over it after the start) is the one used, not the
-// one the daemon saw first. The path came from the operator, so looking it up is trusted.
+// one the daemon saw first. The path came from the operator, so looking up an outermost root by
+// it is trusted (one inside another is looked up beneath that one: open_root).
 struct Root {
   fs::path path;  // resolved, normal
 };
@@ -68,34 +70,113 @@ fs::path where(int fd) {
   return fs::path(s);
 }
 
-// `rel` opened beneath the directory `dir`, never leaving it.
-int open_below(int dir, const fs::path& rel, int flags, mode_t mode) {
-#ifdef SYS_openat2
-  open_how how{};
-  how.flags = uint64_t(unsigned(flags));
-  how.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  const long fd = ::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof how);
-  // EXDEV: the lookup would leave the root, or met an absolute symlink (that may point back
-  // inside); ENOSYS/EPERM: a kernel before 5.6 or a filter. Both: open, then look where it is —
-  // except a creation refused by EXDEV, which would leave a file where it was refused.
-  if (fd >= 0 || (errno != EXDEV && errno != ENOSYS && errno != EPERM)) return int(fd);
-  if (errno == EXDEV && (flags & O_CREAT)) return -1;
-#endif
-  const int fd2 = ::openat(dir, rel.c_str(), flags | O_NONBLOCK | O_NOCTTY, mode);
-  if (fd2 < 0) return -1;
-  const fs::path at = where(fd2), root_now = where(dir);
-  if (at.empty() || root_now.empty() || !inside(at, root_now)) {
-    ::close(fd2);
-    errno = EXDEV;
-    return -1;
-  }
-  if (!(flags & O_NONBLOCK)) ::fcntl(fd2, F_SETFL, ::fcntl(fd2, F_GETFL) & ~O_NONBLOCK);
-  return fd2;
+// A FIFO, device or socket: never what a spec names below a root (training data, a model, a
+// checkpoint), and opening one may wait forever or act on the device.
+bool special(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ||
+                                   S_ISSOCK(st.st_mode));
 }
 
-int open_beneath(const Root& root, const fs::path& rel, int flags, mode_t mode) {
-  const int dir = ::open(root.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+int refuse(int fd, int err) {
+  ::close(fd);
+  errno = err;
+  return -1;
+}
+
+// `rel` looked up beneath `dir` without opening the file itself (O_PATH: no device is opened, no
+// FIFO waited on, nothing created) and kept only if it lies inside `dir`; else -1, EXDEV.
+int find_inside(int dir, const fs::path& rel, int flags) {
+  const int fd = ::openat(dir, rel.c_str(), O_PATH | O_CLOEXEC | flags);
+  if (fd < 0) return -1;
+  const fs::path at = where(fd), root_now = where(dir);
+  if (at.empty() || root_now.empty() || !inside(at, root_now)) return refuse(fd, EXDEV);
+  return special(fd) ? refuse(fd, ENODEV) : fd;
+}
+
+// Where openat2 cannot say (an absolute symlink, which RESOLVE_BENEATH refuses even when it points
+// back inside; a kernel before 5.6): the object is found and checked first, then opened as itself
+// — a file to create by its name in its directory so found, following no symlink there; any other
+// through its /proc/self/fd link. Nothing outside the root is ever opened, not even to be refused.
+int open_found(int dir, const fs::path& rel, int flags, mode_t mode) {
+  const bool tmpfile = (flags & O_TMPFILE) == O_TMPFILE, creates = tmpfile || (flags & O_CREAT);
+  fs::path look = rel, name = ".";  // what is found first; what is then opened in it, if it creates
+  if (creates && !tmpfile) {
+    look = rel.has_parent_path() ? rel.parent_path() : fs::path(".");
+    name = rel.filename();
+  }
+  const int found = find_inside(dir, look, creates ? O_DIRECTORY : flags & (O_NOFOLLOW | O_DIRECTORY));
+  if (found < 0) return -1;
+  struct stat st {};
+  int fd = -1;
+  if (creates) {
+    fd = ::openat(found, name.c_str(), flags | O_NOFOLLOW, mode);
+  } else if ((flags & O_NOFOLLOW) && ::fstatat(found, "", &st, AT_EMPTY_PATH) == 0 && S_ISLNK(st.st_mode)) {
+    errno = ELOOP;  // as open(2) says of a symlink with O_NOFOLLOW
+  } else {
+    fd = ::open(("/proc/self/fd/" + std::to_string(found)).c_str(), flags & ~O_NOFOLLOW);
+  }
+  const int err = errno;
+  ::close(found);
+  errno = err;
+  return fd;
+}
+
+// `rel` opened beneath the directory `dir`, never leaving it, and never a FIFO, device or socket
+// (ENODEV). Non-blocking while it opens, so a FIFO where a file was expected is refused at once
+// instead of holding the job until a writer comes.
+int open_below(int dir, const fs::path& rel, int flags, mode_t mode) {
+  const int opening = flags | O_NONBLOCK | O_NOCTTY;
+  int fd = -1;
+#ifdef SYS_openat2
+  open_how how{};
+  how.flags = uint64_t(unsigned(opening));
+  how.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  fd = int(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof how));
+  // EXDEV: the lookup would leave the root, or met an absolute symlink (that may point back
+  // inside); ENOSYS/EPERM: a kernel before 5.6 or a filter.
+  if (fd < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM)) fd = open_found(dir, rel, opening, mode);
+#else
+  fd = open_found(dir, rel, opening, mode);
+#endif
+  if (fd < 0) return -1;
+  if (special(fd)) return refuse(fd, ENODEV);
+  if (!(flags & O_NONBLOCK)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+// The innermost root other than `self` that holds `p`, and the path below it.
+const Root* innermost(const Roots& roots, const fs::path& p, const Root* self, fs::path& below) {
+  const Root* best = nullptr;
+  fs::path rel;
+  for (const auto& r : roots)
+    if (&r != self && !(self && r.path == self->path) && relative_to(p, r.path, rel) &&
+        (!best || r.path.string().size() > best->path.string().size())) {
+      best = &r;
+      below = rel;
+    }
+  return best;
+}
+
+// A root's directory now. One inside another (an NVMe directory in the data root) is opened
+// beneath the outer one, so whoever may write in the outer root cannot swap the inner one for a
+// symlink to elsewhere; an outermost root is looked up by its name (the operator's).
+int open_root(const Roots& roots, const Root& root) {
+  fs::path rel;
+  const Root* outer = innermost(roots, root.path, &root, rel);
+  if (!outer) return ::open(root.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = open_root(roots, *outer);
+  if (dir < 0) return -1;
+  const int fd = open_below(dir, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+  const int err = errno;
+  ::close(dir);
+  errno = err;
+  return fd;
+}
+
+int open_beneath(const Roots& roots, const Root& root, const fs::path& rel, int flags, mode_t mode) {
+  const int dir = open_root(roots, root);
   if (dir < 0) return -1;
   const int fd = open_below(dir, rel, flags, mode);
   const int err = errno;
@@ -125,14 +206,8 @@ int open_confined(const std::string& path, int flags, mode_t mode) {
   if (roots) {
     std::error_code ec;
     const fs::path p = fs::absolute(path, ec).lexically_normal();
-    const Root* best = nullptr;
-    fs::path rel, best_rel;
-    for (const auto& r : *roots)  // the innermost root that holds the path
-      if (relative_to(p, r.path, rel) && (!best || r.path.string().size() > best->path.string().size())) {
-        best = &r;
-        best_rel = rel;
-      }
-    if (best) return open_beneath(*best, best_rel, flags, mode);
+    fs::path rel;
+    if (const Root* best = innermost(*roots, p, nullptr, rel)) return open_beneath(*roots, *best, rel, flags, mode);
   }
   return ::open(path.c_str(), flags, mode);
 }
@@ -156,6 +231,8 @@ Result<OwnedFd> open_confined_or_status(const std::string& what, const std::stri
   if (err == EXDEV)
     return invalid_argument(what + " '" + path + "': it leads outside the allowed roots (through a symlink)");
   if (err == ENOENT) return not_found(what + " '" + path + "': it does not exist");
+  if (err == ENODEV && roots_now())
+    return invalid_argument(what + " '" + path + "': it is not a regular file or directory (a FIFO, device or socket)");
   return errno_status(what, path, err);
 }
 

@@ -8,9 +8,13 @@
 // How: the path is opened beneath a descriptor of the root (openat2 with RESOLVE_BENEATH, which
 // refuses a lookup that would leave it without opening anything there). RESOLVE_BENEATH also
 // refuses every absolute symlink, even one that points back inside the root; such a path (and
-// every path on kernels before 5.6) is opened as given and kept only if the file it opened lies
-// inside the root (its /proc/self/fd link): the check is of the object opened, so no swap between
-// check and use can change it.
+// every path on kernels before 5.6) is first found without being opened (O_PATH) and kept only if
+// what was found lies inside the root (its /proc/self/fd link), then that very object is opened
+// (a file to create: by its name, no symlink followed, in the directory so found): the check is of
+// the object, so no swap between check and use can change it, and nothing outside is ever opened —
+// no device, FIFO or automount reached by a symlink is touched. A root inside another (an NVMe
+// directory in the data root) is itself opened beneath the outer one. Every open is non-blocking
+// until it returns: a FIFO where a file was expected cannot hold a job.
 #pragma once
 #include <sys/types.h>
 
@@ -28,7 +32,7 @@ namespace mt {
 Status confine_opens_to(const std::vector<std::string>& roots);
 
 // open(2) under that rule: a descriptor, or -1 with errno, EXDEV for a path that leads outside
-// its root.
+// its root, ENODEV for a FIFO, device or socket inside one.
 int open_confined(const std::string& path, int flags, mode_t mode = 0);
 
 // A descriptor, closed when it goes out of scope.

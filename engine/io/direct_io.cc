@@ -109,17 +109,26 @@ void note_fallback(const std::string& path, const std::string& why) {
 
 void count_file(bool direct) { ++(direct ? g_direct_files : g_buffered_files); }
 
-int open_direct(int dir, const std::string& name, int flags) {
+namespace {
+bool direct_refused() {
   int refuse = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     refuse = g_faults.refuse_direct;
   }
-  if (refuse != 0) {
-    errno = refuse;
-    return -1;
-  }
+  if (refuse != 0) errno = refuse;
+  return refuse != 0;
+}
+}  // namespace
+
+int open_direct(int dir, const std::string& name, int flags) {
+  if (direct_refused()) return -1;
   return ::openat(dir, name.c_str(), flags | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+}
+
+int reopen_direct(int fd, int flags) {
+  if (direct_refused()) return -1;
+  return ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), flags | O_DIRECT | O_CLOEXEC);
 }
 
 uint64_t align_up(uint64_t n) { return (n + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign; }

@@ -16,6 +16,9 @@ void note_fallback(const std::string& path, const std::string& why);
 void count_file(bool direct);
 // openat(dir, name, flags | O_DIRECT | O_CLOEXEC | O_NOFOLLOW), or the injected refusal.
 int open_direct(int dir, const std::string& name, int flags);
+// The file `fd` has open, opened again with O_DIRECT (through /proc/self/fd: the same file, not
+// whatever its path names now), or the injected refusal.
+int reopen_direct(int fd, int flags);
 uint64_t align_up(uint64_t n);  // to kDirectIoAlign
 
 // Memory aligned to kDirectIoAlign (from 2 MiB up: 2 MiB, in huge pages, and reused by the next

@@ -43,8 +43,9 @@ struct InFile {
   }
 };
 
-// The path is opened confined (confined_open.h); its O_DIRECT descriptor, opened by path again,
-// is kept only if it is the same file.
+// The path is opened confined (confined_open.h); its O_DIRECT descriptor is that same file opened
+// again (never its path looked up again, which a swap could lead elsewhere), kept only if it is
+// the same file.
 Status open_in(InFile& f, bool want_direct) {
   MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status("cannot open", f.path, O_RDONLY | O_CLOEXEC));
   f.fd = fd.release();
@@ -52,7 +53,7 @@ Status open_in(InFile& f, bool want_direct) {
   if (::fstat(f.fd, &st) != 0) return errno_status("cannot stat", f.path, errno);
   f.size = uint64_t(st.st_size);
   if (!want_direct) return Status::Ok();
-  f.direct = open_direct(AT_FDCWD, f.path, O_RDONLY);
+  f.direct = reopen_direct(f.fd, O_RDONLY);
   if (f.direct >= 0 && (::fstat(f.direct, &st_direct) != 0 || st_direct.st_ino != st.st_ino || st_direct.st_dev != st.st_dev)) {
     ::close(f.direct);
     f.direct = -1;

@@ -7,8 +7,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "engine/base/dir_fd.h"
 #include "engine/base/json.h"
@@ -143,6 +148,84 @@ TEST(ConfinedOpen, ADirectorySwappedWhileOpeningNeverReadsOutside) {
   const long flips = swap.stop();
   EXPECT_GT(inside, 0);
   EXPECT_GT(flips, 0);
+}
+
+// A root inside another (an NVMe directory in the data root) was looked up by its name at each
+// open: whoever may write in the outer root could rename it away and put a symlink to /etc in its
+// place after the daemon's checks. It is now opened beneath the outer root, so the swap leads
+// nowhere.
+TEST(ConfinedOpen, ARootInsideAnotherSwappedForASymlinkLeadsNowhere) {
+  Tree t;
+  fs::create_directories(t.root + "/nvme");
+  write(t.root + "/nvme/x", "nvme");
+  Confined c({t.root, t.root + "/nvme"});
+  EXPECT_EQ(read_or_error(t.root + "/nvme/x"), "nvme");
+  fs::rename(t.root + "/nvme", t.root + "/nvme.orig");
+  fs::create_directory_symlink(t.outside, t.root + "/nvme");
+  errno = 0;
+  EXPECT_EQ(open_confined(t.root + "/nvme/x", O_RDONLY | O_CLOEXEC), -1);
+  EXPECT_EQ(errno, EXDEV);
+  EXPECT_EQ(open_confined(t.root + "/nvme/made", O_WRONLY | O_CREAT | O_CLOEXEC, 0600), -1);
+  EXPECT_FALSE(fs::exists(t.outside + "/made"));
+  // An absolute symlink back inside the outer root is a directory inside it: that is allowed.
+  fs::remove(t.root + "/nvme");
+  fs::create_directory_symlink(t.root + "/nvme.orig", t.root + "/nvme");
+  EXPECT_EQ(read_or_error(t.root + "/nvme/x"), "nvme");
+}
+
+// A symlink out of the root was opened and only then refused: through it a job could open a
+// device with side effects, wait on a FIFO, or mount an automounted share. Now nothing outside is
+// opened: a FIFO outside, opened for writing with no reader, would say ENXIO if it were.
+TEST(ConfinedOpen, WhatASymlinkOutOfTheRootNamesIsNeverOpened) {
+  Tree t;
+  ASSERT_EQ(::mkfifo((t.outside + "/fifo").c_str(), 0600), 0);
+  fs::create_symlink(t.outside + "/fifo", t.root + "/absolute_fifo");
+  fs::create_symlink("../outside/fifo", t.root + "/relative_fifo");
+  Confined c({t.root});
+  for (const char* name : {"/absolute_fifo", "/relative_fifo", "/dir_escape/fifo"}) {
+    errno = 0;
+    EXPECT_EQ(open_confined(t.root + name, O_WRONLY | O_CLOEXEC), -1) << name;
+    EXPECT_EQ(errno, EXDEV) << name << ": " << std::strerror(errno);
+  }
+}
+
+// A FIFO where a file was expected held the job's thread in open(2) until a writer came (a cancel
+// could not reach it): opens are non-blocking until they return, and a FIFO, device or socket
+// below a root is refused (no spec names one).
+TEST(ConfinedOpen, AFifoWhereAFileWasExpectedDoesNotBlock) {
+  Tree t;
+  ASSERT_EQ(::mkfifo((t.root + "/fifo").c_str(), 0600), 0);
+  fs::create_symlink(t.root + "/fifo", t.root + "/absolute_to_fifo");  // the found-then-opened path
+  Confined c({t.root});
+  for (const char* name : {"/fifo", "/absolute_to_fifo"}) {
+    auto opened = std::async(std::launch::async, [&] { return read_file(t.root + name).status(); });
+    if (opened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      const int unblock = ::open((t.root + "/fifo").c_str(), O_WRONLY);  // let the blocked open return
+      ::close(unblock);
+      FAIL() << name << ": the open waited for a writer";
+    }
+    const Status st = opened.get();
+    EXPECT_NE(st.message().find("not a regular file or directory"), std::string::npos) << name << ": " << st.message();
+  }
+}
+
+// An absolute symlink to a directory inside the root (RESOLVE_BENEATH refuses every absolute
+// one) still takes a file created below it, in the directory it names; and a created file never
+// follows a symlink at its own name.
+TEST(ConfinedOpen, CreatingThroughAnAbsoluteSymlinkInsideTheRootWorks) {
+  Tree t;
+  fs::create_directory_symlink(t.root + "/real", t.root + "/absolute_dir");
+  Confined c({t.root});
+  const int fd = open_confined(t.root + "/absolute_dir/made", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ::close(fd);
+  EXPECT_TRUE(fs::exists(t.root + "/real/made"));
+  const int tmp = open_confined(t.root + "/absolute_dir", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  EXPECT_GE(tmp, 0) << std::strerror(errno);
+  if (tmp >= 0) ::close(tmp);
+  fs::create_symlink(t.outside + "/made_outside", t.root + "/real/link");
+  EXPECT_EQ(open_confined(t.root + "/absolute_dir/link", O_WRONLY | O_CREAT | O_CLOEXEC, 0600), -1);
+  EXPECT_FALSE(fs::exists(t.outside + "/made_outside"));
 }
 
 }  // namespace
