@@ -376,6 +376,28 @@ TEST(ServerConfig, SecurityRulesAndSizes) {
   EXPECT_NE(bad.message().find("--host_memory: '12Q'"), std::string::npos) << bad.message();
 }
 
+// The state directory inside the data root let a spec name the daemon's own files (an export with
+// overwrite into STATE_DIR/jobs/ID). Refused at start; the default (data root inside the state
+// directory) and separate directories start.
+TEST(ServerConfig, AStateDirectoryInsideTheDataRootIsRefused) {
+  const std::string dir = fresh_dir("cfg_nesting");
+  DaemonConfig c = test_config(dir + "/state");
+  EXPECT_TRUE(finalize_config(c).ok());  // data root STATE_DIR/data
+  for (const std::string& root : {dir, dir + "/state", dir + "/./state/.."}) {
+    DaemonConfig nested = test_config(dir + "/state");
+    nested.data_root = root;
+    const Status st = finalize_config(nested);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << root;
+    EXPECT_NE(st.message().find("lies inside --data_root"), std::string::npos) << st.message();
+  }
+  DaemonConfig apart = test_config(dir + "/state");
+  apart.data_root = dir + "/state-data";  // a sibling whose name begins with the state dir's
+  EXPECT_TRUE(finalize_config(apart).ok());
+  DaemonConfig sibling = test_config(dir + "/state-x");
+  sibling.data_root = dir + "/state";  // the state dir's name begins with the root's: not inside
+  EXPECT_TRUE(finalize_config(sibling).ok());
+}
+
 // Issue 11, point 8: --listen=127.0.0.1:99999 served on port 34463 (99999 mod 65536). Every
 // address flag is checked: host present, port numeric in 0..65535 (0: any free port).
 TEST(ServerConfig, ListenAddressesAreValidated) {
