@@ -109,12 +109,16 @@ Status finalize_config(DaemonConfig& c) {
   c.data_root = std::filesystem::canonical(c.data_root).string();
   // A spec may name anything under the data root, so the daemon's own records, checkpoints and
   // locks may not be there (an export with overwrite into STATE_DIR/jobs/ID; a symlink planted
-  // where the daemon writes a lock, by whoever may write in the data root).
-  const std::string root_dir = c.data_root == "/" ? "/" : c.data_root + "/";
-  if (c.state_dir == c.data_root || c.state_dir.rfind(root_dir, 0) == 0)
-    return invalid_argument("--state_dir '" + c.state_dir + "' lies inside --data_root '" + c.data_root +
-                            "', where a job spec may name the daemon's own files; give them separate directories "
-                            "(the default data root, STATE_DIR/data, lies inside the state directory, which is fine)");
+  // where the daemon writes a lock, by whoever may write in the data root): the data root holds
+  // neither the state directory nor lies in its jobs/ (the default, STATE_DIR/data, is fine).
+  const auto within = [](const std::string& p, const std::string& dir) {
+    return p == dir || p.rfind(dir == "/" ? dir : dir + "/", 0) == 0;
+  };
+  if (within(c.state_dir, c.data_root) || within(c.data_root, c.state_dir + "/jobs"))
+    return invalid_argument("--data_root '" + c.data_root + "' and --state_dir '" + c.state_dir +
+                            "' overlap where a job spec could name the daemon's own files (the state directory "
+                            "inside the data root, or the data root in STATE_DIR/jobs); give them separate "
+                            "directories (the default data root, STATE_DIR/data, is fine)");
   for (std::string& p : c.nvme_paths) {
     if (!std::filesystem::is_directory(p, ec)) return invalid_argument("--nvme_paths: '" + p + "' is not a directory");
     p = std::filesystem::canonical(p).string();

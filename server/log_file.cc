@@ -129,6 +129,8 @@ Status LogFile::write_lines(const std::string& lines) {
   // Opened for each append: a daemon with thousands of jobs holds no descriptor per log.
   const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return internal_error("cannot open '" + path_ + "': " + std::strerror(errno));
+  // Where this write begins: size_ unless the file was changed from outside (emptied, replaced).
+  const off_t end = ::lseek(fd, 0, SEEK_END);
   const ssize_t n = ::write(fd, lines.data(), lines.size());
   const int err = errno;
   if (n == ssize_t(lines.size())) {
@@ -136,7 +138,7 @@ Status LogFile::write_lines(const std::string& lines) {
     size_ += uint64_t(n);
     return Status::Ok();
   }
-  if (n > 0 && ::ftruncate(fd, off_t(size_)) != 0) size_ += uint64_t(n);  // a torn line left: counted
+  if (n > 0 && (end < 0 || ::ftruncate(fd, end) != 0)) size_ += uint64_t(n);  // a torn line left: counted
   ::close(fd);
   return internal_error("cannot write '" + path_ + "': " +
                         (n < 0 ? std::string(std::strerror(err))

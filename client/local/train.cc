@@ -5,9 +5,13 @@
 // checkpoints.
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <ctime>
 
 #include "client/cli.h"
 #include "client/progress.h"
@@ -21,20 +25,35 @@ namespace mt::cli {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
+std::atomic<int64_t> g_first_stop_ns{0};  // CLOCK_MONOTONIC when the first stop signal came
+// A second signal this soon after the first is the same Ctrl-C delivered twice (the terminal's
+// and a launcher's forwarded copy), not a user pressing it again.
+constexpr int64_t kSameSignalNs = 250'000'000;
+
+int64_t monotonic_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
 // The first signal asks for a stop at the next step boundary, with a checkpoint; a second one,
 // for a user who cannot wait for a long step or a large write, ends the process by that signal
 // at once (a checkpoint is published by rename: the last whole one stays, a partial one is
-// cleaned up by the next run).
+// cleaned up by the next run). Only async-signal-safe calls; errno is the interrupted code's.
 void on_stop_signal(int sig) {
-  if (g_interrupted) {
+  const int saved_errno = errno;
+  const int64_t now = monotonic_ns(), first = g_first_stop_ns.load();
+  if (first == 0) {
+    g_first_stop_ns.store(now);
+    g_interrupted = 1;
+    static constexpr char kSaid[] =
+        "megatrain: stopping after this step with a checkpoint; Ctrl-C again stops now without one\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
+  } else if (now - first >= kSameSignalNs) {
     std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
+    std::raise(sig);  // delivered, with the default action, when this handler returns
   }
-  g_interrupted = 1;
-  static constexpr char kSaid[] =
-      "megatrain: stopping after this step with a checkpoint; Ctrl-C again stops now without one\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
+  errno = saved_errno;
 }
 constexpr int kStopSignals[] = {SIGINT, SIGTERM};
 

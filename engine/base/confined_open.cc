@@ -135,8 +135,10 @@ int open_below(int dir, const fs::path& rel, int flags, mode_t mode) {
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   fd = int(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof how));
   // EXDEV: the lookup would leave the root, or met an absolute symlink (that may point back
-  // inside); ENOSYS/EPERM: a kernel before 5.6 or a filter.
-  if (fd < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM)) fd = open_found(dir, rel, opening, mode);
+  // inside); ENOSYS/EPERM: a kernel before 5.6 or a filter; EAGAIN: a ".." in the lookup raced a
+  // rename or mount somewhere on the system (a Hugging Face cache's ../../blobs links).
+  if (fd < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM || errno == EAGAIN))
+    fd = open_found(dir, rel, opening, mode);
 #else
   fd = open_found(dir, rel, opening, mode);
 #endif
@@ -231,7 +233,7 @@ Result<OwnedFd> open_confined_or_status(const std::string& what, const std::stri
   if (err == EXDEV)
     return invalid_argument(what + " '" + path + "': it leads outside the allowed roots (through a symlink)");
   if (err == ENOENT) return not_found(what + " '" + path + "': it does not exist");
-  if (err == ENODEV && roots_now())
+  if ((err == ENODEV || err == ENXIO) && roots_now())
     return invalid_argument(what + " '" + path + "': it is not a regular file or directory (a FIFO, device or socket)");
   return errno_status(what, path, err);
 }

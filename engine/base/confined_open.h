@@ -11,8 +11,9 @@
 // every path on kernels before 5.6) is first found without being opened (O_PATH) and kept only if
 // what was found lies inside the root (its /proc/self/fd link), then that very object is opened
 // (a file to create: by its name, no symlink followed, in the directory so found): the check is of
-// the object, so no swap between check and use can change it, and nothing outside is ever opened —
-// no device, FIFO or automount reached by a symlink is touched. A root inside another (an NVMe
+// the object, so no swap between check and use can change it, and nothing outside is opened — no
+// device or FIFO a symlink names (the lookup itself still walks the symlink's path, so an automount
+// on it is mounted). A root inside another (an NVMe
 // directory in the data root) is itself opened beneath the outer one. Every open is non-blocking
 // until it returns: a FIFO where a file was expected cannot hold a job.
 #pragma once
@@ -32,7 +33,7 @@ namespace mt {
 Status confine_opens_to(const std::vector<std::string>& roots);
 
 // open(2) under that rule: a descriptor, or -1 with errno, EXDEV for a path that leads outside
-// its root, ENODEV for a FIFO, device or socket inside one.
+// its root, ENODEV (or ENXIO, as open(2) says of a socket) for a FIFO, device or socket inside one.
 int open_confined(const std::string& path, int flags, mode_t mode = 0);
 
 // A descriptor, closed when it goes out of scope.

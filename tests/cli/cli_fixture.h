@@ -129,14 +129,16 @@ inline std::string write_file(const std::string& path, const std::string& text) 
 // blocks printing its next step until the kill. A run stalled that way is killed at most a
 // page of step lines (~13 steps) past `at`, however late the kill comes. `step` is the last step
 // reported, -1 when the run was not killed (it ended before reporting step `at`). Another
-// `signal` is sent every 200 ms until the run ends by it (Ctrl-C pressed until the run gives
+// `signal` is sent every `press_ms` until the run ends by it (Ctrl-C pressed until the run gives
 // up), for at most 20 s; then it is killed, and `step` stays -1.
 struct KilledRun {
   long step = -1;
-  std::string seen;  // what it printed
+  std::string seen;        // what it printed
+  double signalled_s = 0;  // from the first signal to the run's end
 };
 
-inline KilledRun train_and_kill(const std::string& spec, const std::string& run, long at, int signal = SIGKILL) {
+inline KilledRun train_and_kill(const std::string& spec, const std::string& run, long at, int signal = SIGKILL,
+                                int press_ms = 200) {
   KilledRun k;
   int out[2];
   if (::pipe(out) != 0) return k;
@@ -176,11 +178,15 @@ inline KilledRun train_and_kill(const std::string& spec, const std::string& run,
   // Fill the page a byte at a time (a non-blocking write of more than is free writes nothing).
   while (!ended && ::write(filler, " ", 1) == 1) {
   }
-  for (int tries = 0; !ended && signal != SIGKILL && tries < 100; ++tries) {
+  const auto first = std::chrono::steady_clock::now();
+  for (int tries = 0; !ended && signal != SIGKILL && tries < 20'000 / press_ms; ++tries) {
     ::kill(pid, signal);
-    ::usleep(200'000);
-    ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    for (int waited = 0; !ended && waited < press_ms; waited += 5) {
+      ::usleep(5'000);
+      ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    }
   }
+  k.signalled_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
   if (!ended) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);

@@ -376,20 +376,25 @@ TEST(ServerConfig, SecurityRulesAndSizes) {
   EXPECT_NE(bad.message().find("--host_memory: '12Q'"), std::string::npos) << bad.message();
 }
 
-// The state directory inside the data root let a spec name the daemon's own files (an export with
-// overwrite into STATE_DIR/jobs/ID). Refused at start; the default (data root inside the state
-// directory) and separate directories start.
-TEST(ServerConfig, AStateDirectoryInsideTheDataRootIsRefused) {
+// The state directory inside the data root (or the data root in STATE_DIR/jobs) let a spec name
+// the daemon's own files (an export with overwrite into STATE_DIR/jobs/ID). Refused at start; the
+// default (data root STATE_DIR/data) and separate directories start.
+TEST(ServerConfig, ADataRootOverlappingTheDaemonsOwnFilesIsRefused) {
   const std::string dir = fresh_dir("cfg_nesting");
   DaemonConfig c = test_config(dir + "/state");
   EXPECT_TRUE(finalize_config(c).ok());  // data root STATE_DIR/data
-  for (const std::string& root : {dir, dir + "/state", dir + "/./state/.."}) {
+  for (const std::string& root :
+       {dir, dir + "/state", dir + "/./state/..", dir + "/state/jobs", dir + "/state/jobs/some-job"}) {
     DaemonConfig nested = test_config(dir + "/state");
     nested.data_root = root;
     const Status st = finalize_config(nested);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << root;
-    EXPECT_NE(st.message().find("lies inside --data_root"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("overlap where a job spec could name the daemon's own files"), std::string::npos)
+        << st.message();
   }
+  DaemonConfig beside_jobs = test_config(dir + "/state");
+  beside_jobs.data_root = dir + "/state/jobs-data";  // inside the state dir, beside jobs/
+  EXPECT_TRUE(finalize_config(beside_jobs).ok());
   DaemonConfig apart = test_config(dir + "/state");
   apart.data_root = dir + "/state-data";  // a sibling whose name begins with the state dir's
   EXPECT_TRUE(finalize_config(apart).ok());

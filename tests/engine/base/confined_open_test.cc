@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <chrono>
 #include <cstring>
@@ -207,6 +209,17 @@ TEST(ConfinedOpen, AFifoWhereAFileWasExpectedDoesNotBlock) {
     const Status st = opened.get();
     EXPECT_NE(st.message().find("not a regular file or directory"), std::string::npos) << name << ": " << st.message();
   }
+  // A socket (open(2) says ENXIO) is named the same way.
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = t.root + "/sock";
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  const Status st = read_file(sock_path).status();
+  EXPECT_NE(st.message().find("not a regular file or directory"), std::string::npos) << st.message();
+  ::close(sock);
 }
 
 // An absolute symlink to a directory inside the root (RESOLVE_BENEATH refuses every absolute
