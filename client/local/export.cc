@@ -21,7 +21,7 @@ int cmd_export(const Args& a) {
   if (!m.ok()) return fail(kJobFailed, m.status().message());
   if (Status s = export_hf_model(a.positional()[1], m->cfg, *m->store, dtype == "bf16", *shard, overwrite); !s.ok())
     return fail(kJobFailed, s.message());
-  if (a.json()) print_json(Json::object({{"exported", a.positional()[1]}, {"from", m->source}, {"dtype", dtype}}));
+  if (a.json()) print_json(Json::object({{"event", "exported"}, {"exported", a.positional()[1]}, {"from", m->source}, {"dtype", dtype}}));
   else std::printf("exported %s -> %s (%s)\n", m->source.c_str(), a.positional()[1].c_str(), dtype.c_str());
   return kOk;
 }

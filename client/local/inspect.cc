@@ -19,7 +19,7 @@ int list_set(const SafetensorsSet& set, bool json, uint64_t& total) {
     if (json) {
       Json shape = Json::array();
       for (int64_t d : e->info->shape) shape.items().push_back(Json(d));
-      print_json(Json::object({{"tensor", name}, {"dtype", dtype_name(e->info->dtype)}, {"shape", shape},
+      print_json(Json::object({{"event", "tensor"}, {"tensor", name}, {"dtype", dtype_name(e->info->dtype)}, {"shape", shape},
                                {"bytes", int64_t(bytes)}}));
     } else {
       std::printf("%-60s %-5s %-18s %12llu\n", name.c_str(), dtype_name(e->info->dtype),

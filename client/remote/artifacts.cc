@@ -53,7 +53,7 @@ int remote_export(Connection& c, const Args& a) {
   if (grpc::Status s = c.stub().ExportModel(ctx.get(), req, &resp); !s.ok())
     return c.fail(s, "export --remote " + req.job_id());
   if (a.json())
-    print_json(Json::object({{"exported", resp.out_dir()}, {"from", resp.checkpoint()}, {"step", resp.step()},
+    print_json(Json::object({{"event", "exported"}, {"exported", resp.out_dir()}, {"from", resp.checkpoint()}, {"step", resp.step()},
                              {"dtype", resp.dtype()}, {"size_bytes", int64_t(resp.size_bytes())}}));
   else
     std::printf("exported %s step %lld -> %s (%s, %s)\n", req.job_id().c_str(), (long long)resp.step(),

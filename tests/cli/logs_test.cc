@@ -66,9 +66,18 @@ TEST(CliLogs, FollowFromAnotherProcessCheckpointsAndRemoteExport) {
   RunResult ex = d.cli({"export", "--remote", id, "models/tiny", "--dtype", "fp32", "--step", "16", "--json"});
   ASSERT_EQ(ex.rc, 0) << describe(ex);
   EXPECT_TRUE(fs::exists(d.data_root() + "/models/tiny/config.json"));
+  ASSERT_EQ(ex.json_lines().size(), 1u) << describe(ex);
+  EXPECT_EQ(ex.json_lines()[0].find("event")->as_string(), "exported");  // every --json line names its kind
   RunResult inspect = megatrain({"inspect", d.data_root() + "/models/tiny", "--json"});
   EXPECT_EQ(inspect.rc, 0) << describe(inspect);
   EXPECT_NE(inspect.out.find("F32"), std::string::npos) << inspect.out;
+  const auto described = inspect.json_lines();
+  ASSERT_GE(described.size(), 2u) << describe(inspect);
+  for (size_t i = 0; i < described.size(); ++i) {
+    const Json* event = described[i].find("event");
+    ASSERT_NE(event, nullptr) << described[i].dump();
+    EXPECT_EQ(event->as_string(), i + 1 < described.size() ? "tensor" : "summary") << described[i].dump();
+  }
   RunResult escape = d.cli({"export", "--remote", id, "../../etc/x"});
   EXPECT_EQ(escape.rc, 2);
   EXPECT_NE(escape.err.find("'..'"), std::string::npos) << escape.err;
