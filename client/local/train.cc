@@ -135,8 +135,9 @@ int cmd_train(const Args& a) {
   runner_ptr = &runner;
   for (int sig : kStopSignals) std::signal(sig, on_stop_signal);
   std::signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen by ferror at the next step
+  // The handler stays to the end: a press after the run has stopped (during its summary or
+  // mpi_finalize) stops the process only if it is a second press, not a duplicate of the first.
   auto r = runner.run();
-  for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
   progress.summary(summary_of(*r));
   mpi_finalize();  // under mpirun, once every rank has succeeded (a failure exits without it)

@@ -135,6 +135,7 @@ struct KilledRun {
   long step = -1;
   std::string seen;        // what it printed
   double signalled_s = 0;  // from the first signal to the run's end
+  int exit_code = -1;      // when it exited instead of being ended by a signal
 };
 
 inline KilledRun train_and_kill(const std::string& spec, const std::string& run, long at, int signal = SIGKILL,
@@ -192,6 +193,7 @@ inline KilledRun train_and_kill(const std::string& spec, const std::string& run,
     ::waitpid(pid, &status, 0);
   }
   if (WIFSIGNALED(status) && WTERMSIG(status) == signal) k.step = step;
+  if (WIFEXITED(status)) k.exit_code = WEXITSTATUS(status);
   ::close(out[0]);
   ::close(filler);
   return k;

@@ -101,12 +101,15 @@ TEST(CliTrainDir, ASecondCtrlCStopsAtOnceAndTheLastCheckpointResumes) {
 // One Ctrl-C can arrive twice (the terminal's and a launcher's forwarded copy, within
 // milliseconds): a second signal within 250 ms of the first is taken for the same press, so the
 // run is not ended without its checkpoint by a single keystroke. Pressed every 30 ms, the run
-// ends no sooner than 250 ms after the first.
+// either stops cleanly at its step boundary (exit 0: the presses within 250 ms were one) or is
+// ended by a press no sooner than 250 ms after the first; without the rule the second press, 30 ms
+// after the first, ended it.
 TEST(CliTrainDir, ASignalDeliveredTwiceAtOnceIsOnePress) {
   const std::string dir = fresh_dir("train_dir_ctrl_c_twice");
   const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(40));
   const KilledRun stopped = train_and_kill(spec, dir + "/run", 3, SIGINT, 30);
-  ASSERT_GE(stopped.step, 3) << "the run did not end by SIGINT: " << stopped.seen;
+  if (stopped.exit_code == 0) return;  // stopped cleanly before a later press
+  ASSERT_GE(stopped.step, 3) << "the run neither stopped cleanly nor ended by SIGINT: " << stopped.seen;
   EXPECT_GE(stopped.signalled_s, 0.25);
 }
 
