@@ -99,7 +99,8 @@ void LogFile::append(const std::string& level, const std::string& text) { append
 void LogFile::append_at(int64_t unix_ms, const std::string& level, const std::string& text) {
   const std::string head = utc_time_text(unix_ms) + " " + level + " ";
   std::string lines;
-  for (size_t start = 0; start <= text.size();) {
+  uint64_t count = 0;
+  for (size_t start = 0; start <= text.size(); ++count) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     std::string piece = text.substr(start, std::min(end - start, kMaxLineBytes));
@@ -107,7 +108,6 @@ void LogFile::append_at(int64_t unix_ms, const std::string& level, const std::st
     lines += head + piece + "\n";
     start = end + 1;
   }
-  const auto count = uint64_t(std::count(lines.begin(), lines.end(), '\n'));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;

@@ -60,8 +60,7 @@ bool inside(const fs::path& p, const fs::path& root) {
 // file reads "DIR/#N (deleted)": its directory is what counts.
 fs::path where(int fd) {
   char buf[PATH_MAX];
-  const std::string link = "/proc/self/fd/" + std::to_string(fd);
-  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  const ssize_t n = ::readlink(proc_fd_path(fd).c_str(), buf, sizeof buf - 1);
   if (n <= 0) return {};
   std::string s(buf, size_t(n));
   constexpr std::string_view kDeleted = " (deleted)";
@@ -82,6 +81,14 @@ int refuse(int fd, int err) {
   ::close(fd);
   errno = err;
   return -1;
+}
+
+// `result` (a descriptor or -1) once `fd` is closed, with the errno `result` left.
+int after_closing(int fd, int result) {
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return result;
 }
 
 // `rel` looked up beneath `dir` without opening the file itself (O_PATH: no device is opened, no
@@ -107,19 +114,11 @@ int open_found(int dir, const fs::path& rel, int flags, mode_t mode) {
   }
   const int found = find_inside(dir, look, creates ? O_DIRECTORY : flags & (O_NOFOLLOW | O_DIRECTORY));
   if (found < 0) return -1;
+  if (creates) return after_closing(found, ::openat(found, name.c_str(), flags | O_NOFOLLOW, mode));
   struct stat st {};
-  int fd = -1;
-  if (creates) {
-    fd = ::openat(found, name.c_str(), flags | O_NOFOLLOW, mode);
-  } else if ((flags & O_NOFOLLOW) && ::fstatat(found, "", &st, AT_EMPTY_PATH) == 0 && S_ISLNK(st.st_mode)) {
-    errno = ELOOP;  // as open(2) says of a symlink with O_NOFOLLOW
-  } else {
-    fd = ::open(("/proc/self/fd/" + std::to_string(found)).c_str(), flags & ~O_NOFOLLOW);
-  }
-  const int err = errno;
-  ::close(found);
-  errno = err;
-  return fd;
+  if ((flags & O_NOFOLLOW) && ::fstatat(found, "", &st, AT_EMPTY_PATH) == 0 && S_ISLNK(st.st_mode))
+    return refuse(found, ELOOP);  // as open(2) says of a symlink with O_NOFOLLOW
+  return after_closing(found, reopen_fd(found, flags & ~O_NOFOLLOW));
 }
 
 // `rel` opened beneath the directory `dir`, never leaving it, and never a FIFO, device or socket
@@ -161,6 +160,8 @@ const Root* innermost(const Roots& roots, const fs::path& p, const Root* self, f
   return best;
 }
 
+int open_beneath(const Roots& roots, const Root& root, const fs::path& rel, int flags, mode_t mode);
+
 // A root's directory now. One inside another (an NVMe directory in the data root) is opened
 // beneath the outer one, so whoever may write in the outer root cannot swap the inner one for a
 // symlink to elsewhere; an outermost root is looked up by its name (the operator's).
@@ -168,23 +169,12 @@ int open_root(const Roots& roots, const Root& root) {
   fs::path rel;
   const Root* outer = innermost(roots, root.path, &root, rel);
   if (!outer) return ::open(root.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const int dir = open_root(roots, *outer);
-  if (dir < 0) return -1;
-  const int fd = open_below(dir, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-  const int err = errno;
-  ::close(dir);
-  errno = err;
-  return fd;
+  return open_beneath(roots, *outer, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
 }
 
 int open_beneath(const Roots& roots, const Root& root, const fs::path& rel, int flags, mode_t mode) {
   const int dir = open_root(roots, root);
-  if (dir < 0) return -1;
-  const int fd = open_below(dir, rel, flags, mode);
-  const int err = errno;
-  ::close(dir);
-  errno = err;
-  return fd;
+  return dir < 0 ? -1 : after_closing(dir, open_below(dir, rel, flags, mode));
 }
 
 }  // namespace
@@ -213,6 +203,10 @@ int open_confined(const std::string& path, int flags, mode_t mode) {
   }
   return ::open(path.c_str(), flags, mode);
 }
+
+std::string proc_fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+int reopen_fd(int fd, int flags) { return ::open(proc_fd_path(fd).c_str(), flags); }
 
 OwnedFd::~OwnedFd() {
   if (fd_ >= 0) ::close(fd_);

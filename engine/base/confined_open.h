@@ -36,6 +36,11 @@ Status confine_opens_to(const std::vector<std::string>& roots);
 // its root, ENODEV (or ENXIO, as open(2) says of a socket) for a FIFO, device or socket inside one.
 int open_confined(const std::string& path, int flags, mode_t mode = 0);
 
+// /proc/self/fd/FD, and the file `fd` has open opened again through it with `flags`: the same
+// file, never whatever its path names now.
+std::string proc_fd_path(int fd);
+int reopen_fd(int fd, int flags);
+
 // A descriptor, closed when it goes out of scope.
 class OwnedFd {
  public:

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/base/confined_open.h"
 #include "engine/io/direct_io_internal.h"
 
 namespace mt {
@@ -128,7 +129,7 @@ int open_direct(int dir, const std::string& name, int flags) {
 
 int reopen_direct(int fd, int flags) {
   if (direct_refused()) return -1;
-  return ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), flags | O_DIRECT | O_CLOEXEC);
+  return reopen_fd(fd, flags | O_DIRECT | O_CLOEXEC);
 }
 
 uint64_t align_up(uint64_t n) { return (n + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign; }
