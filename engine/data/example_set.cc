@@ -45,6 +45,11 @@ class ShardExampleSet final : public ExampleSet {
     const auto [s, d] = locate(i);
     const TokenShard& sh = *shards_[s];
     const uint64_t at = sh.doc_begin(d) + begin;
+    if (at > sh.tokens() || n > sh.tokens() - at) {  // only a shard truncated under us
+      MT_RETURN_IF_ERROR(sh.intact());
+      return data_loss("token shard '" + sh.path() + "': document " + std::to_string(d) + " reaches past its " +
+                       std::to_string(sh.tokens()) + " tokens");
+    }
     for (uint64_t k = 0; k < n; ++k) {
       ids[k] = sh.id(at + k);
       loss[k] = sh.loss(at + k);
@@ -53,7 +58,7 @@ class ShardExampleSet final : public ExampleSet {
                          std::to_string(uint32_t(ids[k])) + ", outside its vocabulary of " +
                          std::to_string(sh.vocab()));
     }
-    return Status::Ok();
+    return sh.intact();
   }
   std::string describe() const override {
     uint64_t tokens = 0;

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "engine/data/data_source.h"
-#include "engine/io/safetensors.h"
+#include "engine/io/mapped_file.h"
 
 namespace mt {
 
@@ -62,6 +62,7 @@ class TokenFileSource final : public DataSource {
         tg[t] = int32_t(token(start + uint64_t(t) + 1));
       }
     }
+    MT_RETURN_IF_ERROR(map_->intact());
     cursor_ = cursor;
     return Status::Ok();
   }

@@ -104,7 +104,9 @@ TokenShard::~TokenShard() = default;
 Result<std::unique_ptr<TokenShard>> TokenShard::open(const std::string& path, int max_vocab) {
   std::unique_ptr<TokenShard> s(new TokenShard());
   MT_ASSIGN_OR_RETURN(s->map_, MappedFile::open(path));
-  MT_RETURN_IF_ERROR(s->parse());
+  const Status parsed = s->parse();
+  MT_RETURN_IF_ERROR(s->intact());  // a shard truncated while parse() read it: say so, not what it saw
+  MT_RETURN_IF_ERROR(parsed);
   if (s->vocab_ > uint64_t(std::max(max_vocab, 0)))
     return invalid_argument("token shard '" + path + "' was tokenized for a vocabulary of " +
                             std::to_string(s->vocab_) + " tokens, more than the model's " + std::to_string(max_vocab));
@@ -156,7 +158,14 @@ Status TokenShard::parse() {
   return Status::Ok();
 }
 
-uint64_t TokenShard::doc_begin(uint64_t d) const { return load<uint64_t>(map_->data() + offsets_at_ + d * 8); }
+uint64_t TokenShard::doc_begin(uint64_t d) const {
+  return std::min(load<uint64_t>(map_->data() + offsets_at_ + d * 8), tokens_);
+}
+
+uint64_t TokenShard::doc_length(uint64_t d) const {
+  const uint64_t begin = doc_begin(d), end = doc_begin(d + 1);
+  return end > begin ? end - begin : 1;  // 1 only in a torn shard (parse() refused empty documents)
+}
 
 int32_t TokenShard::id(uint64_t i) const {
   const uint8_t* p = map_->data() + ids_at_ + i * width_;
@@ -168,6 +177,8 @@ uint8_t TokenShard::loss(uint64_t i) const {
 }
 
 const std::string& TokenShard::path() const { return map_->path(); }
+
+Status TokenShard::intact() const { return map_->intact(); }
 
 Result<std::vector<std::string>> list_shards(const std::string& path) {
   std::error_code ec;

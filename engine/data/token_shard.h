@@ -52,7 +52,8 @@ class ShardWriter {
   uint64_t tokens_ = 0, trained_ = 0;
 };
 
-// A read-only, memory-mapped shard.
+// A read-only, memory-mapped shard. Its accessors never read outside the mapping, even over a
+// shard truncated under it; a reader asks intact() once it has read.
 class TokenShard {
  public:
   // Refuses a shard whose vocabulary exceeds `max_vocab` (the model's), naming both.
@@ -63,11 +64,16 @@ class TokenShard {
   uint64_t tokens() const { return tokens_; }
   uint64_t vocab() const { return vocab_; }
   uint32_t width() const { return width_; }
+  // Document bounds as the file gives them, clamped to [0, tokens()] and a length of at least 1,
+  // so that a shard truncated after open() (its bytes read as zeros) never sends a reader outside
+  // the mapping; the reader's intact() then says the data is not the file's.
   uint64_t doc_begin(uint64_t d) const;
-  uint64_t doc_length(uint64_t d) const { return doc_begin(d + 1) - doc_begin(d); }
+  uint64_t doc_length(uint64_t d) const;
   int32_t id(uint64_t i) const;
   uint8_t loss(uint64_t i) const;
   const std::string& path() const;
+  // Ok unless the file shrank while mapped (mapped_file.h): what was read is then not its data.
+  Status intact() const;
 
  private:
   TokenShard() = default;

@@ -58,6 +58,8 @@ Status read_hf_part(const SafetensorsSet& set, const HfTensor& t, size_t p, std:
       const uint64_t scales_per_part = uint64_t(rows) * uint64_t(cols / 32);
       dequantize_mxfp4(b->file->bytes(*b->info) + p * scales_per_part * 16, sc->file->bytes(*sc->info) + p * scales_per_part,
                        rows, cols, part.data());
+      MT_RETURN_IF_ERROR(b->file->intact());
+      MT_RETURN_IF_ERROR(sc->file->intact());
       mxfp4_part_to_ours(t.layout, spec, part.data(), master);
       return Status::Ok();
     }

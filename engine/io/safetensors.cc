@@ -16,27 +16,6 @@
 
 namespace mt {
 
-// ---- MappedFile --------------------------------------------------------------------------------
-
-Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  MT_ASSIGN_OR_RETURN(const OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return invalid_argument("'" + path + "' is not a regular file");
-  std::unique_ptr<MappedFile> m(new MappedFile());
-  m->path_ = path;
-  m->size_ = size_t(st.st_size);
-  if (m->size_ > 0) {
-    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-    if (p == MAP_FAILED) return data_loss("cannot map '" + path + "': " + std::strerror(errno));
-    m->data_ = static_cast<const uint8_t*>(p);
-  }
-  return m;
-}
-
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
-}
-
 // ---- dtypes ------------------------------------------------------------------------------------
 
 namespace {
@@ -294,9 +273,9 @@ Status SafetensorsFile::read_f32_range(const TensorInfo& t, uint64_t first, uint
                             std::to_string(n) + ") are outside tensor '" + t.name + "' of " + std::to_string(t.numel()));
   const uint8_t* p = bytes(t) + first * (t.dtype == DType::kF32 ? 4 : 2);
   switch (t.dtype) {
-    case DType::kF32: std::memcpy(out, p, size_t(n) * 4); return Status::Ok();
-    case DType::kBF16: convert16(p, n, out, [](uint16_t h) { return bf16_to_float(bf16{h}); }); return Status::Ok();
-    case DType::kF16: convert16(p, n, out, f16_to_float); return Status::Ok();
+    case DType::kF32: std::memcpy(out, p, size_t(n) * 4); return intact();
+    case DType::kBF16: convert16(p, n, out, [](uint16_t h) { return bf16_to_float(bf16{h}); }); return intact();
+    case DType::kF16: convert16(p, n, out, f16_to_float); return intact();
     default:
       return unimplemented("safetensors '" + source_ + "': tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
                            "; only F32, BF16 and F16 convert to fp32");
@@ -307,15 +286,15 @@ Status SafetensorsFile::read_bf16(const TensorInfo& t, bf16* out) const {
   const uint8_t* p = bytes(t);
   const uint64_t n = t.numel();
   switch (t.dtype) {
-    case DType::kBF16: std::memcpy(out, p, size_t(n) * 2); return Status::Ok();
-    case DType::kF16: convert16(p, n, out, [](uint16_t h) { return float_to_bf16(f16_to_float(h)); }); return Status::Ok();
+    case DType::kBF16: std::memcpy(out, p, size_t(n) * 2); return intact();
+    case DType::kF16: convert16(p, n, out, [](uint16_t h) { return float_to_bf16(f16_to_float(h)); }); return intact();
     case DType::kF32:
       for (uint64_t i = 0; i < n; ++i) {
         float f;
         std::memcpy(&f, p + 4 * i, 4);
         out[i] = float_to_bf16(f);
       }
-      return Status::Ok();
+      return intact();
     default:
       return unimplemented("safetensors '" + source_ + "': tensor '" + t.name + "' has dtype " + dtype_name(t.dtype) +
                            "; only F32, BF16 and F16 convert to bf16");

@@ -5,8 +5,9 @@
 // an out-of-bounds read); F32, BF16 and F16 convert to fp32 on read. The writer streams: header
 // first, then each tensor from the caller's memory, converted in bounded chunks, so no second
 // model-sized copy is ever held. Hugging Face sharded checkpoints (NAME.safetensors.index.json
-// with a weight_map) are read and written. Also here: a read-only file mapping and durable
-// (fsynced) file writes, shared by checkpoints, HF export and token files.
+// with a weight_map) are read and written. Also here: durable (fsynced) file writes, shared by
+// checkpoints, HF export and token files. A file truncated while mapped is an error, not SIGBUS
+// (mapped_file.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,29 +20,12 @@
 
 #include "engine/base/dir_fd.h"
 #include "engine/base/status.h"
+#include "engine/io/mapped_file.h"
 #include "kernels/bf16.h"
 
 namespace mt {
 
 // ---- files -------------------------------------------------------------------------------------
-
-// A read-only memory map of a whole file (an empty file maps to size 0, data nullptr).
-class MappedFile {
- public:
-  static Result<std::unique_ptr<MappedFile>> open(const std::string& path);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  MappedFile() = default;
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Writes `bytes` to `path` (created or truncated, never through a symlink), fsyncs and closes
 // it; every return checked. The DirFd form writes NAME in a directory held open.
@@ -97,7 +81,10 @@ class SafetensorsFile {
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const TensorInfo* find(const std::string& name) const { return header_.find(name); }
 
+  // The raw bytes: a caller reading them directly asks intact() when it is done.
   const uint8_t* bytes(const TensorInfo& t) const { return base_ + header_.data_start + t.begin; }
+  // Ok unless the file shrank while mapped, so that what was read since open() is not its data.
+  Status intact() const { return map_ ? map_->intact() : Status::Ok(); }
   // Zero-copy view of an F32 tensor when it is 4-byte aligned in the mapping, else nullptr.
   const float* f32_view(const TensorInfo& t) const;
   // Converts a tensor of F32, BF16 or F16 into `out` (t.numel() elements).

@@ -318,6 +318,37 @@ TEST(ServerBadInput, AShardDirectoryWithASymlinkToOutsideFailsTheJobNamingTheSha
   fs::remove_all(outside);
 }
 
+// A token shard truncated while a job reads it (someone with write access to the data root): the
+// job fails naming the shard, and the daemon serves on. Before, the read past the new end of the
+// mapping raised SIGBUS and ended the daemon with every job it ran (engine/io/mapped_file.h).
+TEST(ServerBadInput, AShardTruncatedWhileTheJobReadsItFailsTheJobNotTheDaemon) {
+  const std::string state = fresh_dir("shard_truncated");
+  DaemonConfig cfg = test_config(state);
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  const std::string shard = cfg.data_root + "/shards/a.mts";
+  fs::create_directories(cfg.data_root + "/shards");
+  ShardWriter w(256);
+  for (int doc = 0; doc < 40; ++doc) {
+    TokenizedExample ex;
+    for (int i = 0; i < 1000; ++i) ex.ids.push_back((doc + i) % 250), ex.loss.push_back(1);
+    ASSERT_TRUE(w.add(ex).ok());
+  }
+  ASSERT_TRUE(w.write(shard).ok());
+  v1::JobSpec spec = tiny_spec(100000, "shards");
+  spec.mutable_data()->set_path("shards");
+  const std::string id = submit(*s.stub, spec);
+  ASSERT_FALSE(id.empty());
+  wait_job(*s.stub, id, [](const v1::Job& j) { return j.step() >= 2; });
+  fs::resize_file(shard, 4096);
+  const v1::Job j = wait_terminal(*s.stub, id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
+  EXPECT_NE(j.reason().find("shards/a.mts"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("shrank while it was being read"), std::string::npos) << j.reason();
+  const std::string next = submit(*s.stub, tiny_spec(2));  // the same daemon runs the next job
+  EXPECT_EQ(wait_terminal(*s.stub, next).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
 // A record that cannot be written when the job ends (here a directory squats job.json.tmp; in
 // the field, a full disk or no descriptors left) is written once it can be: the job a client was
 // told SUCCEEDED does not run again after a restart because its record still said RUNNING.
