@@ -2,6 +2,8 @@
 #include "engine/data/tokenize_files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,37 +19,54 @@ namespace mt {
 
 namespace {
 
-// The lines of an open file, without their '\n' (NUL bytes kept, as std::getline keeps them).
+// The lines of an open file, without their '\n' (NUL bytes kept), reading at most max_bytes of it
+// in all: a file that grew past its checked size (or a line longer than the file was said to be)
+// ends the reading with EFBIG instead of growing a buffer without bound.
 class LineReader {
  public:
-  explicit LineReader(OwnedFd fd) : f_(::fdopen(fd.get(), "rb")) {
-    if (f_) fd.release();
-  }
-  ~LineReader() {
-    if (f_) std::fclose(f_);
-    std::free(buf_);
-  }
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
+  LineReader(OwnedFd fd, uint64_t max_bytes) : fd_(std::move(fd)), left_(max_bytes) {}
 
   bool next(std::string& line) {
-    if (!f_) return error_ = EBADF, false;
-    const ssize_t n = ::getline(&buf_, &cap_, f_);
-    if (n < 0) {
-      if (std::ferror(f_)) error_ = errno ? errno : EIO;
-      return false;
+    line.clear();
+    for (bool any = false;;) {
+      if (at_ == end_ && !fill()) return any && !error_;
+      any = true;
+      const char* from = buf_ + at_;
+      const auto* nl = static_cast<const char*>(std::memchr(from, '\n', end_ - at_));
+      const size_t n = nl ? size_t(nl - from) : end_ - at_;
+      line.append(from, n);
+      at_ += n + (nl ? 1 : 0);
+      if (nl) return true;
     }
-    line.assign(buf_, size_t(n) - (n > 0 && buf_[n - 1] == '\n' ? 1 : 0));
-    return true;
   }
-  int failed() const { return error_; }  // errno of a failed read, 0 at the end of the file
+  int failed() const { return error_; }  // errno of a failed read (EFBIG past max_bytes), 0 at the end
 
  private:
-  std::FILE* f_;
-  char* buf_ = nullptr;
-  size_t cap_ = 0;
+  bool fill() {
+    at_ = end_ = 0;
+    for (;;) {
+      const ssize_t n = ::read(fd_.get(), buf_, sizeof buf_);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return error_ = errno ? errno : EIO, false;
+      if (uint64_t(n) > left_) return error_ = EFBIG, false;
+      left_ -= uint64_t(n);
+      end_ = size_t(n);
+      return n > 0;
+    }
+  }
+  OwnedFd fd_;
+  uint64_t left_;
+  char buf_[1 << 16];
+  size_t at_ = 0, end_ = 0;
   int error_ = 0;
 };
+
+Status too_large(const std::string& path, uint64_t bytes, uint64_t max_bytes) {
+  return invalid_argument("data.path '" + path + "' has " + (bytes > max_bytes ? std::to_string(bytes) : "more than " + std::to_string(max_bytes)) +
+                          " bytes, more than the " + std::to_string(max_bytes) +
+                          " a job tokenizes into memory; tokenize it to shards (megatrain tokenize) and use "
+                          "data.source: shards");
+}
 
 struct Unit {
   std::string line;  // a jsonl line
@@ -86,15 +105,18 @@ Status emit(const std::string& path, std::vector<Unit>& units, uint64_t bytes, c
 }  // namespace
 
 Status tokenize_file(const std::string& path, InputKind kind, const LineFormatter& format, ThreadPool& pool,
-                     const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes) {
+                     const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes, uint64_t max_bytes) {
   std::vector<Unit> units;
   if (kind == InputKind::kTextFile) {
-    MT_ASSIGN_OR_RETURN(const std::string text, read_file(path));
+    MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, max_bytes == kNoByteLimit ? 0 : max_bytes));
     if (!text.empty()) units.push_back({text_json(text), 1});
     return emit(path, units, text.size(), format, pool, sink);
   }
   MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
-  LineReader in(std::move(fd));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return data_loss("cannot stat '" + path + "': " + std::strerror(errno));
+  if (uint64_t(st.st_size) > max_bytes) return too_large(path, uint64_t(st.st_size), max_bytes);
+  LineReader in(std::move(fd), max_bytes);
   uint64_t line_no = 0, bytes = 0, para_line = 0;
   std::string line, para;
   auto flush_para = [&] {
@@ -118,26 +140,19 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
       bytes = 0;
     }
   }
+  if (in.failed() == EFBIG) return too_large(path, 0, max_bytes);  // it grew since the check above
   if (in.failed()) return data_loss("reading '" + path + "' failed: " + std::strerror(in.failed()));
   flush_para();
   return emit(path, units, bytes, format, pool, sink);
 }
 
 Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads) {
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return not_found("data.path '" + path + "': " + ec.message());
-  if (size > kMaxJsonlBytes)
-    return invalid_argument("data.path '" + path + "' has " + std::to_string(size) + " bytes, more than the " +
-                            std::to_string(kMaxJsonlBytes) +
-                            " a job tokenizes into memory; tokenize it to shards (megatrain tokenize) and use "
-                            "data.source: shards");
   ThreadPool pool(threads);
   std::vector<TokenizedExample> all;
   MT_RETURN_IF_ERROR(tokenize_file(path, InputKind::kJsonl, format, pool, [&](TokenizedChunk& c) {
     for (auto& e : c.examples) all.push_back(std::move(e));
     return Status::Ok();
-  }));
+  }, size_t(16) << 20, kMaxJsonlBytes));
   const size_t n = all.size();
   return make_memory_example_set(std::move(all), "jsonl '" + path + "' (" + std::to_string(n) + " examples)");
 }

@@ -29,9 +29,13 @@ struct TokenizedChunk {
 
 // Reads `path` in chunks of about `chunk_bytes`, formats each chunk's examples on `pool` and
 // passes each chunk to `sink` in order. A line that fails to format is an error naming
-// path:line. A text file read as one document is read whole.
+// path:line. A text file read as one document is read whole. A file of more than max_bytes is
+// refused, by its size before reading and while reading if it grows (so nothing, not even one
+// line, is held beyond that).
+inline constexpr uint64_t kNoByteLimit = ~uint64_t(0);
 Status tokenize_file(const std::string& path, InputKind kind, const LineFormatter& format, ThreadPool& pool,
-                     const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes = size_t(16) << 20);
+                     const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes = size_t(16) << 20,
+                     uint64_t max_bytes = kNoByteLimit);
 
 // data.source jsonl: the whole file tokenized into memory before training starts (so the step
 // loop never waits on a tokenizer). Files over kMaxJsonlBytes are refused: tokenize those to

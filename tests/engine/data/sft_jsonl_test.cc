@@ -10,6 +10,7 @@
 #include <random>
 
 #include "engine/data/jsonl_examples.h"
+#include "engine/data/tokenize_files.h"
 #include "engine/job/job.h"
 
 #include "tests/engine/temp_dir.h"
@@ -112,6 +113,52 @@ TEST(SftJsonl, OversizedJsonlIsRefusedBeforeReading) {
   auto src = make_data_source(sft_spec(path, true), 256);
   ASSERT_FALSE(src.ok());
   EXPECT_NE(src.status().message().find("megatrain tokenize"), std::string::npos) << src.status().message();
+}
+
+// The lines the formatter sees: empty and blank lines skipped, '\r' and NUL kept, a line longer
+// than the reader's buffer whole, the last line without its '\n' read, and line numbers counted
+// over every line (a failure names path:line).
+TEST(TokenizeFile, LinesAreSplitAsGetlineSplitsThem) {
+  testing_util::TempDir d("mt-tok");
+  const std::string path = d / "lines.jsonl", long_line(200000, 'L');
+  std::ofstream(path, std::ios::binary) << "x\n\n  \n" << long_line << "\ny" << '\0' << "z\r\nend";
+  std::vector<std::string> seen;
+  ThreadPool pool(1);
+  const LineFormatter record = [&](std::string_view line) -> Result<TokenizedExample> {
+    seen.emplace_back(line);
+    if (line == "end") return invalid_argument("the last line");
+    return TokenizedExample{{1}, {1}};
+  };
+  const Status s = tokenize_file(path, InputKind::kJsonl, record, pool, [](TokenizedChunk&) { return Status::Ok(); });
+  EXPECT_EQ(seen, (std::vector<std::string>{"x", long_line, std::string("y\0z\r", 4), "end"}));
+  EXPECT_NE(s.message().find(path + ":6"), std::string::npos) << s.to_string();
+}
+
+// A limit holds however the file changes: refused by its size before reading, and refused at the
+// limit when it grows while read (here the sink appends to it), holding no more than the limit.
+TEST(TokenizeFile, AFileOverTheLimitOrGrowingPastItIsRefused) {
+  testing_util::TempDir d("mt-tok");
+  const std::string path = d / "grows.jsonl";
+  std::string lines;
+  for (int i = 0; i < 100; ++i) lines += "{\"text\": \"line " + std::to_string(i) + "\"}\n";
+  std::ofstream(path, std::ios::binary) << lines;
+  ThreadPool pool(1);
+  const LineFormatter one = [](std::string_view) -> Result<TokenizedExample> { return TokenizedExample{{1}, {1}}; };
+  uint64_t delivered = 0;
+  const auto count = [&](TokenizedChunk& c) { return delivered += c.bytes, Status::Ok(); };
+  const Status small = tokenize_file(path, InputKind::kJsonl, one, pool, count, 100, lines.size() - 1);
+  EXPECT_EQ(small.code(), StatusCode::kInvalidArgument) << small.to_string();
+  EXPECT_NE(small.message().find("has " + std::to_string(lines.size()) + " bytes"), std::string::npos) << small.to_string();
+  EXPECT_EQ(delivered, 0u) << "refused before reading";
+  const auto grow = [&](TokenizedChunk& c) {
+    if (delivered == 0) std::ofstream(path, std::ios::binary | std::ios::app) << std::string(1 << 20, '\n');
+    return delivered += c.bytes, Status::Ok();
+  };
+  const Status grown = tokenize_file(path, InputKind::kJsonl, one, pool, grow, 100, 4 * lines.size());
+  EXPECT_EQ(grown.code(), StatusCode::kInvalidArgument) << grown.to_string();
+  EXPECT_NE(grown.message().find("more than " + std::to_string(4 * lines.size())), std::string::npos) << grown.to_string();
+  EXPECT_LE(delivered, 4 * lines.size());
+  EXPECT_TRUE(tokenize_file(path, InputKind::kJsonl, one, pool, count).ok()) << "no limit: the grown file reads";
 }
 
 TEST(SftJsonl, SpecFieldsRoundTripAndChangeTheHash) {
