@@ -7,10 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "engine/base/confined_open.h"
 #include "engine/base/json.h"
