@@ -3,12 +3,13 @@
 // (deterministic), and bad flags are refused.
 #include "kernels/gemm_provider.h"
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
 
 RunResult bench(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
-  std::vector<std::string> argv = {MEGATRAIN_BENCH};
+  std::vector<std::string> argv = {mt::testing_util::megatrain_bench()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_process(argv, env);
 }

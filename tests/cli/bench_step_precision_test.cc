@@ -2,12 +2,13 @@
 // runs on a GPU with --backend cuda): the JSON says what ran, bf16 uploads half the weight bytes
 // of fp32 at the same shape (issue 13: h2d_bytes ≤ 0.55 × fp32's), and bad values are refused.
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
 
 RunResult bench_step(const std::string& precision, const std::string& layers) {
-  return run_process({MEGATRAIN_BENCH, "step", "--preset", "tiny", "--layers", layers, "--executor", "streaming",
+  return run_process({mt::testing_util::megatrain_bench(), "step", "--preset", "tiny", "--layers", layers, "--executor", "streaming",
                       "--recompute", "on", "--seq-len", "32", "--micro-batch", "2", "--global-batch", "4", "--steps",
                       "5", "--warmup", "1", "--precision", precision, "--json"});
 }
@@ -43,7 +44,7 @@ TEST(BenchStepMixedPrecision, RefusesUnknownPrecisionAndBadLayers) {
 // Streaming always recomputes: --recompute defaults to on there, and only an explicit off (a
 // contradiction) is refused. The JSON says what ran.
 TEST(BenchStep, StreamingDefaultsToRecomputeAndRefusesOnlyOff) {
-  const std::vector<std::string> base = {MEGATRAIN_BENCH, "step", "--preset", "tiny", "--layers", "1", "--seq-len",
+  const std::vector<std::string> base = {mt::testing_util::megatrain_bench(), "step", "--preset", "tiny", "--layers", "1", "--seq-len",
                                          "16", "--micro-batch", "2", "--steps", "1", "--warmup", "0", "--json"};
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = base;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/base/json.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 
@@ -106,7 +107,7 @@ inline RunResult run_process(const std::vector<std::string>& argv, const std::ma
 // megatrain ARGS...
 inline RunResult megatrain(std::vector<std::string> args, const std::map<std::string, std::string>& env = {},
                            double timeout_s = 120) {
-  args.insert(args.begin(), MEGATRAIN_CLI);
+  args.insert(args.begin(), mt::testing_util::megatrain_cli());
   return run_process(args, env, timeout_s);
 }
 
@@ -151,7 +152,7 @@ inline KilledRun train_and_kill(const std::string& spec, const std::string& run,
     ::dup2(null, STDERR_FILENO);
     ::close(out[0]);
     ::close(out[1]);
-    std::string bin = MEGATRAIN_CLI, train = "train", json = "--json", o = "--out", r = run, sp = spec;
+    std::string bin = mt::testing_util::megatrain_cli(), train = "train", json = "--json", o = "--out", r = run, sp = spec;
     char* args[] = {bin.data(), train.data(), sp.data(), json.data(), o.data(), r.data(), nullptr};
     ::execv(args[0], args);
     ::_exit(127);
@@ -242,7 +243,7 @@ class DaemonProcess {
       const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
-      std::vector<std::string> a = {MEGATRAIND, "--state_dir=" + state_, "--listen=127.0.0.1:0",
+      std::vector<std::string> a = {mt::testing_util::megatraind(), "--state_dir=" + state_, "--listen=127.0.0.1:0",
                                     "--metrics_listen=127.0.0.1:0", "--host_memory=8G", "--log_level=warning"};
       a.insert(a.end(), extra_flags.begin(), extra_flags.end());
       std::vector<char*> args;

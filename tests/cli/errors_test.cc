@@ -7,6 +7,7 @@
 #include "engine/exec/executor.h"
 #include "engine/io/hf_io.h"
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
@@ -275,7 +276,7 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
     std::vector<std::string> args = row.args;
     RunResult r;
     if (args[0] == "megatraind") {
-      args[0] = MEGATRAIND;
+      args[0] = mt::testing_util::megatraind();
       args.push_back("--state_dir=" + daemon_state);
       if (row.name.find("metrics") == std::string::npos) args.push_back("--metrics_listen=");
       r = run_process(args, {}, 30);
@@ -285,7 +286,7 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
     EXPECT_EQ(r.rc, row.rc) << row.name << ": " << describe(r);
     const std::string where = row.rc == 0 ? r.out : last_line(r.err);
     EXPECT_NE(where.find(row.needle), std::string::npos) << row.name << ": " << describe(r);
-    if (row.rc != 0 && args[0] != MEGATRAIND) {
+    if (row.rc != 0 && args[0] != mt::testing_util::megatraind()) {
       EXPECT_EQ(where.rfind("megatrain: ", 0), 0u) << row.name << ": " << where;
     }
     RunResult alive = d.cli({"list", "--json"});
@@ -338,7 +339,7 @@ TEST(CliTrain, SigtermCheckpointsAndExits) {
   if (pid == 0) {
     const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, STDOUT_FILENO);
-    std::vector<std::string> a = {MEGATRAIN_CLI, "train", spec, "--out", dir + "/run", "--json"};
+    std::vector<std::string> a = {mt::testing_util::megatrain_cli(), "train", spec, "--out", dir + "/run", "--json"};
     std::vector<char*> args;
     for (auto& s : a) args.push_back(s.data());
     args.push_back(nullptr);

@@ -2,6 +2,7 @@
 // default spin made tiny steps 30x slower beside another OpenMP process). megatrain-bench reports
 // the policy it ran under; megatrain and megatraind share the same first line of main().
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
@@ -9,7 +10,7 @@ namespace {
 std::string policy_reported(const std::vector<std::string>& env_args) {
   std::vector<std::string> argv = {"/usr/bin/env", "-u", "OMP_WAIT_POLICY", "-u", "MEGATRAIN_OMP_WAIT_POLICY"};
   argv.insert(argv.end(), env_args.begin(), env_args.end());
-  for (const char* a : {MEGATRAIN_BENCH, "sgemm", "--n", "32", "--reps", "1", "--json"}) argv.push_back(a);
+  for (const char* a : {mt::testing_util::megatrain_bench(), "sgemm", "--n", "32", "--reps", "1", "--json"}) argv.push_back(a);
   RunResult r = run_process(argv);
   EXPECT_EQ(r.rc, 0) << describe(r);
   auto lines = r.json_lines();

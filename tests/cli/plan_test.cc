@@ -1,11 +1,12 @@
 // `megatrain plan` on the shipped specs, as a user runs it (issue 18, point 2).
 #include "engine/backend/cuda/cuda_backend.h"
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
 
-const std::string kLlama3Spec = std::string(MEGATRAIN_SOURCE_DIR) + "/deploy/jobs/llama3-8b-tokens.yaml";
+const std::string kLlama3Spec = std::string(mt::testing_util::source_dir()) + "/deploy/jobs/llama3-8b-tokens.yaml";
 
 // The spec is bf16: its layer inputs are 66 GiB (132 GiB in fp32), so on an H200's budget they
 // stay on the device; on an 80 GB card the plan must move them to the host. Either way it counts

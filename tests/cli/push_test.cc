@@ -1,6 +1,7 @@
 // push ID FILE --format tokens-u16|tokens-u32|text against a `data: {source: push}` job: chunks
 // and tokens accepted, the job trains on them, and bad files or tokens are refused (exit 2).
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
@@ -129,7 +130,7 @@ TEST(PushRetry, KilledPushRunAgainSpoolsEachTokenOnce) {
   const std::string id = sub.out.substr(0, sub.out.find('\n'));
   const size_t total = 40 * 4 * 33;
   const std::string file = tokens_file(dir + "/data.u16", total, 2, 256);
-  const std::vector<std::string> cmd = {MEGATRAIN_CLI,    "push",     id,       file,
+  const std::vector<std::string> cmd = {mt::testing_util::megatrain_cli(),    "push",     id,       file,
                                         "--format",       "tokens-u16", "--chunk-tokens", "4",
                                         "--server",       daemon.address()};
   const std::string spool = daemon.state_dir() + "/jobs/" + id + "/push.spool";

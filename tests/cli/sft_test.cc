@@ -7,6 +7,7 @@
 #include "engine/text/tokenizer.h"
 #include "engine/job/job.h"
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
@@ -97,7 +98,7 @@ TEST(SftCli, TokenizeJsonlWritesReadableShards) {
 // `megatrain tokenize` trains on exactly each assistant turn's content and its <|im_end|>.
 TEST(SftCli, TokenizeChatsWithAHuggingFaceTokenizer) {
   const std::string dir = fresh_dir("sft_chat");
-  const std::string tok = std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen2/tokenizer.json";
+  const std::string tok = std::string(mt::testing_util::source_dir()) + "/tests/fixtures/tokenizers/qwen2/tokenizer.json";
   std::string lines;
   for (int i = 0; i < 50; ++i)
     lines += Json::object({{"messages", Json::array({Json::object({{"role", "user"}, {"content", "question " + std::to_string(i)}}),

@@ -6,6 +6,7 @@
 
 #include "engine/base/file_lock.h"
 #include "tests/cli/cli_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::cli::testing {
 namespace {
@@ -74,7 +75,7 @@ TEST(CliTrainDir, AReaderThatGoesAwayStopsTheRunWithACheckpoint) {
   const std::string dir = fresh_dir("train_dir_pipe");
   const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(100000));
   RunResult r = run_process({"/bin/bash", "-c",
-                             std::string(MEGATRAIN_CLI) + " train " + spec + " --json --out " + dir +
+                             std::string(mt::testing_util::megatrain_cli()) + " train " + spec + " --json --out " + dir +
                                  "/run | head -1 >/dev/null; exit ${PIPESTATUS[0]}"});
   EXPECT_EQ(r.rc, 0) << describe(r);
   auto latest = read_file(dir + "/run/checkpoints/latest");

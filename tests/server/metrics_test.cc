@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tests/server/server_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::server::testing {
 namespace {
@@ -107,7 +108,7 @@ TEST(ServerMetrics, EveryDashboardQueryNamesAnExportedSeries) {
   ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
   (void)submit(*s.stub, tiny_spec(1, "push"));  // a push job: its queue series
   const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
-  std::ifstream in(std::string(MEGATRAIN_SOURCE_DIR) + "/deploy/grafana/megatrain-dashboard.json");
+  std::ifstream in(std::string(mt::testing_util::source_dir()) + "/deploy/grafana/megatrain-dashboard.json");
   ASSERT_TRUE(in) << "the dashboard is at deploy/grafana/megatrain-dashboard.json";
   const std::string dash((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto in_name = [](char c) { return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_'; };

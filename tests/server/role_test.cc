@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tests/server/schedule_util.h"
+#include "tests/test_paths.h"
 
 namespace mt::server::testing {
 namespace {
@@ -138,7 +139,7 @@ TEST(ServerRole, ReadTokenIsRefusedEveryAdminRpcNamingTheRole) {
 
 // The README's sentence on the read role names exactly the RPCs a read token may call.
 TEST(ServerRole, TheReadmeListsWhatAReadTokenMayCall) {
-  auto readme = read_file(std::string(MEGATRAIN_SOURCE_DIR) + "/README.md");
+  auto readme = read_file(std::string(mt::testing_util::source_dir()) + "/README.md");
   ASSERT_TRUE(readme.ok());
   const size_t from = readme->find("`read` may call "), to = readme->find("`admin` may call everything", from);
   ASSERT_NE(from, std::string::npos);

@@ -13,12 +13,13 @@
 #include "engine/exec/resident_executor.h"
 #include "engine/model/init.h"
 #include "engine/model/model_config.h"
+#include "tests/test_paths.h"
 
 namespace mt {
 namespace {
 
 std::string fixture(const std::string& family, const std::string& form) {
-  return std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/configs/" + family + "/" + form + ".json";
+  return std::string(mt::testing_util::source_dir()) + "/tests/fixtures/configs/" + family + "/" + form + ".json";
 }
 
 Json fixture_json(const std::string& family, const std::string& form) {

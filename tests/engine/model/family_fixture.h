@@ -10,6 +10,7 @@
 
 #include "engine/base/json.h"
 #include "engine/model/model_config.h"
+#include "tests/test_paths.h"
 
 namespace mt::testing_util {
 
@@ -22,7 +23,7 @@ inline const std::vector<std::string>& family_fixtures() {
 // one machine and run on another: scripts/gpu_check.sh sets it).
 inline std::string family_fixture_dir(const std::string& family) {
   const char* env = std::getenv("MEGATRAIN_SOURCE_DIR");
-  return std::string(env && *env ? env : MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/families/" + family;
+  return std::string(env && *env ? env : mt::testing_util::source_dir()) + "/tests/fixtures/families/" + family;
 }
 
 inline ModelConfig family_config(const std::string& family) {

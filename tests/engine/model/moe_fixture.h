@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/engine/model/family_fixture.h"
+#include "tests/test_paths.h"
 
 namespace mt::testing_util {
 
@@ -19,7 +20,7 @@ inline const std::vector<std::string>& moe_fixtures() {
 
 inline std::string moe_fixture_dir(const std::string& family) {
   const char* env = std::getenv("MEGATRAIN_SOURCE_DIR");
-  return std::string(env && *env ? env : MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/moe/" + family;
+  return std::string(env && *env ? env : mt::testing_util::source_dir()) + "/tests/fixtures/moe/" + family;
 }
 
 struct MoeBatch : FamilyBatch {

@@ -10,6 +10,7 @@
 
 #include "engine/base/json.h"
 #include "engine/text/chat_template.h"
+#include "tests/test_paths.h"
 
 namespace mt::testing_util {
 
@@ -25,7 +26,7 @@ struct ChatFixtures {
   std::map<std::string, Json> conversations;  // name -> messages (a JSON array)
   std::vector<Template> templates;
 
-  static std::string dir() { return std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/chat_templates/"; }
+  static std::string dir() { return std::string(mt::testing_util::source_dir()) + "/tests/fixtures/chat_templates/"; }
   static std::string read(const std::string& file) {
     auto text = read_file(dir() + file);
     EXPECT_TRUE(text.ok()) << text.status().to_string();

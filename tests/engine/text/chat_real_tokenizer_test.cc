@@ -13,6 +13,7 @@
 #include "engine/text/example.h"
 #include "engine/text/tokenizer.h"
 #include "tests/engine/text/chat_fixtures.h"
+#include "tests/test_paths.h"
 
 namespace mt {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 using testing_util::ChatFixtures;
 
 std::unique_ptr<Tokenizer> fixture_tokenizer(const std::string& name) {
-  auto tok = load_tokenizer(std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + name);
+  auto tok = load_tokenizer(std::string(mt::testing_util::source_dir()) + "/tests/fixtures/tokenizers/" + name);
   EXPECT_TRUE(tok.ok()) << tok.status().to_string();
   return tok.ok() ? std::move(tok).value() : nullptr;
 }

@@ -10,12 +10,13 @@
 
 #include "engine/base/json.h"
 #include "engine/text/tokenizer.h"
+#include "tests/test_paths.h"
 
 namespace mt {
 namespace {
 
 std::string fixture(const std::string& name) {
-  return std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + name;
+  return std::string(mt::testing_util::source_dir()) + "/tests/fixtures/tokenizers/" + name;
 }
 
 struct Expected {

@@ -12,11 +12,12 @@
 #include "engine/base/json.h"
 #include "engine/text/tokenizer.h"
 #include "tests/engine/temp_dir.h"
+#include "tests/test_paths.h"
 
 namespace mt {
 namespace {
 
-const std::string kFixture = std::string(MEGATRAIN_SOURCE_DIR) + "/tests/fixtures/tokenizers/gpt2/tokenizer.json";
+const std::string kFixture = std::string(mt::testing_util::source_dir()) + "/tests/fixtures/tokenizers/gpt2/tokenizer.json";
 
 class TokenizerJson : public ::testing::Test {
  protected:
