@@ -126,7 +126,9 @@ Result<std::unique_ptr<DataSource>> make_token_file_source(const std::string& pa
   size_t offset = 0, width = dtype == "uint16" ? 2 : 4;
   uint64_t count = 0;
   if (dtype == "llmc") {
-    MT_RETURN_IF_ERROR(parse_llmc_header(*map, width, count));
+    const Status header = parse_llmc_header(*map, width, count);
+    MT_RETURN_IF_ERROR(map->intact());  // cut while the header was read: say so, not what it read
+    MT_RETURN_IF_ERROR(header);
     offset = kLlmcHeaderBytes;
   } else {
     if (map->size() % width != 0)

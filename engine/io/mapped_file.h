@@ -4,10 +4,12 @@
 // daemon, every job on the node, because someone with write access to the data root truncated a
 // token shard or a safetensors file while a job had it mapped. A process-wide SIGBUS handler
 // (installed with the first mapping, chaining to the handler it replaces) recognises a fault inside
-// a live mapping, maps zeros from the faulting page to the mapping's end so the read completes, and
-// marks the mapping torn. Each reader asks intact() once it has read (a batch, a tensor) and fails
-// with an error naming the file, so the zeros it read never leave it. A fault anywhere else takes
-// the course it would have taken without this handler.
+// a live mapping, marks the mapping torn and maps zeros from the faulting page to the mapping's end
+// so the read completes. A file cut within its last page raises nothing (the kernel zeros that
+// page's tail): intact() also finds that, by a byte it noted at open. Each reader asks intact()
+// once it has read (a batch, a tensor) and fails with an error naming the file, so the zeros it
+// read never leave it. A SIGBUS anywhere else takes the course it would have taken without this
+// handler. Not covered: a file rewritten in place without shrinking (the reader reads what is there).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,8 +30,8 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
-  // Ok unless a read since open() reached a page the file no longer had (it shrank while mapped;
-  // the read saw zeros): then DATA_LOSS naming the file, and what was read must be discarded.
+  // Ok unless the file shrank since open() (or a page of it could not be read) so that a read may
+  // have seen zeros: then DATA_LOSS naming the file, and what was read must be discarded.
   Status intact() const;
 
   // Mappings watched at once; open() refuses one more (Linux's default vm.max_map_count).
@@ -40,7 +42,8 @@ class MappedFile {
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
-  int slot_ = -1;  // in the SIGBUS handler's table while mapped
+  int slot_ = -1;              // in the SIGBUS handler's table while mapped
+  size_t tail_probe_ = SIZE_MAX;  // see last_nonzero_in_last_page (mapped_file.cc)
 };
 
 }  // namespace mt

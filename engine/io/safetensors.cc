@@ -229,6 +229,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   if (p) (void)::madvise(p, map->size(), MADV_RANDOM);
   auto header = parse_safetensors(map->data(), map->size(), path);
   if (p) (void)::madvise(p, map->size(), MADV_NORMAL);  // readers of the mapping read ahead again
+  MT_RETURN_IF_ERROR(map->intact());  // cut while the header was read: say so, not what it read
   MT_RETURN_IF_ERROR(header.status());
   f->header_ = std::move(header).value();
   f->base_ = map->data();

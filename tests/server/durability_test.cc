@@ -344,7 +344,7 @@ TEST(ServerBadInput, AShardTruncatedWhileTheJobReadsItFailsTheJobNotTheDaemon) {
   const v1::Job j = wait_terminal(*s.stub, id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
   EXPECT_NE(j.reason().find("shards/a.mts"), std::string::npos) << j.reason();
-  EXPECT_NE(j.reason().find("shrank while it was being read"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("changed while it was being read"), std::string::npos) << j.reason();
   const std::string next = submit(*s.stub, tiny_spec(2));  // the same daemon runs the next job
   EXPECT_EQ(wait_terminal(*s.stub, next).state(), v1::JOB_STATE_SUCCEEDED);
 }
