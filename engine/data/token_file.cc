@@ -54,7 +54,7 @@ class TokenFileSource final : public DataSource {
     out.targets.resize(size_t(G) * size_t(T));
     for (int g = 0; g < G; ++g) {
       const uint64_t start = (cursor++ % windows) * uint64_t(T);
-      if (!scanned_) MT_RETURN_IF_ERROR(check_range(start, start + uint64_t(T) + 1));
+      MT_RETURN_IF_ERROR(check_range(start, start + uint64_t(T) + 1));  // also after the eager scan: the file may change
       int32_t* in = out.inputs.data() + size_t(g) * size_t(T);
       int32_t* tg = out.targets.data() + size_t(g) * size_t(T);
       for (int t = 0; t < T; ++t) {
@@ -78,9 +78,7 @@ class TokenFileSource final : public DataSource {
 
   Status eager_scan() {
     if (count_ > kEagerScanTokens) return Status::Ok();
-    MT_RETURN_IF_ERROR(check_range(0, count_));
-    scanned_ = true;
-    return Status::Ok();
+    return check_range(0, count_);
   }
 
  private:
@@ -89,7 +87,6 @@ class TokenFileSource final : public DataSource {
   size_t offset_, width_;
   uint64_t count_;
   int vocab_;
-  bool scanned_ = false;
   uint64_t cursor_ = 0;  // sequences consumed
 };
 

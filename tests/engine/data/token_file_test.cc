@@ -113,6 +113,29 @@ TEST(TokenFile, RejectsTokenOutsideVocab) {
                {"v.bin", "token 17", "value 300", "256"});
 }
 
+// A file that passed the scan at open and was then rewritten in place (same size, so nothing
+// faults): the batch that reads the new out-of-vocabulary id fails naming it, instead of handing
+// the embedding an index outside its table; the cursor stays.
+TEST(TokenFile, AnIdRewrittenOutsideTheVocabAfterOpenFailsTheBatchThatReadsIt) {
+  TempDir d;
+  auto toks = iota<uint16_t>(41, 30);
+  const std::string path = write(d, "w.bin", bytes_of(toks));
+  auto src = make_token_file_source(path, "uint16", 256);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  Batch b;
+  ASSERT_TRUE((*src)->next_batch(1, 10, b).ok());
+  toks[25] = 300;
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(bytes_of(toks).data(), std::streamsize(toks.size() * 2));
+  }
+  ASSERT_TRUE((*src)->next_batch(1, 10, b).ok()) << "window 1 (tokens 10..20) is unchanged";
+  const Status s = (*src)->next_batch(1, 10, b);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token 25 has value 300"), std::string::npos) << s.to_string();
+  EXPECT_EQ((*src)->cursor(), 2u);
+}
+
 TEST(TokenFile, RejectsBadLlmcHeader) {
   TempDir d;
   const std::string toks = bytes_of(iota<uint16_t>(10, 10));
