@@ -118,7 +118,9 @@ int open_found(int dir, const fs::path& rel, int flags, mode_t mode) {
   struct stat st {};
   if ((flags & O_NOFOLLOW) && ::fstatat(found, "", &st, AT_EMPTY_PATH) == 0 && S_ISLNK(st.st_mode))
     return refuse(found, ELOOP);  // as open(2) says of a symlink with O_NOFOLLOW
-  return after_closing(found, reopen_fd(found, flags & ~O_NOFOLLOW));
+  // Checked to be a regular file or a directory, so it is opened blocking: a file under a lease (a
+  // share that Samba or knfsd also exports) waits for the lease's break instead of EWOULDBLOCK.
+  return after_closing(found, reopen_fd(found, flags & ~(O_NOFOLLOW | O_NONBLOCK)));
 }
 
 // `rel` opened beneath the directory `dir`, never leaving it, and never a FIFO, device or socket
@@ -135,7 +137,8 @@ int open_below(int dir, const fs::path& rel, int flags, mode_t mode) {
   fd = int(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof how));
   // EXDEV: the lookup would leave the root, or met an absolute symlink (that may point back
   // inside); ENOSYS/EPERM: a kernel before 5.6 or a filter; EAGAIN: a ".." in the lookup raced a
-  // rename or mount somewhere on the system (a Hugging Face cache's ../../blobs links).
+  // rename or mount somewhere on the system (a Hugging Face cache's ../../blobs links), or the
+  // file is under a lease that O_NONBLOCK will not wait for.
   if (fd < 0 && (errno == EXDEV || errno == ENOSYS || errno == EPERM || errno == EAGAIN))
     fd = open_found(dir, rel, opening, mode);
 #else
@@ -143,7 +146,8 @@ int open_below(int dir, const fs::path& rel, int flags, mode_t mode) {
 #endif
   if (fd < 0) return -1;
   if (special(fd)) return refuse(fd, ENODEV);
-  if (!(flags & O_NONBLOCK)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const int now = ::fcntl(fd, F_GETFL), wanted = (flags & O_NONBLOCK) ? now | O_NONBLOCK : now & ~O_NONBLOCK;
+  if (now != wanted) ::fcntl(fd, F_SETFL, wanted);
   return fd;
 }
 

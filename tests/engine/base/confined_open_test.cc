@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <thread>
 
 #include "engine/base/dir_fd.h"
 #include "engine/base/json.h"
@@ -225,6 +227,33 @@ TEST(ConfinedOpen, AFifoWhereAFileWasExpectedDoesNotBlock) {
 // An absolute symlink to a directory inside the root (RESOLVE_BENEATH refuses every absolute
 // one) still takes a file created below it, in the directory it names; and a created file never
 // follows a symlink at its own name.
+// A file under a lease (a data root that Samba or knfsd also exports): the open waits for the
+// lease to be given up, as open(2) does, instead of failing with EWOULDBLOCK because confined
+// opens are non-blocking while they look for FIFOs.
+TEST(ConfinedOpen, AFileUnderALeaseOpensOnceTheLeaseIsGivenUp) {
+  Tree t;
+  Confined c({t.root});
+  const int holder = ::open((t.root + "/real/x").c_str(), O_RDONLY);
+  ASSERT_GE(holder, 0);
+  if (::fcntl(holder, F_SETLEASE, F_WRLCK) != 0) {
+    ::close(holder);
+    GTEST_SKIP() << "no lease here: " << std::strerror(errno);
+  }
+  struct sigaction ignore {}, before {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGIO, &ignore, &before);  // the break's notice to the holder, this process
+  auto give_up = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 500 && ::fcntl(holder, F_GETLEASE) == F_WRLCK; ++i)  // until the break starts
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return ::fcntl(holder, F_SETLEASE, F_UNLCK);
+  });
+  EXPECT_EQ(read_or_error(t.root + "/real/x"), "inside");
+  EXPECT_EQ(give_up.get(), 0);
+  ::sigaction(SIGIO, &before, nullptr);
+  ::close(holder);
+}
+
 TEST(ConfinedOpen, CreatingThroughAnAbsoluteSymlinkInsideTheRootWorks) {
   Tree t;
   fs::create_directory_symlink(t.root + "/real", t.root + "/absolute_dir");
