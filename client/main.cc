@@ -1,6 +1,7 @@
 // megatrain: the MegaTrain CLI. Local commands link the engine and need no daemon; remote
 // commands talk to megatraind over gRPC.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,9 @@ const char* kUsageText =
 
 int main(int argc, char** argv) {
   mt::use_passive_omp_wait_policy(argv);
+  // A file grown past RLIMIT_FSIZE (ulimit -f) fails its write with EFBIG, reported naming the
+  // file, instead of SIGXFSZ ending the process halfway through a checkpoint or an export.
+  std::signal(SIGXFSZ, SIG_IGN);
   using namespace mt::cli;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::fputs(kUsageText, argc < 2 ? stderr : stdout);

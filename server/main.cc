@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // A file grown past RLIMIT_FSIZE (LimitFSIZE=, ulimit -f) fails its write with EFBIG, which
+  // fails that job's checkpoint naming the file, instead of SIGXFSZ ending the daemon.
+  signal(SIGXFSZ, SIG_IGN);
 
   auto cfg = mt::server::config_from_command_line(argc, argv);
   if (!cfg.ok()) {

@@ -413,6 +413,18 @@ TEST(CliPlan, LocalPlanEqualsTheDaemonPlan) {
 // A flag the command does not know is refused naming it (exit 2, nothing run): `--step 5` and
 // `--output DIR` for train ran all the spec's steps into the default directory, and `--dtyp fp32`
 // exported bf16. A flag must match a whole name of the usage line, not a prefix of one.
+// Under a file size limit (ulimit -f), a checkpoint past it is an error naming the file and exit
+// 1, not SIGXFSZ ending the run mid-write.
+TEST(CliTrain, ACheckpointPastTheFileSizeLimitIsAnErrorNotASignal) {
+  const std::string dir = fresh_dir("file_size_limit");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(2));
+  const RunResult r = run_process({"/bin/bash", "-c", "ulimit -f 2048 && exec \"$0\" \"$@\"",
+                                   mt::testing_util::megatrain_cli(), "train", spec, "--out", dir + "/run"});
+  EXPECT_EQ(r.rc, 1) << describe(r);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << describe(r);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 TEST(CliErrors, AnUnknownFlagIsRefusedNamingItBeforeAnythingRuns) {
   const std::string dir = fresh_dir("cli_unknown_flag");
   const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(3));

@@ -219,6 +219,25 @@ TEST(ServerCrash, CorruptSpoolRecordFailsTheJobAndKeepsTheFile) {
   EXPECT_EQ(file_bytes(spool), damaged) << "the spool was modified";
 }
 
+// A daemon under a file size limit (LimitFSIZE=, ulimit -f) whose job writes a checkpoint past it:
+// the checkpoint fails naming the file and the daemon serves on. Before, SIGXFSZ ended the daemon
+// and every job it ran.
+TEST(ServerCrash, ACheckpointPastTheFileSizeLimitFailsTheJobNotTheDaemon) {
+  const std::string state = fresh_dir("file_size_limit");
+  Process p(state, 2 << 20);  // the tiny model's checkpoint is ~10 MB; records and logs are far less
+  ASSERT_GT(p.port, 0);
+  const std::string id = submit(*p.stub, tiny_spec(3));
+  const v1::Job j = wait_terminal(*p.stub, id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
+  EXPECT_NE(j.reason().find("File too large"), std::string::npos) << j.reason();
+  int status = 0;
+  EXPECT_EQ(::waitpid(p.pid, &status, WNOHANG), 0) << "the daemon ended: " << status;
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::Job again;
+  auto c = ctx();
+  EXPECT_TRUE(p.stub->GetJob(c.get(), get, &again).ok()) << "the daemon stopped serving";
+}
 
 // A daemon started without OMP_WAIT_POLICY re-executes itself with it and keeps its name
 // (/proc/self/exe named it "exe": `pkill megatraind` matched nothing); a second daemon on the same

@@ -4,6 +4,7 @@
 #pragma once
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "engine/base/json.h"
@@ -15,11 +16,15 @@ inline std::string megatraind_path() {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "megatraind").string();
 }
 
-// Starts megatraind on `state` (stderr to `err_path` when given).
-inline pid_t spawn_megatraind(const std::string& state, const std::string& err_path = "") {
+// Starts megatraind on `state` (stderr to `err_path` when given), its files limited to
+// `file_size_limit` bytes (RLIMIT_FSIZE, as `ulimit -f` or systemd's LimitFSIZE= set it).
+inline pid_t spawn_megatraind(const std::string& state, const std::string& err_path = "",
+                              rlim_t file_size_limit = RLIM_INFINITY) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (!err_path.empty()) ::dup2(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDERR_FILENO);
+    const rlimit fsize{file_size_limit, file_size_limit};
+    if (file_size_limit != RLIM_INFINITY && ::setrlimit(RLIMIT_FSIZE, &fsize) != 0) ::_exit(126);
     const std::string s = "--state_dir=" + state;
     ::execl(megatraind_path().c_str(), "megatraind", s.c_str(), "--listen=127.0.0.1:0",
             "--metrics_listen=127.0.0.1:0", "--host_memory=8G", "--log_level=warning", nullptr);
@@ -34,9 +39,9 @@ struct Process {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Trainer::Stub> stub;
 
-  explicit Process(const std::string& state) {
+  explicit Process(const std::string& state, rlim_t file_size_limit = RLIM_INFINITY) {
     std::filesystem::remove(state + "/megatraind.json");
-    pid = spawn_megatraind(state);
+    pid = spawn_megatraind(state, "", file_size_limit);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < end && port == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
