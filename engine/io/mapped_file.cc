@@ -100,11 +100,12 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   if (!absorbed) pass_on(sig, info, context);  // else the faulting read runs again, on zeros
 }
 
-// Installs the handler, or installs it again (chaining to the newcomer) if another replaced it.
-void ensure_handler() {
-  struct sigaction current {};
-  ::sigaction(SIGBUS, nullptr, &current);
-  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigbus) return;
+// Installs the handler with the first mapping (under g_slots_mu). One installed after it is left
+// in place: it may chain to this one, and putting this one back over it would make a loop.
+void install_handler_once() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
   g_page = uintptr_t(::sysconf(_SC_PAGESIZE));
   struct sigaction sa {};
   sa.sa_sigaction = on_sigbus;
@@ -120,7 +121,7 @@ size_t g_slots_made = 0;        // under g_slots_mu
 // A slot watching [data, data + size), or -1 when all kMaxMappings are taken.
 int watch(const uint8_t* data, size_t size) {
   std::lock_guard<std::mutex> lock(g_slots_mu);
-  ensure_handler();
+  install_handler_once();
   if (g_free_slots.empty()) {
     if (g_slots_made == kBlocks) return -1;
     auto* block = new WatchedRange[kBlockSlots];
