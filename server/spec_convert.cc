@@ -85,7 +85,7 @@ Status require_file(const char* field, const std::string& path, bool regular) {
 // A data spec's paths (`field`: data, or eval.data).
 Status resolve_data_paths(const std::string& field, DataSpec& d, const std::vector<std::string>& roots) {
   MT_RETURN_IF_ERROR(resolve_path((field + ".path").c_str(), d.path, roots));
-  if (d.source == "jsonl" && d.tokenizer != "byte")
+  if (d.source == "jsonl" && !d.tokenizer.empty() && d.tokenizer != "byte")
     MT_RETURN_IF_ERROR(resolve_path((field + ".tokenizer").c_str(), d.tokenizer, roots));
   return Status::Ok();
 }
@@ -95,7 +95,7 @@ Status check_data_inputs(const std::string& field, const DataSpec& d) {
   if (d.source == "text" || d.source == "tokens" || d.source == "jsonl")
     MT_RETURN_IF_ERROR(require_file(path.c_str(), d.path, true));
   if (d.source == "shards") MT_RETURN_IF_ERROR(require_file(path.c_str(), d.path, false));
-  if (d.source == "jsonl" && d.tokenizer != "byte") MT_RETURN_IF_ERROR(require_file(tokenizer.c_str(), d.tokenizer, false));
+  if (d.source == "jsonl" && !d.tokenizer.empty() && d.tokenizer != "byte") MT_RETURN_IF_ERROR(require_file(tokenizer.c_str(), d.tokenizer, false));
   return Status::Ok();
 }
 

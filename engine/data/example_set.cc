@@ -14,6 +14,7 @@ class MemoryExampleSet final : public ExampleSet {
   MemoryExampleSet(std::vector<TokenizedExample> ex, std::string what) : ex_(std::move(ex)), what_(std::move(what)) {
     ex_.erase(std::remove_if(ex_.begin(), ex_.end(), [](const TokenizedExample& e) { return e.ids.empty(); }),
               ex_.end());
+    for (const auto& e : ex_) trained_ += uint64_t(std::count(e.loss.begin(), e.loss.end(), uint8_t(1)));
   }
   uint64_t size() const override { return ex_.size(); }
   uint64_t length(uint64_t i) const override { return ex_[i].ids.size(); }
@@ -23,10 +24,12 @@ class MemoryExampleSet final : public ExampleSet {
     return Status::Ok();
   }
   std::string describe() const override { return what_; }
+  uint64_t trained_tokens() const override { return trained_; }
 
  private:
   std::vector<TokenizedExample> ex_;
   std::string what_;
+  uint64_t trained_ = 0;
 };
 
 class ShardExampleSet final : public ExampleSet {
@@ -59,6 +62,11 @@ class ShardExampleSet final : public ExampleSet {
                          std::to_string(sh.vocab()));
     }
     return sh.intact();
+  }
+  uint64_t trained_tokens() const override {
+    uint64_t n = 0;
+    for (const auto& s : shards_) n += s->trained_tokens();
+    return n;
   }
   std::string describe() const override {
     uint64_t tokens = 0;

@@ -152,9 +152,12 @@ Status TokenShard::parse() {
     if (doc_begin(d + 1) <= doc_begin(d) || doc_begin(d + 1) - doc_begin(d) > ShardFormat::kMaxDocumentTokens)
       return bad("document " + std::to_string(d) + " has bad bounds [" + std::to_string(doc_begin(d)) + ", " +
                  std::to_string(doc_begin(d + 1)) + ")");
+  trained_ = has_mask ? 0 : tokens_;
   if (has_mask)
-    for (uint64_t i = 0; i < tokens_; ++i)
+    for (uint64_t i = 0; i < tokens_; ++i) {
       if (p[mask_at_ + i] > 1) return bad("loss mask of token " + std::to_string(i) + " is not 0 or 1");
+      trained_ += p[mask_at_ + i];
+    }
   return Status::Ok();
 }
 

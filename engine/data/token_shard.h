@@ -63,6 +63,7 @@ class TokenShard {
   uint64_t documents() const { return docs_; }
   uint64_t tokens() const { return tokens_; }
   uint64_t vocab() const { return vocab_; }
+  uint64_t trained_tokens() const { return trained_; }  // loss mask 1 (every token without a mask)
   uint32_t width() const { return width_; }
   // Document bounds as the file gives them, clamped to [0, tokens()] and a length of at least 1,
   // so that a shard truncated after open() (its bytes read as zeros) never sends a reader outside
@@ -81,7 +82,7 @@ class TokenShard {
 
   std::unique_ptr<MappedFile> map_;
   uint32_t width_ = 2, flags_ = 0;
-  uint64_t tokens_ = 0, docs_ = 0, vocab_ = 0;
+  uint64_t tokens_ = 0, docs_ = 0, vocab_ = 0, trained_ = 0;
   size_t ids_at_ = 0, offsets_at_ = 0, mask_at_ = 0;
 };
 

@@ -143,7 +143,8 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
   return emit(path, units, bytes, format, pool, sink);
 }
 
-Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads) {
+Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads,
+                                                   const std::string& tokenizer) {
   ThreadPool pool(threads);
   std::vector<TokenizedExample> all;
   MT_RETURN_IF_ERROR(tokenize_file(path, InputKind::kJsonl, format, pool, [&](TokenizedChunk& c) {
@@ -151,7 +152,8 @@ Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, cons
     return Status::Ok();
   }, size_t(16) << 20, kMaxJsonlBytes));
   const size_t n = all.size();
-  return make_memory_example_set(std::move(all), "jsonl '" + path + "' (" + std::to_string(n) + " examples)");
+  return make_memory_example_set(std::move(all),
+                                 "jsonl '" + path + "' (" + std::to_string(n) + " examples, tokenizer " + tokenizer + ")");
 }
 
 }  // namespace mt

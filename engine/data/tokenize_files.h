@@ -41,6 +41,8 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
 // loop never waits on a tokenizer). Files over kMaxJsonlBytes are refused: tokenize those to
 // shards with `megatrain tokenize`.
 inline constexpr uint64_t kMaxJsonlBytes = uint64_t(256) << 20;
-Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads);
+// `tokenizer`: what tokenized it, named in the set's description (the job's log).
+Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, const LineFormatter& format, int threads,
+                                                   const std::string& tokenizer);
 
 }  // namespace mt

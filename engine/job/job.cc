@@ -151,12 +151,17 @@ Result<std::unique_ptr<DataSource>> documents_of(Result<std::unique_ptr<DataSour
 // data.source jsonl: the whole file tokenized at job start, on all cores, before the step loop
 // runs: next_batch only copies tokens, so no step ever waits on a tokenizer.
 Result<std::unique_ptr<ExampleSet>> tokenize_jsonl_for_job(const DataSpec& d, int vocab) {
-  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(d.tokenizer));
+  if (d.tokenizer.empty() && vocab != 256)
+    return invalid_argument("tokenizer is not set: the byte tokenizer would feed this model (a vocabulary of " +
+                            std::to_string(vocab) + " tokens) byte ids 0..255; name its tokenizer (a model "
+                            "directory or a tokenizer.json), or set tokenizer: byte");
+  const std::string name = d.tokenizer.empty() ? "byte" : d.tokenizer;
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(name));
   if (tok->vocab_size() > vocab)
     return invalid_argument("data.tokenizer (" + tok->describe() + ") has " + std::to_string(tok->vocab_size()) +
                             " tokens, more than the model's vocabulary of " + std::to_string(vocab));
-  MT_ASSIGN_OR_RETURN(LineFormat f, make_line_format(tok, d.tokenizer, d.format, d.chat_template));
-  return tokenize_jsonl(d.path, f.format, 0);
+  MT_ASSIGN_OR_RETURN(LineFormat f, make_line_format(tok, name, d.format, d.chat_template));
+  return tokenize_jsonl(d.path, f.format, 0, tok->describe());
 }
 
 // jsonl and shards: tokenized examples, shuffled, packed or padded (engine/data/packing.h).
@@ -172,6 +177,9 @@ Result<std::unique_ptr<DataSource>> open_examples(const DataSpec& d, int vocab) 
   } else {
     MT_ASSIGN_OR_RETURN(set, tokenize_jsonl_for_job(d, vocab));
   }
+  if (set->trained_tokens() == 0)  // every step would be loss 0, gradient 0: a run that trains nothing
+    return invalid_argument(set->describe() + " has no token the loss counts: every example's loss mask is 0 "
+                            "(empty completions or assistant turns?)");
   return make_example_source(std::move(set), o);
 }
 

@@ -280,7 +280,6 @@ Status validate_data(const std::string& field, const DataSpec& d) {
     return invalid_argument(f + "eod_id does not apply to " + f + "source = " + d.source + ": its examples are the documents");
   MT_RETURN_IF_ERROR(one_of((f + "format").c_str(), d.format, {"auto", "text", "prompt_completion", "messages"}));
   MT_RETURN_IF_ERROR(one_of((f + "long_examples").c_str(), d.long_examples, {"split", "truncate"}));
-  if (d.tokenizer.empty()) return invalid_argument(f + "tokenizer must name a model directory, a tokenizer.json or byte");
   return Status::Ok();
 }
 
@@ -478,7 +477,10 @@ Json job_spec_hashed_json(const JobSpec& s) {
   // (beyond fp32 rounding) how the run is spread over devices and processes, so a checkpoint
   // resumes on another count. Those are not in the trajectory JSON at all; "devices" and
   // "comm_timeout_seconds" are nulled here only so that hashes stay what they were.
-  Json j = job_spec_trajectory_json(s);
+  JobSpec canonical = s;  // an unset jsonl tokenizer is byte (the only model it runs): hashed as before
+  for (DataSpec* d : {&canonical.data, &canonical.eval.data})
+    if (d->tokenizer.empty()) d->tokenizer = "byte";
+  Json j = job_spec_trajectory_json(canonical);
   for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend",
                         "devices", "comm_timeout_seconds"})
     j.set(k, Json());

@@ -34,7 +34,9 @@ struct DataSpec {
   int64_t eod_id = -1;
   // jsonl and shards (docs/DATA.md): examples tokenized ahead of training, shuffled per epoch,
   // packed into seq_len rows (or padded), the loss only where the example's mask is 1.
-  std::string tokenizer = "byte";     // jsonl: a model directory, a tokenizer.json, or byte
+  // jsonl: a model directory, a tokenizer.json, or byte. Unset (empty): byte, but only for a model
+  // of 256 tokens; any other model is refused (it would train on byte ids without saying so).
+  std::string tokenizer;
   std::string format = "auto";        // jsonl: auto | text | prompt_completion | messages
   std::string chat_template = "auto"; // jsonl: a built-in template name, or auto
   bool packing = true;                // false: one example per row, padded

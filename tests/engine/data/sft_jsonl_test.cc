@@ -86,7 +86,7 @@ TEST(SftJsonl, TokenizedBeforeTheStepLoopNeverDuring) {
     ++calls;
     return fmt->format(line);
   };
-  auto set = tokenize_jsonl(task.path, counting, 2);
+  auto set = tokenize_jsonl(task.path, counting, 2, "byte");
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   EXPECT_EQ(calls.load(), long(task.lines));
   auto src = make_example_source(std::move(set).value(), ExampleSourceOptions{});
@@ -159,6 +159,43 @@ TEST(TokenizeFile, AFileOverTheLimitOrGrowingPastItIsRefused) {
   EXPECT_NE(grown.message().find("more than " + std::to_string(4 * lines.size())), std::string::npos) << grown.to_string();
   EXPECT_LE(delivered, 4 * lines.size());
   EXPECT_TRUE(tokenize_file(path, InputKind::kJsonl, one, pool, count).ok()) << "no limit: the grown file reads";
+}
+
+// No tokenizer named: byte ids, which is right only for a model of 256 tokens. For any other the
+// job used to train on bytes without a word (the adversarial data campaign's worst find); now it
+// is refused naming the field, and the set's description names the tokenizer that was used.
+TEST(SftJsonl, AnUnsetTokenizerIsByteOnlyForAModelOf256Tokens) {
+  testing_util::TempDir d("mt-sft");
+  const ReverseTask task = write_reverse_task(d, 20);
+  JobSpec spec = sft_spec(task.path, true);
+  const std::string explicit_hash = job_spec_hash(spec);
+  spec.data.tokenizer.clear();
+  EXPECT_EQ(job_spec_hash(spec), explicit_hash) << "an unset tokenizer hashes as byte, as the old default did";
+  auto tiny = make_data_source(spec, 256);
+  ASSERT_TRUE(tiny.ok()) << tiny.status().to_string();
+  EXPECT_NE((*tiny)->describe().find("tokenizer byte"), std::string::npos) << (*tiny)->describe();
+  auto big = make_data_source(spec, 3003);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("tokenizer is not set"), std::string::npos) << big.status().to_string();
+  EXPECT_NE(big.status().message().find("3003"), std::string::npos) << big.status().to_string();
+  spec.data.tokenizer = "byte";  // said outright: the user's choice
+  EXPECT_TRUE(make_data_source(spec, 3003).ok());
+}
+
+// Every completion empty: every step would be loss 0 and gradient 0, a run that trains nothing
+// and says it succeeded. Refused when the data is opened.
+TEST(SftJsonl, ADatasetWithNoTokenTheLossCountsIsRefused) {
+  testing_util::TempDir d("mt-sft");
+  const std::string path = d / "empty_completions.jsonl";
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 10; ++i) f << "{\"prompt\": \"hello there\", \"completion\": \"\"}\n";
+  }
+  JobSpec spec = sft_spec(path, true);
+  spec.data.tokenizer = "byte";
+  auto src = make_data_source(spec, 256);
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("has no token the loss counts"), std::string::npos) << src.status().to_string();
 }
 
 TEST(SftJsonl, SpecFieldsRoundTripAndChangeTheHash) {
