@@ -320,6 +320,13 @@ Result<Json> Json::parse_number(std::string_view text) {
   return j;
 }
 
+Status check_bool_fields(const Json& obj, std::initializer_list<const char*> keys, const std::string& where) {
+  for (const char* k : keys)
+    if (const Json* v = obj.find(k); v && !v->is_bool() && !v->is_null())
+      return invalid_argument(where + "." + k + " = " + v->dump() + " is not a boolean (true or false)");
+  return Status::Ok();
+}
+
 Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
   MT_ASSIGN_OR_RETURN(const OwnedFd file, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
   const int fd = file.get();

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -82,5 +83,9 @@ class Json {
 // Reads a whole file into a string; a file larger than max_bytes (when not 0) is refused with
 // kInvalidArgument before anything is read, so an untrusted path cannot exhaust memory.
 Result<std::string> read_file(const std::string& path, uint64_t max_bytes = 0);
+
+// Refuses any of `keys` that `obj` holds as something other than a boolean or null (a "true"
+// string read as false would change what the file means), naming `where` and the key.
+Status check_bool_fields(const Json& obj, std::initializer_list<const char*> keys, const std::string& where);
 
 }  // namespace mt

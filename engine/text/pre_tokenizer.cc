@@ -24,6 +24,7 @@ Status PreTokenizer::parse_split(const Json& spec, PreTokenizer& out) {
   const std::string b = behavior && behavior->is_string() ? behavior->as_string() : "";
   if (b != "Isolated")
     return unimplemented("pre_tokenizer Split with behavior '" + b + "' is not supported (supported: Isolated)");
+  MT_RETURN_IF_ERROR(check_bool_fields(spec, {"invert"}, "pre_tokenizer Split"));
   if (flag(spec, "invert", false)) return unimplemented("pre_tokenizer Split with invert: true is not supported");
   const Json* pattern = spec.find("pattern");
   const Json* regex = pattern ? pattern->find("Regex") : nullptr;
@@ -38,6 +39,7 @@ Status PreTokenizer::parse_split(const Json& spec, PreTokenizer& out) {
 }
 
 Status PreTokenizer::parse_byte_level(const Json& spec, PreTokenizer& out) {
+  MT_RETURN_IF_ERROR(check_bool_fields(spec, {"add_prefix_space", "use_regex", "trim_offsets"}, "pre_tokenizer ByteLevel"));
   if (flag(spec, "add_prefix_space", false))
     return unimplemented("pre_tokenizer ByteLevel with add_prefix_space: true is not supported");
   if (flag(spec, "use_regex", true)) {
@@ -50,6 +52,7 @@ Status PreTokenizer::parse_byte_level(const Json& spec, PreTokenizer& out) {
 }
 
 Status PreTokenizer::parse_metaspace(const Json& spec, PreTokenizer& out) {
+  MT_RETURN_IF_ERROR(check_bool_fields(spec, {"split", "add_prefix_space"}, "pre_tokenizer Metaspace"));
   Step s{Kind::kMetaspace, nullptr, "\xE2\x96\x81", Prepend::kAlways, flag(spec, "split", true)};
   if (const Json* r = spec.find("replacement"); r && r->is_string()) s.replacement = r->as_string();
   int len = 0;

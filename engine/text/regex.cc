@@ -42,7 +42,7 @@ Result<std::unique_ptr<Regex>> Regex::compile(std::string_view pattern, bool lit
                             std::to_string(kMaxPatternBytes));
   int err = 0;
   PCRE2_SIZE err_at = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // PCRE2 refuses LITERAL with UCP
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
                                    &err_at, nullptr);
   if (!code) {

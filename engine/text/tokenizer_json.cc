@@ -78,6 +78,7 @@ Result<Bpe> parse_model(const Json* model, bool byte_level) {
   MT_ASSIGN_OR_RETURN(auto merges, parse_merges(model->find("merges")));
   BpeOptions opt;
   if (const Json* unk = model->find("unk_token"); unk && unk->is_string()) opt.unk_token = unk->as_string();
+  MT_RETURN_IF_ERROR(check_bool_fields(*model, {"fuse_unk", "byte_fallback", "ignore_merges"}, "model"));
   opt.fuse_unk = flag(*model, "fuse_unk");
   opt.byte_fallback = flag(*model, "byte_fallback");
   opt.ignore_merges = flag(*model, "ignore_merges");
@@ -103,6 +104,7 @@ Result<std::vector<AddedToken>> parse_added_tokens(const Json* list) {
       return invalid_argument(where + " has no content of 1 to " + std::to_string(kMaxAddedTokenBytes) + " bytes");
     if (utf8::valid_prefix(content->as_string()) != content->as_string().size())
       return invalid_argument(where + " content is not valid UTF-8");
+    MT_RETURN_IF_ERROR(check_bool_fields(a, {"single_word", "lstrip", "rstrip", "special", "normalized"}, where));
     if (flag(a, "single_word")) return unimplemented(where + " ('" + content->as_string() + "'): single_word is not supported");
     AddedToken t;
     t.id = int32_t(id->as_int());

@@ -115,6 +115,43 @@ TEST_F(TokenizerJson, MergesAsSpaceSeparatedStringsGiveTheSameIds) {
   EXPECT_GT(a.size(), 10u);
 }
 
+// Split with a {"String": ...} pattern (a literal, not a regex) was refused by every build:
+// PCRE2 allows no UCP with LITERAL. It now splits where the string occurs, as Hugging Face does.
+TEST_F(TokenizerJson, SplitWithAStringPatternSplitsAtTheString) {
+  const Status s = load_edited([](Json& j) {
+    j.set("pre_tokenizer", object(R"({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"String": "."}, "behavior": "Isolated", "invert": false},
+        {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})"));
+  });
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  auto tok = load_tokenizer(dir_.path);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  std::vector<int32_t> whole, a, dot, b;
+  ASSERT_TRUE((*tok)->encode("hello world.and more", whole).ok());
+  ASSERT_TRUE((*tok)->encode("hello world", a).ok());
+  ASSERT_TRUE((*tok)->encode(".", dot).ok());
+  ASSERT_TRUE((*tok)->encode("and more", b).ok());
+  std::vector<int32_t> pieces = a;
+  pieces.insert(pieces.end(), dot.begin(), dot.end());
+  pieces.insert(pieces.end(), b.begin(), b.end());
+  EXPECT_EQ(whole, pieces) << "no token crosses the literal '.', which is a piece of its own";
+}
+
+// A flag spelt as a string or a number ("true", 1) was read as false, silently changing the
+// tokenizer; Hugging Face refuses such a file. Refused naming the field.
+TEST_F(TokenizerJson, AFlagThatIsNotABooleanIsRefusedNamingIt) {
+  expect_refused(load_edited([](Json& j) { j.set("model", model_with(j, "fuse_unk", "yes")); }), "model.fuse_unk");
+  expect_refused(load_edited([](Json& j) {
+                   j.set("added_tokens", object(R"([{"id": 5, "content": "<w>", "special": "true"}])"));
+                 }),
+                 "added_tokens[0].special");
+  expect_refused(load_edited([](Json& j) {
+                   j.set("pre_tokenizer", object(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": 1})"));
+                 }),
+                 "pre_tokenizer ByteLevel.use_regex");
+  EXPECT_TRUE(load_edited([](Json& j) { j.set("model", model_with(j, "fuse_unk", Json())); }).ok()) << "null is unset";
+}
+
 TEST_F(TokenizerJson, TruncatedFilesAreErrors) {
   ASSERT_TRUE(load_text(original_).ok());
   for (size_t k = 0; k < 64; ++k) {
