@@ -234,10 +234,12 @@ class Parser {
         case 'u': {
           uint32_t cp = 0;
           MT_RETURN_IF_ERROR(hex4(cp));
+          const size_t after_high = pos_;
           if (cp >= 0xD800 && cp < 0xDC00 && consume("\\u")) {
             uint32_t lo = 0;
             MT_RETURN_IF_ERROR(hex4(lo));
             if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            else pos_ = after_high;  // not its pair: that escape is a character of its own, read next
           }
           append_utf8(out, cp);
           break;

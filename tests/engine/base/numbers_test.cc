@@ -1,4 +1,4 @@
-// Numbers from untrusted text: JSON/YAML number parsing never clamps or wraps, and the checked
+// Numbers (and strings) from untrusted text: JSON/YAML number parsing never clamps or wraps, and the checked
 // size arithmetic reports overflow.
 #include <gtest/gtest.h>
 
@@ -29,6 +29,16 @@ TEST(JsonNumbers, OverflowingDoubleIsRefused) {
   EXPECT_EQ(Json::parse_number("1e-999")->as_double(), 0.0);  // underflow is harmless
   EXPECT_EQ(Json::parse_number("nan").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Json::parse_number("inf").status().code(), StatusCode::kInvalidArgument);
+}
+
+// A high surrogate followed by an escape that is not its pair: both characters are kept (the
+// second escape was read as a would-be pair and dropped, so "\ud800\u0041BC" lost its "A").
+TEST(JsonStrings, AnUnpairedSurrogateKeepsTheEscapeAfterIt) {
+  auto j = Json::parse(R"(["\ud800\u0041BC", "\ud83d\ude00", "\ud800\ud83d\ude00"])");
+  ASSERT_TRUE(j.ok()) << j.status().to_string();
+  EXPECT_EQ(j->items()[0].as_string(), "\xED\xA0\x80" "ABC");
+  EXPECT_EQ(j->items()[1].as_string(), "\xF0\x9F\x98\x80") << "a pair is one character";
+  EXPECT_EQ(j->items()[2].as_string(), "\xED\xA0\x80" "\xF0\x9F\x98\x80") << "a pair after a lone one";
 }
 
 TEST(CheckedMath, MultiplyReportsOverflow) {
