@@ -357,7 +357,8 @@ Result<std::unique_ptr<SafetensorsSet>> SafetensorsSet::open(const std::string& 
   if (fs::is_directory(path, ec)) {
     index = (fs::path(path) / (name + ".safetensors.index.json")).string();
     file = (fs::path(path) / (name + ".safetensors")).string();
-    if (!fs::exists(index, ec)) index.clear();
+    // Both present: the single file, as transformers' from_pretrained chooses.
+    if (fs::exists(file, ec) || !fs::exists(index, ec)) index.clear();
     if (index.empty() && !fs::exists(file, ec))
       return not_found("'" + path + "' holds neither " + name + ".safetensors nor " + name + ".safetensors.index.json");
   } else if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {

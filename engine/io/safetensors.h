@@ -107,7 +107,7 @@ class SafetensorsFile {
 class SafetensorsSet {
  public:
   // `path` is a .safetensors file, an index .json, or a directory holding NAME.safetensors.index.json
-  // or NAME.safetensors (the index wins when both exist).
+  // or NAME.safetensors (the single file wins when both exist, as in transformers).
   static Result<std::unique_ptr<SafetensorsSet>> open(const std::string& path, const std::string& name = "model");
 
   struct Entry {

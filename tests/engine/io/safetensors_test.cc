@@ -275,6 +275,29 @@ TEST(Safetensors, ShardedWriteAndRead) {
   EXPECT_EQ((*set1)->names().size(), 7u);
 }
 
+// A directory with both model.safetensors and model.safetensors.index.json (a re-save left the
+// other behind): the single file is read, as transformers' from_pretrained reads it. The index
+// used to win, so a job trained from other weights than the ones the user's tools loaded.
+TEST(Safetensors, BothASingleFileAndAnIndexReadTheSingleFile) {
+  TempDir dir;
+  const float single = 1.0f, sharded = 2.0f;
+  ASSERT_TRUE(write_safetensors(dir / "model.safetensors", {{"a", {1}, DType::kF32, &single, DType::kF32}}).ok());
+  ASSERT_TRUE(write_safetensors(dir / "s1.safetensors", {{"a", {1}, DType::kF32, &sharded, DType::kF32}}).ok());
+  write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": {"a": "s1.safetensors"}})");
+  auto set = SafetensorsSet::open(dir.path);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  const auto* e = (*set)->find("a");
+  ASSERT_TRUE(e);
+  float out = 0;
+  ASSERT_TRUE(e->file->read_f32(*e->info, &out).ok());
+  EXPECT_EQ(out, single);
+  EXPECT_NE((*set)->describe().find("model.safetensors'"), std::string::npos) << (*set)->describe();
+  auto by_index = SafetensorsSet::open(dir / "model.safetensors.index.json");  // named outright: the index
+  ASSERT_TRUE(by_index.ok());
+  ASSERT_TRUE((*by_index)->find("a")->file->read_f32(*(*by_index)->find("a")->info, &out).ok());
+  EXPECT_EQ(out, sharded);
+}
+
 TEST(Safetensors, ShardedIndexErrors) {
   TempDir dir;
   float x = 1;
