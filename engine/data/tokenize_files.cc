@@ -17,8 +17,9 @@ namespace mt {
 namespace {
 
 // The lines of an open file, without their '\n' (NUL bytes kept), reading at most max_bytes of it
-// in all: a file that grew past its checked size (or a line longer than the file was said to be)
-// ends the reading with EFBIG instead of growing a buffer without bound.
+// in all: a file that grew past its checked size ends the reading with EFBIG, and a line longer
+// than kMaxExampleLineBytes (which no example may come from) with E2BIG, so no buffer grows
+// without bound.
 class LineReader {
  public:
   LineReader(OwnedFd fd, uint64_t max_bytes) : fd_(std::move(fd)), left_(max_bytes) {}
@@ -33,10 +34,11 @@ class LineReader {
       const size_t n = nl ? size_t(nl - from) : end_ - at_;
       line.append(from, n);
       at_ += n + (nl ? 1 : 0);
+      if (line.size() > kMaxExampleLineBytes) return error_ = E2BIG, false;
       if (nl) return true;
     }
   }
-  int failed() const { return error_; }  // errno of a failed read (EFBIG past max_bytes), 0 at the end
+  int failed() const { return error_; }  // errno of a failed read (EFBIG, E2BIG: see above), 0 at the end
 
  private:
   bool fill() {
@@ -105,7 +107,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
                      const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes, uint64_t max_bytes) {
   std::vector<Unit> units;
   if (kind == InputKind::kTextFile) {
-    MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, max_bytes == kNoByteLimit ? 0 : max_bytes));
+    MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, std::min<uint64_t>(max_bytes, kMaxExampleLineBytes)));
     if (!text.empty()) units.push_back({text_json(text), 1});
     return emit(path, units, text.size(), format, pool, sink);
   }
@@ -123,6 +125,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
   while (in.next(line)) {
     ++line_no;
     bytes += line.size() + 1;
+    if (kind != InputKind::kJsonl && !line.empty() && line.back() == '\r') line.pop_back();  // CRLF text
     if (kind == InputKind::kJsonl) {
       if (line.find_first_not_of(" \t\r") != std::string::npos) units.push_back({line, line_no});
     } else if (line.find_first_not_of(" \t\r") == std::string::npos) {
@@ -130,6 +133,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
     } else {
       if (para.empty()) para_line = line_no;
       para += para.empty() ? line : "\n" + line;
+      if (para.size() > kMaxExampleLineBytes) break;  // refused below
     }
     if (bytes >= chunk_bytes) {
       if (kind != InputKind::kJsonl && !para.empty()) continue;  // finish the paragraph first
@@ -138,6 +142,10 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
     }
   }
   if (in.failed() == EFBIG) return too_large(path, 0, max_bytes);  // it grew since the check above
+  if (in.failed() == E2BIG || para.size() > kMaxExampleLineBytes)
+    return invalid_argument(path + ":" + std::to_string(para.empty() ? line_no + 1 : para_line) + ": " +
+                            (para.empty() ? "the line" : "the paragraph") + " is more than " +
+                            std::to_string(kMaxExampleLineBytes) + " bytes, the most an example may come from");
   if (in.failed()) return data_loss("reading '" + path + "' failed: " + std::strerror(in.failed()));
   flush_para();
   return emit(path, units, bytes, format, pool, sink);

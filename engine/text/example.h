@@ -26,6 +26,9 @@ struct TokenizedExample {
   std::vector<uint8_t> loss;
 };
 
+// The longest jsonl line (or plain-text document) an example may come from; readers stop there.
+inline constexpr size_t kMaxExampleLineBytes = size_t(16) << 20;
+
 struct ExampleFormatOptions {
   std::string format = "auto";         // auto | text | prompt_completion | messages (auto: by the line's keys)
   // auto (recognised from tokenizer_config.json) | llama3 | chatml | qwen2 | mistral | qwen3 | gemma | gemma2 | phi4
@@ -40,7 +43,7 @@ struct ExampleFormatOptions {
   // true lets a tokenizer without them (the byte-level one) spell the markup as ordinary tokens.
   bool markup_as_text = false;
   // What one hostile line may cost: longer lines and more messages are refused, not parsed.
-  size_t max_line_bytes = size_t(16) << 20;
+  size_t max_line_bytes = kMaxExampleLineBytes;
   size_t max_messages = 4096;
 };
 

@@ -134,6 +134,50 @@ TEST(TokenizeFile, LinesAreSplitAsGetlineSplitsThem) {
   EXPECT_NE(s.message().find(path + ":6"), std::string::npos) << s.to_string();
 }
 
+// Plain text split at blank lines reads CRLF files as LF ones (Python's splitlines, which the
+// datasets "text" loader uses): the '\r's were kept in every document.
+TEST(TokenizeFile, CrlfParagraphsAreTheSameDocumentsAsLfOnes) {
+  testing_util::TempDir d("mt-tok");
+  const std::string lf = d / "lf.txt", crlf = d / "crlf.txt";
+  std::ofstream(lf, std::ios::binary) << "para one\nline two\n\npara two\n\n\npara three\n";
+  std::ofstream(crlf, std::ios::binary) << "para one\r\nline two\r\n\r\npara two\r\n\r\n\r\npara three\r\n";
+  ThreadPool pool(1);
+  auto documents = [&](const std::string& path) {
+    std::vector<std::string> seen;
+    const LineFormatter record = [&](std::string_view line) -> Result<TokenizedExample> {
+      seen.emplace_back(line);
+      return TokenizedExample{{1}, {1}};
+    };
+    EXPECT_TRUE(tokenize_file(path, InputKind::kTextParagraphs, record, pool, [](TokenizedChunk&) { return Status::Ok(); }).ok());
+    return seen;
+  };
+  const auto from_lf = documents(lf);
+  EXPECT_EQ(from_lf.size(), 3u);
+  EXPECT_EQ(documents(crlf), from_lf);
+}
+
+// A line (or a paragraph) longer than any example may come from is refused where it is read,
+// naming where it starts, instead of being read whole first: a 300 MB JSON array on one line
+// peaked at 800 MB before the formatter refused it.
+TEST(TokenizeFile, ALineOrParagraphPastTheExampleLimitIsRefusedWhereItIsRead) {
+  testing_util::TempDir d("mt-tok");
+  const std::string one_line = d / "array.json", paragraph = d / "para.txt";
+  std::ofstream(one_line, std::ios::binary) << "{}\n" << std::string(kMaxExampleLineBytes + 1, '[');
+  {
+    std::ofstream f(paragraph, std::ios::binary);
+    f << "short\n\n";
+    for (size_t i = 0; i <= kMaxExampleLineBytes / (1 << 20); ++i) f << std::string(1 << 20, 'x') << "\n";
+  }
+  ThreadPool pool(1);
+  const LineFormatter one = [](std::string_view) -> Result<TokenizedExample> { return TokenizedExample{{1}, {1}}; };
+  const auto ok = [](TokenizedChunk&) { return Status::Ok(); };
+  const Status line = tokenize_file(one_line, InputKind::kJsonl, one, pool, ok);
+  EXPECT_NE(line.message().find(one_line + ":2: the line is more than"), std::string::npos) << line.to_string();
+  const Status para = tokenize_file(paragraph, InputKind::kTextParagraphs, one, pool, ok);
+  EXPECT_NE(para.message().find(paragraph + ":3: the paragraph is more than"), std::string::npos) << para.to_string();
+  EXPECT_FALSE(tokenize_file(paragraph, InputKind::kTextFile, one, pool, ok).ok()) << "one document of it, too";
+}
+
 // A limit holds however the file changes: refused by its size before reading, and refused at the
 // limit when it grows while read (here the sink appends to it), holding no more than the limit.
 TEST(TokenizeFile, AFileOverTheLimitOrGrowingPastItIsRefused) {
