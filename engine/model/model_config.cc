@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numbers>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "engine/model/config_keys.h"
 #include "engine/model/config_reader.h"
@@ -67,6 +69,13 @@ bool rope_key_known(const std::string& type, const std::string& k, bool in_param
   return false;
 }
 
+// The keys transformers requires of a RoPE object of `type` (no defaults are taken for them).
+std::vector<const char*> required_rope_keys(const std::string& type) {
+  if (type == "linear" || type == "yarn") return {"factor"};
+  if (type == "llama3") return {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  return {};
+}
+
 // One RoPE object `rs` named `name`: transformers 4's rope_scaling or 5's rope_parameters.
 Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string& name, ModelConfig& c) {
   if (!rs.is_object()) return r.fail(name, "must be an object or null");
@@ -78,6 +87,8 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   if (s.type != "default" && s.type != "linear" && s.type != "llama3" && s.type != "yarn")
     return r.fail(name + ".rope_type",
                   "'" + s.type + "' is not supported (supported: default, linear, llama3, yarn)");
+  for (const char* k : required_rope_keys(s.type))  // transformers' rope_config_validation: a KeyError
+    if (!rs.find(k)) return r.fail(name + "." + k, "is required for rope_type '" + s.type + "'");
   const bool in_parameters = name.rfind("rope_parameters", 0) == 0;
   for (const auto& [k, v] : rs.members())
     if (!rope_key_known(s.type, k, in_parameters))
@@ -105,7 +116,6 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   if (s.type == "llama3" && !(s.high_freq_factor > s.low_freq_factor))
     return r.fail(name + ".high_freq_factor", "must exceed low_freq_factor");
   if (s.type != "yarn") return Status::Ok();
-  if (!rs.find("factor")) return r.fail(name + ".factor", "is required for yarn");
   for (auto [k, out] : {std::pair{"beta_fast", &s.beta_fast}, {"beta_slow", &s.beta_slow}, {"mscale", &s.mscale},
                         {"mscale_all_dim", &s.mscale_all_dim}, {"attention_factor", &s.attention_factor}})
     MT_RETURN_IF_ERROR(num(k, *out));
@@ -197,8 +207,9 @@ Status read_quantization(const ConfigReader& r, ModelConfig& c) {
 // Options of every family that change the math and that we do not implement: refused, never
 // ignored. Each family's own options are read (or refused) by families.cc.
 Status refuse_unsupported(const ConfigReader& r) {
-  const Json* mlp_bias = r.get("mlp_bias");
-  if (mlp_bias && mlp_bias->is_bool() && mlp_bias->as_bool()) return r.fail("mlp_bias", "true is not supported");
+  const Json* mlp_bias = r.get("mlp_bias");  // transformers builds biases for any truthy value
+  if (mlp_bias && !mlp_bias->is_null() && !(mlp_bias->is_bool() && !mlp_bias->as_bool()))
+    return r.fail("mlp_bias", "is " + mlp_bias->dump() + "; MLP biases are not supported (only false or null)");
   const Json* prf = r.get("partial_rotary_factor");
   if (prf && !(prf->is_number() && prf->as_double() == 1.0))
     return r.fail("partial_rotary_factor", "must be 1 (partial rotary embeddings are not supported)");
@@ -212,6 +223,25 @@ Status refuse_unsupported(const ConfigReader& r) {
   if (mrope && !mrope->is_null() && !(mrope->is_bool() && !mrope->as_bool()))
     return r.fail("use_mrope", "enables multimodal RoPE, which is not supported");
   return Status::Ok();
+}
+
+// transformers' Auto classes build the class of config.json's model_type, not of its
+// architectures: a model_type of another family (qwen2 beside LlamaForCausalLM) loads there as
+// that family, with its biases, while we would train the architecture named.
+Status check_model_type(const ConfigReader& r, const ModelConfig& c) {
+  static const std::map<std::string, std::vector<std::string>> kModelTypes = {
+      {"LlamaForCausalLM", {"llama"}},           {"MistralForCausalLM", {"mistral"}},
+      {"Qwen2ForCausalLM", {"qwen2"}},           {"Qwen3ForCausalLM", {"qwen3"}},
+      {"Phi3ForCausalLM", {"phi3"}},             {"Olmo2ForCausalLM", {"olmo2"}},
+      {"Gemma2ForCausalLM", {"gemma2"}},         {"Gemma3ForCausalLM", {"gemma3_text", "gemma3"}},
+      {"MixtralForCausalLM", {"mixtral"}},       {"Qwen2MoeForCausalLM", {"qwen2_moe"}},
+      {"Qwen3MoeForCausalLM", {"qwen3_moe"}},    {"GptOssForCausalLM", {"gpt_oss"}}};
+  const Json* type = r.get("model_type");
+  const auto it = kModelTypes.find(c.architecture);
+  if (!type || type->is_null() || it == kModelTypes.end()) return Status::Ok();
+  if (type->is_string() && std::count(it->second.begin(), it->second.end(), type->as_string())) return Status::Ok();
+  return r.fail("model_type", "is " + type->dump() + ", another family than architectures' " + c.architecture +
+                                  " (expected \"" + it->second.front() + "\"); transformers would build that family");
 }
 
 Status check_shape(const ConfigReader& r, const ModelConfig& c) {
@@ -240,6 +270,7 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
   MT_RETURN_IF_ERROR(read_architecture(r, c));
   MT_RETURN_IF_ERROR(check_config_keys(j, source));
   if (const Json* mt = j.find("model_type"); mt && mt->is_string()) c.model_type = mt->as_string();
+  MT_RETURN_IF_ERROR(check_model_type(r, c));
   MT_RETURN_IF_ERROR(r.positive_int("hidden_size", c.hidden_size, ModelLimits::kHiddenSize));
   MT_RETURN_IF_ERROR(r.positive_int("num_hidden_layers", c.num_layers, ModelLimits::kLayers));
   MT_RETURN_IF_ERROR(r.positive_int("num_attention_heads", c.num_heads, ModelLimits::kHeads));

@@ -159,6 +159,32 @@ TEST(ModelConfigRefusal, LlamaAttentionBias) {
 TEST(ModelConfigRefusal, MlpBias) {
   auto m = refusal(llama(R"(, "mlp_bias": true)"));
   EXPECT_NE(m.find("'mlp_bias'"), std::string::npos) << m;
+  // Truthy but not a JSON true: transformers builds the biases; these were read as false.
+  for (const char* v : {"1", "\"true\"", "\"false\""})
+    EXPECT_NE(refusal(llama(std::string(R"(, "mlp_bias": )") + v)).find("'mlp_bias'"), std::string::npos) << v;
+  EXPECT_TRUE(parse_model_config(llama(R"(, "mlp_bias": false)"), "c.json").ok());
+  EXPECT_TRUE(parse_model_config(llama(R"(, "mlp_bias": null)"), "c.json").ok());
+}
+
+// The keys transformers requires of a RoPE type were taken from defaults (a linear scaling
+// without factor ran at factor 1); transformers raises KeyError. Refused naming the key.
+TEST(ModelConfigRefusal, ARopeTypeWithoutItsRequiredKeys) {
+  auto m = refusal(llama(R"(, "rope_scaling": {"rope_type": "linear"})"));
+  EXPECT_NE(m.find("'rope_scaling.factor'"), std::string::npos) << m;
+  m = refusal(llama(R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0})"));
+  EXPECT_NE(m.find("'rope_scaling.original_max_position_embeddings'"), std::string::npos) << m;
+  EXPECT_TRUE(parse_model_config(llama(R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0})"), "c.json").ok());
+}
+
+// model_type decides the class transformers builds: qwen2 beside LlamaForCausalLM would load as
+// Qwen2 (with q/k/v biases) while this trained a Llama. Refused; absent is fine.
+TEST(ModelConfigRefusal, AModelTypeOfAnotherFamily) {
+  auto m = refusal(llama(R"(, "model_type": "qwen2")"));
+  EXPECT_NE(m.find("'model_type'"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"llama\""), std::string::npos) << m;
+  EXPECT_TRUE(parse_model_config(llama(R"(, "model_type": "llama")"), "c.json").ok());
+  EXPECT_TRUE(parse_model_config(llama(""), "c.json").ok());
 }
 
 TEST(ModelConfigRefusal, PartialRotary) {
