@@ -1,9 +1,10 @@
 #include "engine/io/hf_io.h"
 
 #include <algorithm>
-#include <limits>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -42,31 +43,48 @@ std::vector<ExpectedTensor> expected_weights(const std::vector<HfTensor>& hf) {
   return out;
 }
 
-// One part into its unit's masters (through the NVMe tier when it holds them).
+// One part of a file tensor into `master` (its place in the unit): read as it is, dequantized
+// (gpt-oss's MXFP4 experts), or converted from the file's layout through `part`.
+Status fill_hf_part(const SafetensorsSet& set, const HfTensor& t, size_t p, std::vector<float>& part, float* master) {
+  const TensorSpec& spec = *t.parts[p].second;
+  if (t.parts.size() == 1 && t.layout == HfLayout::kSame) {
+    const auto* e = set.find(t.name);
+    return e->file->read_f32(*e->info, master);
+  }
+  if (t.mxfp4) {  // this part's blocks and scales: contiguous slices of the stacked tensors
+    const auto* b = set.find(t.name + "_blocks");
+    const auto* sc = set.find(t.name + "_scales");
+    const int64_t rows = t.shape.back(), cols = t.shape[1];
+    const uint64_t scales_per_part = uint64_t(rows) * uint64_t(cols / 32);
+    dequantize_mxfp4(b->file->bytes(*b->info) + p * scales_per_part * 16, sc->file->bytes(*sc->info) + p * scales_per_part,
+                     rows, cols, part.data());
+    MT_RETURN_IF_ERROR(b->file->intact());
+    MT_RETURN_IF_ERROR(sc->file->intact());
+    mxfp4_part_to_ours(t.layout, spec, part.data(), master);
+    return Status::Ok();
+  }
+  const auto* e = set.find(t.name);
+  MT_RETURN_IF_ERROR(e->file->read_f32_range(*e->info, p * part.size(), part.size(), part.data()));
+  part_from_file(t.layout, spec, part.data(), master);
+  return Status::Ok();
+}
+
+// A weight that is NaN or infinite: named at load, not found as "loss is not finite" at step 1.
+Status check_finite(const float* w, size_t n, const std::string& tensor) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(w[i]))
+      return data_loss("weight '" + tensor + "' holds " + std::to_string(w[i]) + " at element " + std::to_string(i) +
+                       " (of its part " + std::to_string(n) + "); a model with non-finite weights cannot train");
+  return Status::Ok();
+}
+
+// One part into its unit's masters (through the NVMe tier when it holds them), checked finite.
 Status read_hf_part(const SafetensorsSet& set, const HfTensor& t, size_t p, std::vector<float>& part, HostStore& store) {
   const TensorSpec& spec = *t.parts[p].second;
   return store.with_master(t.parts[p].first, true, [&](float* unit) -> Status {
     float* master = unit + spec.offset;
-    if (t.parts.size() == 1 && t.layout == HfLayout::kSame) {
-      const auto* e = set.find(t.name);
-      return e->file->read_f32(*e->info, master);
-    }
-    if (t.mxfp4) {  // this part's blocks and scales: contiguous slices of the stacked tensors
-      const auto* b = set.find(t.name + "_blocks");
-      const auto* sc = set.find(t.name + "_scales");
-      const int64_t rows = t.shape.back(), cols = t.shape[1];
-      const uint64_t scales_per_part = uint64_t(rows) * uint64_t(cols / 32);
-      dequantize_mxfp4(b->file->bytes(*b->info) + p * scales_per_part * 16, sc->file->bytes(*sc->info) + p * scales_per_part,
-                       rows, cols, part.data());
-      MT_RETURN_IF_ERROR(b->file->intact());
-      MT_RETURN_IF_ERROR(sc->file->intact());
-      mxfp4_part_to_ours(t.layout, spec, part.data(), master);
-      return Status::Ok();
-    }
-    const auto* e = set.find(t.name);
-    MT_RETURN_IF_ERROR(e->file->read_f32_range(*e->info, p * part.size(), part.size(), part.data()));
-    part_from_file(t.layout, spec, part.data(), master);
-    return Status::Ok();
+    MT_RETURN_IF_ERROR(fill_hf_part(set, t, p, part, master));
+    return check_finite(master, spec.numel, t.name);
   });
 }
 

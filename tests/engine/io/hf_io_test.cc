@@ -2,6 +2,8 @@
 #include "engine/io/hf_io.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -74,6 +76,23 @@ TEST(HfIo, ExportImportShardedExact) {
     for (size_t i = 0; i < b->num_units(); ++i)
       for (size_t k = 0; k < b->unit(i).numel; ++k)
         ASSERT_EQ(b->unit(i).shadow[k].bits, float_to_bf16(b->unit(i).master[k]).bits);
+  }
+}
+
+// Non-finite weights in a model directory are refused at load naming the tensor; they used to
+// surface as "loss is not finite" at step 1, naming nothing.
+TEST(HfIo, ANonFiniteWeightIsRefusedAtLoadNamingTheTensor) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    TempDir dir;
+    const ModelConfig cfg = config(true);
+    auto a = random_store(cfg, 5);
+    a->unit(1).master[7] = bad;  // the first decoder layer's first tensor
+    ASSERT_TRUE(export_hf_model(dir.path, cfg, *a, false, 0).ok());
+    auto b = random_store(cfg, 6);
+    const Status s = load_hf_weights(dir.path, cfg, *b);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("weight 'model.layers.0."), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find("at element 7"), std::string::npos) << s.to_string();
   }
 }
 
