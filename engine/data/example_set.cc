@@ -69,10 +69,11 @@ class ShardExampleSet final : public ExampleSet {
     return n;
   }
   std::string describe() const override {
-    uint64_t tokens = 0;
-    for (const auto& s : shards_) tokens += s->tokens();
+    uint64_t tokens = 0, vocab = 0;
+    for (const auto& s : shards_) tokens += s->tokens(), vocab = std::max(vocab, s->vocab());
     return "shards '" + path_ + "' (" + std::to_string(shards_.size()) + " files, " + std::to_string(size()) +
-           " examples, " + std::to_string(tokens) + " tokens)";
+           " examples, " + std::to_string(tokens) + " tokens, tokenized for a vocabulary of " + std::to_string(vocab) +
+           ")";
   }
 
  private:

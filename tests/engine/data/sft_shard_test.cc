@@ -58,6 +58,8 @@ void round_trip(int vocab, bool all_trained, uint32_t width) {
   EXPECT_EQ((*sh)->tokens(), tokens);
   auto set = open_shard_example_set(d.path, vocab);
   ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_NE((*set)->describe().find("tokenized for a vocabulary of " + std::to_string(vocab)), std::string::npos)
+      << "the job's log says what the data was tokenized for: " << (*set)->describe();
   ASSERT_EQ((*set)->size(), ex.size());
   for (size_t e = 0; e < ex.size(); ++e) {
     const size_t n = ex[e].ids.size();
