@@ -73,7 +73,7 @@ Status fill_hf_part(const SafetensorsSet& set, const HfTensor& t, size_t p, std:
 // A weight that is NaN or infinite: named at load, not found as "loss is not finite" at step 1.
 // Blocks are tested by their exponent bits (an integer OR the compiler vectorizes: the scan runs
 // at memory speed), and only a block that fails is searched for the element.
-Status check_finite(const float* w, size_t n, const std::string& tensor) {
+Status check_finite(const float* w, size_t n, const std::string& tensor, size_t p) {
   constexpr size_t kBlock = 4096;
   for (size_t at = 0; at < n; at += kBlock) {
     const size_t end = std::min(n, at + kBlock);
@@ -87,7 +87,8 @@ Status check_finite(const float* w, size_t n, const std::string& tensor) {
     for (size_t i = at; i < end; ++i)
       if (!std::isfinite(w[i]))
         return data_loss("weight '" + tensor + "' holds " + std::to_string(w[i]) + " at element " + std::to_string(i) +
-                         " (of its part " + std::to_string(n) + "); a model with non-finite weights cannot train");
+                         " of its part " + std::to_string(p) + " (" + std::to_string(n) + " elements in our layout); every loss of "
+                         "a model with non-finite weights is non-finite");
   }
   return Status::Ok();
 }
@@ -98,7 +99,7 @@ Status read_hf_part(const SafetensorsSet& set, const HfTensor& t, size_t p, std:
   return store.with_master(t.parts[p].first, true, [&](float* unit) -> Status {
     float* master = unit + spec.offset;
     MT_RETURN_IF_ERROR(fill_hf_part(set, t, p, part, master));
-    return check_finite(master, spec.numel, t.name);
+    return check_finite(master, spec.numel, t.name, p);
   });
 }
 

@@ -202,6 +202,29 @@ Result<std::unique_ptr<DataSource>> make_data_source(const JobSpec& spec, int vo
 
 namespace {
 
+// `d` without its field that starts with `field` (", tokenizer "), up to the next comma or
+// closing parenthesis outside the field's own parentheses.
+std::string without_field(std::string d, const std::string& field) {
+  const size_t at = d.find(field);
+  if (at == std::string::npos) return d;
+  size_t end = at + field.size();
+  for (int depth = 0; end < d.size(); ++end) {
+    if (d[end] == '(') ++depth;
+    else if (d[end] == ')' && depth-- == 0) break;
+    else if (d[end] == ',' && depth == 0) break;
+  }
+  return d.erase(at, end - at);
+}
+
+// A checkpoint's description of its data against the data's now: the same, but for fields a
+// later build added (the tokenizer; the vocabulary a shard set was tokenized for) when the
+// checkpoint, written before them, lacks them.
+bool same_data_description(const std::string& was, std::string now) {
+  for (const char* field : {", tokenizer ", ", tokenized for a vocabulary of "})
+    if (was.find(field) == std::string::npos) now = without_field(now, field);
+  return was == now;
+}
+
 // `device`: the job's d-th device; on CUDA, CUDA device d (megatraind --devices N owns 0..N-1).
 Result<std::unique_ptr<Backend>> make_backend(const JobSpec& spec, const ModelConfig& cfg, int device) {
   if (uses_cuda(spec)) return make_cuda_backend(cuda_options(spec, cfg, device));
@@ -462,7 +485,7 @@ Result<JobResult> JobRunner::run() {
   // The same spec over different data (a file rewritten in place) resumes all the same, but not
   // silently. A push job's description counts what is spooled, so it always differs.
   if (!resumed.empty() && spec_.data.source != "push" && !state.data_source.empty() &&
-      state.data_source != data->describe())
+      !same_data_description(state.data_source, data->describe()))
     log(LogLevel::kWarning, "the data is not what " + resumed + " was trained on: it was " + state.data_source +
                                 ", now " + data->describe() + "; resuming at its data position all the same");
   // A resume continues this run; init.from another run's checkpoint starts this one at its step.

@@ -225,5 +225,32 @@ TEST(SftCli, ResumeMidEpochWithPackingIsBitExactAfterKill9) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// A checkpoint written before the data's description named its tokenizer resumes without the
+// warning that its data changed: only fields appended inside the parenthesis differ.
+TEST(SftCli, ACheckpointFromBeforeTheTokenizerWasDescribedResumesWithoutAWarning) {
+  const std::string dir = fresh_dir("sft_old_description");
+  const Task task = reverse_task(dir, 200, 4, 4);
+  const std::string spec = write_file(
+      dir + "/spec.yaml", sft_spec("{source: jsonl, path: " + task.path + ", tokenizer: byte}", 2, 32, 4, 0));
+  RunResult first = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  ASSERT_EQ(first.rc, 0) << describe(first);
+  int rewritten = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/run")) {
+    if (e.path().filename() != "trainer_state.json") continue;
+    std::string text = *read_file(e.path().string());
+    const std::string field = ", tokenizer byte-level (token = byte)";
+    const size_t at = text.find(field);
+    ASSERT_NE(at, std::string::npos) << text;
+    text.erase(at, field.size());  // "jsonl '...' (200 examples, 256 tokens), ...", as before
+    write_file(e.path().string(), text);
+    ++rewritten;
+  }
+  ASSERT_GT(rewritten, 0);
+  RunResult again = megatrain({"train", spec, "--json", "--out", dir + "/run"});
+  ASSERT_EQ(again.rc, 0) << describe(again);
+  EXPECT_EQ(again.err.find("the data is not what"), std::string::npos) << describe(again);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace mt::cli::testing
