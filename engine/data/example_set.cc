@@ -14,7 +14,8 @@ class MemoryExampleSet final : public ExampleSet {
   MemoryExampleSet(std::vector<TokenizedExample> ex, std::string what) : ex_(std::move(ex)), what_(std::move(what)) {
     ex_.erase(std::remove_if(ex_.begin(), ex_.end(), [](const TokenizedExample& e) { return e.ids.empty(); }),
               ex_.end());
-    for (const auto& e : ex_) trained_ += uint64_t(std::count(e.loss.begin(), e.loss.end(), uint8_t(1)));
+    for (const auto& e : ex_)  // an example's first token is never a target: nothing precedes it
+      trained_ += uint64_t(std::count(e.loss.begin() + 1, e.loss.end(), uint8_t(1)));
   }
   uint64_t size() const override { return ex_.size(); }
   uint64_t length(uint64_t i) const override { return ex_[i].ids.size(); }

@@ -21,7 +21,8 @@ class ExampleSet {
   // outside the vocabulary the set was opened for is an error naming it.
   virtual Status read(uint64_t i, uint64_t begin, uint64_t n, int32_t* ids, uint8_t* loss) const = 0;
   virtual std::string describe() const = 0;
-  // Tokens whose loss mask is 1, over every example: 0 means there is nothing to train on.
+  // Tokens whose loss mask is 1 and that can be a target (not an example's first), over every
+  // example: 0 means there is nothing to train on.
   virtual uint64_t trained_tokens() const = 0;
 };
 

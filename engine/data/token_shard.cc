@@ -158,6 +158,7 @@ Status TokenShard::parse() {
       if (p[mask_at_ + i] > 1) return bad("loss mask of token " + std::to_string(i) + " is not 0 or 1");
       trained_ += p[mask_at_ + i];
     }
+  for (uint64_t d = 0; d < docs_; ++d) trained_ -= loss(doc_begin(d));  // a document's first token is no target
   return Status::Ok();
 }
 

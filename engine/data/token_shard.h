@@ -63,7 +63,7 @@ class TokenShard {
   uint64_t documents() const { return docs_; }
   uint64_t tokens() const { return tokens_; }
   uint64_t vocab() const { return vocab_; }
-  uint64_t trained_tokens() const { return trained_; }  // loss mask 1 (every token without a mask)
+  uint64_t trained_tokens() const { return trained_; }  // loss mask 1, a document's first token not counted
   uint32_t width() const { return width_; }
   // Document bounds as the file gives them, clamped to [0, tokens()] and a length of at least 1,
   // so that a shard truncated after open() (its bytes read as zeros) never sends a reader outside

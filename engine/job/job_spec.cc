@@ -478,8 +478,7 @@ Json job_spec_hashed_json(const JobSpec& s) {
   // resumes on another count. Those are not in the trajectory JSON at all; "devices" and
   // "comm_timeout_seconds" are nulled here only so that hashes stay what they were.
   JobSpec canonical = s;  // an unset jsonl tokenizer is byte (the only model it runs): hashed as before
-  for (DataSpec* d : {&canonical.data, &canonical.eval.data})
-    if (d->tokenizer.empty()) d->tokenizer = "byte";
+  if (canonical.data.tokenizer.empty()) canonical.data.tokenizer = "byte";  // eval is not hashed
   Json j = job_spec_trajectory_json(canonical);
   for (const char* k : {"name", "steps", "checkpoint", "executor", "slots", "link_gbps", "checkpoint_placement", "backend",
                         "devices", "comm_timeout_seconds"})

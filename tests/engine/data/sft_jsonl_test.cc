@@ -175,7 +175,9 @@ TEST(TokenizeFile, ALineOrParagraphPastTheExampleLimitIsRefusedWhereItIsRead) {
   EXPECT_NE(line.message().find(one_line + ":2: the line is more than"), std::string::npos) << line.to_string();
   const Status para = tokenize_file(paragraph, InputKind::kTextParagraphs, one, pool, ok);
   EXPECT_NE(para.message().find(paragraph + ":3: the paragraph is more than"), std::string::npos) << para.to_string();
-  EXPECT_FALSE(tokenize_file(paragraph, InputKind::kTextFile, one, pool, ok).ok()) << "one document of it, too";
+  const Status file = tokenize_file(paragraph, InputKind::kTextFile, one, pool, ok);
+  EXPECT_NE(file.message().find("the limit for this file is " + std::to_string(kMaxExampleLineBytes)), std::string::npos)
+      << "one document of it, refused before it is read: " << file.to_string();
 }
 
 // A limit holds however the file changes: refused by its size before reading, and refused at the
@@ -240,6 +242,19 @@ TEST(SftJsonl, ADatasetWithNoTokenTheLossCountsIsRefused) {
   auto src = make_data_source(spec, 256);
   ASSERT_FALSE(src.ok());
   EXPECT_NE(src.status().message().find("has no token the loss counts"), std::string::npos) << src.status().to_string();
+  // Examples of one token each: trained, but no token of them is ever a target (nothing precedes it).
+  const std::string single = d / "single.jsonl";
+  {
+    std::ofstream f(single);
+    for (int i = 0; i < 10; ++i) f << "{\"text\": \"x\"}\n";
+  }
+  JobSpec text = sft_spec(single, true);
+  text.data.format = "text";
+  text.data.tokenizer = "byte";
+  auto one_token = make_data_source(text, 256);
+  ASSERT_FALSE(one_token.ok());
+  EXPECT_NE(one_token.status().message().find("has no token the loss counts"), std::string::npos)
+      << one_token.status().to_string();
 }
 
 TEST(SftJsonl, SpecFieldsRoundTripAndChangeTheHash) {
