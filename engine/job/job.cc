@@ -151,10 +151,7 @@ Result<std::unique_ptr<DataSource>> documents_of(Result<std::unique_ptr<DataSour
 // data.source jsonl: the whole file tokenized at job start, on all cores, before the step loop
 // runs: next_batch only copies tokens, so no step ever waits on a tokenizer.
 Result<std::unique_ptr<ExampleSet>> tokenize_jsonl_for_job(const DataSpec& d, int vocab) {
-  if (d.tokenizer.empty() && vocab != 256)
-    return invalid_argument("tokenizer is not set: the byte tokenizer would feed this model (a vocabulary of " +
-                            std::to_string(vocab) + " tokens) byte ids 0..255; name its tokenizer (a model "
-                            "directory or a tokenizer.json), or set tokenizer: byte");
+  MT_RETURN_IF_ERROR(check_unset_tokenizer("tokenizer", d, vocab));  // the caller names the source
   const std::string name = d.tokenizer.empty() ? "byte" : d.tokenizer;
   MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(name));
   if (tok->vocab_size() > vocab)
@@ -454,6 +451,7 @@ Result<std::unique_ptr<FileLock>> hold_job_dir(const std::string& job_dir, const
 Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
+  MT_RETURN_IF_ERROR(check_unset_tokenizers(spec_, cfg.vocab_size));  // before any memory is taken
   MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   // Before any work: the one process that begins checkpoints holds the run's directory (two runs

@@ -300,6 +300,18 @@ Status validate_eval(const JobSpec& s) {
 
 }  // namespace
 
+Status check_unset_tokenizer(const std::string& field, const DataSpec& d, int vocab) {
+  if (d.source != "jsonl" || !d.tokenizer.empty() || vocab == 256) return Status::Ok();
+  return invalid_argument(field + " is not set: the byte tokenizer would feed this model (a vocabulary of " +
+                          std::to_string(vocab) + " tokens) byte ids 0..255; name its tokenizer (a model directory or "
+                          "a tokenizer.json), or set tokenizer: byte");
+}
+
+Status check_unset_tokenizers(const JobSpec& s, int vocab) {
+  MT_RETURN_IF_ERROR(check_unset_tokenizer("data.tokenizer", s.data, vocab));
+  return s.eval.enabled ? check_unset_tokenizer("eval.data.tokenizer", s.eval.data, vocab) : Status::Ok();
+}
+
 Result<JobSpec> job_spec_from_json(const Json& j) {
   if (!j.is_object()) return invalid_argument("job spec must be an object");
   JobSpec s;

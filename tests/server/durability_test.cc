@@ -349,6 +349,28 @@ TEST(ServerBadInput, AShardTruncatedWhileTheJobReadsItFailsTheJobNotTheDaemon) {
   EXPECT_EQ(wait_terminal(*s.stub, next).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
+// A jsonl spec without a tokenizer for a model that is not byte-level is refused at submit,
+// naming the field, instead of failing when the job starts after its wait in the queue.
+TEST(ServerBadInput, AJsonlSourceWithoutATokenizerIsRefusedAtSubmitForAWideVocabulary) {
+  const std::string state = fresh_dir("unset_tokenizer");
+  DaemonConfig cfg = test_config(state);
+  Server s(cfg);
+  ASSERT_TRUE(s.stub);
+  fs::create_directories(cfg.data_root);
+  std::ofstream(cfg.data_root + "/sft.jsonl") << "{\"text\": \"hello\"}\n";
+  v1::JobSpec spec = tiny_spec(2, "jsonl");
+  spec.mutable_data()->set_path("sft.jsonl");
+  spec.mutable_model()->set_preset("llama3.2-1b");  // 128,256 tokens
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  auto c = ctx();
+  const grpc::Status st = s.stub->SubmitJob(c.get(), req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("data.tokenizer is not set"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("128256"), std::string::npos) << st.error_message();
+}
+
 // A record that cannot be written when the job ends (here a directory squats job.json.tmp; in
 // the field, a full disk or no descriptors left) is written once it can be: the job a client was
 // told SUCCEEDED does not run again after a restart because its record still said RUNNING.
