@@ -14,14 +14,6 @@
 namespace mt::server::testing {
 namespace {
 
-grpc::Status submit_status(v1::Trainer::Stub& stub, const v1::JobSpec& spec) {
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  v1::SubmitJobResponse resp;
-  auto c = ctx();
-  return stub.SubmitJob(c.get(), req, &resp);
-}
-
 grpc::Status push_status(v1::Trainer::Stub& stub, const std::string& id, std::vector<uint32_t> tokens) {
   v1::PushDataResponse resp;
   auto c = ctx();

@@ -231,11 +231,7 @@ TEST(ServerBadInput, DataPathThroughAnEscapingSymlinkOrMissingIsRefusedAtSubmit)
     v1::JobSpec spec = tiny_spec(2, "tokens");
     spec.mutable_data()->set_path(path);
     spec.mutable_data()->set_dtype("uint16");
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    v1::SubmitJobResponse resp;
-    auto c = ctx();
-    grpc::Status st = s.stub->SubmitJob(c.get(), req, &resp);
+    const grpc::Status st = submit_status(*s.stub, spec);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path << ": " << st.error_message();
     EXPECT_NE(st.error_message().find(path), std::string::npos) << st.error_message();
     EXPECT_NE(st.error_message().find(words), std::string::npos) << st.error_message();
@@ -361,11 +357,7 @@ TEST(ServerBadInput, AJsonlSourceWithoutATokenizerIsRefusedAtSubmitForAWideVocab
   v1::JobSpec spec = tiny_spec(2, "jsonl");
   spec.mutable_data()->set_path("sft.jsonl");
   spec.mutable_model()->set_preset("llama3.2-1b");  // 128,256 tokens
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  v1::SubmitJobResponse resp;
-  auto c = ctx();
-  const grpc::Status st = s.stub->SubmitJob(c.get(), req, &resp);
+  const grpc::Status st = submit_status(*s.stub, spec);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("data.tokenizer is not set"), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find("128256"), std::string::npos) << st.error_message();

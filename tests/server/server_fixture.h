@@ -105,12 +105,19 @@ inline v1::Job wait_terminal(v1::Trainer::Stub& stub, const std::string& id, dou
   return wait_job(stub, id, [](const v1::Job& j) { return terminal(j.state()); }, seconds);
 }
 
-inline std::string submit(v1::Trainer::Stub& stub, const v1::JobSpec& spec) {
+// SubmitJob's status, and its reply in `resp` when given.
+inline grpc::Status submit_status(v1::Trainer::Stub& stub, const v1::JobSpec& spec,
+                                  v1::SubmitJobResponse* resp = nullptr) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
-  v1::SubmitJobResponse resp;
+  v1::SubmitJobResponse ignored;
   auto c = ctx();
-  grpc::Status st = stub.SubmitJob(c.get(), req, &resp);
+  return stub.SubmitJob(c.get(), req, resp ? resp : &ignored);
+}
+
+inline std::string submit(v1::Trainer::Stub& stub, const v1::JobSpec& spec) {
+  v1::SubmitJobResponse resp;
+  const grpc::Status st = submit_status(stub, spec, &resp);
   EXPECT_TRUE(st.ok()) << st.error_message();
   return resp.job().id();
 }
