@@ -1,0 +1,19 @@
+// The data a job reads: its sources opened from the spec (make_data_source, declared in job.h),
+// and how a resumed run tells whether its data is still what its checkpoint was trained on.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/job/job.h"
+
+namespace mt {
+
+// The spec's training data source; push data comes from the hook (the daemon's spool).
+Result<std::unique_ptr<DataSource>> open_job_data(const JobSpec& spec, const JobHooks& hooks, int vocab);
+
+// A checkpoint's description of its data against the data's now: the same, but for fields a
+// later build added (the tokenizer; the vocabulary a shard set was tokenized for) when the
+// checkpoint, written before them, lacks them.
+bool same_data_description(const std::string& was, std::string now);
+
+}  // namespace mt
