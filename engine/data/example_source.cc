@@ -71,6 +71,7 @@ class ExampleSource final : public DataSource {
   Result<bool> locate(uint64_t cursor, int T) {
     if (set_->size() == 0) return failed_precondition(set_->describe() + " holds no example");
     if (layout_.seq_len != T || cursor < epoch_start_) {
+      if (layout_.seq_len != T) MT_RETURN_IF_ERROR(check_trains(T));
       epoch_ = 0, epoch_start_ = 0;
       layout_ = pack_epoch(lengths_, T, opt_.packing, 0);
     }
@@ -80,6 +81,16 @@ class ExampleSource final : public DataSource {
       layout_ = pack_epoch(lengths_, T, opt_.packing, ++epoch_);
     }
     return true;
+  }
+  // The set trains something (open_examples checked); cut to seq_len tokens it may not: every
+  // completion past the first seq_len tokens of its example, and every step loss 0, gradient 0.
+  Status check_trains(int T) const {
+    if (!opt_.packing.truncate) return Status::Ok();
+    MT_ASSIGN_OR_RETURN(bool trains, truncation_keeps_a_target(*set_, T));
+    if (trains) return Status::Ok();
+    return invalid_argument(set_->describe() + " has no token the loss counts within the first seq_len = " +
+                            std::to_string(T) + " tokens of any example, and data.long_examples = truncate drops "
+                            "the rest: every step would train nothing (long_examples: split keeps them)");
   }
   Status exhausted() const {
     return Status(StatusCode::kOutOfRange, "the data is exhausted: " + std::to_string(opt_.epochs) +

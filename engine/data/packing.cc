@@ -62,6 +62,18 @@ EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int T, const Packin
   return L;
 }
 
+Result<bool> truncation_keeps_a_target(const ExampleSet& set, int seq_len) {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> loss;
+  for (uint64_t e = 0; e < set.size(); ++e) {
+    const uint64_t n = std::min<uint64_t>(set.length(e), uint64_t(seq_len) + 1);  // the last one a target only
+    ids.resize(n), loss.resize(n);
+    MT_RETURN_IF_ERROR(set.read(e, 0, n, ids.data(), loss.data()));
+    if (std::find(loss.begin() + 1, loss.end(), uint8_t(1)) != loss.end()) return true;
+  }
+  return false;
+}
+
 Result<uint64_t> fill_row(const EpochLayout& L, uint64_t row, const ExampleSet& set, int32_t* in, int32_t* tg,
                           int32_t* pos) {
   const size_t T = size_t(L.seq_len);

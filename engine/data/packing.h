@@ -48,6 +48,11 @@ EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int seq_len, const 
 // identical on every platform.
 std::vector<uint64_t> epoch_order(uint64_t n, uint64_t seed, uint64_t epoch);
 
+// Whether some example, cut to its first seq_len tokens (long_examples: truncate), keeps a
+// target the loss counts: one of its tokens 1..seq_len with loss mask 1. Reads examples until it
+// finds one, so a set that trains is answered at its first trained example.
+Result<bool> truncation_keeps_a_target(const ExampleSet& set, int seq_len);
+
 // Writes row `row` of `layout` into in/tg/pos (seq_len each; pos may be null when packing is
 // off). Returns the real tokens written.
 Result<uint64_t> fill_row(const EpochLayout& layout, uint64_t row, const ExampleSet& set, int32_t* in, int32_t* tg,

@@ -257,6 +257,45 @@ TEST(SftJsonl, ADatasetWithNoTokenTheLossCountsIsRefused) {
       << one_token.status().to_string();
 }
 
+// long_examples: truncate keeps an example's first seq_len tokens. When every prompt is longer,
+// every completion is cut off: each step would train nothing. The first batch says so; split
+// trains the same file. A prompt of exactly seq_len tokens keeps its completion's first token as
+// the last input's target, so it trains.
+TEST(SftJsonl, TruncationThatCutsOffEveryCompletionIsRefusedAtTheFirstBatch) {
+  testing_util::TempDir d("mt-sft");
+  auto write = [&](const std::string& name, size_t prompt_bytes) {
+    const std::string path = d / name;
+    std::ofstream f(path);
+    for (int i = 0; i < 6; ++i)
+      f << Json::object({{"prompt", std::string(prompt_bytes, char('a' + i))}, {"completion", "xyz"}}).dump() << "\n";
+    return path;
+  };
+  JobSpec spec = sft_spec(write("long_prompts.jsonl", 60), true);  // seq_len 48
+  spec.data.long_examples = "truncate";
+  auto src = make_data_source(spec, 256);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();  // the set trains; the cut is seq_len's
+  Batch b;
+  const Status s = (*src)->next_batch(2, 48, b);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("within the first seq_len = 48 tokens"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("long_examples: split"), std::string::npos) << s.to_string();
+  EXPECT_TRUE((*src)->next_batch(2, 64, b).ok());  // seq_len 64 keeps the completions
+  EXPECT_GT(b.counted_targets(), 0);
+
+  spec.data.long_examples = "split";
+  auto split = make_data_source(spec, 256);
+  ASSERT_TRUE(split.ok());
+  ASSERT_TRUE((*split)->next_batch(2, 48, b).ok());
+
+  JobSpec edge = sft_spec(write("edge.jsonl", 48), true);
+  edge.data.long_examples = "truncate";
+  auto at_edge = make_data_source(edge, 256);
+  ASSERT_TRUE(at_edge.ok());
+  ASSERT_TRUE((*at_edge)->next_batch(6, 48, b).ok()) << "a prompt of exactly seq_len tokens";
+  EXPECT_EQ(b.counted_targets(), 6);  // each example's first completion token, as the last input's target
+}
+
 TEST(SftJsonl, SpecFieldsRoundTripAndChangeTheHash) {
   const JobSpec a = sft_spec("/x.jsonl", true);
   auto back = job_spec_from_json(job_spec_to_json(a));
