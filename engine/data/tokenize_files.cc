@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "engine/base/confined_open.h"
-#include "engine/base/json.h"
+#include "engine/base/json.h"  // read_file
 
 namespace mt {
 
@@ -68,8 +68,9 @@ Status too_large(const std::string& path, uint64_t bytes, uint64_t max_bytes) {
 }
 
 struct Unit {
-  std::string line;  // a jsonl line
-  uint64_t line_no = 0;
+  std::string text;  // a jsonl line, or a plain-text document
+  uint64_t line_no = 0;  // where it starts
+  bool document = false;
 };
 
 // Formats units on the pool in blocks; the first failure (in file order) is returned.
@@ -80,7 +81,7 @@ Status format_units(const std::string& path, std::vector<Unit>& units, const Lin
   const int blocks = int((units.size() + kBlock - 1) / kBlock);
   pool.parallel_for(blocks, [&](int b) {
     for (size_t i = size_t(b) * kBlock; i < std::min(units.size(), size_t(b + 1) * kBlock); ++i)
-      out[i] = format(units[i].line);
+      out[i] = units[i].document ? format.document(units[i].text) : format.line(units[i].text);
   });
   for (size_t i = 0; i < units.size(); ++i) {
     if (!out[i].ok()) return out[i].status().with_context(path + ":" + std::to_string(units[i].line_no));
@@ -89,8 +90,6 @@ Status format_units(const std::string& path, std::vector<Unit>& units, const Lin
   }
   return Status::Ok();
 }
-
-std::string text_json(std::string_view text) { return Json::object({{"text", std::string(text)}}).dump(); }
 
 Status emit(const std::string& path, std::vector<Unit>& units, uint64_t bytes, const LineFormatter& format,
             ThreadPool& pool, const std::function<Status(TokenizedChunk&)>& sink) {
@@ -108,7 +107,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
   std::vector<Unit> units;
   if (kind == InputKind::kTextFile) {
     MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, std::min<uint64_t>(max_bytes, kMaxExampleLineBytes)));
-    if (!text.empty()) units.push_back({text_json(text), 1});
+    if (!text.empty()) units.push_back({text, 1, true});
     return emit(path, units, text.size(), format, pool, sink);
   }
   MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
@@ -119,7 +118,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
   uint64_t line_no = 0, bytes = 0, para_line = 0;
   std::string line, para;
   auto flush_para = [&] {
-    if (!para.empty()) units.push_back({text_json(para), para_line});
+    if (!para.empty()) units.push_back({para, para_line, true});
     para.clear();
   };
   while (in.next(line)) {
@@ -127,7 +126,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
     bytes += line.size() + 1;
     if (kind != InputKind::kJsonl && !line.empty() && line.back() == '\r') line.pop_back();  // CRLF text
     if (kind == InputKind::kJsonl) {
-      if (line.find_first_not_of(" \t\r") != std::string::npos) units.push_back({line, line_no});
+      if (line.find_first_not_of(" \t\r") != std::string::npos) units.push_back({line, line_no, false});
     } else if (line.find_first_not_of(" \t\r") == std::string::npos) {
       flush_para();
     } else {

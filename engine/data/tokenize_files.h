@@ -18,8 +18,12 @@ namespace mt {
 
 enum class InputKind { kJsonl, kTextFile, kTextParagraphs };
 
-// One example from one jsonl line (a plain-text document arrives as {"text": ...}); thread-safe.
-using LineFormatter = std::function<Result<TokenizedExample>(std::string_view json_line)>;
+// What makes one example of a jsonl line, and of a plain-text document (ExampleFormatter's format
+// and format_document); both thread-safe.
+struct LineFormatter {
+  std::function<Result<TokenizedExample>(std::string_view json_line)> line;
+  std::function<Result<TokenizedExample>(std::string_view text)> document;
+};
 
 struct TokenizedChunk {
   std::vector<TokenizedExample> examples;  // in file order, empty examples dropped

@@ -54,6 +54,10 @@ class ExampleFormatter {
   ~ExampleFormatter();
   // One jsonl line -> ids + loss mask. Thread-safe. Errors name the field ("messages[2].role: 'tool' is not supported").
   Result<TokenizedExample> format(std::string_view json_line) const;
+  // One plain-text document (a text file, or a paragraph of one) as the text format formats
+  // {"text": document}, without the JSON: max_line_bytes bounds the document's own bytes, not its
+  // escaped form (up to 6x). Refused unless the format is text or auto.
+  Result<TokenizedExample> format_document(std::string_view text) const;
   // One line for logs, e.g. "messages with the chatml template, EOS <|im_end|> (id 151645)".
   std::string describe() const;
 
@@ -63,6 +67,7 @@ class ExampleFormatter {
   Status resolve_chat_template();
   Status resolve_eos();
   Status format_text(const Json& line, TokenizedExample& out) const;
+  Status format_text(std::string text, TokenizedExample& out) const;
   Status format_prompt_completion(const Json& line, TokenizedExample& out) const;
   Status format_messages(const Json& line, TokenizedExample& out) const;
   Status read_messages(const Json& line, std::vector<ChatMessage>& messages) const;

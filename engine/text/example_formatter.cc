@@ -128,9 +128,25 @@ Result<TokenizedExample> ExampleFormatter::format(std::string_view json_line) co
   return out;
 }
 
+Result<TokenizedExample> ExampleFormatter::format_document(std::string_view text) const {
+  if (text.size() > options_.max_line_bytes)
+    return invalid_argument("the document is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                            std::to_string(options_.max_line_bytes) + " (max_line_bytes)");
+  if (format_ != Format::kAuto && format_ != Format::kText)
+    return invalid_argument("a plain-text document is an example of the text format, not of format " +
+                            options_.format);
+  TokenizedExample out;
+  MT_RETURN_IF_ERROR(format_text(std::string(text), out));
+  return out;
+}
+
 Status ExampleFormatter::format_text(const Json& line, TokenizedExample& out) const {
   MT_RETURN_IF_ERROR(require_string(line, "text", ""));
-  const TextPiece piece{string_field(line, "text")->as_string(), /*trained=*/true, /*special=*/false};
+  return format_text(string_field(line, "text")->as_string(), out);
+}
+
+Status ExampleFormatter::format_text(std::string text, TokenizedExample& out) const {
+  const TextPiece piece{std::move(text), /*trained=*/true, /*special=*/false};
   MT_RETURN_IF_ERROR(encode_pieces(tokenizer_, {&piece, 1}, false, out));
   return append_eos(out);
 }

@@ -82,10 +82,11 @@ TEST(SftJsonl, TokenizedBeforeTheStepLoopNeverDuring) {
   auto fmt = make_line_format(*tok, "byte", "prompt_completion", "auto");
   ASSERT_TRUE(fmt.ok()) << fmt.status().to_string();
   std::atomic<long> calls{0};
-  LineFormatter counting = [&](std::string_view line) {
-    ++calls;
-    return fmt->format(line);
-  };
+  const LineFormatter counting{[&](std::string_view line) {
+                                  ++calls;
+                                  return fmt->format.line(line);
+                                },
+                                nullptr};
   auto set = tokenize_jsonl(task.path, counting, 2, "byte");
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   EXPECT_EQ(calls.load(), long(task.lines));
@@ -124,11 +125,12 @@ TEST(TokenizeFile, LinesAreSplitAsGetlineSplitsThem) {
   std::ofstream(path, std::ios::binary) << "x\n\n  \n" << long_line << "\ny" << '\0' << "z\r\nend";
   std::vector<std::string> seen;
   ThreadPool pool(1);
-  const LineFormatter record = [&](std::string_view line) -> Result<TokenizedExample> {
+  const auto line_of = [&](std::string_view line) -> Result<TokenizedExample> {
     seen.emplace_back(line);
     if (line == "end") return invalid_argument("the last line");
     return TokenizedExample{{1}, {1}};
   };
+  const LineFormatter record{line_of, nullptr};
   const Status s = tokenize_file(path, InputKind::kJsonl, record, pool, [](TokenizedChunk&) { return Status::Ok(); });
   EXPECT_EQ(seen, (std::vector<std::string>{"x", long_line, std::string("y\0z\r", 4), "end"}));
   EXPECT_NE(s.message().find(path + ":6"), std::string::npos) << s.to_string();
@@ -144,15 +146,15 @@ TEST(TokenizeFile, CrlfParagraphsAreTheSameDocumentsAsLfOnes) {
   ThreadPool pool(1);
   auto documents = [&](const std::string& path) {
     std::vector<std::string> seen;
-    const LineFormatter record = [&](std::string_view line) -> Result<TokenizedExample> {
-      seen.emplace_back(line);
-      return TokenizedExample{{1}, {1}};
-    };
+    const LineFormatter record{nullptr, [&](std::string_view text) -> Result<TokenizedExample> {
+                                 seen.emplace_back(text);
+                                 return TokenizedExample{{1}, {1}};
+                               }};
     EXPECT_TRUE(tokenize_file(path, InputKind::kTextParagraphs, record, pool, [](TokenizedChunk&) { return Status::Ok(); }).ok());
     return seen;
   };
   const auto from_lf = documents(lf);
-  EXPECT_EQ(from_lf.size(), 3u);
+  EXPECT_EQ(from_lf, (std::vector<std::string>{"para one\nline two", "para two", "para three"}));
   EXPECT_EQ(documents(crlf), from_lf);
 }
 
@@ -169,7 +171,8 @@ TEST(TokenizeFile, ALineOrParagraphPastTheExampleLimitIsRefusedWhereItIsRead) {
     for (size_t i = 0; i <= kMaxExampleLineBytes / (1 << 20); ++i) f << std::string(1 << 20, 'x') << "\n";
   }
   ThreadPool pool(1);
-  const LineFormatter one = [](std::string_view) -> Result<TokenizedExample> { return TokenizedExample{{1}, {1}}; };
+  const auto any = [](std::string_view) -> Result<TokenizedExample> { return TokenizedExample{{1}, {1}}; };
+  const LineFormatter one{any, any};
   const auto ok = [](TokenizedChunk&) { return Status::Ok(); };
   const Status line = tokenize_file(one_line, InputKind::kJsonl, one, pool, ok);
   EXPECT_NE(line.message().find(one_line + ":2: the line is more than"), std::string::npos) << line.to_string();
@@ -178,6 +181,26 @@ TEST(TokenizeFile, ALineOrParagraphPastTheExampleLimitIsRefusedWhereItIsRead) {
   const Status file = tokenize_file(paragraph, InputKind::kTextFile, one, pool, ok);
   EXPECT_NE(file.message().find("the limit for this file is " + std::to_string(kMaxExampleLineBytes)), std::string::npos)
       << "one document of it, refused before it is read: " << file.to_string();
+}
+
+// A paragraph just under the example limit, of bytes JSON escapes 6x, is one example of the real
+// formatter: it was wrapped as {"text": ...} and refused as "the line is X bytes" (the escaped size).
+TEST(TokenizeFile, AParagraphJustUnderTheLimitIsAnExampleHoweverItWouldEscape) {
+  testing_util::TempDir d("mt-tok");
+  const std::string path = d / "control.txt";
+  std::ofstream(path, std::ios::binary) << "first\n\n" << std::string(kMaxExampleLineBytes, '\x01') << "\n";
+  auto tok = open_tokenizer("byte");
+  ASSERT_TRUE(tok.ok());
+  auto f = make_line_format(*tok, "byte", "auto", "auto");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ThreadPool pool(2);
+  std::vector<size_t> lengths;
+  const Status s = tokenize_file(path, InputKind::kTextParagraphs, f->format, pool, [&](TokenizedChunk& c) {
+    for (const auto& e : c.examples) lengths.push_back(e.ids.size());
+    return Status::Ok();
+  });
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(lengths, (std::vector<size_t>{5, kMaxExampleLineBytes}));
 }
 
 // A limit holds however the file changes: refused by its size before reading, and refused at the
@@ -189,7 +212,8 @@ TEST(TokenizeFile, AFileOverTheLimitOrGrowingPastItIsRefused) {
   for (int i = 0; i < 100; ++i) lines += "{\"text\": \"line " + std::to_string(i) + "\"}\n";
   std::ofstream(path, std::ios::binary) << lines;
   ThreadPool pool(1);
-  const LineFormatter one = [](std::string_view) -> Result<TokenizedExample> { return TokenizedExample{{1}, {1}}; };
+  const auto any = [](std::string_view) -> Result<TokenizedExample> { return TokenizedExample{{1}, {1}}; };
+  const LineFormatter one{any, any};
   uint64_t delivered = 0;
   const auto count = [&](TokenizedChunk& c) { return delivered += c.bytes, Status::Ok(); };
   const Status small = tokenize_file(path, InputKind::kJsonl, one, pool, count, 100, lines.size() - 1);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/base/json.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/example.h"
 #include "tests/engine/temp_dir.h"
@@ -185,6 +186,37 @@ TEST(SftExample, HugeAndDeepLinesAreRefusedWithoutCrashing) {
   auto odd = f->format("{\"text\": \"\xff\xfe\\u0000x\"}");
   ASSERT_TRUE(odd.ok()) << odd.status().to_string();
   EXPECT_EQ(odd->ids.size(), 5u);
+}
+
+// A plain-text document (a text file, a paragraph) is formatted as {"text": document} is, without
+// the JSON: its limit is its own bytes. Through JSON, a document of quotes or control bytes just
+// under the limit grew past it when escaped (up to 6x) and was refused as "the line is X bytes".
+TEST(SftExample, ADocumentIsTheTextFormatWithoutItsJson) {
+  ExampleFormatOptions o;
+  o.eos_token = "</s>";
+  o.max_line_bytes = 1 << 16;
+  auto f = make(kTok, o);
+  for (const std::string& text : {std::string("plain"), std::string("quotes \" and \\ back\\slashes"),
+                                 std::string("ctrl \x01\t\n\x1f"), std::string("\xff\xfe raw bytes"),
+                                 std::string("h\xc3\xa9llo\0nul", 11)}) {
+    auto doc = f->format_document(text);
+    auto line = f->format(Json::object({{"text", text}}).dump());
+    ASSERT_TRUE(doc.ok() && line.ok()) << doc.status().to_string() << line.status().to_string();
+    EXPECT_EQ(doc->ids, line->ids) << text;
+    EXPECT_EQ(doc->loss, line->loss) << text;
+  }
+  const std::string quotes(o.max_line_bytes, '"');  // 2x escaped, 6x for control bytes
+  EXPECT_TRUE(f->format_document(quotes).ok());
+  EXPECT_TRUE(f->format_document(std::string(o.max_line_bytes, '\x01')).ok());
+  auto over = f->format_document(quotes + "\"");
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("the document is 65537 bytes"), std::string::npos) << over.status().to_string();
+  o.format = "prompt_completion";
+  auto pc = make(kTok, o);
+  auto refused = pc->format_document("a document");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("not of format prompt_completion"), std::string::npos)
+      << refused.status().to_string();
 }
 
 TEST(SftExample, CreateRefusesOptionsItCannotHonour) {
