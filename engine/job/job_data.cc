@@ -2,6 +2,7 @@
 // data with the data's now (job_data.h).
 #include "engine/job/job_data.h"
 
+#include "engine/base/hash.h"
 #include "engine/data/example_set.h"
 #include "engine/data/jsonl_examples.h"
 #include "engine/data/tokenize_files.h"
@@ -57,6 +58,34 @@ Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
   return invalid_argument("data.source = '" + d.source + "' needs a provider (push data is served by the daemon)");
 }
 }  // namespace
+
+namespace {
+// What a tokenizer maps ids to: its description and every id's text.
+Result<uint64_t> vocabulary_fingerprint(const Tokenizer& tok) {
+  uint64_t h = fnv1a64(tok.describe());
+  std::string text;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    text.clear();
+    MT_RETURN_IF_ERROR(tok.decode(&id, 1, text));
+    h = fnv1a64(text, fnv1a64(std::string_view(reinterpret_cast<const char*>(&id), sizeof id), h));
+  }
+  return h;
+}
+}  // namespace
+
+Status check_eval_tokenizer(const JobSpec& spec) {
+  const DataSpec &d = spec.data, &e = spec.eval.data;
+  if (!spec.eval.enabled || d.source != "jsonl" || e.source != "jsonl") return Status::Ok();
+  const std::string train = d.tokenizer.empty() ? "byte" : d.tokenizer, held = e.tokenizer.empty() ? "byte" : e.tokenizer;
+  if (train == held) return Status::Ok();
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> a, open_tokenizer(train));
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> b, open_tokenizer(held));
+  MT_ASSIGN_OR_RETURN(uint64_t fa, vocabulary_fingerprint(*a));
+  MT_ASSIGN_OR_RETURN(uint64_t fb, vocabulary_fingerprint(*b));
+  if (fa == fb) return Status::Ok();
+  return invalid_argument("eval.data.tokenizer '" + held + "' (" + b->describe() + ") is not data.tokenizer '" + train +
+                          "' (" + a->describe() + "): the held-out loss would be measured in other token ids");
+}
 
 Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab) {
   return documents_of(open_source(data, vocab), data, vocab);

@@ -11,6 +11,11 @@ namespace mt {
 // The spec's training data source; push data comes from the hook (the daemon's spool).
 Result<std::unique_ptr<DataSource>> open_job_data(const JobSpec& spec, const JobHooks& hooks, int vocab);
 
+// eval.data and data both jsonl: the held-out examples are tokenized by the training data's
+// tokenizer (the same ids for the same text: vocabulary and description), else the held-out loss
+// measures other ids. Other sources name no tokenizer and are not compared.
+Status check_eval_tokenizer(const JobSpec& spec);
+
 // A checkpoint's description of its data against the data's now: the same, but for fields a
 // later build added (the tokenizer; the vocabulary a shard set was tokenized for) when the
 // checkpoint, written before them, lacks them.

@@ -12,8 +12,10 @@
 #include "engine/io/tensorboard.h"
 #include "engine/job/held_out.h"
 #include "engine/job/job.h"
+#include "engine/job/job_data.h"
 #include "tests/engine/job/spec_refusals.h"
 #include "tests/engine/temp_dir.h"
+#include "tests/test_paths.h"
 
 namespace mt {
 namespace {
@@ -207,6 +209,34 @@ TEST(EvalJob, KeepBestFollowsAnImprovingCurve) {
 }
 
 // The held-out set's host bytes are in the job's plan.
+// Held-out jsonl tokenized by another tokenizer than the training jsonl measures its loss in other
+// ids: refused when the held-out set is opened, naming both. The same tokenizer by another path
+// (its directory, a copy of its tokenizer.json) is the same.
+TEST(EvalJob, AHeldOutJsonlTokenizedByAnotherTokenizerIsRefused) {
+  TempDir d("mt-eval-tok");
+  const std::string fixtures = std::string(testing_util::source_dir()) + "/tests/fixtures/tokenizers/";
+  fs::copy_file(fixtures + "gpt2/tokenizer.json", d / "copy.json");
+  JobSpec spec = eval_spec(2, 1);
+  spec.data.source = spec.eval.data.source = "jsonl";
+  spec.data.path = spec.eval.data.path = d / "absent.jsonl";  // the tokenizers are compared first
+  spec.data.tokenizer = fixtures + "gpt2";
+  for (const std::string& same : {fixtures + "gpt2", fixtures + "gpt2/tokenizer.json", d / "copy.json"}) {
+    spec.eval.data.tokenizer = same;
+    EXPECT_TRUE(check_eval_tokenizer(spec).ok()) << same << ": " << check_eval_tokenizer(spec).to_string();
+  }
+  spec.eval.data.tokenizer = fixtures + "qwen2";
+  const Status other = check_eval_tokenizer(spec);
+  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(other.message().find("is not data.tokenizer"), std::string::npos) << other.to_string();
+  const auto set = HeldOutSet::open(spec, 151936, 8);
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("is not data.tokenizer"), std::string::npos) << set.status().to_string();
+  spec.eval.data.tokenizer = "byte";
+  EXPECT_FALSE(check_eval_tokenizer(spec).ok());
+  spec.eval.data.source = "tokens";  // names no tokenizer: not compared
+  EXPECT_TRUE(check_eval_tokenizer(spec).ok());
+}
+
 TEST(EvalJob, ThePlanCountsTheHeldOutSet) {
   const JobSpec spec = eval_spec(2, 1);
   auto cfg = resolve_model(spec);
