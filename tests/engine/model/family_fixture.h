@@ -4,7 +4,6 @@
 #pragma once
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -19,11 +18,8 @@ inline const std::vector<std::string>& family_fixtures() {
   return names;
 }
 
-// Under the source tree the tests were built from, or $MEGATRAIN_SOURCE_DIR (binaries built on
-// one machine and run on another: scripts/gpu_check.sh sets it).
 inline std::string family_fixture_dir(const std::string& family) {
-  const char* env = std::getenv("MEGATRAIN_SOURCE_DIR");
-  return std::string(env && *env ? env : mt::testing_util::source_dir()) + "/tests/fixtures/families/" + family;
+  return fixture_source_dir() + "/tests/fixtures/families/" + family;
 }
 
 inline ModelConfig family_config(const std::string& family) {

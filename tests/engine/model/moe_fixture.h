@@ -19,8 +19,7 @@ inline const std::vector<std::string>& moe_fixtures() {
 }
 
 inline std::string moe_fixture_dir(const std::string& family) {
-  const char* env = std::getenv("MEGATRAIN_SOURCE_DIR");
-  return std::string(env && *env ? env : mt::testing_util::source_dir()) + "/tests/fixtures/moe/" + family;
+  return fixture_source_dir() + "/tests/fixtures/moe/" + family;
 }
 
 struct MoeBatch : FamilyBatch {
