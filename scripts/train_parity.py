@@ -8,8 +8,9 @@ numpy from PyPI in any venv outside the repository, and a built build/bin/megatr
     /tmp/tv/bin/python scripts/train_parity.py [--megatrain build/bin/megatrain] [--keep DIR]
                                                [--json OUT.json] [CONFIG ...]
 
-It builds a tiny random Llama (2 layers, hidden 64, vocab 256, untied head, fp32; norm weights
-moved away from 1 so that decaying them or not shows), saves it as a Hugging Face directory, and
+It builds a tiny random Llama (2 layers, hidden 16, 4 query and 2 key/value heads, vocab 256,
+untied head, fp32; norm weights moved away from 1 so that decaying them or not shows; this small
+so that its committed fixtures stay small, see below), saves it as a Hugging Face directory, and
 for each configuration writes a small data set, runs `megatrain train` (init.from that directory,
 CPU backend) for a few steps, exports the last checkpoint with `megatrain export --dtype fp32`,
 and replays the same training in PyTorch:
@@ -43,7 +44,11 @@ PyTorch's own distance, and its per-step learning rates equal the schedule's. --
 replays other semantics (per-micro-batch loss means, weight decay on every parameter,
 transformers' warmup) and prints MegaTrain's distance from each, to show what the check tells
 apart. Exit status 1 when a configuration is outside tolerance. Deterministic (MegaTrain's CPU
-runs are bit-identical run to run); about 35-60 s on a 2-core machine (x2 with --variants).
+runs are bit-identical run to run); about 15 s on a 2-core machine (x1.5 with --variants).
+
+scripts/make_training_fixtures.py writes this model, the data, the specs of the configurations
+that matter and their float64 replays under tests/fixtures/training/, which
+tests/engine/job/training_parity_test.cc holds MegaTrain to in every test run, without Python.
 """
 import argparse
 import copy
@@ -72,7 +77,7 @@ MASK64 = (1 << 64) - 1
 
 def make_model(out_dir):
     torch.manual_seed(1234)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=48, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
                       pad_token_id=None, rope_theta=10000.0)
@@ -404,10 +409,21 @@ def configs(work, model_dir):
 # ---------------------------------------------------------------------------------------------
 
 
+def save_spec(path, spec):
+    """The job spec file `megatrain train` reads (also a committed fixture: make_training_fixtures.py)."""
+    with open(path, "w") as f:
+        json.dump(spec, f, indent=1)
+        f.write("\n")
+
+
+def weights_f64(path):
+    """A safetensors file's tensors, by name, in float64."""
+    return {k: v.to(torch.float64) for k, v in load_file(path).items()}
+
+
 def run_megatrain(exe, work, name, spec):
     spec_path = os.path.join(work, name + ".json")
-    with open(spec_path, "w") as f:
-        json.dump(spec, f, indent=1)
+    save_spec(spec_path, spec)
     out_dir = os.path.join(work, "run_" + name)
     shutil.rmtree(out_dir, ignore_errors=True)
     p = subprocess.run([exe, "train", spec_path, "--out", out_dir, "--json"], capture_output=True, text=True)
@@ -424,8 +440,15 @@ def run_megatrain(exe, work, name, spec):
     weights = {}
     for fn in sorted(os.listdir(exp)):
         if fn.endswith(".safetensors"):
-            weights.update({k: v.to(torch.float64) for k, v in load_file(os.path.join(exp, fn)).items()})
+            weights.update(weights_f64(os.path.join(exp, fn)))
     return steps, weights
+
+
+def replays(model_dir, batches, spec):
+    """The float64 oracle and the yardstick: PyTorch's own fp32 (CPU bf16 autocast for a bf16 spec)."""
+    bf16 = spec["precision"] == "bf16"
+    return (reference(model_dir, batches, spec),
+            reference(model_dir, batches, spec, dtype=torch.float32, autocast_bf16=bf16))
 
 
 def diff(x_steps, x_w, y_steps, y_w, init_w):
@@ -474,6 +497,13 @@ def line(label, d):
                       f"{d['w_abs']:.2e}", f"{d['w_rel']:.2e}", d["w_worst"])
 
 
+def quiet_deterministic_torch():
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.use_deterministic_algorithms(True)
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
@@ -485,15 +515,12 @@ def main():
                          "transformers' warmup) and say how far MegaTrain is from each")
     ap.add_argument("config", nargs="*")
     a = ap.parse_args()
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    torch.use_deterministic_algorithms(True)
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    quiet_deterministic_torch()
     work = a.keep or tempfile.mkdtemp(prefix="train_parity.")
     os.makedirs(work, exist_ok=True)
     model_dir = os.path.join(work, "model")
     make_model(model_dir)
-    init_w = {k: v.to(torch.float64) for k, v in load_file(os.path.join(model_dir, "model.safetensors")).items()}
+    init_w = weights_f64(os.path.join(model_dir, "model.safetensors"))
     results, failed = [], []
     print(FMT.format("", "loss abs", "loss rel", "gnorm rel", "w max abs", "w rel", "(worst tensor by w rel)"))
     cache = {}
@@ -503,8 +530,7 @@ def main():
         mt_steps, mt_w = run_megatrain(a.megatrain, work, name, spec)
         bf16 = spec["precision"] == "bf16"
         if ref_key not in cache:
-            cache[ref_key] = (reference(model_dir, batches, spec),
-                              reference(model_dir, batches, spec, dtype=torch.float32, autocast_bf16=bf16))
+            cache[ref_key] = replays(model_dir, batches, spec)
         (ref_steps, ref_w), (y_steps, y_w) = cache[ref_key]
         d, yard = diff(mt_steps, mt_w, ref_steps, ref_w, init_w), diff(y_steps, y_w, ref_steps, ref_w, init_w)
         why = within(d, yard, floor)
