@@ -261,6 +261,17 @@ static Status check_schedule_span(const JobSpec& spec, const TrainerState& st, c
                              ", or start a new run with init.from pointing at the checkpoint");
 }
 
+// init.from another run's training checkpoint, continued (not weights_only): this spec's steps
+// count from that run's start, so a span it has already reached would train nothing.
+static Status check_continued_span(const JobSpec& spec, const TrainerState& st, const std::string& dir) {
+  if (st.step < spec.steps) return Status::Ok();
+  return invalid_argument("init.from '" + dir + "' is at step " + std::to_string(st.step) +
+                          " and continues its run, whose steps count from its start: steps = " +
+                          std::to_string(spec.steps) + " would train nothing. Set steps above " +
+                          std::to_string(st.step) + " to train on, or init.weights_only: true to start a new run "
+                          "at step 0 from its weights");
+}
+
 static size_t units_with_moments(const HostStore& store) {
   size_t n = 0;
   for (size_t i = 0; i < store.num_units(); ++i) n += store.has_moments(i);
@@ -313,6 +324,11 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   }
   MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
   MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
+  if (from != ckpt_root && spec.init.weights_only) {  // its weights as a model directory's: a new run
+    ex.store().zero_optimizer_state();
+    return TrainerState{};
+  }
+  if (from != ckpt_root) MT_RETURN_IF_ERROR(check_continued_span(spec, st, dir));
   if (from == ckpt_root && st.spec_hash != job_spec_hash(spec)) {
     // an older checkpoint keeps only the hash
     const std::string what = st.spec.is_object() ? ": " + spec_differences(st.spec, job_spec_hashed_json(spec)) : "";
@@ -327,6 +343,32 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
   }
   ex.set_steps_done(st.step);
   return st;
+}
+
+namespace {
+struct DataStart {
+  uint64_t cursor = 0;
+  std::string warning;  // empty: nothing to say
+};
+}  // namespace
+
+// Where the data starts. A resume continues at its checkpoint's position, over data that changed
+// (a file rewritten in place) too, but not silently. init.from another run's checkpoint continues
+// at that run's position only in the same data: in other data that position means nothing (it
+// would skip rows, or epochs), so the run reads it from the start. A push job's description
+// counts what is spooled, so it always differs; a new push job's spool starts empty.
+static DataStart data_start(const JobSpec& spec, const TrainerState& st, const std::string& resumed,
+                            const std::string& now) {
+  const bool known = spec.data.source != "push" && !st.data_source.empty();  // older checkpoints lack it
+  const bool same = known && same_data_description(st.data_source, now);
+  if (!resumed.empty())
+    return {st.data_cursor, !known || same ? "" : "the data is not what " + resumed + " was trained on: it was " +
+                                                       st.data_source + ", now " + now +
+                                                       "; resuming at its data position all the same"};
+  const bool unknown = spec.data.source != "push" && st.data_source.empty();  // continued, as before
+  if (same || unknown || st.data_cursor == 0) return {st.data_cursor, ""};
+  return {0, "the data is not what " + spec.init.from + " was trained on (" + st.data_source +
+                 "): this run reads it from its first row, not at that run's data position"};
 }
 
 // What a step shows in TensorBoard (spec.logging.tensorboard).
@@ -390,14 +432,11 @@ Result<JobResult> JobRunner::run() {
       log(LogLevel::kWarning, "removed " + ckpt_root + "/" + stale + ", a checkpoint a killed run did not finish");
   std::string resumed;  // the checkpoint this run resumes from, if any
   MT_ASSIGN_OR_RETURN(TrainerState state, initialise(spec_, cfg, ckpt_root, *ex, resumed));
+  const DataStart start = data_start(spec_, state, resumed, data->describe());
+  if (!start.warning.empty()) log(LogLevel::kWarning, start.warning);
+  state.data_cursor = start.cursor;
   MT_RETURN_IF_ERROR(data->seek(state.data_cursor));
   if (resumed.empty()) state.eval = {};  // init.from another job: its evaluations are not ours
-  // The same spec over different data (a file rewritten in place) resumes all the same, but not
-  // silently. A push job's description counts what is spooled, so it always differs.
-  if (!resumed.empty() && spec_.data.source != "push" && !state.data_source.empty() &&
-      !same_data_description(state.data_source, data->describe()))
-    log(LogLevel::kWarning, "the data is not what " + resumed + " was trained on: it was " + state.data_source +
-                                ", now " + data->describe() + "; resuming at its data position all the same");
   // A resume continues this run; init.from another run's checkpoint starts this one at its step.
   const std::string at_step = !state.step        ? ""
                               : resumed.empty() ? ", starting at step " + std::to_string(state.step) + " of " + spec_.init.from

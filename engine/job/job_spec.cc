@@ -184,6 +184,7 @@ Status read_top(ObjectReader& r, JobSpec& s) {
   MT_RETURN_IF_ERROR(init.check_object());
   MT_RETURN_IF_ERROR(init.integer("seed", s.init.seed));
   MT_RETURN_IF_ERROR(init.str("from", s.init.from));
+  MT_RETURN_IF_ERROR(init.boolean("weights_only", s.init.weights_only));
   MT_RETURN_IF_ERROR(init.finish());
   MT_RETURN_IF_ERROR(read_data(r.child("data"), s.data));
   MT_RETURN_IF_ERROR(r.integer("seq_len", s.train.seq_len));
@@ -336,6 +337,8 @@ Status validate(const JobSpec& s) {
   if (s.expert_slots < 1 || s.expert_slots > kMaxSlots)
     return invalid_argument("expert_slots = " + std::to_string(s.expert_slots) + " must be in 1.." + std::to_string(kMaxSlots));
   if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
+  if (s.init.weights_only && s.init.from.empty())
+    return invalid_argument("init.weights_only needs init.from: the checkpoint or model directory whose weights to take");
   MT_RETURN_IF_ERROR(validate_data("data", s.data));
   if (s.eval.enabled) MT_RETURN_IF_ERROR(validate_eval(s));
   if (s.checkpoint.keep_best && !s.eval.enabled)
@@ -418,6 +421,7 @@ Json job_spec_trajectory_json(const JobSpec& s) {
   if (!s.model.hf_model.empty()) model.set("hf_model", s.model.hf_model);
   Json init = Json::object({{"seed", unsigned_json(s.init.seed)}});
   if (!s.init.from.empty()) init.set("from", s.init.from);
+  if (s.init.weights_only) init.set("weights_only", true);  // absent when false: hashes unchanged
   const OptimizerConfig& o = s.train.optimizer;
   const LrSchedule& sc = s.train.schedule;
   Json j = Json::object({

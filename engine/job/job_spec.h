@@ -20,6 +20,10 @@ struct ModelSpec {
 struct InitSpec {
   uint64_t seed = 1;
   std::string from;  // HF model dir or training checkpoint dir to start from
+  // from a training checkpoint: false continues its run (AdamW moments, step count, data
+  // position); true takes its weights alone, as from an HF directory: step 0, moments 0, the
+  // data from its start.
+  bool weights_only = false;
 };
 
 struct DataSpec {
