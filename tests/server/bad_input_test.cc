@@ -113,6 +113,8 @@ TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, "eval.max_tokens = 1099511627776 must be in 1..67108864"},
       {"keep_best without eval", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_checkpoint()->set_keep_best(true); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "checkpoint.keep_best needs an eval section"},
+      {"weights_only without from", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_init()->set_weights_only(true); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "init.weights_only needs init.from"},
       {"absolute path escape", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_model()->clear_preset(); sp.mutable_model()->set_hf_config("/etc/config.json"); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "model.hf_config"},
       {"unknown job", [&](auto& st) { v1::GetJobRequest r; r.set_job_id("job-999999"); v1::Job j; auto c = ctx(); return st.GetJob(c.get(), r, &j); },
