@@ -15,10 +15,11 @@ for each configuration writes a small data set, runs `megatrain train` (init.fro
 CPU backend) for a few steps, exports the last checkpoint with `megatrain export --dtype fp32`,
 and replays the same training in PyTorch:
 
-  * the model: transformers' LlamaForCausalLM loaded from the same directory, in float64 (so the
-    reference's own rounding is far below MegaTrain's fp32 rounding), eager attention; a packed
-    row is run one document at a time (positions restarting at 0), which is what per-document
-    attention masking and restarting RoPE positions mean;
+  * the model: transformers' LlamaForCausalLM loaded from the same directory, in float64 (but
+    transformers 5 computes RMSNorm's normalisation, attention probabilities and RoPE's angles in
+    fp32 whatever the dtype; lifting that moves this replay by w rel <= 5e-7, 10x below PyTorch
+    fp32's distance), eager attention; a packed row is run one document at a time (positions
+    restarting at 0), which is what per-document attention masking and restarting RoPE mean;
   * the batches: the same rows MegaTrain's data sources serve (token files: consecutive windows
     of seq_len + 1 at stride seq_len; eod_id: Megatron's reset_position_ids rule; jsonl: the
     splitmix64 shuffle and first-fit packing of engine/data/packing.cc, replicated here);
@@ -46,9 +47,10 @@ transformers' warmup) and prints MegaTrain's distance from each, to show what th
 apart. Exit status 1 when a configuration is outside tolerance. Deterministic (MegaTrain's CPU
 runs are bit-identical run to run); about 15 s on a 2-core machine (x1.5 with --variants).
 
-scripts/make_training_fixtures.py writes this model, the data, the specs of the configurations
-that matter and their float64 replays under tests/fixtures/training/, which
-tests/engine/job/training_parity_test.cc holds MegaTrain to in every test run, without Python.
+scripts/train_parity_moe.py runs the same check on mixtures of experts. make_training_fixtures.py
+writes this model, the data, the specs of the configurations that matter (MoE's too) and their
+float64 replays under tests/fixtures/training/, which tests/engine/job/training_parity_test.cc
+holds MegaTrain to in every test run, without Python.
 """
 import argparse
 import copy
@@ -64,7 +66,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.utils import logging as hf_logging
 
 VOCAB, SEQ = 256, 32
@@ -254,8 +256,48 @@ def documents(posrow):
     return list(zip(starts[:-1], starts[1:]))
 
 
+class DenseReplay:
+    """What reference() does that depends on the model, for a dense decoder (train_parity_moe.py's
+    MoeReplay: a mixture of experts, each expert an AdamW parameter of its own)."""
+    load_kwargs = {}
+
+    def param_groups(self, model, weight_decay, decay_all):  # decay on matrices and embeddings
+        decay = [p for n, p in model.named_parameters() if p.ndim >= 2 or decay_all]
+        no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 or decay_all)]
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    def clipped(self, model, groups):  # what clip_grad_norm_ sums, in its order
+        return list(model.parameters())
+
+    def micro_batch(self, model, inp, tgt, pos, denom, nmicro, autocast_bf16):
+        """Forward and backward of one micro-batch's rows, each document by itself: accumulates
+        d(cross-entropy sum / denom); returns the cross-entropy sums (of each forward)."""
+        sums = []
+        for r in range(inp.shape[0]):
+            for a, b in (documents(pos[r]) if pos is not None else [(0, inp.shape[1])]):
+                t = torch.tensor(tgt[r, a:b])
+                if not (t >= 0).any():
+                    continue
+                ids = torch.tensor(inp[r, a:b])[None]
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
+                    logits = model(input_ids=ids, position_ids=torch.arange(b - a)[None]).logits[0]
+                l = F.cross_entropy(logits.float() if autocast_bf16 else logits, t, ignore_index=-1, reduction="sum")
+                sums.append(l.item())
+                (l / denom).backward()
+        return sums
+
+    def before_update(self, model):  # after the step's backward, before clipping
+        pass
+
+    def after_update(self, model, record):  # after its update; may add to the step's record
+        pass
+
+    def final_state(self, model, opt):
+        return {k: v.detach().to(torch.float64) for k, v in model.state_dict().items()}
+
+
 def reference(model_dir, steps, c, dtype=torch.float64, autocast_bf16=False, loss_mode="step_tokens",
-              decay_all=False, schedule="megatrain"):
+              decay_all=False, schedule="megatrain", replay=None):
     """Replays training; returns per-step (loss, grad_norm, lr) and the final state dict (float64).
 
     dtype/autocast_bf16: float64 is the oracle; float32, and float32 under CPU bf16 autocast, are
@@ -265,48 +307,42 @@ def reference(model_dir, steps, c, dtype=torch.float64, autocast_bf16=False, los
         claim; transformers >= 4.46 with num_items_in_batch); "micro_mean": each micro-batch's
         own mean, averaged over the micro-batches (transformers < 4.46, many hand-written loops);
       decay_all: weight decay on every parameter (torch.optim.AdamW(model.parameters()));
-      schedule "hf": transformers' get_*_schedule_with_warmup (lr 0 at the first step)."""
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager")
+      schedule "hf": transformers' get_*_schedule_with_warmup (lr 0 at the first step).
+    replay: a DenseReplay (the default) or train_parity_moe.py's MoeReplay."""
+    replay = replay or DenseReplay()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager",
+                                                 **replay.load_kwargs)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 or decay_all]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 or decay_all)]
     o = c["optimizer"]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], foreach=False)
+    groups = replay.param_groups(model, o["weight_decay"], decay_all)
+    opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], foreach=False)
     s = c["schedule"]
     lr_fn = mt_lr if schedule == "megatrain" else hf_lr
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda k: lr_fn(1.0, k, s["warmup_steps"], c["steps"], s["decay"], s["min_lr_ratio"]))
-    params = list(model.parameters())
+    params = replay.clipped(model, groups)
     mb, out = c["micro_batch"], []
     for inp, tgt, pos in steps:
-        opt.zero_grad(set_to_none=False)
+        model.zero_grad(set_to_none=False)
         counted = int((tgt >= 0).sum())
         loss_sum = 0.0
         nmicro = inp.shape[0] // mb
         for m in range(nmicro):
-            m_counted = int((tgt[m * mb:(m + 1) * mb] >= 0).sum())
+            rows = slice(m * mb, (m + 1) * mb)
+            m_counted = int((tgt[rows] >= 0).sum())
             denom = counted if loss_mode == "step_tokens" else m_counted * nmicro
-            for r in range(m * mb, (m + 1) * mb):
-                for a, b in (documents(pos[r]) if pos is not None else [(0, inp.shape[1])]):
-                    t = torch.tensor(tgt[r, a:b])
-                    if not (t >= 0).any():
-                        continue
-                    ids = torch.tensor(inp[r, a:b])[None]
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
-                        logits = model(input_ids=ids, position_ids=torch.arange(b - a)[None]).logits[0]
-                    l = F.cross_entropy(logits.float() if autocast_bf16 else logits, t, ignore_index=-1,
-                                        reduction="sum")
-                    loss_sum += l.item()
-                    (l / denom).backward()
+            for v in replay.micro_batch(model, inp[rows], tgt[rows], None if pos is None else pos[rows], denom,
+                                        nmicro, autocast_bf16):
+                loss_sum += v
+        replay.before_update(model)
         clip = o["grad_clip"]
         norm = float(torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf")))
         lr = opt.param_groups[0]["lr"]
         opt.step()
         sched.step()
         out.append({"loss": loss_sum / counted, "grad_norm": norm, "learning_rate": lr, "counted": counted})
-    return out, {k: v.detach().to(torch.float64) for k, v in model.state_dict().items()}
+        replay.after_update(model, out[-1])
+    return out, replay.final_state(model, opt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,7 +457,7 @@ def weights_f64(path):
     return {k: v.to(torch.float64) for k, v in load_file(path).items()}
 
 
-def run_megatrain(exe, work, name, spec):
+def train_megatrain(exe, work, name, spec):  # -> its step events, the run's directory
     spec_path = os.path.join(work, name + ".json")
     save_spec(spec_path, spec)
     out_dir = os.path.join(work, "run_" + name)
@@ -430,7 +466,11 @@ def run_megatrain(exe, work, name, spec):
     if p.returncode != 0:
         raise RuntimeError(f"megatrain train {name} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     events = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    steps = [e for e in events if e.get("event") == "step"]
+    return [e for e in events if e.get("event") == "step"], out_dir
+
+
+def run_megatrain(exe, work, name, spec):
+    steps, out_dir = train_megatrain(exe, work, name, spec)
     exp = os.path.join(work, "export_" + name)
     shutil.rmtree(exp, ignore_errors=True)
     p = subprocess.run([exe, "export", os.path.join(out_dir, "checkpoints"), exp, "--dtype", "fp32"],
@@ -465,8 +505,9 @@ def diff(x_steps, x_w, y_steps, y_w, init_w):
     tens = {}
     for k in sorted(set(x_w) & set(y_w)):
         dw = x_w[k] - y_w[k]
-        moved = float((y_w[k] - init_w[k]).norm())
-        tens[k] = {"max_abs": float(dw.abs().max()), "rel": float(dw.norm()) / moved if moved else float("inf")}
+        moved = float((y_w[k] - init_w[k]).norm())  # 0: y never updated it (an expert never routed)
+        rel = float(dw.norm()) / moved if moved else 0.0 if not dw.any() else float("inf")
+        tens[k] = {"max_abs": float(dw.abs().max()), "rel": rel}
     d["tensors"] = tens
     d["w_abs"] = max(t["max_abs"] for t in tens.values())
     d["w_rel"] = max(t["rel"] for t in tens.values())
