@@ -10,21 +10,28 @@ namespace mt::cli {
 Progress::Progress(bool json) : json_(json), tty_(!json && isatty(STDOUT_FILENO)) {}
 
 void Progress::step(const ProgressEvent& e) {
+  const bool moe = e.aux_loss >= 0;
   if (json_) {
-    std::printf("%s\n", Json::object({{"event", "step"}, {"step", int64_t(e.step)}, {"steps", int64_t(e.steps)},
-                                      {"loss", e.loss}, {"tokens_per_second", e.tokens_per_second},
-                                      {"step_seconds", e.step_seconds}, {"h2d_gbps", e.h2d_gbps},
-                                      {"d2h_gbps", e.d2h_gbps}, {"eta_seconds", e.eta_seconds},
-                                      {"grad_norm", e.grad_norm}, {"grad_clipped", e.grad_clipped},
-                                      {"learning_rate", e.learning_rate}})
-                            .dump()
-                            .c_str());
+    Json j = Json::object({{"event", "step"}, {"step", int64_t(e.step)}, {"steps", int64_t(e.steps)},
+                           {"loss", e.loss}, {"tokens_per_second", e.tokens_per_second},
+                           {"step_seconds", e.step_seconds}, {"h2d_gbps", e.h2d_gbps},
+                           {"d2h_gbps", e.d2h_gbps}, {"eta_seconds", e.eta_seconds},
+                           {"grad_norm", e.grad_norm}, {"grad_clipped", e.grad_clipped},
+                           {"learning_rate", e.learning_rate}});
+    if (moe) {
+      j.set("aux_loss", e.aux_loss);
+      j.set("experts_routed", int64_t(e.experts_routed));
+      j.set("experts_total", int64_t(e.experts_total));
+    }
+    std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%sstep %ld/%ld  loss %.4f  grad %.3g%s  lr %.3g  %.0f tok/s  %.3f s/step  H2D %.2f GB/s  "
+    char experts[64] = "";
+    if (moe) std::snprintf(experts, sizeof experts, "  aux %.4f  experts %ld/%ld", e.aux_loss, e.experts_routed, e.experts_total);
+    std::printf("%sstep %ld/%ld  loss %.4f%s  grad %.3g%s  lr %.3g  %.0f tok/s  %.3f s/step  H2D %.2f GB/s  "
                 "D2H %.2f GB/s  ETA %.0fs%s",
-                tty_ ? "\r\033[K" : "", e.step, e.steps, e.loss, e.grad_norm, e.grad_clipped ? " (clipped)" : "",
-                e.learning_rate, e.tokens_per_second, e.step_seconds, e.h2d_gbps, e.d2h_gbps, e.eta_seconds,
-                tty_ ? "" : "\n");
+                tty_ ? "\r\033[K" : "", e.step, e.steps, e.loss, experts, e.grad_norm,
+                e.grad_clipped ? " (clipped)" : "", e.learning_rate, e.tokens_per_second, e.step_seconds, e.h2d_gbps,
+                e.d2h_gbps, e.eta_seconds, tty_ ? "" : "\n");
     live_ = tty_;
   }
   std::fflush(stdout);

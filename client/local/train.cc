@@ -123,7 +123,8 @@ int cmd_train(const Args& a) {
   hooks.on_step = [&](const StepStats& s) {
     ProgressEvent e{s.step, steps, s.loss, s.tokens_per_second(), s.step_seconds,
                     s.h2d_bandwidth() / 1e9, s.d2h_bandwidth() / 1e9,
-                    double(steps - s.step) * s.step_seconds, s.grad_norm, double(s.lr), s.clipped};
+                    double(steps - s.step) * s.step_seconds, s.grad_norm, double(s.lr), s.clipped,
+                    s.aux_loss, s.experts_routed, s.experts_total};
     progress.step(e);
     // A reader that went away (`| head -1`) stops the run as Ctrl-C does: with a checkpoint,
     // where SIGPIPE used to kill it without one.

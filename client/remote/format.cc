@@ -163,6 +163,9 @@ void print_job_human(const v1::Job& job) {
   if (job.grad_norm() > 0)
     std::printf("update       grad norm %.4g%s, lr %.4g (last step)\n", job.grad_norm(),
                 job.grad_clipped() ? " (clipped)" : "", job.learning_rate());
+  if (job.has_aux_loss())
+    std::printf("experts      %lld/%lld routed, load-balancing loss %.4f (last step)\n", (long long)job.experts_routed(),
+                (long long)job.experts_total(), job.aux_loss());
   if (!job.tensorboard_dir().empty()) std::printf("tensorboard  %s\n", job.tensorboard_dir().c_str());
   if (job.has_packing_efficiency()) std::printf("packing      %.1f%% of slots are real tokens\n", 100 * job.packing_efficiency());
   if (!job.last_checkpoint().empty()) std::printf("checkpoint   %s\n", job.last_checkpoint().c_str());

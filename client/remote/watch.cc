@@ -9,9 +9,13 @@ namespace mt::cli {
 namespace {
 
 ProgressEvent progress_of(const v1::JobEvent& ev) {
-  return {long(ev.step()), long(ev.total_steps()), ev.loss(),      ev.tokens_per_second(), ev.step_seconds(),
-          ev.h2d_gbps(),   ev.d2h_gbps(),          ev.eta_seconds(), ev.grad_norm(),         ev.learning_rate(),
-          ev.grad_clipped()};
+  return {long(ev.step()),     long(ev.total_steps()),
+          ev.loss(),           ev.tokens_per_second(),
+          ev.step_seconds(),   ev.h2d_gbps(),
+          ev.d2h_gbps(),       ev.eta_seconds(),
+          ev.grad_norm(),      ev.learning_rate(),
+          ev.grad_clipped(),   ev.has_aux_loss() ? ev.aux_loss() : -1,
+          long(ev.experts_routed()), long(ev.experts_total())};
 }
 
 // What the stream tells us, event by event; returns the last state seen.

@@ -3,6 +3,7 @@
 // same weights, optimizer state and per-expert update counts, byte for byte, as an uninterrupted
 // run; `megatrain plan` of the real shapes on one H200; the export of a trained gpt-oss as
 // transformers' stacked experts.
+#include <algorithm>
 #include <csignal>
 
 #include "tests/cli/cli_fixture.h"
@@ -36,6 +37,32 @@ std::string step_dir(const std::string& run, long step) {
   return run + name;
 }
 
+// Through the daemon: WatchJob's step events and the job's status carry the load-balancing loss
+// and the experts routed, as the local run's do.
+TEST(MoeCli, WatchAndStatusShowTheLoadBalancingLossAndExpertsRouted) {
+  DaemonProcess d("moe_watch");
+  ASSERT_TRUE(d.ok());
+  fs::create_directories(d.data_root());
+  const std::string config = write_file(d.data_root() + "/config.json", kSparseConfig);
+  const std::string spec = write_file(d.data_root() + "/spec.yaml", moe_spec(config, 3));
+  RunResult r = d.cli({"submit", spec, "--watch", "--json"}, 300);
+  ASSERT_EQ(r.rc, 0) << describe(r);
+  long step_events = 0;
+  std::string id;
+  for (const Json& line : r.json_lines()) {
+    const Json* event = line.find("event");
+    if (event && event->as_string() == "submitted") id = line.find("id")->as_string();
+    if (!event || event->as_string() != "step") continue;
+    ++step_events;
+    ASSERT_TRUE(line.find("aux_loss") && line.find("experts_routed")) << line.dump();
+    EXPECT_GT(line.find("aux_loss")->as_double(), 0) << line.dump();
+    EXPECT_EQ(line.find("experts_total")->as_int(), 32) << line.dump();
+  }
+  EXPECT_EQ(step_events, 3);
+  RunResult status = d.cli({"status", id});
+  EXPECT_NE(status.out.find("routed, load-balancing loss"), std::string::npos) << describe(status);
+}
+
 TEST(MoeCli, ResumeAfterKill9IsBitExactWithIdleExperts) {
   const std::string dir = fresh_dir("moe_resume");
   const std::string config = write_file(dir + "/config.json", kSparseConfig);
@@ -43,6 +70,19 @@ TEST(MoeCli, ResumeAfterKill9IsBitExactWithIdleExperts) {
   const std::string spec = write_file(dir + "/spec.yaml", moe_spec(config, steps));
   RunResult whole = megatrain({"train", spec, "--json", "--out", dir + "/whole"}, {}, 300);
   ASSERT_EQ(whole.rc, 0) << describe(whole);
+  // Each step event carries the load-balancing loss and the experts it routed, of 2 x 16.
+  long routed_min = 32, step_events = 0;
+  for (const Json& line : whole.json_lines()) {
+    if (!line.find("event") || line.find("event")->as_string() != "step") continue;
+    ++step_events;
+    ASSERT_TRUE(line.find("aux_loss") && line.find("experts_routed") && line.find("experts_total")) << line.dump();
+    EXPECT_GT(line.find("aux_loss")->as_double(), 0) << line.dump();
+    EXPECT_EQ(line.find("experts_total")->as_int(), 32) << line.dump();
+    routed_min = std::min<long>(routed_min, long(line.find("experts_routed")->as_int()));
+  }
+  EXPECT_EQ(step_events, steps);
+  EXPECT_GT(routed_min, 0);
+  EXPECT_LT(routed_min, 32) << "8 tokens of top-1 reach at most 8 experts a layer";
 
   const KilledRun killed = train_and_kill(spec, dir + "/killed", 5);  // past the checkpoints of steps 2 and 4
   ASSERT_GT(killed.step, 0) << "the run ended before it was killed:\n" << killed.seen;

@@ -91,6 +91,7 @@ TEST_F(RemoteTest, SubmitWatchJson) {
     EXPECT_GT(norm, 0);
     EXPECT_EQ(member(lines[i], "grad_clipped")->as_bool(), norm > 1.0) << lines[i].dump();
     lr.push_back(member(lines[i], "learning_rate")->as_double());
+    EXPECT_EQ(lines[i].find("aux_loss"), nullptr) << "a dense model has no load-balancing loss: " << lines[i].dump();
   }
   EXPECT_EQ(last_step, 4);
   ASSERT_EQ(lr.size(), 4u);
