@@ -10,7 +10,7 @@ namespace mt::cli {
 Progress::Progress(bool json) : json_(json), tty_(!json && isatty(STDOUT_FILENO)) {}
 
 void Progress::step(const ProgressEvent& e) {
-  const bool moe = e.aux_loss >= 0;
+  const bool moe = e.experts_total > 0;  // its aux_loss may be NaN when the run diverges
   if (json_) {
     Json j = Json::object({{"event", "step"}, {"step", int64_t(e.step)}, {"steps", int64_t(e.steps)},
                            {"loss", e.loss}, {"tokens_per_second", e.tokens_per_second},

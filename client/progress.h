@@ -15,7 +15,7 @@ struct ProgressEvent {
   double h2d_gbps = 0, d2h_gbps = 0, eta_seconds = 0;
   double grad_norm = 0, learning_rate = 0;  // the step's update: norm before clipping, its LR
   bool grad_clipped = false;                // clipping scaled it
-  double aux_loss = -1;                     // a mixture of experts: its load-balancing loss; else < 0
+  double aux_loss = -1;                     // a mixture of experts (experts_total > 0): its load-balancing loss
   long experts_routed = 0, experts_total = 0;
 };
 

@@ -176,7 +176,7 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.clipped->Set(st.clipped ? 1 : 0);
   s.lr->Set(st.lr);
   if (st.packing_efficiency >= 0) packing_.Add({{kJobLabel, job}}).Set(st.packing_efficiency);
-  if (st.aux_loss >= 0) on_moe_step(job, st);
+  if (st.experts_total > 0) on_moe_step(job, st);
 }
 
 void Metrics::on_moe_step(const std::string& job, const StepStats& st) {

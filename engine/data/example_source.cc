@@ -88,9 +88,10 @@ class ExampleSource final : public DataSource {
     if (!opt_.packing.truncate) return Status::Ok();
     MT_ASSIGN_OR_RETURN(bool trains, truncation_keeps_a_target(*set_, T));
     if (trains) return Status::Ok();
-    return invalid_argument(set_->describe() + " has no token the loss counts within the first seq_len = " +
-                            std::to_string(T) + " tokens of any example, and data.long_examples = truncate drops "
-                            "the rest: every step would train nothing (long_examples: split keeps them)");
+    return invalid_argument(set_->describe() + " has no token the loss counts among the targets of any example's " +
+                            "first row (its tokens 1.." + std::to_string(T) + ", seq_len = " + std::to_string(T) +
+                            "), and data.long_examples = truncate drops the rest: every step would train nothing "
+                            "(long_examples: split keeps them)");
   }
   Status exhausted() const {
     return Status(StatusCode::kOutOfRange, "the data is exhausted: " + std::to_string(opt_.epochs) +

@@ -28,6 +28,7 @@ Result<LineFormat> make_line_format(std::shared_ptr<const Tokenizer> tok, const 
   std::shared_ptr<const ExampleFormatter> shared(std::move(f));
   LineFormat out;
   out.description = shared->describe();
+  out.eos_id = shared->eos_id();
   out.format.line = [shared, tok](std::string_view line) { return shared->format(line); };
   out.format.document = [shared, tok](std::string_view text) { return shared->format_document(text); };
   return out;

@@ -15,6 +15,7 @@ Result<std::shared_ptr<const Tokenizer>> open_tokenizer(const std::string& name)
 struct LineFormat {
   LineFormatter format;
   std::string description;  // the formatter's describe()
+  int32_t eos_id = -1;      // the formatter's eos_id()
 };
 // `format`: auto | text | prompt_completion | messages; `chat_template`: a name or auto. With the
 // byte tokenizer no EOS is appended (it has none) and a chat template's markup is spelt in bytes.

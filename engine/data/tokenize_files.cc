@@ -104,6 +104,8 @@ Status emit(const std::string& path, std::vector<Unit>& units, uint64_t bytes, c
 
 Status tokenize_file(const std::string& path, InputKind kind, const LineFormatter& format, ThreadPool& pool,
                      const std::function<Status(TokenizedChunk&)>& sink, size_t chunk_bytes, uint64_t max_bytes) {
+  if (!(kind == InputKind::kJsonl ? bool(format.line) : bool(format.document)))  // else a pool worker would throw
+    return internal_error("tokenize_file: no formatter for " + std::string(kind == InputKind::kJsonl ? "lines" : "documents"));
   std::vector<Unit> units;
   if (kind == InputKind::kTextFile) {
     MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, std::min<uint64_t>(max_bytes, kMaxExampleLineBytes)));

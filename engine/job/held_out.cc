@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "engine/job/job.h"
-#include "engine/job/job_data.h"
 
 namespace mt {
 
@@ -46,7 +45,6 @@ uint64_t HeldOutSet::host_bytes(const JobSpec& spec) {
 Result<HeldOutSet> HeldOutSet::open(const JobSpec& spec, int vocab, int batch_rows) {
   DataSpec d = spec.eval.data;
   if (d.source == "jsonl" || d.source == "shards") d.epochs = 1;  // one pass; its end is OUT_OF_RANGE
-  MT_RETURN_IF_ERROR(check_eval_tokenizer(spec));
   auto src = make_data_source(d, vocab);
   if (!src.ok()) return src.status().with_context("eval.data");
   DataSource& s = **src;

@@ -381,7 +381,7 @@ static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) 
                {"perf/model_tflops", tps * flops_per_token / 1e12},
                {"perf/h2d_gbps", st.h2d_bandwidth() / 1e9},
                {"perf/stall_seconds", st.stall_seconds()}};
-  if (st.aux_loss >= 0 && st.experts_total > 0) {  // a mixture of experts
+  if (st.experts_total > 0) {  // a mixture of experts
     s.push_back({"train/aux_loss", st.aux_loss});
     s.push_back({"moe/experts_routed_ratio", double(st.experts_routed) / double(st.experts_total)});
   }
@@ -406,6 +406,7 @@ Result<JobResult> JobRunner::run() {
   MT_RETURN_IF_ERROR(validate(spec_));
   MT_ASSIGN_OR_RETURN(ModelConfig cfg, resolve_model(spec_));
   MT_RETURN_IF_ERROR(check_unset_tokenizers(spec_, cfg.vocab_size));  // before any memory is taken
+  MT_RETURN_IF_ERROR(check_eval_tokenizer(spec_));
   MT_ASSIGN_OR_RETURN(Nodes nodes, join_nodes(spec_));
   const std::string ckpt_root = job_dir_ + "/checkpoints";
   // Before any work: the one process that begins checkpoints holds the run's directory (two runs

@@ -60,31 +60,66 @@ Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
 }  // namespace
 
 namespace {
-// What a tokenizer maps ids to: its description and every id's text.
-Result<uint64_t> vocabulary_fingerprint(const Tokenizer& tok) {
-  uint64_t h = fnv1a64(tok.describe());
+void mix(uint64_t& h, std::string_view bytes) {
+  const uint64_t n = bytes.size();  // lengths delimit the pieces
+  h = fnv1a64(bytes, fnv1a64(std::string_view(reinterpret_cast<const char*>(&n), sizeof n), h));
+}
+
+// Text of many kinds (scripts, digits, whitespace runs, contractions, emoji, code, markup), whose
+// ids tell apart tokenizers of one vocabulary with other merges, pre-tokenizers or normalizers.
+constexpr std::string_view kProbe =
+    "Hello, World! It's 2026-12-06: 3.14159 x 42 = 131.95...\t\n  spaces   and\ttabs.\r\n"
+    "Ünïcödé naïve café — 日本語, русский, 🙂👍🏽 def f(x):\n    return x**2  # I'll see you're they've\n"
+    "</s><s><|im_end|><|endoftext|> ▁x";
+
+// What a tokenizer does: its description, every id's text, the ids of kProbe, and the EOS its
+// examples end with.
+Result<uint64_t> tokenization_fingerprint(const Tokenizer& tok, int32_t eos_id) {
+  uint64_t h = 0;
+  mix(h, tok.describe());
   std::string text;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
     text.clear();
     MT_RETURN_IF_ERROR(tok.decode(&id, 1, text));
-    h = fnv1a64(text, fnv1a64(std::string_view(reinterpret_cast<const char*>(&id), sizeof id), h));
+    mix(h, text);
   }
+  std::vector<int32_t> ids;
+  MT_RETURN_IF_ERROR(tok.encode(kProbe, ids));
+  ids.push_back(eos_id);
+  mix(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t)));
   return h;
+}
+
+// The tokenizer and formatter `d` names, and what they do; errors name `field`.
+struct Tokenization {
+  std::shared_ptr<const Tokenizer> tok;
+  LineFormat format;
+  uint64_t fingerprint = 0;
+};
+Result<Tokenization> tokenization_of(const DataSpec& d, const std::string& field) {
+  const std::string name = d.tokenizer.empty() ? "byte" : d.tokenizer;
+  Tokenization t;
+  auto tok = open_tokenizer(name);
+  if (!tok.ok()) return tok.status().with_context(field + ".tokenizer");
+  t.tok = *tok;
+  auto format = make_line_format(t.tok, name, d.format, d.chat_template);
+  if (!format.ok()) return format.status().with_context(field);
+  t.format = *format;
+  MT_ASSIGN_OR_RETURN(t.fingerprint, tokenization_fingerprint(*t.tok, t.format.eos_id));
+  return t;
 }
 }  // namespace
 
 Status check_eval_tokenizer(const JobSpec& spec) {
   const DataSpec &d = spec.data, &e = spec.eval.data;
   if (!spec.eval.enabled || d.source != "jsonl" || e.source != "jsonl") return Status::Ok();
-  const std::string train = d.tokenizer.empty() ? "byte" : d.tokenizer, held = e.tokenizer.empty() ? "byte" : e.tokenizer;
-  if (train == held) return Status::Ok();
-  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> a, open_tokenizer(train));
-  MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> b, open_tokenizer(held));
-  MT_ASSIGN_OR_RETURN(uint64_t fa, vocabulary_fingerprint(*a));
-  MT_ASSIGN_OR_RETURN(uint64_t fb, vocabulary_fingerprint(*b));
-  if (fa == fb) return Status::Ok();
-  return invalid_argument("eval.data.tokenizer '" + held + "' (" + b->describe() + ") is not data.tokenizer '" + train +
-                          "' (" + a->describe() + "): the held-out loss would be measured in other token ids");
+  if (d.tokenizer == e.tokenizer) return Status::Ok();
+  MT_ASSIGN_OR_RETURN(Tokenization train, tokenization_of(d, "data"));
+  MT_ASSIGN_OR_RETURN(Tokenization held, tokenization_of(e, "eval.data"));
+  if (train.fingerprint == held.fingerprint) return Status::Ok();
+  return invalid_argument("eval.data.tokenizer '" + e.tokenizer + "' (" + held.format.description +
+                          ") does not tokenize as data.tokenizer '" + d.tokenizer + "' (" + train.format.description +
+                          ") does: the held-out loss would be measured in other token ids");
 }
 
 Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab) {
@@ -117,12 +152,22 @@ std::string without_field(std::string d, const std::string& field) {
   return d.erase(at, end - at);
 }
 
+// `d` without its last field when that is the epoch count (", 3 epochs", ", epochs unbounded"):
+// the data position counts rows from epoch 0 whatever the bound, so raising it is the same data.
+std::string without_epochs(std::string d) {
+  const size_t at = d.rfind(", ");
+  if (at == std::string::npos) return d;
+  const std::string_view last = std::string_view(d).substr(at);
+  if (last == ", epochs unbounded" || (last.size() > 9 && last.substr(last.size() - 7) == " epochs")) d.erase(at);
+  return d;
+}
+
 }  // namespace
 
 bool same_data_description(const std::string& was, std::string now) {
   for (const char* field : {", tokenizer ", ", tokenized for a vocabulary of "})
     if (was.find(field) == std::string::npos) now = without_field(now, field);
-  return was == now;
+  return without_epochs(was) == without_epochs(now);
 }
 
 }  // namespace mt

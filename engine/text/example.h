@@ -60,6 +60,8 @@ class ExampleFormatter {
   Result<TokenizedExample> format_document(std::string_view text) const;
   // One line for logs, e.g. "messages with the chatml template, EOS <|im_end|> (id 151645)".
   std::string describe() const;
+  // The token appended to each text / prompt_completion example; -1 when none is.
+  int32_t eos_id() const { return options_.add_eos ? eos_id_ : -1; }
 
  private:
   enum class Format { kAuto, kText, kPromptCompletion, kMessages };
@@ -67,7 +69,7 @@ class ExampleFormatter {
   Status resolve_chat_template();
   Status resolve_eos();
   Status format_text(const Json& line, TokenizedExample& out) const;
-  Status format_text(std::string text, TokenizedExample& out) const;
+  Status encode_text(std::string text, TokenizedExample& out) const;  // trained, then the EOS
   Status format_prompt_completion(const Json& line, TokenizedExample& out) const;
   Status format_messages(const Json& line, TokenizedExample& out) const;
   Status read_messages(const Json& line, std::vector<ChatMessage>& messages) const;

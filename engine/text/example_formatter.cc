@@ -136,16 +136,16 @@ Result<TokenizedExample> ExampleFormatter::format_document(std::string_view text
     return invalid_argument("a plain-text document is an example of the text format, not of format " +
                             options_.format);
   TokenizedExample out;
-  MT_RETURN_IF_ERROR(format_text(std::string(text), out));
+  MT_RETURN_IF_ERROR(encode_text(std::string(text), out));
   return out;
 }
 
 Status ExampleFormatter::format_text(const Json& line, TokenizedExample& out) const {
   MT_RETURN_IF_ERROR(require_string(line, "text", ""));
-  return format_text(string_field(line, "text")->as_string(), out);
+  return encode_text(string_field(line, "text")->as_string(), out);
 }
 
-Status ExampleFormatter::format_text(std::string text, TokenizedExample& out) const {
+Status ExampleFormatter::encode_text(std::string text, TokenizedExample& out) const {
   const TextPiece piece{std::move(text), /*trained=*/true, /*special=*/false};
   MT_RETURN_IF_ERROR(encode_pieces(tokenizer_, {&piece, 1}, false, out));
   return append_eos(out);

@@ -54,7 +54,7 @@ TEST(MoeCli, WatchAndStatusShowTheLoadBalancingLossAndExpertsRouted) {
     if (event && event->as_string() == "submitted") id = line.find("id")->as_string();
     if (!event || event->as_string() != "step") continue;
     ++step_events;
-    ASSERT_TRUE(line.find("aux_loss") && line.find("experts_routed")) << line.dump();
+    ASSERT_TRUE(line.find("aux_loss") && line.find("experts_routed") && line.find("experts_total")) << line.dump();
     EXPECT_GT(line.find("aux_loss")->as_double(), 0) << line.dump();
     EXPECT_EQ(line.find("experts_total")->as_int(), 32) << line.dump();
   }

@@ -183,9 +183,9 @@ TEST(TokenizeFile, ALineOrParagraphPastTheExampleLimitIsRefusedWhereItIsRead) {
       << "one document of it, refused before it is read: " << file.to_string();
 }
 
-// A paragraph just under the example limit, of bytes JSON escapes 6x, is one example of the real
+// A paragraph of exactly the example limit, of bytes JSON escapes 6x, is one example of the real
 // formatter: it was wrapped as {"text": ...} and refused as "the line is X bytes" (the escaped size).
-TEST(TokenizeFile, AParagraphJustUnderTheLimitIsAnExampleHoweverItWouldEscape) {
+TEST(TokenizeFile, AParagraphAtTheLimitIsAnExampleHoweverItWouldEscape) {
   testing_util::TempDir d("mt-tok");
   const std::string path = d / "control.txt";
   std::ofstream(path, std::ios::binary) << "first\n\n" << std::string(kMaxExampleLineBytes, '\x01') << "\n";
@@ -302,7 +302,7 @@ TEST(SftJsonl, TruncationThatCutsOffEveryCompletionIsRefusedAtTheFirstBatch) {
   const Status s = (*src)->next_batch(2, 48, b);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("within the first seq_len = 48 tokens"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("its tokens 1..48, seq_len = 48"), std::string::npos) << s.to_string();
   EXPECT_NE(s.message().find("long_examples: split"), std::string::npos) << s.to_string();
   EXPECT_TRUE((*src)->next_batch(2, 64, b).ok());  // seq_len 64 keeps the completions
   EXPECT_GT(b.counted_targets(), 0);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "engine/exec/resident_executor.h"
@@ -208,14 +209,30 @@ TEST(EvalJob, KeepBestFollowsAnImprovingCurve) {
   EXPECT_EQ(checkpoint_steps(dir / "checkpoints"), (std::vector<long>{6}));
 }
 
-// The held-out set's host bytes are in the job's plan.
-// Held-out jsonl tokenized by another tokenizer than the training jsonl measures its loss in other
-// ids: refused when the held-out set is opened, naming both. The same tokenizer by another path
-// (its directory, a copy of its tokenizer.json) is the same.
-TEST(EvalJob, AHeldOutJsonlTokenizedByAnotherTokenizerIsRefused) {
+// Held-out jsonl tokenized otherwise than the training jsonl measures its loss in other ids:
+// refused when the job starts (before any memory is taken), naming both. Another tokenizer, the
+// same vocabulary with its merges in another order, and the same tokenizer.json in a model
+// directory whose EOS differs (base against instruct) are other tokenizations; the same
+// tokenizer by another path (its directory, a copy of its tokenizer.json) is the same.
+TEST(EvalJob, AHeldOutJsonlTokenizedOtherwiseIsRefusedAtStart) {
   TempDir d("mt-eval-tok");
-  const std::string fixtures = std::string(testing_util::source_dir()) + "/tests/fixtures/tokenizers/";
+  const std::string fixtures = testing_util::fixture_source_dir() + "/tests/fixtures/tokenizers/";
   fs::copy_file(fixtures + "gpt2/tokenizer.json", d / "copy.json");
+  auto tokenizer_json = Json::parse(*read_file(fixtures + "gpt2/tokenizer.json"));
+  ASSERT_TRUE(tokenizer_json.ok());
+  Json model = *tokenizer_json->find("model");
+  Json::Array merges = model.find("merges")->items();
+  std::reverse(merges.begin(), merges.end());
+  model.set("merges", Json::array(merges));
+  tokenizer_json->set("model", model);
+  std::ofstream(d / "reversed.json") << tokenizer_json->dump();
+  for (const char* dir : {"base", "instruct"}) {
+    fs::create_directories(d / dir);
+    fs::copy_file(fixtures + "gpt2/tokenizer.json", d / (std::string(dir) + "/tokenizer.json"));
+  }
+  std::ofstream(d / "base/tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
+  std::ofstream(d / "instruct/tokenizer_config.json") << R"({"eos_token": "the"})";
+
   JobSpec spec = eval_spec(2, 1);
   spec.data.source = spec.eval.data.source = "jsonl";
   spec.data.path = spec.eval.data.path = d / "absent.jsonl";  // the tokenizers are compared first
@@ -224,19 +241,28 @@ TEST(EvalJob, AHeldOutJsonlTokenizedByAnotherTokenizerIsRefused) {
     spec.eval.data.tokenizer = same;
     EXPECT_TRUE(check_eval_tokenizer(spec).ok()) << same << ": " << check_eval_tokenizer(spec).to_string();
   }
-  spec.eval.data.tokenizer = fixtures + "qwen2";
-  const Status other = check_eval_tokenizer(spec);
-  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(other.message().find("is not data.tokenizer"), std::string::npos) << other.to_string();
-  const auto set = HeldOutSet::open(spec, 151936, 8);
-  ASSERT_FALSE(set.ok());
-  EXPECT_NE(set.status().message().find("is not data.tokenizer"), std::string::npos) << set.status().to_string();
-  spec.eval.data.tokenizer = "byte";
-  EXPECT_FALSE(check_eval_tokenizer(spec).ok());
+  for (const std::string& other : {fixtures + "qwen2", d / "reversed.json", std::string("byte")}) {
+    spec.eval.data.tokenizer = other;
+    const Status s = check_eval_tokenizer(spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << other << ": " << s.to_string();
+    EXPECT_NE(s.message().find("does not tokenize as data.tokenizer"), std::string::npos) << s.to_string();
+  }
+  spec.data.tokenizer = d / "base";
+  spec.eval.data.tokenizer = d / "instruct";
+  EXPECT_NE(check_eval_tokenizer(spec).message().find("EOS 'the'"), std::string::npos)
+      << check_eval_tokenizer(spec).to_string();
+  TempDir run("mt-eval-tok-run");
+  auto started = JobRunner(spec, run.path, {}).run();
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.status().message().find("does not tokenize as"), std::string::npos) << started.status().to_string();
+  spec.eval.data.tokenizer = d / "absent-tokenizer.json";
+  EXPECT_NE(check_eval_tokenizer(spec).message().find("eval.data.tokenizer"), std::string::npos)
+      << check_eval_tokenizer(spec).to_string();
   spec.eval.data.source = "tokens";  // names no tokenizer: not compared
   EXPECT_TRUE(check_eval_tokenizer(spec).ok());
 }
 
+// The held-out set's host bytes are in the job's plan.
 TEST(EvalJob, ThePlanCountsTheHeldOutSet) {
   const JobSpec spec = eval_spec(2, 1);
   auto cfg = resolve_model(spec);
