@@ -505,15 +505,15 @@ struct UnitDst {
 };
 
 // The reads of unit `unit`'s tensors into d.
-void unit_reads(const ParamSchema& unit, const SafetensorsSet& model, const SafetensorsSet& opt, MemoryLayout layout,
+void unit_reads(const ParamSchema& unit, const SafetensorsSet& model, const SafetensorsSet* opt, MemoryLayout layout,
                 const UnitDst& d, std::vector<ReadTensor>& out) {
   const DType state_dtype = layout == MemoryLayout::kExact ? DType::kF32 : DType::kBF16;
   for (const auto& t : unit.tensors) {
     const auto* w = model.find(t.name);
     out.push_back({w->file, w->info, d.master + t.offset, DType::kF32});
-    if (!d.m) continue;
+    if (!d.m || !opt) continue;  // no moments here, or the weights alone
     for (auto [suffix, dst] : {std::pair{".exp_avg", d.m}, std::pair{".exp_avg_sq", d.v}}) {
-      const auto* e = opt.find(t.name + suffix);
+      const auto* e = opt->find(t.name + suffix);
       out.push_back({e->file, e->info, static_cast<char*>(dst) + t.offset * state_elem_bytes(layout), state_dtype});
     }
   }
@@ -530,8 +530,9 @@ Result<UnitDst> acquire_unit(HostStore& store, size_t u) {
 }
 
 // The units on the NVMe tier, one at a time through its window: read, the shadow rounded from
-// the masters while they are at hand, written back to the drives.
-Status load_tiered_units(const std::vector<ParamSchema>& units, const SafetensorsSet& model, const SafetensorsSet& opt,
+// the masters while they are at hand, written back to the drives. opt null: the weights alone,
+// the moments the zeros the tier reads after zero_all.
+Status load_tiered_units(const std::vector<ParamSchema>& units, const SafetensorsSet& model, const SafetensorsSet* opt,
                          HostStore& store) {
   store.tier()->zero_all();  // every tiered unit is written below: nothing is read from the drives
   for (size_t i = 0; i < units.size(); ++i) {
@@ -550,12 +551,21 @@ Status load_tiered_units(const std::vector<ParamSchema>& units, const Safetensor
 
 }  // namespace
 
-Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store) {
+Result<TrainerState> read_trainer_state(const std::string& dir) {
+  return state_from_json(join(dir, "trainer_state.json"));
+}
+
+Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store,
+                                     CheckpointParts parts) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
-  MT_ASSIGN_OR_RETURN(TrainerState state, state_from_json(join(dir, "trainer_state.json")));
+  MT_ASSIGN_OR_RETURN(TrainerState state, read_trainer_state(dir));
   MT_ASSIGN_OR_RETURN(auto model, SafetensorsSet::open(join(dir, "model.safetensors")));
-  MT_ASSIGN_OR_RETURN(auto opt, SafetensorsSet::open(dir, "optimizer"));  // one file, or shards and their index
+  const bool all = parts == CheckpointParts::kAll;
+  std::unique_ptr<SafetensorsSet> opt;
+  if (all) {
+    MT_ASSIGN_OR_RETURN(opt, SafetensorsSet::open(dir, "optimizer"));  // one file, or shards and their index
+  }
   std::vector<ExpectedTensor> weights, moments;
   for (const auto& u : units)
     for (const auto& t : u.tensors) {
@@ -564,24 +574,28 @@ Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& 
       moments.push_back({t.name + ".exp_avg_sq", t.shape});
     }
   // Everything is validated before the store is touched.
-  if (cfg.has_experts() && state.expert_updates.size() != store.expert_updates().size())
+  if (all && cfg.has_experts() && state.expert_updates.size() != store.expert_updates().size())
     return data_loss("checkpoint '" + dir + "' holds " + std::to_string(state.expert_updates.size()) +
                      " experts' update counts (trainer_state.json expert_updates) for a model of " +
                      std::to_string(store.expert_updates().size()) + " experts");
   MT_RETURN_IF_ERROR(check_tensor_set(*model, weights, nullptr).with_context("loading checkpoint '" + dir + "'"));
-  MT_RETURN_IF_ERROR(check_tensor_set(*opt, moments, nullptr).with_context("loading checkpoint '" + dir + "'"));
+  if (all) MT_RETURN_IF_ERROR(check_tensor_set(*opt, moments, nullptr).with_context("loading checkpoint '" + dir + "'"));
+  if (!all) {  // every master is read below
+    ThreadPool pool(0);
+    store.zero_optimizer_state(/*masters_follow=*/true, &pool);
+  }
   std::vector<ReadTensor> reads;  // of the units in host memory
   for (size_t i = 0; i < units.size(); ++i) {
     const HostUnit& u = store.unit(i);
-    if (!u.tiered) unit_reads(units[i], *model, *opt, store.layout(), {u.master, u.m, u.v}, reads);
+    if (!u.tiered) unit_reads(units[i], *model, opt.get(), store.layout(), {u.master, u.m, u.v}, reads);
   }
   // The gradients (other memory) are zeroed while the files are read: the CPU waits on the disk then.
   std::thread zero([&store] { store.zero_grads(); });
   Status read = read_tensors_parallel(reads, checkpoint_io_options());
   zero.join();
-  if (read.ok() && store.tier()) read = load_tiered_units(units, *model, *opt, store);
+  if (read.ok() && store.tier()) read = load_tiered_units(units, *model, opt.get(), store);
   MT_RETURN_IF_ERROR(read.with_context("loading checkpoint '" + dir + "'"));
-  if (cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
+  if (all && cfg.has_experts()) MT_RETURN_IF_ERROR(store.set_expert_updates(state.expert_updates));
   if (store.num_units() > 0 && store.unit(0).shadow) {  // every unit has one, or none does
     ThreadPool pool(0);
     for (size_t i = 0; i < units.size(); ++i)  // the tiered units' shadows were made as they were read

@@ -105,8 +105,16 @@ struct CheckpointInfo {
 // not listed.
 Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root);
 
+// What load_checkpoint reads: everything (a resume; init.from continuing a run), or the weights
+// alone (init.weights_only): the optimizer's files are not opened, and the store's moments and
+// experts' update counts are zeroed.
+enum class CheckpointParts { kAll, kWeights };
+
 // Loads weights and optimizer state into `store` (shapes checked against cfg); the Adam state of
 // the units the store holds it for (all, unless sharded).
-Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store);
+Result<TrainerState> load_checkpoint(const std::string& dir, const ModelConfig& cfg, HostStore& store,
+                                     CheckpointParts parts = CheckpointParts::kAll);
+// A checkpoint's trainer_state.json alone (its step, before deciding to load it).
+Result<TrainerState> read_trainer_state(const std::string& dir);
 
 }  // namespace mt

@@ -306,8 +306,22 @@ static Result<std::string> save_sharded_checkpoint(Communicator& comm, const std
   return dir;
 }
 
-// Initial state: the job's own latest checkpoint (a resumed job: `resumed` names it), else
-// spec.init.
+// This spec resumes the run whose checkpoint `saved` is: the same spec (an older checkpoint keeps
+// only its hash) and the same LR schedule span.
+static Status check_resumable(const JobSpec& spec, const TrainerState& saved, const std::string& dir) {
+  if (saved.spec_hash != job_spec_hash(spec)) {
+    const std::string what = saved.spec.is_object() ? ": " + spec_differences(saved.spec, job_spec_hashed_json(spec)) : "";
+    return invalid_argument("checkpoint '" + dir + "' was written by a different job spec" + what + " (hash " +
+                            saved.spec_hash + ", this spec " + job_spec_hash(spec) +
+                            "); resume with the spec it was written by, or start another run (--out) from it with "
+                            "init.from");
+  }
+  return check_schedule_span(spec, saved, dir);
+}
+
+// The run's first state: fresh, from an HF directory, resumed from its own checkpoint, or from
+// another run's (continued, or its weights alone); `resumed` names the job's own checkpoint it
+// resumes. A checkpoint's trainer_state.json is checked before its tensors are read.
 static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
                                        Executor& ex, std::string& resumed) {
   std::string from;
@@ -323,24 +337,15 @@ static Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& c
     return TrainerState{};
   }
   MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
-  MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
-  if (from != ckpt_root && spec.init.weights_only) {  // its weights as a model directory's: a new run
-    ex.store().zero_optimizer_state();
+  const bool resume = from == ckpt_root;
+  if (!resume && spec.init.weights_only) {  // its weights as a model directory's: a new run
+    MT_RETURN_IF_ERROR(load_checkpoint(dir, cfg, ex.store(), CheckpointParts::kWeights).status());
     return TrainerState{};
   }
-  if (from != ckpt_root) MT_RETURN_IF_ERROR(check_continued_span(spec, st, dir));
-  if (from == ckpt_root && st.spec_hash != job_spec_hash(spec)) {
-    // an older checkpoint keeps only the hash
-    const std::string what = st.spec.is_object() ? ": " + spec_differences(st.spec, job_spec_hashed_json(spec)) : "";
-    return invalid_argument("checkpoint '" + dir + "' was written by a different job spec" + what + " (hash " +
-                            st.spec_hash + ", this spec " + job_spec_hash(spec) +
-                            "); resume with the spec it was written by, or start another run (--out) from it with "
-                            "init.from");
-  }
-  if (from == ckpt_root) {
-    MT_RETURN_IF_ERROR(check_schedule_span(spec, st, dir));
-    resumed = dir;
-  }
+  MT_ASSIGN_OR_RETURN(TrainerState saved, read_trainer_state(dir));
+  MT_RETURN_IF_ERROR(resume ? check_resumable(spec, saved, dir) : check_continued_span(spec, saved, dir));
+  MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
+  if (resume) resumed = dir;
   ex.set_steps_done(st.step);
   return st;
 }

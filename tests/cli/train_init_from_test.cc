@@ -1,6 +1,6 @@
 // `init: {from: CHECKPOINT}` in a new run: it continues that run (moments, step count, and the
 // data position when the data is the same), and refuses a span that run has already reached,
-// which trained nothing and reported success; `weights_only: true` takes the weights alone and
+// which trained nothing and reported success; `weights_only: true` reads the weights alone and
 // equals starting from an fp32 export of them.
 #include "tests/cli/cli_fixture.h"
 
@@ -76,6 +76,8 @@ TEST(CliTrainInitFrom, WeightsOnlyIsANewRunFromTheWeightsAsFromTheirExport) {
   const std::string a = train_a(dir);
   RunResult exported = megatrain({"export", a, dir + "/export", "--dtype", "fp32"});
   ASSERT_EQ(exported.rc, 0) << describe(exported);
+  // The weights alone are read: a checkpoint whose optimizer state is gone still starts the run.
+  ASSERT_TRUE(fs::remove(dir + "/a/checkpoints/step-00000003/optimizer.safetensors"));
 
   RunResult w = megatrain({"train", spec_from(dir, "w", 2, "from: " + a + ", weights_only: true"), "--json", "--out",
                            dir + "/w"});
