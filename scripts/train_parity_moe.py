@@ -37,8 +37,8 @@ and comparison are reused as they are):
     moments of every tensor (the checkpoint's optimizer.safetensors against the optimizer's
     state: ||m - m_ref|| / ||m_ref||), each expert's update count (trainer_state.json's
     expert_updates against the optimizer's per-parameter step: equal), and per step the
-    load-balancing loss (before its coefficient) and the number of experts routed (from the
-    job's TensorBoard file: megatrain train --json does not print them).
+    load-balancing loss (before its coefficient) and the number of experts routed (from
+    megatrain train --json's step events, checked against the job's TensorBoard file).
 
 Per step it prints the experts the step left idle. --variants also replays the semantics the
 README says MegaTrain does not follow — transformers 5's stacked experts updated whole
@@ -407,12 +407,13 @@ def initial_weights(model_dir, family):
     return schema_state(family, m.state_dict().items())
 
 
-def with_tensorboard(steps, run_dir, experts_total):
-    """The step events with the load-balancing loss and the experts routed of the TensorBoard file."""
+def check_against_tensorboard(steps, run_dir, experts_total):
+    """The step events' load-balancing loss and experts routed are the TensorBoard file's (float32)."""
     tb = tensorboard_scalars(os.path.join(run_dir, "tensorboard", "events.out.tfevents.megatrain"))
     for s in steps:
-        s["aux_loss"] = tb[s["step"]]["train/aux_loss"]
-        s["experts_routed"] = round(tb[s["step"]]["moe/experts_routed_ratio"] * experts_total)
+        assert s["experts_total"] == experts_total, s
+        assert abs(s["aux_loss"] - tb[s["step"]]["train/aux_loss"]) <= 1e-6 * abs(s["aux_loss"]), s
+        assert s["experts_routed"] == round(tb[s["step"]]["moe/experts_routed_ratio"] * experts_total), s
     return steps
 
 
@@ -458,7 +459,7 @@ def main():
         experts_total = len({m.groups() for k in init[family]
                              if (m := re.search(r"layers\.(\d+)\.\w+\.experts\.(\d+)\.", k))})
         mt_steps, run_dir = tp.train_megatrain(a.megatrain, work, name, spec)
-        mt_steps = with_tensorboard(mt_steps, run_dir, experts_total)
+        mt_steps = check_against_tensorboard(mt_steps, run_dir, experts_total)
         mt_w, mt_m, mt_updates = megatrain_state(run_dir)
         if ref_key not in cache:
             cache[ref_key] = moe_replays(model_dir, batches, spec, family)
