@@ -1,0 +1,101 @@
+// Where a run starts (job_start.h): its first state and its data position.
+#include "engine/job/job_start.h"
+
+#include "engine/io/checkpoint.h"
+#include "engine/io/hf_io.h"
+#include "engine/job/job_data.h"
+
+namespace mt {
+
+namespace {
+
+// `steps` is the LR schedule's span, so resuming with another one would silently change the
+// learning rate of every remaining step; refused unless the schedule is constant.
+Status check_schedule_span(const JobSpec& spec, const TrainerState& st, const std::string& dir) {
+  if (st.total_steps <= 0 || st.total_steps == spec.steps || spec.train.schedule.decay == LrDecay::kConstant)
+    return Status::Ok();
+  return invalid_argument("steps = " + std::to_string(spec.steps) + " differs from the steps = " +
+                             std::to_string(st.total_steps) + " of the run that wrote checkpoint '" + dir +
+                             "'; its " + lr_decay_name(spec.train.schedule.decay) +
+                             " LR schedule spans that many steps and resuming would change it. Resume with steps = " +
+                             std::to_string(st.total_steps) +
+                             ", or start a new run with init.from pointing at the checkpoint");
+}
+
+// init.from another run's training checkpoint, continued (not weights_only): this spec's steps
+// count from that run's start, so a span it has already reached would train nothing.
+Status check_continued_span(const JobSpec& spec, const TrainerState& st, const std::string& dir) {
+  if (st.step < spec.steps) return Status::Ok();
+  return invalid_argument("init.from '" + dir + "' is at step " + std::to_string(st.step) +
+                          " and continues its run, whose steps count from its start: steps = " +
+                          std::to_string(spec.steps) + " would train nothing. Set steps above " +
+                          std::to_string(st.step) + " to train on, or init.weights_only: true to start a new run "
+                          "at step 0 from its weights");
+}
+
+// This spec resumes the run whose checkpoint `saved` is: the same spec (an older checkpoint keeps
+// only its hash) and the same LR schedule span.
+Status check_resumable(const JobSpec& spec, const TrainerState& saved, const std::string& dir) {
+  if (saved.spec_hash != job_spec_hash(spec)) {
+    const std::string what = saved.spec.is_object() ? ": " + spec_differences(saved.spec, job_spec_hashed_json(spec)) : "";
+    return invalid_argument("checkpoint '" + dir + "' was written by a different job spec" + what + " (hash " +
+                            saved.spec_hash + ", this spec " + job_spec_hash(spec) +
+                            "); resume with the spec it was written by, or start another run (--out) from it with "
+                            "init.from");
+  }
+  return check_schedule_span(spec, saved, dir);
+}
+
+}  // namespace
+
+// The run's first state: fresh, from an HF directory, resumed from its own checkpoint, or from
+// another run's (continued, or its weights alone); `resumed` names the job's own checkpoint it
+// resumes. A checkpoint's trainer_state.json is checked before its tensors are read.
+Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
+                                       Executor& ex, std::string& resumed) {
+  std::string from;
+  if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
+  else if (!spec.init.from.empty()) from = spec.init.from;
+  if (from.empty()) {
+    init_weights(cfg, ex.store(), spec.init.seed);
+    return TrainerState{};
+  }
+  if (!is_training_checkpoint(from)) {
+    init_weights(cfg, ex.store(), spec.init.seed);  // zero optimizer state, then HF weights
+    MT_RETURN_IF_ERROR(load_hf_weights(from, cfg, ex.store()));
+    return TrainerState{};
+  }
+  MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
+  const bool resume = from == ckpt_root;
+  if (!resume && spec.init.weights_only) {  // its weights as a model directory's: a new run
+    MT_RETURN_IF_ERROR(load_checkpoint(dir, cfg, ex.store(), CheckpointParts::kWeights).status());
+    return TrainerState{};
+  }
+  MT_ASSIGN_OR_RETURN(TrainerState saved, read_trainer_state(dir));
+  MT_RETURN_IF_ERROR(resume ? check_resumable(spec, saved, dir) : check_continued_span(spec, saved, dir));
+  MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
+  if (resume) resumed = dir;
+  ex.set_steps_done(st.step);
+  return st;
+}
+
+// Where the data starts. A resume continues at its checkpoint's position, over data that changed
+// (a file rewritten in place) too, but not silently. init.from another run's checkpoint continues
+// at that run's position only in the same data: in other data that position means nothing (it
+// would skip rows, or epochs), so the run reads it from the start. A push job's description
+// counts what is spooled, so it always differs; a new push job's spool starts empty.
+DataStart data_start(const JobSpec& spec, const TrainerState& st, const std::string& resumed,
+                            const std::string& now) {
+  const bool known = spec.data.source != "push" && !st.data_source.empty();  // older checkpoints lack it
+  const bool same = known && same_data_description(st.data_source, now);
+  if (!resumed.empty())
+    return {st.data_cursor, !known || same ? "" : "the data is not what " + resumed + " was trained on: it was " +
+                                                       st.data_source + ", now " + now +
+                                                       "; resuming at its data position all the same"};
+  const bool unknown = spec.data.source != "push" && st.data_source.empty();  // continued, as before
+  if (same || unknown || st.data_cursor == 0) return {st.data_cursor, ""};
+  return {0, "the data is not what " + spec.init.from + " was trained on (" + st.data_source +
+                 "): this run reads it from its first row, not at that run's data position"};
+}
+
+}  // namespace mt

@@ -1,0 +1,25 @@
+// Where a run starts: its first state — fresh, from a Hugging Face directory, resumed from its
+// own checkpoint, or from another run's (continued, or its weights alone) — and where in its data
+// it starts reading.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/exec/executor.h"
+#include "engine/io/checkpoint.h"
+#include "engine/job/job.h"
+
+namespace mt {
+
+// `ckpt_root` holds the job's own checkpoints; `resumed` is set to the one it resumes, if any.
+Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
+                                Executor& ex, std::string& resumed);
+
+struct DataStart {
+  uint64_t cursor = 0;
+  std::string warning;  // empty: nothing to say
+};
+// `st` is initialise()'s, `resumed` its resumed checkpoint, `now` the data's description.
+DataStart data_start(const JobSpec& spec, const TrainerState& st, const std::string& resumed, const std::string& now);
+
+}  // namespace mt
