@@ -63,7 +63,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
@@ -421,24 +420,53 @@ def quiet_deterministic_torch():
     hf_logging.set_verbosity_error()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+# ---------------------------------------------------------------------------------------------
+# The driver, shared with train_parity_moe.py
+
+
+def start(doc, variants_help, prefix):
+    """The command line (its arguments) and the work directory, with torch made quiet and deterministic."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--megatrain", default=os.path.join(here, "..", "build", "bin", "megatrain"))
     ap.add_argument("--keep", help="work in this directory and keep it")
     ap.add_argument("--json", help="write the full comparison here")
-    ap.add_argument("--variants", action="store_true",
-                    help="also replay other semantics (per-micro-batch means, decay on every parameter, "
-                         "transformers' warmup) and say how far MegaTrain is from each")
+    ap.add_argument("--variants", action="store_true", help=variants_help)
     ap.add_argument("config", nargs="*")
     a = ap.parse_args()
     quiet_deterministic_torch()
-    work = a.keep or tempfile.mkdtemp(prefix="train_parity.")
+    work = a.keep or tempfile.mkdtemp(prefix=prefix)
     os.makedirs(work, exist_ok=True)
+    return a, work
+
+
+def record(name, spec, d, yard_key, yard, why, mt_steps, ref_steps):
+    """One configuration's entry of --json."""
+    return {"config": name, "spec": spec, "megatrain_vs_fp64": d, yard_key: yard, "ok": not why, "why": why,
+            "per_step": [{"step": k + 1, "megatrain": m, "fp64": f} for k, (m, f) in enumerate(zip(mt_steps, ref_steps))]}
+
+
+def finish(a, work, results):
+    """Writes --json, removes the work directory unless --keep; the exit status."""
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    failed = [r["config"] for r in results if not r["ok"]]
+    if failed:
+        print("outside tolerance: " + ", ".join(failed))
+        return 1
+    return 0
+
+
+def main():
+    a, work = start(__doc__, "also replay other semantics (per-micro-batch means, decay on every parameter, "
+                             "transformers' warmup) and say how far MegaTrain is from each", "train_parity.")
     model_dir = os.path.join(work, "model")
     make_model(model_dir)
     init_w = weights_f64(os.path.join(model_dir, "model.safetensors"))
-    results, failed = [], []
+    results = []
     print(FMT.format("", "loss abs", "loss rel", "gnorm rel", "w max abs", "w rel", "(worst tensor by w rel)"))
     cache = {}
     for name, (spec, batches, floor, ref_key) in configs(work, model_dir).items():
@@ -451,9 +479,8 @@ def main():
         (ref_steps, ref_w), (y_steps, y_w) = cache[ref_key]
         d, yard = diff(mt_steps, mt_w, ref_steps, ref_w, init_w), diff(y_steps, y_w, ref_steps, ref_w, init_w)
         why = within(d, yard, floor)
-        r = {"config": name, "spec": spec, "megatrain_vs_fp64": d, ("torch_bf16_vs_fp64" if bf16 else
-             "torch_fp32_vs_fp64"): yard, "ok": not why, "why": why,
-             "per_step": [{"step": k + 1, "megatrain": m, "fp64": f} for k, (m, f) in enumerate(zip(mt_steps, ref_steps))]}
+        r = record(name, spec, d, "torch_bf16_vs_fp64" if bf16 else "torch_fp32_vs_fp64", yard, why, mt_steps,
+                   ref_steps)
         print(f"== {name}: {'ok' if not why else 'OUTSIDE TOLERANCE: ' + '; '.join(why)}")
         print(line("megatrain", d))
         print(line("torch bf16" if bf16 else "torch fp32", yard))
@@ -467,17 +494,7 @@ def main():
                 r["variants"][label] = v = diff(mt_steps, mt_w, v_steps, v_w, init_w)
                 print(line("vs " + label, v))
         results.append(r)
-        if why:
-            failed.append(name)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
-    if not a.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    if failed:
-        print("outside tolerance: " + ", ".join(failed))
-        return 1
-    return 0
+    return finish(a, work, results)
 
 
 if __name__ == "__main__":

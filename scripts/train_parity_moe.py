@@ -48,14 +48,11 @@ router bias, expert biases and sinks included (decay_all) — and prints MegaTra
 each. scripts/make_training_fixtures.py writes these configurations' float64 replays, for
 tests/engine/job/training_parity_test.cc.
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import struct
 import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -434,24 +431,14 @@ def line(label, d):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--megatrain", default=os.path.join(here, "..", "build", "bin", "megatrain"))
-    ap.add_argument("--keep", help="work in this directory and keep it")
-    ap.add_argument("--json", help="write the full comparison here")
-    ap.add_argument("--variants", action="store_true", help="also replay the semantics MegaTrain does not follow")
-    ap.add_argument("config", nargs="*")
-    a = ap.parse_args()
-    tp.quiet_deterministic_torch()
-    work = a.keep or tempfile.mkdtemp(prefix="train_parity_moe.")
-    os.makedirs(work, exist_ok=True)
+    a, work = tp.start(__doc__, "also replay the semantics MegaTrain does not follow", "train_parity_moe.")
     init = {}
     for family in FAMILIES:
         make_moe_model(os.path.join(work, "model_" + family), family)
         init[family] = initial_weights(os.path.join(work, "model_" + family), family)
     print(FMT.format("", "loss abs", "loss rel", "gnorm rel", "w max abs", "w rel", "aux rel", "m rel",
                      "(worst tensor by w rel)"))
-    cache, results, failed = {}, [], []
+    cache, results = {}, []
     for name, (spec, batches, floor, ref_key, family) in configs(work).items():
         if a.config and name not in a.config:
             continue
@@ -469,9 +456,7 @@ def main():
         print(line("megatrain", d))
         print(line("torch fp32", dy))
         describe(ref[0], ref[2])
-        r = {"config": name, "spec": spec, "megatrain_vs_fp64": d, "torch_fp32_vs_fp64": dy, "ok": not why,
-             "why": why, "per_step": [{"step": k + 1, "megatrain": m, "fp64": f}
-                                      for k, (m, f) in enumerate(zip(mt_steps, ref[0]))]}
+        r = tp.record(name, spec, d, "torch_fp32_vs_fp64", dy, why, mt_steps, ref[0])
         if a.variants:
             r["variants"] = {}
             for label, kw in {"stacked": dict(stacked=True), "aux_sum": dict(aux="sum"),
@@ -484,17 +469,7 @@ def main():
                     worst = sorted(v["tensors"], key=lambda k: -v["tensors"][k]["rel"])[:3]
                     print("   " + ", ".join(f"{k} {v['tensors'][k]['rel']:.2g}" for k in worst))
         results.append(r)
-        if why:
-            failed.append(name)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1)
-    if not a.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    if failed:
-        print("outside tolerance: " + ", ".join(failed))
-        return 1
-    return 0
+    return tp.finish(a, work, results)
 
 
 if __name__ == "__main__":
