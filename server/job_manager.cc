@@ -24,7 +24,7 @@ std::string step_line(const StepStats& s, long total) {
   int n = std::snprintf(buf, sizeof buf, "step %ld/%ld loss %.6f grad_norm %.4g%s lr %.4g tokens/s %.0f step %.3f s",
                         s.step, total, s.loss, s.grad_norm, s.clipped ? " (clipped)" : "", double(s.lr),
                         s.tokens_per_second(), s.step_seconds);
-  if (s.experts_total > 0 && n > 0 && size_t(n) < sizeof buf)
+  if (s.is_moe() && n > 0 && size_t(n) < sizeof buf)
     std::snprintf(buf + n, sizeof buf - size_t(n), " aux_loss %.4f experts %ld/%ld", s.aux_loss, s.experts_routed,
                   s.experts_total);
   return buf;

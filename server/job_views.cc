@@ -14,7 +14,7 @@ void set_update(Proto& out, const StepStats& last) {
   out.set_grad_norm(last.grad_norm);
   out.set_grad_clipped(last.clipped);
   out.set_learning_rate(last.lr);
-  if (last.experts_total > 0) out.set_aux_loss(last.aux_loss);
+  if (last.is_moe()) out.set_aux_loss(last.aux_loss);
   out.set_experts_routed(last.experts_routed);
   out.set_experts_total(last.experts_total);
 }

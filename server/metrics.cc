@@ -176,13 +176,13 @@ void Metrics::on_step(const std::string& job, const StepStats& st, double flops_
   s.clipped->Set(st.clipped ? 1 : 0);
   s.lr->Set(st.lr);
   if (st.packing_efficiency >= 0) packing_.Add({{kJobLabel, job}}).Set(st.packing_efficiency);
-  if (st.experts_total > 0) on_moe_step(job, st);
+  if (st.is_moe()) on_moe_step(job, st);
 }
 
 void Metrics::on_moe_step(const std::string& job, const StepStats& st) {
   const prometheus::Labels l = {{kJobLabel, job}};
   moe_aux_loss_.Add(l).Set(st.aux_loss);
-  if (st.experts_total > 0) moe_routed_.Add(l).Set(double(st.experts_routed) / double(st.experts_total));
+  moe_routed_.Add(l).Set(double(st.experts_routed) / double(st.experts_total));
   if (st.dense_expert_h2d_bytes > 0)
     moe_h2d_.Add(l).Set(double(st.expert_h2d_bytes) / double(st.dense_expert_h2d_bytes));
   for (size_t i = 0; i < st.expert_load.size(); ++i)

@@ -121,10 +121,11 @@ int cmd_train(const Args& a) {
   JobRunner* runner_ptr = nullptr;
   const long steps = spec->steps;
   hooks.on_step = [&](const StepStats& s) {
-    ProgressEvent e{s.step, steps, s.loss, s.tokens_per_second(), s.step_seconds,
-                    s.h2d_bandwidth() / 1e9, s.d2h_bandwidth() / 1e9,
-                    double(steps - s.step) * s.step_seconds, s.grad_norm, double(s.lr), s.clipped,
-                    s.aux_loss, s.experts_routed, s.experts_total};
+    ProgressEvent e{.step = s.step, .steps = steps, .loss = s.loss, .tokens_per_second = s.tokens_per_second(),
+                    .step_seconds = s.step_seconds, .h2d_gbps = s.h2d_bandwidth() / 1e9,
+                    .d2h_gbps = s.d2h_bandwidth() / 1e9, .eta_seconds = double(steps - s.step) * s.step_seconds,
+                    .grad_norm = s.grad_norm, .learning_rate = double(s.lr), .grad_clipped = s.clipped,
+                    .aux_loss = s.aux_loss, .experts_routed = s.experts_routed, .experts_total = s.experts_total};
     progress.step(e);
     // A reader that went away (`| head -1`) stops the run as Ctrl-C does: with a checkpoint,
     // where SIGPIPE used to kill it without one.

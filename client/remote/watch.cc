@@ -9,13 +9,12 @@ namespace mt::cli {
 namespace {
 
 ProgressEvent progress_of(const v1::JobEvent& ev) {
-  return {long(ev.step()),     long(ev.total_steps()),
-          ev.loss(),           ev.tokens_per_second(),
-          ev.step_seconds(),   ev.h2d_gbps(),
-          ev.d2h_gbps(),       ev.eta_seconds(),
-          ev.grad_norm(),      ev.learning_rate(),
-          ev.grad_clipped(),   ev.has_aux_loss() ? ev.aux_loss() : -1,
-          long(ev.experts_routed()), long(ev.experts_total())};
+  return {.step = long(ev.step()), .steps = long(ev.total_steps()), .loss = ev.loss(),
+          .tokens_per_second = ev.tokens_per_second(), .step_seconds = ev.step_seconds(), .h2d_gbps = ev.h2d_gbps(),
+          .d2h_gbps = ev.d2h_gbps(), .eta_seconds = ev.eta_seconds(), .grad_norm = ev.grad_norm(),
+          .learning_rate = ev.learning_rate(), .grad_clipped = ev.grad_clipped(),
+          .aux_loss = ev.has_aux_loss() ? ev.aux_loss() : -1, .experts_routed = long(ev.experts_routed()),
+          .experts_total = long(ev.experts_total())};
 }
 
 // What the stream tells us, event by event; returns the last state seen.

@@ -48,6 +48,7 @@ struct StepStats {
   long experts_routed = 0, experts_total = 0;
   uint64_t expert_h2d_bytes = 0, dense_expert_h2d_bytes = 0;
   std::vector<double> expert_load;
+  bool is_moe() const { return experts_total > 0; }  // aux_loss may be NaN when the run diverges
   double stall_seconds() const { return copy_wait_seconds + optimizer_wait_seconds; }
   double tokens_per_second() const { return step_seconds > 0 ? double(tokens) / step_seconds : 0; }
   // Link bandwidth while each copy engine was busy, bytes/s (0 when it did not copy).

@@ -249,7 +249,6 @@ void JobRunner::log(LogLevel level, const std::string& msg) const {
   if (hooks_.on_log) hooks_.on_log(level, msg);
 }
 
-
 static size_t units_with_moments(const HostStore& store) {
   size_t n = 0;
   for (size_t i = 0; i < store.num_units(); ++i) n += store.has_moments(i);
@@ -284,7 +283,6 @@ static Result<std::string> save_sharded_checkpoint(Communicator& comm, const std
   return dir;
 }
 
-
 // What a step shows in TensorBoard (spec.logging.tensorboard).
 static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) {
   const double tps = st.tokens_per_second();
@@ -295,7 +293,7 @@ static Scalars tensorboard_scalars(const StepStats& st, double flops_per_token) 
                {"perf/model_tflops", tps * flops_per_token / 1e12},
                {"perf/h2d_gbps", st.h2d_bandwidth() / 1e9},
                {"perf/stall_seconds", st.stall_seconds()}};
-  if (st.experts_total > 0) {  // a mixture of experts
+  if (st.is_moe()) {
     s.push_back({"train/aux_loss", st.aux_loss});
     s.push_back({"moe/experts_routed_ratio", double(st.experts_routed) / double(st.experts_total)});
   }

@@ -57,9 +57,7 @@ Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
   if (d.source == "tokens") return make_token_file_source(d.path, d.dtype, vocab);
   return invalid_argument("data.source = '" + d.source + "' needs a provider (push data is served by the daemon)");
 }
-}  // namespace
 
-namespace {
 void mix(uint64_t& h, std::string_view bytes) {
   const uint64_t n = bytes.size();  // lengths delimit the pieces
   h = fnv1a64(bytes, fnv1a64(std::string_view(reinterpret_cast<const char*>(&n), sizeof n), h));
@@ -90,22 +88,19 @@ Result<uint64_t> tokenization_fingerprint(const Tokenizer& tok, int32_t eos_id) 
   return h;
 }
 
-// The tokenizer and formatter `d` names, and what they do; errors name `field`.
+// The formatter `d` names (its description names the tokenizer), and what it does; errors name `field`.
 struct Tokenization {
-  std::shared_ptr<const Tokenizer> tok;
   LineFormat format;
   uint64_t fingerprint = 0;
 };
 Result<Tokenization> tokenization_of(const DataSpec& d, const std::string& field) {
   const std::string name = d.tokenizer.empty() ? "byte" : d.tokenizer;
-  Tokenization t;
   auto tok = open_tokenizer(name);
   if (!tok.ok()) return tok.status().with_context(field + ".tokenizer");
-  t.tok = *tok;
-  auto format = make_line_format(t.tok, name, d.format, d.chat_template);
+  auto format = make_line_format(*tok, name, d.format, d.chat_template);
   if (!format.ok()) return format.status().with_context(field);
-  t.format = *format;
-  MT_ASSIGN_OR_RETURN(t.fingerprint, tokenization_fingerprint(*t.tok, t.format.eos_id));
+  Tokenization t{*format, 0};
+  MT_ASSIGN_OR_RETURN(t.fingerprint, tokenization_fingerprint(**tok, t.format.eos_id));
   return t;
 }
 }  // namespace

@@ -52,7 +52,7 @@ Status check_resumable(const JobSpec& spec, const TrainerState& saved, const std
 // another run's (continued, or its weights alone); `resumed` names the job's own checkpoint it
 // resumes. A checkpoint's trainer_state.json is checked before its tensors are read.
 Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
-                                       Executor& ex, std::string& resumed) {
+                                Executor& ex, std::string& resumed) {
   std::string from;
   if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
   else if (!spec.init.from.empty()) from = spec.init.from;
@@ -85,7 +85,7 @@ Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, con
 // would skip rows, or epochs), so the run reads it from the start. A push job's description
 // counts what is spooled, so it always differs; a new push job's spool starts empty.
 DataStart data_start(const JobSpec& spec, const TrainerState& st, const std::string& resumed,
-                            const std::string& now) {
+                     const std::string& now) {
   const bool known = spec.data.source != "push" && !st.data_source.empty();  // older checkpoints lack it
   const bool same = known && same_data_description(st.data_source, now);
   if (!resumed.empty())
