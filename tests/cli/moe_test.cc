@@ -37,6 +37,25 @@ std::string step_dir(const std::string& run, long step) {
   return run + name;
 }
 
+// The step events of `lines`, each checked to carry the load-balancing loss and the experts it
+// routed, of 2 layers x 16; the fewest experts any step routed is in `routed_min`.
+std::vector<Json> moe_step_events(const std::vector<Json>& lines, long& routed_min) {
+  std::vector<Json> steps;
+  routed_min = 32;
+  for (const Json& line : lines) {
+    if (!line.find("event") || line.find("event")->as_string() != "step") continue;
+    steps.push_back(line);
+    if (!line.find("aux_loss") || !line.find("experts_routed") || !line.find("experts_total")) {
+      ADD_FAILURE() << "a step event without the MoE fields: " << line.dump();
+      continue;
+    }
+    EXPECT_GT(line.find("aux_loss")->as_double(), 0) << line.dump();
+    EXPECT_EQ(line.find("experts_total")->as_int(), 32) << line.dump();
+    routed_min = std::min<long>(routed_min, long(line.find("experts_routed")->as_int()));
+  }
+  return steps;
+}
+
 // Through the daemon: WatchJob's step events and the job's status carry the load-balancing loss
 // and the experts routed, as the local run's do.
 TEST(MoeCli, WatchAndStatusShowTheLoadBalancingLossAndExpertsRouted) {
@@ -47,19 +66,13 @@ TEST(MoeCli, WatchAndStatusShowTheLoadBalancingLossAndExpertsRouted) {
   const std::string spec = write_file(d.data_root() + "/spec.yaml", moe_spec(config, 3));
   RunResult r = d.cli({"submit", spec, "--watch", "--json"}, 300);
   ASSERT_EQ(r.rc, 0) << describe(r);
-  long step_events = 0;
-  std::string id;
-  for (const Json& line : r.json_lines()) {
-    const Json* event = line.find("event");
-    if (event && event->as_string() == "submitted") id = line.find("id")->as_string();
-    if (!event || event->as_string() != "step") continue;
-    ++step_events;
-    ASSERT_TRUE(line.find("aux_loss") && line.find("experts_routed") && line.find("experts_total")) << line.dump();
-    EXPECT_GT(line.find("aux_loss")->as_double(), 0) << line.dump();
-    EXPECT_EQ(line.find("experts_total")->as_int(), 32) << line.dump();
-  }
-  EXPECT_EQ(step_events, 3);
-  RunResult status = d.cli({"status", id});
+  const std::vector<Json> lines = r.json_lines();
+  ASSERT_FALSE(lines.empty()) << describe(r);
+  long routed_min = 0;
+  EXPECT_EQ(moe_step_events(lines, routed_min).size(), 3u);
+  const Json* id = lines.front().find("id");  // the "submitted" event
+  ASSERT_NE(id, nullptr) << describe(r);
+  RunResult status = d.cli({"status", id->as_string()});
   EXPECT_NE(status.out.find("routed, load-balancing loss"), std::string::npos) << describe(status);
 }
 
@@ -70,17 +83,8 @@ TEST(MoeCli, ResumeAfterKill9IsBitExactWithIdleExperts) {
   const std::string spec = write_file(dir + "/spec.yaml", moe_spec(config, steps));
   RunResult whole = megatrain({"train", spec, "--json", "--out", dir + "/whole"}, {}, 300);
   ASSERT_EQ(whole.rc, 0) << describe(whole);
-  // Each step event carries the load-balancing loss and the experts it routed, of 2 x 16.
-  long routed_min = 32, step_events = 0;
-  for (const Json& line : whole.json_lines()) {
-    if (!line.find("event") || line.find("event")->as_string() != "step") continue;
-    ++step_events;
-    ASSERT_TRUE(line.find("aux_loss") && line.find("experts_routed") && line.find("experts_total")) << line.dump();
-    EXPECT_GT(line.find("aux_loss")->as_double(), 0) << line.dump();
-    EXPECT_EQ(line.find("experts_total")->as_int(), 32) << line.dump();
-    routed_min = std::min<long>(routed_min, long(line.find("experts_routed")->as_int()));
-  }
-  EXPECT_EQ(step_events, steps);
+  long routed_min = 0;
+  EXPECT_EQ(moe_step_events(whole.json_lines(), routed_min).size(), size_t(steps));
   EXPECT_GT(routed_min, 0);
   EXPECT_LT(routed_min, 32) << "8 tokens of top-1 reach at most 8 experts a layer";
 

@@ -2,6 +2,7 @@
 // data position when the data is the same), and refuses a span that run has already reached,
 // which trained nothing and reported success; `weights_only: true` reads the weights alone and
 // equals starting from an fp32 export of them.
+#include "engine/io/checkpoint.h"
 #include "tests/cli/cli_fixture.h"
 
 namespace mt::cli::testing {
@@ -25,13 +26,11 @@ std::string final_loss(const RunResult& r) {
   return s.find("final_loss") ? s.find("final_loss")->dump() : "none";
 }
 
+// The data position of the run's latest checkpoint.
 uint64_t data_cursor(const std::string& run) {
-  auto latest = read_file(run + "/checkpoints/latest");
-  if (!latest.ok()) return ~uint64_t(0);
-  std::string name = *latest;
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  auto state = Json::parse(*read_file(run + "/checkpoints/" + name + "/trainer_state.json"));
-  return state.ok() && state->find("data_cursor") ? uint64_t(state->find("data_cursor")->as_int()) : ~uint64_t(0);
+  auto dir = resolve_checkpoint(run + "/checkpoints");
+  auto state = dir.ok() ? read_trainer_state(*dir) : Result<TrainerState>(dir.status());
+  return state.ok() ? state->data_cursor : ~uint64_t(0);
 }
 
 // Run A: 3 steps from seed 1, its checkpoints in DIR/a.

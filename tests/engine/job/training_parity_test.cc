@@ -19,6 +19,7 @@
 #include <set>
 
 #include "engine/base/host_memory.h"
+#include "engine/io/checkpoint.h"
 #include "engine/io/hf_io.h"
 #include "engine/io/safetensors.h"
 #include "engine/job/job.h"
@@ -274,13 +275,11 @@ void expect_weights_match(const Trained& run, const std::string& reference, doub
 // experts idle at the last step) are the checkpoint's: one failure listing those outside.
 void expect_expert_state_match(const std::string& checkpoint, const std::string& reference, const Json& ref,
                                double m_rel, Distances& worst) {
-  auto text = read_file(checkpoint + "/trainer_state.json");
-  ASSERT_TRUE(text.ok()) << text.status().to_string();
-  auto state = Json::parse(*text);
+  auto state = read_trainer_state(checkpoint);
   ASSERT_TRUE(state.ok()) << state.status().to_string();
-  const Json* got = state->find("expert_updates");
-  ASSERT_NE(got, nullptr) << "trainer_state.json has no expert_updates";
-  EXPECT_EQ(got->dump(), ref.find("expert_updates")->dump())
+  std::vector<long> want_updates;
+  for (const Json& n : ref.find("expert_updates")->items()) want_updates.push_back(long(n.as_int()));
+  EXPECT_EQ(state->expert_updates, want_updates)
       << "each expert's AdamW update count (trainer_state.json's expert_updates) against the replay's";
   const Tensors moments = read_tensors(checkpoint + "/optimizer.safetensors");
   const Tensors want = read_tensors(fixture("reference/" + reference + ".moments.safetensors"));
@@ -371,13 +370,9 @@ void expect_bit_identical(const std::string& config, const std::string& base) {
   if (!steps.empty()) ADD_FAILURE() << config << " against " << base << ":" << steps;
   for (const char* file : {"model.safetensors", "optimizer.safetensors"})
     expect_same_tensors(run.checkpoint, base_run.checkpoint, file);
-  auto updates = [](const std::string& checkpoint) {  // a mixture of experts' (else "none")
-    auto text = read_file(checkpoint + "/trainer_state.json");
-    auto j = Json::parse(text.ok() ? *text : "");
-    const Json* e = j.ok() ? j->find("expert_updates") : nullptr;
-    return e ? e->dump() : std::string("none");
-  };
-  EXPECT_EQ(updates(run.checkpoint), updates(base_run.checkpoint)) << "trainer_state.json's expert_updates";
+  auto state = read_trainer_state(run.checkpoint), base_state = read_trainer_state(base_run.checkpoint);
+  ASSERT_TRUE(state.ok() && base_state.ok());
+  EXPECT_EQ(state->expert_updates, base_state->expert_updates) << "trainer_state.json's expert_updates";
 }
 
 // docs/ARCHITECTURE.md: both executors make the same kernel calls in the same order on the CPU.
