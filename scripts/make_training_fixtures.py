@@ -53,16 +53,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join("tests", "fixtures", "training")  # relative to REPO, and so are the specs' paths
 
 
+def save_replay(path, record, ref_w, init_w):
+    """PATH.json (the record) and PATH.safetensors (the final weights as fp32 deltas from init_w)."""
+    with open(path + ".json", "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    save_file({k: (ref_w[k] - init_w[k]).float().contiguous() for k in sorted(ref_w)}, path + ".safetensors")
+
+
 def write_reference(path, model_dir, spec, batches, init_w):
     """PATH.json and PATH.safetensors: the float64 replay of `spec` and its yardstick."""
     (ref_steps, ref_w), (yard_steps, yard_w) = tp.replays(model_dir, batches, spec)
     yard = tp.diff(yard_steps, yard_w, ref_steps, ref_w, init_w)
     record = {"steps": [{k: s[k] for k in ("loss", "grad_norm", "learning_rate")} for s in ref_steps],
               "yardstick": {k: yard[k] for k in ("loss_rel", "gnorm_rel", "w_rel")}}
-    with open(path + ".json", "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
-    save_file({k: (ref_w[k] - init_w[k]).float().contiguous() for k in sorted(ref_w)}, path + ".safetensors")
+    save_replay(path, record, ref_w, init_w)
     print(f"{os.path.basename(path)}: {len(ref_steps)} steps; PyTorch's own "
           + ", ".join(f"{k} {v:.2e}" for k, v in record["yardstick"].items()))
 
@@ -76,10 +81,7 @@ def write_moe_reference(path, model_dir, spec, batches, family):
     keys = ("loss", "grad_norm", "learning_rate", "aux_loss", "experts_routed", "idle")
     record = {"steps": [{k: s[k] for k in keys} for s in ref_steps], "expert_updates": replay.updates,
               "yardstick": {k: d[k] for k in ("loss_rel", "gnorm_rel", "w_rel", "aux_rel", "m_rel")}}
-    with open(path + ".json", "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
-    save_file({k: (ref_w[k] - init_w[k]).float().contiguous() for k in sorted(ref_w)}, path + ".safetensors")
+    save_replay(path, record, ref_w, init_w)
     # the moments of the experts the last step left idle: the final weights pin down the others'
     # (their last update used them), not these (an idle step that decayed them would not show)
     idle = tuple(f".layers.{l}.{'block_sparse_moe' if family == 'mixtral' else 'mlp'}.experts.{e}."
