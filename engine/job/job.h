@@ -119,8 +119,6 @@ class JobRunner {
   void request_checkpoint() { checkpoint_now_ = true; }
 
  private:
-  void log(LogLevel level, const std::string& msg) const;
-
   JobSpec spec_;
   std::string job_dir_;
   JobHooks hooks_;
