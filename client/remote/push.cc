@@ -83,9 +83,9 @@ struct PushPlan {
   uint64_t total = 0;  // tokens in the file
 };
 
-// How many of the push's tokens the daemon holds: a stream of one empty chunk naming it.
-grpc::Status committed_tokens(Connection& c, const PushPlan& p, uint64_t& out) {
-  v1::PushDataResponse resp;
+// How many of the push's tokens the daemon holds (resp.push_committed_tokens; and the job's whole
+// spool, resp.spooled_tokens): a stream of one empty chunk naming it.
+grpc::Status probe_push(Connection& c, const PushPlan& p, v1::PushDataResponse& resp) {
   auto ctx = c.context();
   auto writer = c.stub().PushData(ctx.get(), &resp);
   v1::PushDataRequest probe;
@@ -93,9 +93,7 @@ grpc::Status committed_tokens(Connection& c, const PushPlan& p, uint64_t& out) {
   probe.set_push_id(p.push_id);
   writer->Write(probe);
   writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  out = resp.push_committed_tokens();
-  return s;
+  return writer->Finish();
 }
 
 // Streams the file's tokens from token `from` on, each chunk at its offset in the push.
@@ -130,10 +128,11 @@ grpc::Status stream_from(Connection& c, const PushPlan& p, uint64_t from, v1::Pu
 
 // A failed push: what the daemon holds of it and how to go on.
 int push_failed(Connection& c, const PushPlan& p, const grpc::Status& s) {
-  uint64_t have = 0;
+  v1::PushDataResponse probe;
   std::string held;
   Json details = Json::object({{"id", p.id}, {"file", p.path}, {"push_id", p.push_id}, {"total_tokens", int64_t(p.total)}});
-  if (committed_tokens(c, p, have).ok()) {
+  if (probe_push(c, p, probe).ok()) {
+    const uint64_t have = probe.push_committed_tokens();
     held = " (" + std::to_string(have) + " of its " + std::to_string(p.total) + " tokens are spooled";
     details.set("push_committed_tokens", int64_t(have));
   } else {
@@ -159,7 +158,7 @@ void print_result(const Args& a, const PushPlan& p, const v1::PushDataResponse& 
   std::printf("job %s: accepted %llu tokens in %llu chunks (%llu tokens spooled in all)", p.id.c_str(),
               (unsigned long long)resp.tokens_accepted(), (unsigned long long)resp.chunks_accepted(),
               (unsigned long long)resp.spooled_tokens());
-  if (resumed_at) std::printf("; push %s resumed at token %llu", p.push_id.c_str(), (unsigned long long)resumed_at);
+  if (resumed_at && resp.tokens_accepted()) std::printf("; push %s resumed at token %llu", p.push_id.c_str(), (unsigned long long)resumed_at);
   std::printf("\n");
 }
 
@@ -192,24 +191,25 @@ int remote_push(Connection& c, const Args& a) {
   auto plan = plan_push(a);
   if (!plan.ok()) return fail(kUsage, plan.status().message());
   const PushPlan& p = *plan;
-  uint64_t have = 0;
-  if (grpc::Status s = committed_tokens(c, p, have); !s.ok()) return c.fail(s, "push " + p.path + " to job " + p.id);
+  v1::PushDataResponse resp;
+  if (grpc::Status s = probe_push(c, p, resp); !s.ok()) return c.fail(s, "push " + p.path + " to job " + p.id);
+  const uint64_t have = resp.push_committed_tokens();
   if (have > p.total)
     return fail(kUsage, "push " + p.push_id + " already holds " + std::to_string(have) + " tokens, more than the " +
                             std::to_string(p.total) + " of '" + p.path + "': give another --push-id");
-  v1::PushDataResponse resp;
-  if (have == p.total) {  // done before (or an empty file): nothing to send
+  if (have == p.total) {  // done before (or an empty file): nothing to send; the probe's reply tells the spool
+    resp.set_chunks_accepted(0);  // its one empty chunk carried no tokens
     if (p.total && !a.json())
       std::fprintf(stderr,
                    "push %s of '%s' is complete: all %llu tokens were spooled before (--push-id NEW pushes the "
                    "file again)\n",
                    p.push_id.c_str(), p.path.c_str(), (unsigned long long)p.total);
-    resp.set_push_committed_tokens(have);
     print_result(a, p, resp, have);
     return kOk;
   }
-  if (grpc::Status s = stream_from(c, p, have, resp); !s.ok()) return push_failed(c, p, s);
-  print_result(a, p, resp, have);
+  v1::PushDataResponse sent;
+  if (grpc::Status s = stream_from(c, p, have, sent); !s.ok()) return push_failed(c, p, s);
+  print_result(a, p, sent, have);
   return kOk;
 }
 

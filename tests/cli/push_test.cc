@@ -165,6 +165,10 @@ TEST(PushRetry, KilledPushRunAgainSpoolsEachTokenOnce) {
   RunResult third = daemon.cli({"push", id, file, "--format", "tokens-u16"});  // done already: nothing new
   EXPECT_EQ(third.rc, 0) << describe(third);
   EXPECT_NE(third.err.find("is complete"), std::string::npos) << third.err;
+  // What it says of the job's spool is the daemon's count, not a zero for the tokens not re-sent.
+  EXPECT_NE(third.out.find("accepted 0 tokens in 0 chunks (" + std::to_string(total) + " tokens spooled in all)"),
+            std::string::npos)
+      << third.out;
 
   RunResult w = daemon.cli({"watch", id, "--json"});
   EXPECT_EQ(w.rc, 0) << describe(w);
