@@ -78,6 +78,10 @@ Result<Json> spec_text_to_json(const std::string& text, const std::string& sourc
   if (text.size() > kMaxSpecBytes)
     return invalid_argument(source + ": spec is " + std::to_string(text.size()) + " bytes; the limit is " +
                             std::to_string(kMaxSpecBytes));
+  // YAML forbids NUL in a stream (and yaml-cpp turned one into other bytes, silently): refused.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    return invalid_argument(source + ": a NUL byte at offset " + std::to_string(nul) +
+                            "; a YAML or JSON spec holds none (is this a binary file?)");
 #ifdef MEGATRAIN_HAVE_YAML
   try {
     YAML::Node root = YAML::Load(text);

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/job/job.h"
@@ -25,8 +26,25 @@ Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::
   if (spec.name.size() > kMaxJobNameBytes)
     return invalid_argument("name is " + std::to_string(spec.name.size()) + " bytes, at most " +
                             std::to_string(kMaxJobNameBytes));
+  MT_RETURN_IF_ERROR(check_job_name_printable(spec.name));
   MT_RETURN_IF_ERROR(resolve_spec_paths(spec, roots, nvme_roots));
   return spec;
+}
+
+Status check_job_name_printable(const std::string& name) {
+  for (size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    const auto next = i + 1 < name.size() ? static_cast<unsigned char>(name[i + 1]) : 0;
+    // C0 controls and DEL; the C1 controls U+0080..U+009F are UTF-8 C2 80..C2 9F
+    const bool c1 = c == 0xC2 && next >= 0x80 && next <= 0x9F;
+    if (c >= 0x20 && c != 0x7F && !c1) continue;
+    const unsigned code = c1 ? next : c;
+    char u[8];
+    std::snprintf(u, sizeof u, "U+%04X", code);
+    return invalid_argument("name has the control character " + std::string(u) + " at byte " + std::to_string(i) +
+                            ": a name is shown in other users' lists and logs, so it is printable text");
+  }
+  return Status::Ok();
 }
 
 namespace {

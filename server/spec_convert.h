@@ -13,6 +13,8 @@ namespace mt::server {
 
 // A job is listed by its name (twice in every Job message): a submitted one is at most this long.
 inline constexpr size_t kMaxJobNameBytes = 256;
+// And printable: no control character (C0, DEL, C1), which would reach other users' terminals raw.
+Status check_job_name_printable(const std::string& name);
 
 // Parses and validates; every path in the spec is resolved (made absolute) under one of
 // `roots` and a path that escapes them is refused naming the field and value.

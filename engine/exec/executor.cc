@@ -43,12 +43,14 @@ Result<Precision> resolve_precision(const std::string& name, bool cuda) {
 
 Status check_devices(int devices, const TrainOptions& opt, int processes) {
   if (devices < 1 || devices > 64) return invalid_argument("devices = " + std::to_string(devices) + ": must be in [1, 64]");
+  if (opt.micro_batch < 1) return invalid_argument("micro_batch = " + std::to_string(opt.micro_batch) + " must be >= 1");
+  if (opt.global_batch < 1) return invalid_argument("global_batch = " + std::to_string(opt.global_batch) + " must be >= 1");
   const long parts = long(devices) * processes;
-  if (opt.micro_batch <= 0 || opt.global_batch % (parts * opt.micro_batch) != 0)
+  if (opt.global_batch % (parts * opt.micro_batch) != 0)
     return invalid_argument("global_batch = " + std::to_string(opt.global_batch) + " does not split into devices = " +
                             std::to_string(devices) + (processes > 1 ? " x processes = " + std::to_string(processes) : "") +
                             " shards of whole micro-batches (micro_batch = " + std::to_string(opt.micro_batch) +
-                            "): make it a multiple of " + std::to_string(parts * std::max(opt.micro_batch, 1)));
+                            "): make it a multiple of " + std::to_string(parts * opt.micro_batch));
   return Status::Ok();
 }
 

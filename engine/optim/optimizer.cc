@@ -17,7 +17,8 @@ Status validate(const OptimizerConfig& c) {
   if (!(c.eps > 0) || !std::isfinite(c.eps)) return bad("eps", c.eps, "must be a positive finite number");
   if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay))
     return bad("weight_decay", c.weight_decay, "must be a finite number >= 0");
-  if (!std::isfinite(c.grad_clip)) return bad("grad_clip", c.grad_clip, "must be finite");
+  if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip))
+    return bad("grad_clip", c.grad_clip, "must be a finite number >= 0 (0: no clipping)");
   return Status::Ok();
 }
 

@@ -190,6 +190,7 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
   const std::string inf = file("inf.yaml", replaced(spec, "grad_clip: 1.0", "grad_clip: 1.0, eps: 1e999"));
   const std::string laughs = file("laughs.yaml", billion_laughs());
   const std::string big = file("big.yaml", spec + "# " + std::string(2 << 20, 'x') + "\n");
+  const std::string nul = file("nul.yaml", "name: a" + std::string(1, '\0') + "b\n" + spec);
   fs::create_directories(d.data_root());
   const std::string layers_cfg = write_file(d.data_root() + "/layers.json", config_json("num_hidden_layers", 67108864));
   const std::string hidden_cfg = write_file(d.data_root() + "/hidden.json", config_json("hidden_size", 1 << 30));
@@ -229,6 +230,8 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
       {"billion laughs (train)", {"train", laughs}, 2, "more than 10000 values"},
       {"billion laughs (submit)", {"submit", laughs}, 2, "more than 10000 values", true},
       {"2 MiB spec", {"train", big}, 2, "the limit for this file is 1048576"},
+      {"a NUL byte (train)", {"train", nul}, 2, "a NUL byte at offset 7"},
+      {"a NUL byte (submit)", {"submit", nul}, 2, "a NUL byte at offset 7", true},
       {"2^26 layers (plan)", {"plan", layers}, 2, "'num_hidden_layers' = 67108864 exceeds the limit of 1024"},
       {"2^26 layers (remote plan)", {"plan", layers}, 2, "'num_hidden_layers' = 67108864 exceeds the limit of 1024", true},
       {"2^30 hidden (plan)", {"plan", hidden}, 2, "'hidden_size' = 1073741824 exceeds the limit of 65536"},

@@ -139,6 +139,12 @@ TEST(ServerBadInput, EachGetsTheRightCodeAndTheDaemonKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, "optimizer.eps"},
       {"infinite weight_decay", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->set_weight_decay(kInf); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "optimizer.weight_decay"},
+      {"negative grad_clip", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->set_grad_clip(-1); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "optimizer.grad_clip = -1.000000 must be a finite number >= 0"},
+      {"micro_batch 0", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_micro_batch(0); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "micro_batch = 0 must be >= 1"},
+      {"negative global_batch", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.set_global_batch(-1); })); },
+       grpc::StatusCode::INVALID_ARGUMENT, "global_batch = -1 must be >= 1"},
       {"NaN lr", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->set_lr(std::nanf("")); })); },
        grpc::StatusCode::INVALID_ARGUMENT, "optimizer.lr"},
       {"infinite beta", [&](auto& st) { return submit_status(st, spec_with([](auto& sp) { sp.mutable_optimizer()->add_betas(kInf); sp.mutable_optimizer()->add_betas(0.9f); })); },
@@ -535,6 +541,28 @@ TEST(ServerBadInput, LongNamesNulPathsAndUnknownStatesAreRefusedAndPagesFitARepl
   } while (!req.page_token().empty() && pages < 100);
   EXPECT_EQ(listed, ids);
   EXPECT_GT(pages, 1);
+}
+
+// A name reaches other users' `megatrain list`: a newline would forge a row, an escape recolour it.
+TEST(ServerBadInput, NamesWithControlCharactersAreRefused) {
+  Server s(test_config(fresh_dir("control_names")));
+  ASSERT_TRUE(s.stub);
+  for (const auto& [name, what] : std::vector<std::pair<std::string, std::string>>{
+           {"x\n2026-12-07 FAKE row", "U+000A at byte 1"},
+           {"red\x1b[31m", "U+001B at byte 3"},
+           {std::string("a\0b", 3), "U+0000 at byte 1"},
+           {"csi\xc2\x9b""31m", "U+009B at byte 3"},
+           {"del\x7f", "U+007F at byte 3"}}) {
+    v1::JobSpec bad = tiny_spec(1);
+    bad.set_name(name);
+    grpc::Status st = submit_status(*s.stub, bad);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find("name has the control character " + what), std::string::npos) << st.error_message();
+  }
+  v1::JobSpec printable = tiny_spec(1);
+  printable.set_name("résumé\xc2\xa0v2 \xe2\x80\x94 ok");  // é, a no-break space, an em dash
+  grpc::Status st = submit_status(*s.stub, printable);
+  EXPECT_TRUE(st.ok()) << st.error_message();
 }
 
 }  // namespace
