@@ -1,13 +1,18 @@
-// MetricsExporter: GET /metrics over plain HTTP/1.1, one connection at a time (a scrape every
-// few seconds needs no more), serialised with prometheus-cpp's text format.
+// MetricsExporter: GET /metrics over plain HTTP/1.1, serialised with prometheus-cpp's text
+// format. One thread polls every connection, so a slow or silent client delays no one else's
+// scrape: each connection has 10 s to send its request and take the answer, and past 64 open
+// ones the oldest is dropped.
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <vector>
 
 #include <prometheus/text_serializer.h>
 
@@ -29,7 +34,7 @@ Result<int> listen_on(const std::string& address) {
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res); rc != 0)
     return invalid_argument("metrics address '" + address + "': " + gai_strerror(rc));
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);  // accept() never waits
   const int one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   const bool ok = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 16) == 0;
@@ -50,12 +55,36 @@ int bound_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
-void send_all(int fd, const std::string& data) {
-  for (size_t off = 0; off < data.size();) {
-    ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    off += size_t(n);
-  }
+// One client's connection: its request as it arrives, then the answer as it leaves.
+struct Connection {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string in, out;
+  size_t sent = 0;
+  bool answered() const { return !out.empty(); }
+};
+
+constexpr auto kConnectionSeconds = std::chrono::seconds(10);
+constexpr size_t kMaxConnections = 64;
+constexpr size_t kMaxRequestBytes = 16384;
+
+// Reads what has arrived. False: close it (the client is gone, or its request is too long).
+bool read_some(Connection& c) {
+  char buf[2048];
+  const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
+  if (n <= 0) return n < 0 && errno == EAGAIN;
+  c.in.append(buf, size_t(n));
+  return c.in.size() < kMaxRequestBytes || c.in.find("\r\n\r\n") != std::string::npos;
+}
+
+bool request_whole(const Connection& c) { return c.in.find("\r\n\r\n") != std::string::npos; }
+
+// Sends what the socket takes of the answer. False: close it (sent whole, or the client is gone).
+bool write_some(Connection& c) {
+  const ssize_t n = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+  if (n < 0) return errno == EAGAIN;
+  c.sent += size_t(n);
+  return c.sent < c.out.size();
 }
 
 }  // namespace
@@ -78,38 +107,44 @@ MetricsExporter::~MetricsExporter() {
 }
 
 void MetricsExporter::serve() {
+  std::deque<Connection> conns;  // oldest first
+  auto drop = [&](size_t i) {
+    close(conns[i].fd);
+    conns.erase(conns.begin() + long(i));
+  };
   while (!stop_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    const timeval deadline{2, 0};  // a client that stops reading cannot stall the next scrape
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &deadline, sizeof deadline);
-    answer(fd);
-    close(fd);
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (const Connection& c : conns) fds.push_back({c.fd, short(c.answered() ? POLLOUT : POLLIN), 0});
+    if (poll(fds.data(), fds.size(), 200) < 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = conns.size(); i-- > 0;) {  // back to front: drop() shifts what follows
+      Connection& c = conns[i];
+      bool open = true;
+      if (fds[i + 1].revents && !c.answered()) {
+        open = read_some(c);
+        if (open && request_whole(c)) c.out = answer(c.in);
+      }
+      if (open && c.answered()) open = write_some(c);
+      if (!open || now > c.deadline) drop(i);  // done, gone, or too slow to ask or to take the answer
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    for (int fd; (fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+      if (conns.size() >= kMaxConnections) drop(0);
+      conns.push_back(Connection{.fd = fd, .deadline = now + kConnectionSeconds, .in = {}, .out = {}});
+    }
   }
+  for (const Connection& c : conns) close(c.fd);
 }
 
-void MetricsExporter::answer(int fd) {
-  std::string request;
-  char buf[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 2000) <= 0) return;  // a slow or silent client is dropped
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return;
-    request.append(buf, size_t(n));
-  }
+std::string MetricsExporter::answer(const std::string& request) const {
   const bool get = request.rfind("GET ", 0) == 0;
   const auto path_end = request.find(' ', 4);
   const std::string path = get && path_end != std::string::npos ? request.substr(4, path_end - 4) : "";
-  if (path != "/metrics" && path.rfind("/metrics?", 0) != 0) {
-    send_all(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\nConnection: close\r\n\r\nnot found\n");
-    return;
-  }
+  if (path != "/metrics" && path.rfind("/metrics?", 0) != 0)
+    return "HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\nConnection: close\r\n\r\nnot found\n";
   const std::string body = prometheus::TextSerializer().Serialize(registry_->Collect());
-  send_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
-                   std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  return "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
 }  // namespace mt::server

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <cctype>
+#include <cerrno>
 #include <map>
 #include <set>
 #include <sstream>
@@ -131,6 +132,42 @@ TEST(ServerMetrics, DataQueueTokensIsExportedBeforeAnyPushJob) {
   const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
   const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
   EXPECT_EQ(get(m, "megatrain_data_queue_tokens"), 0);
+}
+
+// Clients that connect and never finish a request (a slowloris, a half-open scraper) hold up no
+// one's scrape: it is answered while they are still connected, and past 64 open connections the
+// oldest is dropped. (One connection at a time, each given 2 s, a scrape waited 2 s for each.)
+TEST(ServerMetrics, SlowClientsHoldUpNoScrape) {
+  Server s(test_config(fresh_dir("metrics_slow")));
+  ASSERT_TRUE(s.stub);
+  const int port = s.daemon->metrics_port();
+  auto connect_partial = [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::write(fd, "GET /met", 8), 8);  // and no more
+    return fd;
+  };
+  auto closed = [](int fd) {  // by the daemon: the end of the stream, or a reset
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  };
+  std::vector<int> slow;
+  for (int i = 0; i < 8; ++i) slow.push_back(connect_partial());
+  std::string resp = http_get(port, "/metrics");
+  EXPECT_EQ(resp.rfind("HTTP/1.1 200 OK", 0), 0u) << resp.substr(0, 200);
+  EXPECT_NE(resp.find("megatrain_data_queue_tokens"), std::string::npos);
+  for (int fd : slow) EXPECT_FALSE(closed(fd)) << "a slow client was dropped before the scrape was answered";
+  while (slow.size() < 70) slow.push_back(connect_partial());
+  resp = http_get(port, "/metrics");
+  EXPECT_EQ(resp.rfind("HTTP/1.1 200 OK", 0), 0u) << resp.substr(0, 200);
+  EXPECT_TRUE(closed(slow.front())) << "the oldest of 70 open connections is dropped";
+  EXPECT_FALSE(closed(slow.back()));
+  for (int fd : slow) ::close(fd);
 }
 
 // A jsonl job reports its packing efficiency in GetJob and as megatrain_packing_efficiency; a job
