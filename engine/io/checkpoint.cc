@@ -446,9 +446,30 @@ Result<std::string> finish_sharded_checkpoint(const std::string& root, const Mod
   return finish_checkpoint(root, cfg, store, state, keep, ranks, also_keep);
 }
 
+namespace {
+
+// The newest step directory under `root` with its trainer_state.json ("": none). Each is whole
+// once it has its name (written as a temp directory, fsynced, then renamed), so this is the last
+// checkpoint published even when `latest` is gone: a kill between the rename and the write of
+// `latest`, or a copy of the directory that left it out.
+std::string newest_step_dir(const std::string& root) {
+  long newest = -1;
+  std::string name;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    const long s = parse_step_dir(n);
+    if (s > newest && fs::is_regular_file(e.path() / "trainer_state.json", ec)) newest = s, name = n;
+  }
+  return name;
+}
+
+}  // namespace
+
 bool is_training_checkpoint(const std::string& path) {
-  namespace fs = std::filesystem;
-  return fs::exists(fs::path(path) / "latest") || fs::exists(fs::path(path) / "trainer_state.json");
+  std::error_code ec;
+  return fs::exists(fs::path(path) / "latest", ec) || fs::exists(fs::path(path) / "trainer_state.json", ec) ||
+         !newest_step_dir(path).empty();
 }
 
 Result<std::string> resolve_checkpoint(const std::string& path) {
@@ -461,7 +482,9 @@ Result<std::string> resolve_checkpoint(const std::string& path) {
       return not_found("'" + join(path, "latest") + "' names '" + name + "', which is not a complete checkpoint");
     return dir;
   }
-  return not_found("'" + path + "' is neither a checkpoint directory (no trainer_state.json) nor a checkpoint root (no latest)");
+  if (const std::string newest = newest_step_dir(path); !newest.empty()) return join(path, newest);
+  return not_found("'" + path + "' is neither a checkpoint directory (no trainer_state.json) nor a checkpoint root "
+                   "(no latest, no step directory)");
 }
 
 Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {

@@ -82,10 +82,12 @@ std::string checkpoint_step_dir(const std::string& root, long step);
 long parse_step_dir(const std::string& name);
 
 // True when `path` is a training checkpoint: a step directory (trainer_state.json) or a
-// checkpoints root (`latest`). Anything else is taken for an HF model directory.
+// checkpoints root (`latest`, or a complete step directory). Anything else is taken for an HF
+// model directory.
 bool is_training_checkpoint(const std::string& path);
 
-// Resolves ROOT (via `latest`) or a step directory to the checkpoint directory.
+// Resolves ROOT (via `latest`; without it, its newest complete step directory) or a step
+// directory to the checkpoint directory.
 Result<std::string> resolve_checkpoint(const std::string& path);
 
 // One complete checkpoint under a root (what ListCheckpoints reports).

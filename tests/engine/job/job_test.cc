@@ -423,6 +423,41 @@ TEST(JobRunner, ResumeWithADifferentSpecIsRefused) {
 }
 
 
+// `latest` gone (a kill between a step directory's rename and the write of `latest`, or a copy
+// that left it out): the run resumes from the newest complete step directory, so another spec
+// is still refused and the same one ends like an uninterrupted run. It once trained from step 0
+// and overwrote the step directories.
+TEST(JobRunner, WithoutLatestTheNewestStepDirectoryIsResumed) {
+  TempDir a, b;
+  auto whole = JobRunner(tiny_spec("streaming", 6), a.path, {}).run();
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  JobHooks stop_at_3;
+  JobRunner* first_ptr = nullptr;
+  stop_at_3.on_step = [&](const StepStats& s) {
+    if (s.step == 3) first_ptr->request_cancel();
+  };
+  JobRunner first(tiny_spec("streaming", 6), b.path, stop_at_3);
+  first_ptr = &first;
+  ASSERT_TRUE(first.run().ok());
+  const fs::path root = fs::path(b.path) / "checkpoints";
+  ASSERT_TRUE(fs::remove(root / "latest"));
+  const auto step3 = file_bytes(root / "step-00000003" / "model.safetensors");
+
+  JobSpec other = tiny_spec("streaming", 6);
+  other.init.seed = 9;
+  auto refused = JobRunner(other, b.path, {}).run();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("different job spec"), std::string::npos) << refused.status().message();
+  EXPECT_TRUE(file_bytes(root / "step-00000003" / "model.safetensors") == step3) << "the checkpoint is untouched";
+
+  auto resumed = JobRunner(tiny_spec("streaming", 6), b.path, {}).run();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->steps_run, 3);
+  EXPECT_EQ(resumed->final_loss, whole->final_loss);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(file_bytes(fs::path(whole->checkpoint) / f) == file_bytes(fs::path(resumed->checkpoint) / f)) << f;
+}
+
 // Issue 24.4: a kill while a checkpoint off the `every` grid was written (a pause at step 3) left
 // a partial .tmp-step-00000003 and a .latest.tmp; the next run removes both, lists neither as a
 // checkpoint, resumes from the last complete one and ends like an uninterrupted run.
