@@ -144,6 +144,10 @@ void JobRun::log_start() const {
                                                  : ", resuming at step " + std::to_string(state_.step);
   log(LogLevel::kInfo, "model " + cfg_.architecture + " (" + std::to_string(cfg_.num_params()) + " params), data " +
                            data_->describe() + at_step);
+  if (spec_.data.source == "text" && cfg_.vocab_size != 256)
+    log(LogLevel::kWarning, "data.source text feeds bytes (ids 0..255) to a model of " + std::to_string(cfg_.vocab_size) +
+                                " tokens: its tokenizer is not used. For the model's own ids, give the text as jsonl "
+                                "lines {\"text\": ...} with data.tokenizer, or megatrain tokenize it into shards");
   if (cfg_.pad_token_id >= 0)
     log(LogLevel::kWarning, "config.json sets pad_token_id " + std::to_string(cfg_.pad_token_id) +
                                 ": transformers leaves that embedding row untrained (nn.Embedding padding_idx); "

@@ -62,6 +62,33 @@ TEST(JobSpec, NumbersThatOverflowTheirFieldAreRefusedByName) {
   EXPECT_FALSE(Json::parse(R"({"optimizer": {"eps": 1e999}})").ok());
 }
 
+// A data key its source does not read is refused, naming the key and who reads it; the same
+// keys on a source that reads them are accepted.
+TEST(JobSpec, DataKeysTheSourceDoesNotReadAreRefused) {
+  testing_util::expect_spec_refusals({
+      {R"("data": {"source": "text", "path": "a.txt", "tokenizer": "model"})",
+       "data.tokenizer does not apply to data.source = text: only jsonl"},
+      {R"("data": {"source": "text", "path": "a.txt", "epochs": 2})", "data.epochs does not apply"},
+      {R"("data": {"source": "tokens", "path": "a.bin", "packing": false})", "data.packing does not apply"},
+      {R"("data": {"source": "shards", "path": "s", "chat_template": "chatml"})", "data.chat_template does not apply"},
+      {R"("data": {"source": "synthetic", "path": "a.txt"})", "data.path does not apply to data.source = synthetic"},
+      {R"("data": {"source": "jsonl", "path": "a.jsonl", "dtype": "uint32"})", "data.dtype does not apply"},
+      {R"("data": {"source": "text", "path": "a.txt", "branching": 2})", "data.branching does not apply"},
+      {R"("eval": {"data": {"source": "text", "path": "a.txt", "format": "messages"}})",
+       "eval.data.format does not apply"},
+  });
+  for (const char* ok : {R"({"source": "jsonl", "path": "a.jsonl", "tokenizer": "byte", "format": "text", "epochs": 1,
+                              "packing": false, "long_examples": "truncate", "chat_template": "chatml"})",
+                         R"({"source": "shards", "path": "s", "epochs": 2, "packing": false})",
+                         R"({"source": "tokens", "path": "a.bin", "dtype": "uint32"})",
+                         R"({"source": "synthetic", "active_vocab": 8, "branching": 2})"}) {
+    auto j = Json::parse(R"({"model": {"preset": "tiny"}, "data": )" + std::string(ok) + "}");
+    ASSERT_TRUE(j.ok()) << ok;
+    auto spec = job_spec_from_json(*j);
+    EXPECT_TRUE(spec.ok()) << ok << ": " << spec.status().to_string();
+  }
+}
+
 TEST(JobSpec, UnknownKeyIsNamed) {
   auto j = Json::parse(R"({"model": {"preset": "tiny"}, "optimiser": {"lr": 0.1}})");
   auto s = job_spec_from_json(*j);
