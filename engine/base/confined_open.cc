@@ -236,4 +236,22 @@ Result<OwnedFd> open_confined_or_status(const std::string& what, const std::stri
   return errno_status(what, path, err);
 }
 
+Result<OwnedFd> open_regular_file(const std::string& what, const std::string& path) {
+  MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status(what, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_status("cannot stat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a file";
+    return invalid_argument(what + " '" + path + "': it is " + kind + ", not a regular file");
+  }
+  if (::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK) != 0)
+    return errno_status("cannot open", path, errno);
+  return fd;
+}
+
 }  // namespace mt

@@ -60,4 +60,9 @@ class OwnedFd {
 // errno_status says.
 Result<OwnedFd> open_confined_or_status(const std::string& what, const std::string& path, int flags, mode_t mode = 0);
 
+// A data file opened for reading (confined as above), refused by name unless it is a regular
+// file: a FIFO would hold the open until a writer came (it is opened without waiting for one),
+// a device like /dev/zero would be read without end.
+Result<OwnedFd> open_regular_file(const std::string& what, const std::string& path);
+
 }  // namespace mt

@@ -112,7 +112,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
     if (!text.empty()) units.push_back({text, 1, true});
     return emit(path, units, text.size(), format, pool, sink);
   }
-  MT_ASSIGN_OR_RETURN(OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
+  MT_ASSIGN_OR_RETURN(OwnedFd fd, open_regular_file("cannot open", path));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return data_loss("cannot stat '" + path + "': " + std::strerror(errno));
   if (uint64_t(st.st_size) > max_bytes) return too_large(path, uint64_t(st.st_size), max_bytes);

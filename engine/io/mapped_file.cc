@@ -154,9 +154,9 @@ size_t last_nonzero_in_last_page(const uint8_t* data, size_t size) {
 }  // namespace
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-  MT_ASSIGN_OR_RETURN(const OwnedFd fd, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
+  MT_ASSIGN_OR_RETURN(const OwnedFd fd, open_regular_file("cannot open", path));
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return invalid_argument("'" + path + "' is not a regular file");
+  if (::fstat(fd.get(), &st) != 0) return data_loss("cannot stat '" + path + "': " + std::strerror(errno));
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
   m->size_ = size_t(st.st_size);

@@ -1,6 +1,7 @@
 // Token files: raw uint16/uint32 and llm.c shards; windows, cursor, wrap and every error case.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -148,6 +149,19 @@ TEST(TokenFile, RejectsBadLlmcHeader) {
   expect_error(make_token_file_source(write(d, "n.bin", llmc_file(20240520, 1, -1, toks)), "llmc", 50),
                {"not positive"});
   expect_error(make_token_file_source(write(d, "h.bin", std::string(100, '\0')), "llmc", 50), {"h.bin", "100 bytes"});
+}
+
+// A data path that is no regular file is refused naming what it is, at once: a FIFO held the run
+// in open() until a writer came (one SIGTERM did not end it), /dev/zero was read until memory ran out.
+TEST(DataFiles, AFifoOrADeviceIsRefusedByName) {
+  TempDir d;
+  const std::string fifo = d / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error(make_text_source(fifo, 256), {"fifo", "a FIFO, not a regular file"});
+  expect_error(make_token_file_source(fifo, "uint16", 256), {"fifo", "a FIFO, not a regular file"});
+  expect_error(make_text_source("/dev/zero", 256), {"/dev/zero", "a character device, not a regular file"});
+  expect_error(make_token_file_source("/dev/zero", "uint16", 256), {"/dev/zero", "a character device"});
+  expect_error(make_text_source(d.path, 256), {"a directory, not a regular file"});
 }
 
 }  // namespace
