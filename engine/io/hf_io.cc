@@ -236,7 +236,10 @@ Status export_hf_model(const DirFd& out, const ModelConfig& cfg, HostStore& stor
   MT_RETURN_IF_ERROR(check_export_dir(out, overwrite));
   MT_RETURN_IF_ERROR(remove_old_weights(out));
   Json config = model_config_to_json(cfg);
+  // The weights' dtype under both names: transformers 5 reads `dtype` first (a source config's
+  // kept `dtype` loaded an fp32 export as bf16), transformers 4 reads `torch_dtype`.
   config.set("torch_dtype", bf16 ? "bfloat16" : "float32");
+  config.set("dtype", bf16 ? "bfloat16" : "float32");
   MT_RETURN_IF_ERROR(write_file_durable(out, "config.json", config.dump(2) + "\n"));
   std::vector<WriteTensor> tensors;
   ModelConfig unquantized = cfg;  // what is written: gpt-oss's experts unquantized

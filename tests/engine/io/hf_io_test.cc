@@ -57,7 +57,9 @@ void expect_masters(const HostStore& a, const HostStore& b, bool bf16_rounded) {
 TEST(HfIo, ExportImportShardedExact) {
   for (bool tied : {true, false}) {
     TempDir dir;
-    const ModelConfig cfg = config(tied, /*bias=*/!tied);
+    ModelConfig cfg = config(tied, /*bias=*/!tied);
+    // a transformers-5 source config's dtype: transformers 5 reads it first, so it must be the export's
+    cfg.raw = Json::object({{"dtype", "bfloat16"}});
     auto a = random_store(cfg, 1);
     ASSERT_TRUE(export_hf_model(dir.path, cfg, *a, false, 300'000).ok());
     auto index = Json::parse(*read_file(dir / "model.safetensors.index.json"));
@@ -67,6 +69,7 @@ TEST(HfIo, ExportImportShardedExact) {
     auto saved = load_model_config(dir / "config.json");
     ASSERT_TRUE(saved.ok()) << saved.status().to_string();
     EXPECT_EQ(saved->raw.find("torch_dtype")->as_string(), "float32");
+    EXPECT_EQ(saved->raw.find("dtype")->as_string(), "float32");
     EXPECT_EQ(saved->tie_word_embeddings, tied);
     EXPECT_EQ(saved->num_params(), cfg.num_params());
     auto b = random_store(cfg, 2, /*shadow=*/true);
@@ -104,6 +107,7 @@ TEST(HfIo, ExportBf16SingleFile) {
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
   EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
   EXPECT_EQ(load_model_config(dir / "config.json")->raw.find("torch_dtype")->as_string(), "bfloat16");
+  EXPECT_EQ(load_model_config(dir / "config.json")->raw.find("dtype")->as_string(), "bfloat16");
   auto f = SafetensorsFile::open(dir / "model.safetensors");
   ASSERT_TRUE(f.ok());
   EXPECT_EQ((*f)->header().metadata.at("format"), "pt");
