@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "engine/base/confined_open.h"
+#include "engine/io/checkpoint.h"
 #include "server/job_housekeeping.h"
 #include "server/managed_job.h"
 
@@ -73,6 +74,7 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   if (const Json* p = rec.spec.find("priority"); p && p->is_number()) job->priority = int(p->as_int());
   job->order = job_number(rec.id);
   if (rec.terminal()) return job;
+  if (rec.state == v1::JOB_STATE_RUNNING) rewind_to_checkpoint(*job);
   if (rec.cancel_requested) {
     cancel_on_restart(*job);
     return job;
@@ -91,6 +93,23 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
     (void)save(*job);
   }
   return job;
+}
+
+// The record of a job that was running when the daemon died says the step of its last step
+// event; what it resumes from is its last checkpoint (none: step 0). The record says that, so a
+// paused or cancelled job does not show steps it lost.
+void JobManager::rewind_to_checkpoint(Job& job) {
+  JobRecord& r = job.rec;
+  const auto dir = resolve_checkpoint(job.dir + "/checkpoints");
+  const auto saved = dir.ok() ? read_trainer_state(*dir) : Result<TrainerState>(dir.status());
+  const long step = saved.ok() ? saved->step : 0;
+  if (step == r.step) return;
+  spdlog::info("job {}: stopped by the daemon's end at step {}; its last checkpoint is at step {}, where it goes on",
+               r.id, r.step, step);
+  r.step = step;
+  r.loss = saved.ok() ? saved->last_loss : 0;
+  r.last_checkpoint = saved.ok() ? *dir : "";
+  (void)save(job);
 }
 
 void JobManager::pause_on_restart(Job& job) {
@@ -307,7 +326,9 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
 
 void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobResult>& res) {
   std::vector<CheckpointDone> waiters;
+  std::vector<JobDone> stopped_waiters;
   v1::JobEvent ev;
+  v1::Job ended;
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->runner = nullptr;
@@ -331,12 +352,23 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
     job->log->append(r.state == v1::JOB_STATE_FAILED ? "error" : "info", std::string("job ") + state_name(r.state) + ": " + message);
     (void)save(*job);  // closes the log of a job that ended, after that last line
     waiters.swap(job->ckpt_waiters);
+    stopped_waiters.swap(job->stop_waiters);
     update_job_metrics();
     metrics_.set_memory(nullptr);
     ev = event_of(*job);
     ev.set_message(message);
+    ended = to_proto(*job);
   }
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
+  // A pause is told the state the job ended in: PAUSED at its checkpoint (or QUEUED after a
+  // resume while pausing, FAILED if its last step failed). Still RUNNING: the daemon is stopping
+  // (or lost its device) first; the pause is in the record, and holds after the restart.
+  const Status pause_outcome = ended.state() == v1::JOB_STATE_RUNNING
+                                   ? Status(StatusCode::kUnavailable, "the daemon stopped before the job paused; the "
+                                                                      "pause holds: the job is PAUSED at its last "
+                                                                      "checkpoint when the daemon restarts")
+                                   : Status::Ok();
+  for (auto& w : stopped_waiters) w(pause_outcome, ended);
   emit(job->rec.id, ev);
   sweep_retention();
   refresh_disk_usage();

@@ -67,6 +67,7 @@ class JobManager {
   // job it FAILS instead (a device that faults every time must not restart forever).
   static constexpr int kMaxDeviceFaults = 3;
   using CheckpointDone = std::function<void(const Status&, const std::string& dir, long step)>;
+  using JobDone = std::function<void(const Status&, const v1::Job&)>;
   using Listener = std::function<void(const v1::JobEvent&)>;
 
   JobManager(Options opt, Metrics& metrics);
@@ -88,9 +89,11 @@ class JobManager {
   // A running job's cancel is saved in its record before the reply, which shows the state the
   // job ends in (CANCELLED); it stops at its next step boundary (at once while waiting for data).
   Result<v1::Job> cancel(const std::string& id);
-  // Pause: a running job's pause is saved in its record before the reply (which shows PAUSED);
-  // it stops at its next step boundary with a checkpoint. A queued job leaves the queue at once.
-  Result<v1::Job> pause(const std::string& id);
+  // Pause: a running job's pause is saved in its record at once, and `done` hears of it when the
+  // job has stopped at its next step boundary, checkpointed, and its record says PAUSED there
+  // (the reply's step and last_checkpoint are what a resume starts from). A queued job leaves the
+  // queue at once. `done` is not called when this returns an error.
+  Status pause(const std::string& id, JobDone done);
   Result<v1::Job> resume(const std::string& id);  // a paused job back to the queue
   // DeleteJob: refused while the job runs; a queued or paused job is cancelled first.
   Result<v1::DeleteJobResponse> remove(const std::string& id, bool keep_checkpoints);
@@ -136,6 +139,7 @@ class JobManager {
   void unpark_if_fed(Job& job);                                 // mu_ held; back in the queue
   void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
   void pause_on_restart(Job& job);   // a pause acknowledged before the restart
+  void rewind_to_checkpoint(Job& job);  // a run the restart cut short: its record at its checkpoint
   // Scheduling (job_scheduling.cc), mu_ held.
   void enqueue(Job& job);              // into the queue in its place; preempts a lower running job
   void preempt_if_outranked();         // the running job yields to a higher queued one

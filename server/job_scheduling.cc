@@ -53,7 +53,7 @@ int JobManager::queue_position(const Job& job) const {
   return pos > 0 ? pos : -1;
 }
 
-Result<v1::Job> JobManager::pause(const std::string& id) {
+Status JobManager::pause(const std::string& id, JobDone done) {
   v1::JobEvent ev;
   v1::Job out;
   {
@@ -68,13 +68,10 @@ Result<v1::Job> JobManager::pause(const std::string& id) {
         r.pause_requested = false;
         return st;
       }
+      job->stop_waiters.push_back(std::move(done));  // told by finish_job
       if (job->runner) job->runner->request_cancel();
       if (job->progress->waiting) job->progress->interrupt = true;
-      out = to_proto(*job);  // the state it ends in, at its next step boundary
-      out.set_state(v1::JOB_STATE_PAUSED);
-      out.set_reason("pause requested at step " + std::to_string(r.step) +
-                     "; the job stops at its next step boundary with a checkpoint");
-      return out;
+      return Status::Ok();
     }
     queue_.erase(id);
     job->parked = false;
@@ -87,7 +84,8 @@ Result<v1::Job> JobManager::pause(const std::string& id) {
     out = to_proto(*job);
   }
   emit(id, ev);
-  return out;
+  done(Status::Ok(), out);
+  return Status::Ok();
 }
 
 Result<v1::Job> JobManager::resume(const std::string& id) {

@@ -31,6 +31,7 @@ struct JobManager::Job {
   long run_steps = 0;
   StepStats last;
   std::vector<CheckpointDone> ckpt_waiters;
+  std::vector<JobDone> stop_waiters;  // pauses waiting for the run to stop
   std::shared_ptr<LogFile> log;  // STATE_DIR/jobs/ID/log.txt, closed once the job has ended
   mutable std::shared_ptr<const v1::JobSpec> spec_proto;  // rec.spec as the proto, made once (to_proto)
 };

@@ -268,7 +268,14 @@ grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* TrainerService::PauseJob(grpc::CallbackServerContext* ctx, const v1::PauseJobRequest* req,
                                                    v1::Job* resp) {
-  return unary(ctx, "PauseJob", Role::kAdmin, [&] { return reply(jobs_.pause(req->job_id()), resp); });
+  if (auto a = auth_.authorize(*ctx, "PauseJob", Role::kAdmin); !a.ok()) return finish(ctx, a);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  Status st = jobs_.pause(req->job_id(), [reactor, resp](const Status& s, const v1::Job& job) {
+    if (s.ok()) *resp = job;
+    reactor->Finish(to_grpc(s));
+  });
+  if (!st.ok()) reactor->Finish(to_grpc(st));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* TrainerService::ResumeJob(grpc::CallbackServerContext* ctx, const v1::ResumeJobRequest* req,

@@ -112,15 +112,15 @@ int remote_cancel(Connection& c, const Args& a) {
   return kOk;
 }
 
-// pause and resume: the job as the daemon answers (a running job's pause shows PAUSED, the
-// state it ends in at its next step boundary).
+// pause and resume: the job as the daemon answers (a running job's pause answers once the job has
+// stopped at its next step boundary with a checkpoint: PAUSED, its step and that checkpoint).
 int remote_pause_or_resume(Connection& c, const Args& a, bool pause) {
   const char* cmd = pause ? "pause" : "resume";
   std::string id;
   int rc = 0;
   if (!one_positional(a, cmd, id, rc)) return rc;
   v1::Job job;
-  auto ctx = c.context();
+  auto ctx = pause ? c.context(600) : c.context();  // a pause waits for the step and its checkpoint
   grpc::Status s;
   if (pause) {
     v1::PauseJobRequest req;

@@ -1,5 +1,6 @@
 // Issue 17: priorities, preemption and PauseJob/ResumeJob. A preempted or paused job resumes
 // from the checkpoint it stopped at and ends bit-identical to an uninterrupted run of its spec.
+#include "engine/io/checkpoint.h"
 #include "server/push_spool.h"
 #include "tests/server/daemon_process.h"
 #include "tests/server/schedule_util.h"
@@ -199,9 +200,15 @@ TEST(ServerPause, PausedJobStaysOutOfTheQueueAndResumesBitIdentical) {
   v1::Job reply;
   auto c1 = ctx();
   ASSERT_TRUE(s.stub->PauseJob(c1.get(), pause, &reply).ok());
-  EXPECT_EQ(reply.state(), v1::JOB_STATE_PAUSED);  // the state it ends in
-  v1::Job j = wait_job(*s.stub, id, [](const v1::Job& x) { return x.state() == v1::JOB_STATE_PAUSED; });
+  // The reply comes once the job has stopped: PAUSED at its step, whose checkpoint is on disk.
+  EXPECT_EQ(reply.state(), v1::JOB_STATE_PAUSED);
+  ASSERT_FALSE(reply.last_checkpoint().empty());
+  EXPECT_TRUE(std::filesystem::exists(reply.last_checkpoint() + "/trainer_state.json")) << reply.last_checkpoint();
+  v1::Job j;
+  ASSERT_TRUE(get_job(*s.stub, id, &j).ok());
   ASSERT_EQ(j.state(), v1::JOB_STATE_PAUSED);
+  EXPECT_EQ(j.step(), reply.step());
+  EXPECT_EQ(j.last_checkpoint(), reply.last_checkpoint());
   EXPECT_EQ(j.queue_position(), -1);
   ASSERT_FALSE(j.last_checkpoint().empty());
   EXPECT_NE(j.last_checkpoint().find("step-" + std::string(8 - std::to_string(j.step()).size(), '0') +
@@ -240,7 +247,7 @@ TEST(ServerPreempt, KillNineDuringPreemptionLosesNothing) {
   v1::JobSpec low = named(tiny_spec(40), "low", 0);
   low.mutable_checkpoint()->set_every(1);
   std::string low_id, high_id;
-  long told = 0;  // the highest step a checkpoint event announced
+  long told = 0;  // the step of the newest checkpoint an event announced (its directory's step)
   {
     Process p(state);
     ASSERT_GT(p.port, 0);
@@ -252,21 +259,73 @@ TEST(ServerPreempt, KillNineDuringPreemptionLosesNothing) {
     high_id = submit(*p.stub, named(tiny_spec(4), "high", 9));
     ASSERT_FALSE(high_id.empty());
     p.kill9();
-    for (const auto& e : w.join())
-      if (!e.checkpoint().empty()) told = std::max(told, long(e.step()));
+    for (const auto& e : w.join())  // a checkpoint written beside training lands a step or more later
+      if (!e.checkpoint().empty())
+        told = std::max(told, parse_step_dir(std::filesystem::path(e.checkpoint()).filename().string()));
   }
   EXPECT_GE(told, 2);  // waited for above; step 3's may not have been announced yet
   Process p(state);
   ASSERT_GT(p.port, 0);
   v1::Job j;
   ASSERT_TRUE(get_job(*p.stub, low_id, &j).ok());
+  // The record is at the checkpoint it goes on from, one it was told of or newer.
   EXPECT_GE(j.step(), told);
+  const std::string step = std::to_string(j.step());
+  EXPECT_NE(j.last_checkpoint().find("step-" + std::string(8 - step.size(), '0') + step), std::string::npos)
+      << j.last_checkpoint();
   const v1::Job high = wait_terminal(*p.stub, high_id, 120);
   EXPECT_EQ(high.state(), v1::JOB_STATE_SUCCEEDED) << high.reason();
   const v1::Job done = wait_terminal(*p.stub, low_id, 120);
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
   EXPECT_EQ(done.step(), 40);
   EXPECT_EQ(checkpoint_tensors(done.last_checkpoint()), uninterrupted_tensors(low, "preempt_crash_ref"));
+}
+
+// kill -9 while a pause is on its way (acknowledged in the record, the job not yet stopped at its
+// checkpoint): after the restart the job is PAUSED at its last checkpoint — its record once kept
+// the step of its last event, steps the resume then trained again — and resumes bit-identical.
+TEST(ServerPause, KillNineWhilePausingLeavesTheRecordAtItsCheckpoint) {
+  if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
+  const std::string state = fresh_dir("pause_rewind");
+  v1::JobSpec spec = named(tiny_spec(40), "pausing", 0);
+  spec.mutable_checkpoint()->set_every(5);  // the record's step runs ahead of its checkpoint
+  std::string id;
+  {
+    Process p(state);
+    ASSERT_GT(p.port, 0);
+    id = submit(*p.stub, spec);
+    ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 7; }).step(), 7);
+    std::thread pause([&] {
+      v1::PauseJobRequest req;
+      req.set_job_id(id);
+      v1::Job reply;
+      auto c = ctx();
+      (void)p.stub->PauseJob(c.get(), req, &reply);  // cut off by the kill, or answered just before it
+    });
+    // killed once the pause is in the record, before the job is likely to have stopped
+    const std::string record = state + "/jobs/" + id + "/job.json";
+    for (int i = 0; i < 20000; ++i) {
+      auto text = read_file(record);
+      if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    p.kill9();
+    pause.join();
+  }
+  Process p(state);
+  ASSERT_GT(p.port, 0);
+  v1::Job j;
+  ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << j.reason();
+  ASSERT_GE(j.step(), 5);
+  const std::string step = std::to_string(j.step());
+  EXPECT_NE(j.last_checkpoint().find("step-" + std::string(8 - step.size(), '0') + step), std::string::npos)
+      << "step " << j.step() << ", checkpoint " << j.last_checkpoint();
+  const v1::Job resumed = resume_job(*p.stub, id);
+  EXPECT_EQ(resumed.state(), v1::JOB_STATE_QUEUED);
+  const v1::Job done = wait_terminal(*p.stub, id, 120);
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_EQ(checkpoint_tensors(done.last_checkpoint()), uninterrupted_tensors(spec, "pause_rewind_ref"));
 }
 
 }  // namespace
