@@ -103,12 +103,13 @@ void JobManager::rewind_to_checkpoint(Job& job) {
   const auto dir = resolve_checkpoint(job.dir + "/checkpoints");
   const auto saved = dir.ok() ? read_trainer_state(*dir) : Result<TrainerState>(dir.status());
   const long step = saved.ok() ? saved->step : 0;
-  if (step == r.step) return;
+  const std::string last = saved.ok() ? *dir : "";
+  if (step == r.step && last == r.last_checkpoint) return;
   spdlog::info("job {}: stopped by the daemon's end at step {}; its last checkpoint is at step {}, where it goes on",
                r.id, r.step, step);
   r.step = step;
   r.loss = saved.ok() ? saved->last_loss : 0;
-  r.last_checkpoint = saved.ok() ? *dir : "";
+  r.last_checkpoint = last;  // one published after the record was last saved, too
   (void)save(job);
 }
 
