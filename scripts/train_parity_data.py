@@ -65,13 +65,26 @@ def epoch_order(n, seed, epoch):
     return order
 
 
-def pack_epoch(lengths, T, seed, epoch, window=64):
+def barren_pieces(examples, T):
+    """engine/data/packing.cc barren_pieces: pieces of examples longer than T with no counted target."""
+    out = set()
+    for e, (ids, loss) in enumerate(examples):
+        if len(ids) <= T:
+            continue
+        for b in range(0, len(ids), T):
+            if not any(loss[b + 1:min(b + T, len(ids) - 1) + 1]):
+                out.add((e, b))
+    return out
+
+
+def pack_epoch(lengths, T, seed, epoch, window=64, barren=frozenset()):
     """engine/data/packing.cc pack_epoch (split long examples, first fit into a window of rows)."""
     pieces = []
     for e in epoch_order(len(lengths), seed, epoch):
         n = lengths[e]
         for b in range(0, n, T):
-            pieces.append((e, b, min(n - b, T)))
+            if (e, b) not in barren:
+                pieces.append((e, b, min(n - b, T)))
     rows, room, open_rows = [], [], []
     for p in pieces:
         fit = next((r for r in open_rows if room[r] >= p[2]), None) if window > 0 else None
@@ -94,12 +107,13 @@ def example_rows(examples, nrows, T, seed, window=64):
     inp = np.zeros((nrows, T), np.int64)
     tgt = -np.ones((nrows, T), np.int64)
     pos = np.zeros((nrows, T), np.int64)
-    epoch, layout, done = 0, pack_epoch(lengths, T, seed, 0, window), 0
+    barren = barren_pieces(examples, T)
+    epoch, layout, done = 0, pack_epoch(lengths, T, seed, 0, window, barren), 0
     for r in range(nrows):
         while done >= len(layout):
             done -= len(layout)
             epoch += 1
-            layout = pack_epoch(lengths, T, seed, epoch, window)
+            layout = pack_epoch(lengths, T, seed, epoch, window, barren)
         at = 0
         for e, b, n in layout[done]:
             ids, loss = examples[e]

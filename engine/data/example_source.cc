@@ -60,7 +60,9 @@ class ExampleSource final : public DataSource {
   }
   uint64_t num_sequences(int T) const override {
     if (T <= 0) return 0;
-    return pack_epoch(lengths_, T, opt_.packing, 0).rows();
+    const auto barren = T == layout_.seq_len ? Result<std::vector<PieceStart>>(barren_)
+                                             : barren_pieces(*set_, T, opt_.packing.truncate);
+    return barren.ok() ? pack_epoch(lengths_, T, opt_.packing, 0, *barren).rows() : 0;
   }
   double packing_efficiency() const override {
     return slots_ ? double(real_tokens_) / double(slots_) : -1;
@@ -71,14 +73,18 @@ class ExampleSource final : public DataSource {
   Result<bool> locate(uint64_t cursor, int T) {
     if (set_->size() == 0) return failed_precondition(set_->describe() + " holds no example");
     if (layout_.seq_len != T || cursor < epoch_start_) {
-      if (layout_.seq_len != T) MT_RETURN_IF_ERROR(check_trains(T));
+      if (layout_.seq_len != T) {
+        MT_RETURN_IF_ERROR(check_trains(T));
+        MT_ASSIGN_OR_RETURN(barren_, barren_pieces(*set_, T, opt_.packing.truncate));
+      }
       epoch_ = 0, epoch_start_ = 0;
-      layout_ = pack_epoch(lengths_, T, opt_.packing, 0);
+      layout_ = pack_epoch(lengths_, T, opt_.packing, 0, barren_);
+      if (layout_.rows() == 0) return failed_precondition(set_->describe() + " has no piece the loss counts a token of");
     }
     while (cursor >= epoch_start_ + layout_.rows()) {
       if (opt_.epochs && epoch_ + 1 >= opt_.epochs) return false;
       epoch_start_ += layout_.rows();
-      layout_ = pack_epoch(lengths_, T, opt_.packing, ++epoch_);
+      layout_ = pack_epoch(lengths_, T, opt_.packing, ++epoch_, barren_);
     }
     return true;
   }
@@ -101,6 +107,7 @@ class ExampleSource final : public DataSource {
   std::shared_ptr<const ExampleSet> set_;
   ExampleSourceOptions opt_;
   std::vector<uint64_t> lengths_;
+  std::vector<PieceStart> barren_;  // for layout_.seq_len: pieces left out (barren_pieces)
   EpochLayout layout_;
   uint64_t epoch_ = 0, epoch_start_ = 0;  // the epoch layout_ holds and its first row's cursor
   uint64_t cursor_ = 0;

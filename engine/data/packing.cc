@@ -15,12 +15,15 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// The pieces of the shuffled examples, in order.
-std::vector<Piece> pieces_of(const std::vector<uint64_t>& lengths, int T, const PackingOptions& o, uint64_t epoch) {
+// The pieces of the shuffled examples, in order, but the barren ones.
+std::vector<Piece> pieces_of(const std::vector<uint64_t>& lengths, int T, const PackingOptions& o, uint64_t epoch,
+                             const std::vector<PieceStart>& barren) {
   std::vector<Piece> out;
   for (uint64_t e : epoch_order(lengths.size(), o.seed, epoch)) {
     const uint64_t n = o.truncate ? std::min<uint64_t>(lengths[e], uint64_t(T)) : lengths[e];
-    for (uint64_t b = 0; b < n; b += uint64_t(T)) out.push_back({e, b, uint32_t(std::min<uint64_t>(n - b, T))});
+    for (uint64_t b = 0; b < n; b += uint64_t(T))
+      if (!std::binary_search(barren.begin(), barren.end(), PieceStart{e, b}))
+        out.push_back({e, b, uint32_t(std::min<uint64_t>(n - b, T))});
   }
   return out;
 }
@@ -35,14 +38,15 @@ std::vector<uint64_t> epoch_order(uint64_t n, uint64_t seed, uint64_t epoch) {
   return order;
 }
 
-EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int T, const PackingOptions& o, uint64_t epoch) {
+EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int T, const PackingOptions& o, uint64_t epoch,
+                       const std::vector<PieceStart>& barren) {
   EpochLayout L;
   L.seq_len = T;
   std::vector<std::vector<Piece>> rows;
   std::vector<int> room;     // free slots per row
   std::deque<size_t> open;   // rows a piece may still go into, oldest first
   const size_t window = size_t(std::max(1, o.window));
-  for (const Piece& p : pieces_of(lengths, T, o, epoch)) {
+  for (const Piece& p : pieces_of(lengths, T, o, epoch, barren)) {
     L.tokens += p.length;
     auto fit = std::find_if(open.begin(), open.end(), [&](size_t r) { return room[r] >= int(p.length); });
     if (!o.packing || fit == open.end()) {
@@ -60,6 +64,25 @@ EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int T, const Packin
     L.row_end.push_back(L.pieces.size());
   }
   return L;
+}
+
+Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int T, bool truncate) {
+  std::vector<PieceStart> out;
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> loss;
+  for (uint64_t e = 0; e < set.size(); ++e) {
+    const uint64_t len = set.length(e);
+    if (len <= uint64_t(T)) continue;
+    const uint64_t n = truncate ? uint64_t(T) : len;
+    for (uint64_t b = 0; b < n; b += uint64_t(T)) {
+      // the piece's targets: the tokens after each of its tokens (fill_row)
+      const uint64_t last = std::min<uint64_t>(b + uint64_t(T), len - 1);
+      ids.resize(last - b), loss.resize(last - b);
+      MT_RETURN_IF_ERROR(set.read(e, b + 1, last - b, ids.data(), loss.data()));
+      if (std::find(loss.begin(), loss.end(), uint8_t(1)) == loss.end()) out.push_back({e, b});
+    }
+  }
+  return out;  // sorted: examples, then pieces, in order
 }
 
 Result<bool> truncation_keeps_a_target(const ExampleSet& set, int seq_len) {

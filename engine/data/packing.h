@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/base/status.h"
@@ -41,8 +42,19 @@ struct EpochLayout {
   double efficiency() const { return rows() ? double(tokens) / (double(rows()) * seq_len) : 0; }
 };
 
-// The rows of epoch `epoch` for examples of these lengths (length 0: skipped).
-EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int seq_len, const PackingOptions& o, uint64_t epoch);
+// A piece by its example and first token; `barren`: pieces no row gets (barren_pieces).
+using PieceStart = std::pair<uint64_t, uint64_t>;
+
+// The rows of epoch `epoch` for examples of these lengths (length 0: skipped), without the pieces
+// in `barren` (sorted).
+EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int seq_len, const PackingOptions& o, uint64_t epoch,
+                       const std::vector<PieceStart>& barren = {});
+
+// The pieces of examples longer than seq_len with no target the loss counts (a window of a long
+// prompt, split or truncated): trained alone, each is a row slot of loss 0 and gradient 0, and a
+// batch of only such rows reported loss 0. They are left out of every epoch. (A shorter example
+// is one piece, which has a target: tokenizing refuses an empty completion.) Sorted.
+Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int seq_len, bool truncate);
 
 // The example order of an epoch: a Fisher-Yates shuffle driven by splitmix64(seed, epoch),
 // identical on every platform.
