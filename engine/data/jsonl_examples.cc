@@ -22,8 +22,13 @@ Result<LineFormat> make_line_format(std::shared_ptr<const Tokenizer> tok, const 
     o.add_eos = false;
     o.markup_as_text = true;
   }
+  // The EOS token from tokenizer_config.json: in the model directory named, or beside the
+  // tokenizer.json named (where a model directory keeps it).
   std::error_code ec;
-  if (tokenizer_name != "byte" && std::filesystem::is_directory(tokenizer_name, ec)) o.model_dir = tokenizer_name;
+  const std::filesystem::path named(tokenizer_name);
+  if (tokenizer_name != "byte" && std::filesystem::is_directory(named, ec)) o.model_dir = tokenizer_name;
+  else if (tokenizer_name != "byte" && std::filesystem::is_regular_file(named.parent_path() / "tokenizer_config.json", ec))
+    o.model_dir = named.parent_path().string();
   MT_ASSIGN_OR_RETURN(std::unique_ptr<ExampleFormatter> f, ExampleFormatter::create(o, *tok));
   std::shared_ptr<const ExampleFormatter> shared(std::move(f));
   LineFormat out;

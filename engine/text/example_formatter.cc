@@ -21,7 +21,7 @@ Result<std::string> eos_from_model_dir(const std::string& dir) {
   const Json* eos = config.find("eos_token");
   if (eos != nullptr && eos->is_object()) eos = eos->find("content");
   if (eos == nullptr || !eos->is_string() || eos->as_string().empty())
-    return not_found(path + " has no eos_token: set add_eos false or give eos_token");
+    return not_found(path + " has no eos_token, which the text and prompt_completion formats end each example with");
   return eos->as_string();
 }
 
@@ -92,7 +92,9 @@ Status ExampleFormatter::resolve_eos() {
     MT_ASSIGN_OR_RETURN(eos_content_, eos_from_model_dir(options_.model_dir));
   }
   if (eos_content_.empty())
-    return failed_precondition("add_eos needs the EOS token: give eos_token or model_dir (tokenizer_config.json)");
+    return failed_precondition("the text and prompt_completion formats end each example with the EOS token, and "
+                               "no tokenizer_config.json beside the tokenizer names its eos_token: give the model directory "
+                               "(its tokenizer.json and tokenizer_config.json) as the tokenizer");
   eos_id_ = tokenizer_.token_id(eos_content_);
   if (eos_id_ < 0)
     return failed_precondition("eos_token '" + eos_content_ + "' is not a token of the tokenizer (" +
