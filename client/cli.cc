@@ -26,14 +26,21 @@ Result<Args> Args::parse(int argc, char** argv, int first, const std::vector<std
       value = key.substr(eq + 1);
       key = key.substr(0, eq);
     } else if (std::find(switches.begin(), switches.end(), key) == switches.end()) {
-      if (i + 1 >= argc) return invalid_argument("flag --" + key + " needs a value");
-      // `--out --json` would train into a directory named "--json": a value that looks like a
-      // flag is written --out=--json when it really is one.
-      if (std::string next = argv[i + 1]; next.rfind("--", 0) == 0)
-        return invalid_argument("flag --" + key + " needs a value, not the flag " + next + " (write --" + key +
-                                "=" + next + " if that is the value)");
+      // No value: the last argument, or followed by a flag (`--out --json` would train into a
+      // directory named "--json": a value that looks like a flag is written --out=--json). Told
+      // once the command's flags are known, so an unknown flag is named as that first.
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) {
+        if (a.dangling_.empty())
+          a.dangling_ = i + 1 >= argc ? "flag --" + key + " needs a value"
+                                      : "flag --" + key + " needs a value, not the flag " + argv[i + 1] + " (write --" +
+                                            key + "=" + argv[i + 1] + " if that is the value)";
+        a.flags_[key] = "";
+        continue;
+      }
       value = argv[++i];
     }
+    if (a.flags_.count(key))  // `--out a --out b` wrote to b, silently
+      return invalid_argument("flag --" + key + " is given twice");
     a.flags_[key] = value;
   }
   return a;
@@ -111,6 +118,7 @@ Status check_flags(const std::string& cmd, const Args& a) {
   if (cmd != "train" && cmd != "eval" && cmd != "inspect" && cmd != "tokenize") known.insert({"server", "tls-ca", "token-file"});
   for (const auto& [flag, value] : a.flags())
     if (!known.count(flag)) return invalid_argument("unknown flag --" + flag + " for '" + cmd + "'");
+  if (!a.dangling().empty()) return invalid_argument(a.dangling());
   return Status::Ok();
 }
 

@@ -28,10 +28,14 @@ class Args {
   Result<uint64_t> size(const std::string& k, uint64_t def) const;
   bool json() const { return has("json"); }
   const std::map<std::string, std::string>& flags() const { return flags_; }
+  // Why a flag that needs a value has none ("": every one has); check_flags refuses it once it
+  // knows the flag exists.
+  const std::string& dangling() const { return dangling_; }
 
  private:
   std::vector<std::string> pos_;
   std::map<std::string, std::string> flags_;
+  std::string dangling_;
 };
 
 // The usage line of a command ("train SPEC [--out DIR] ..."), or nullptr for an unknown one.

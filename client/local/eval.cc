@@ -19,11 +19,13 @@ int cmd_eval(const Args& a) {
        eod = a.integer("eod-id", -1, -1, ModelLimits::kVocabSize);
   for (const auto* r : {&T, &max_seqs, &eod})
     if (!r->ok()) return fail(kUsage, r->status().message());
+  const std::string format = a.get("format", data.size() > 4 && data.substr(data.size() - 4) == ".bin" ? "uint16" : "text");
+  if (format != "text" && format != "uint16" && format != "uint32" && format != "llmc")
+    return fail(kUsage, "--format = '" + format + "' is not one of text, uint16, uint32, llmc");
   auto files = find_model_files(model);
   if (!files.ok()) return fail(kJobFailed, files.status().message());
   auto cfg = load_model_config(files->dir);
   if (!cfg.ok()) return fail(kJobFailed, cfg.status().message());
-  const std::string format = a.get("format", data.size() > 4 && data.substr(data.size() - 4) == ".bin" ? "uint16" : "text");
   auto src = format == "text" ? make_text_source(data, cfg->vocab_size)
                               : make_token_file_source(data, format, cfg->vocab_size);
   if (*eod >= cfg->vocab_size)

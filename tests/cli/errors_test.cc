@@ -436,7 +436,9 @@ TEST(CliErrors, AnUnknownFlagIsRefusedNamingItBeforeAnythingRuns) {
            {{"train", spec, "--output", dir + "/run"}, "--output"},
            {{"train", spec, "--out", dir + "/run", "--server", "127.0.0.1:1"}, "--server"},
            {{"export", dir + "/run", dir + "/x", "--dtyp", "fp32"}, "--dtyp"},
-           {{"list", "--stat", "running"}, "--stat"}}) {
+           {{"list", "--stat", "running"}, "--stat"},
+           {{"train", spec, "--out", dir + "/run", "--bogus"}, "--bogus"},  // last, before --json: no value
+           {{"plan", spec, "--bogus"}, "--bogus"}}) {
     std::vector<std::string> argv = args;
     argv.push_back("--json");
     RunResult r = megatrain(argv);
@@ -448,6 +450,24 @@ TEST(CliErrors, AnUnknownFlagIsRefusedNamingItBeforeAnythingRuns) {
   }
   EXPECT_FALSE(fs::exists(dir + "/run"));
   EXPECT_EQ(megatrain({"train", spec, "--out", dir + "/run", "--steps", "1", "--json"}).rc, 0);
+}
+
+// A flag given twice is refused (`--out a --out b` wrote to b, silently); a known flag as the last
+// argument needs a value; eval's --format is a usage error naming the flag.
+TEST(CliErrors, ARepeatedFlagAMissingValueAndABadEvalFormatAreUsageErrors) {
+  const std::string dir = fresh_dir("cli_repeated_flag");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(3));
+  RunResult twice = megatrain({"train", spec, "--out", dir + "/a", "--out", dir + "/b"});
+  EXPECT_EQ(twice.rc, 2) << describe(twice);
+  EXPECT_NE(twice.err.find("flag --out is given twice"), std::string::npos) << describe(twice);
+  EXPECT_FALSE(fs::exists(dir + "/a") || fs::exists(dir + "/b"));
+  RunResult last = megatrain({"train", spec, "--out"});
+  EXPECT_EQ(last.rc, 2) << describe(last);
+  EXPECT_NE(last.err.find("flag --out needs a value"), std::string::npos) << describe(last);
+  RunResult format = megatrain({"eval", "--model", dir, "--data", spec, "--format", "foo"});
+  EXPECT_EQ(format.rc, 2) << describe(format);
+  EXPECT_NE(format.err.find("--format = 'foo' is not one of text, uint16, uint32, llmc"), std::string::npos)
+      << describe(format);
 }
 
 // `train SPEC --out --json` trained into a directory named "--json" (found by an adversarial CLI
