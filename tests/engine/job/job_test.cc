@@ -299,6 +299,11 @@ TEST(JobRunner, SpeculativeUpdatesTrainTheSameModelAsThePlainSchedule) {
   auto ra = JobRunner(tiny_spec("streaming", 8), a.path, {}).run();
   auto rb = JobRunner(tiny_spec("speculative", 8), b.path, {}).run();
   ASSERT_TRUE(ra.ok() && rb.ok()) << rb.status().to_string();
+  // The job's executor is planned to speculate (SpeculativeUpdates.* count the updates it makes).
+  const JobSpec spec_on = tiny_spec("speculative", 8);
+  const auto planned = plan_for_job(spec_on, *resolve_model(spec_on), 0, 0);
+  ASSERT_TRUE(planned.ok()) << planned.status().to_string();
+  EXPECT_GT(planned->speculative_units, 0) << planned->speculation;
   EXPECT_EQ(ra->final_loss, rb->final_loss);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"})
     EXPECT_TRUE(file_bytes(fs::path(ra->checkpoint) / f) == file_bytes(fs::path(rb->checkpoint) / f)) << f;

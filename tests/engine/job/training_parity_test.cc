@@ -380,6 +380,10 @@ TEST(TrainingParityBitForBit, ResidentExecutorTrainsTheStreamingBits) { expect_b
 
 // README: speculative updates end as the plain schedule does, bit for bit, clipped steps included.
 TEST(TrainingParityBitForBit, SpeculativeUpdatesTrainThePlainScheduleBits) {
+  const JobSpec spec = load_spec("c_speculative");  // planned to speculate, so the bits say something
+  const auto plan = plan_for_job(spec, *resolve_model(spec), 0, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_GT(plan->speculative_units, 0) << plan->speculation;
   expect_bit_identical("c_speculative", "c_accum_eod");
 }
 
