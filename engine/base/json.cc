@@ -329,15 +329,10 @@ Status check_bool_fields(const Json& obj, std::initializer_list<const char*> key
   return Status::Ok();
 }
 
-Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
-  // Unbounded: a regular file only (a FIFO would wait for a writer, /dev/zero never end). Bounded,
-  // a pipe is read to the bound (a spec from <(...)); opened without waiting for a writer.
-  MT_ASSIGN_OR_RETURN(const OwnedFd file, max_bytes ? open_confined_or_status("cannot open", path,
-                                                                              O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-                                                    : open_regular_file("cannot open", path));
+namespace {
+
+Result<std::string> read_all(const OwnedFd& file, const std::string& path, uint64_t max_bytes) {
   const int fd = file.get();
-  if (max_bytes && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
-    return data_loss("cannot read '" + path + "': " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) return data_loss("cannot stat '" + path + "': " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return invalid_argument("'" + path + "' is a directory, not a file");
@@ -360,6 +355,18 @@ Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
     if (max_bytes && out.size() > max_bytes) return too_large(out.size());  // a pipe, or a file that grew
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::string> read_file(const std::string& path, uint64_t max_bytes) {
+  MT_ASSIGN_OR_RETURN(const OwnedFd file, open_confined_or_status("cannot open", path, O_RDONLY | O_CLOEXEC));
+  return read_all(file, path, max_bytes);
+}
+
+Result<std::string> read_data_file(const std::string& path, uint64_t max_bytes) {
+  MT_ASSIGN_OR_RETURN(const OwnedFd file, open_regular_file("cannot open", path));
+  return read_all(file, path, max_bytes);
 }
 
 }  // namespace mt

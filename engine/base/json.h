@@ -83,6 +83,10 @@ class Json {
 // Reads a whole file into a string; a file larger than max_bytes (when not 0) is refused with
 // kInvalidArgument before anything is read, so an untrusted path cannot exhaust memory.
 Result<std::string> read_file(const std::string& path, uint64_t max_bytes = 0);
+// A data file (text the job trains on): a regular file only, refused by name otherwise (a FIFO
+// would hold the open until a writer came, /dev/zero would be read without end). read_file takes
+// anything it can open (a secret from <(...), a spec from /dev/stdin).
+Result<std::string> read_data_file(const std::string& path, uint64_t max_bytes = 0);
 
 // Refuses any of `keys` that `obj` holds as something other than a boolean or null (a "true"
 // string read as false would change what the file means), naming `where` and the key.

@@ -51,7 +51,7 @@ Result<std::unique_ptr<DataSource>> make_text_source(const std::string& path, in
   if (vocab < 256)
     return invalid_argument("data.source = text needs a model vocab_size >= 256 (byte-level tokens), got " +
                             std::to_string(vocab));
-  MT_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  MT_ASSIGN_OR_RETURN(std::string bytes, read_data_file(path));
   return std::unique_ptr<DataSource>(new TextSource(path, std::move(bytes)));
 }
 

@@ -108,7 +108,7 @@ Status tokenize_file(const std::string& path, InputKind kind, const LineFormatte
     return internal_error("tokenize_file: no formatter for " + std::string(kind == InputKind::kJsonl ? "lines" : "documents"));
   std::vector<Unit> units;
   if (kind == InputKind::kTextFile) {
-    MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, std::min<uint64_t>(max_bytes, kMaxExampleLineBytes)));
+    MT_ASSIGN_OR_RETURN(const std::string text, read_data_file(path, std::min<uint64_t>(max_bytes, kMaxExampleLineBytes)));
     if (!text.empty()) units.push_back({text, 1, true});
     return emit(path, units, text.size(), format, pool, sink);
   }
