@@ -101,6 +101,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
 bool Daemon::stop(std::chrono::milliseconds timeout) {
   if (stopped_) return true;
   stopped_ = true;
+  if (jobs_) jobs_->begin_stop();  // answers the calls waiting on the running job
   if (server_) {
     if (auto* health = server_->GetHealthCheckService()) health->Shutdown();
     // Refuse new calls; in-flight ones (watchers) get two seconds, then are cancelled.

@@ -96,17 +96,21 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
 }
 
 // The record of a job that was running when the daemon died says the step of its last step
-// event; what it resumes from is its last checkpoint (none: step 0). The record says that, so a
-// paused or cancelled job does not show steps it lost.
+// event; what it goes on from is its last checkpoint. The record says that, so a paused or
+// cancelled job does not show steps it lost. Left as it is: a checkpoint that cannot be read (the
+// job's start says why), and a job with none that continues another run (init.from; its step).
 void JobManager::rewind_to_checkpoint(Job& job) {
   JobRecord& r = job.rec;
   const auto dir = resolve_checkpoint(job.dir + "/checkpoints");
   const auto saved = dir.ok() ? read_trainer_state(*dir) : Result<TrainerState>(dir.status());
+  const Json* init = r.spec.find("init");
+  const bool continues = init && init->find("from") && init->find("from")->is_string();
+  if (!saved.ok() && (dir.status().code() != StatusCode::kNotFound || continues)) return;
   const long step = saved.ok() ? saved->step : 0;
   const std::string last = saved.ok() ? *dir : "";
   if (step == r.step && last == r.last_checkpoint) return;
-  spdlog::info("job {}: stopped by the daemon's end at step {}; its last checkpoint is at step {}, where it goes on",
-               r.id, r.step, step);
+  spdlog::info("job {}: its record said step {} when the daemon ended; its last checkpoint is at step {}", r.id, r.step,
+               step);
   r.step = step;
   r.loss = saved.ok() ? saved->last_loss : 0;
   r.last_checkpoint = last;  // one published after the record was last saved, too
@@ -342,9 +346,10 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
       message = "interrupted by a daemon shutdown at step " + std::to_string(r.step) + "; resumes on restart";
     } else if (!res.ok() && res.status().code() == StatusCode::kDeviceLost) {
       message = lose_device(*job, res.status());
-    } else if (res.ok() && res->starved && !r.cancel_requested) {
+    } else if (res.ok() && res->starved && !r.cancel_requested && !r.pause_requested) {
       message = park(*job, *res);
-    } else if (res.ok() && res->cancelled && !r.cancel_requested && (r.pause_requested || !job->preempted_by.empty())) {
+    } else if (res.ok() && (res->cancelled || res->starved) && !r.cancel_requested &&
+               (r.pause_requested || !job->preempted_by.empty())) {  // starved: a pause came as it yielded
       message = requeue(*job, *res);
     } else {
       message = settle(*job, res);
@@ -361,18 +366,47 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
     ended = to_proto(*job);
   }
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
-  // A pause is told the state the job ended in: PAUSED at its checkpoint (or QUEUED after a
-  // resume while pausing, FAILED if its last step failed). Still RUNNING: the daemon is stopping
-  // (or lost its device) first; the pause is in the record, and holds after the restart.
-  const Status pause_outcome = ended.state() == v1::JOB_STATE_RUNNING
-                                   ? Status(StatusCode::kUnavailable, "the daemon stopped before the job paused; the "
-                                                                      "pause holds: the job is PAUSED at its last "
-                                                                      "checkpoint when the daemon restarts")
-                                   : Status::Ok();
-  for (auto& w : stopped_waiters) w(pause_outcome, ended);
+  const Status outcome = pause_outcome(ended);
+  for (auto& w : stopped_waiters) w(outcome, ended);
   emit(job->rec.id, ev);
   sweep_retention();
   refresh_disk_usage();
+}
+
+// What a pause is told when the job's run has ended: the job, PAUSED at its checkpoint (or QUEUED
+// after a resume while pausing); FAILED_PRECONDITION when it ended otherwise, saying how.
+Status JobManager::pause_outcome(const v1::Job& ended) {
+  switch (ended.state()) {
+    case v1::JOB_STATE_PAUSED:
+    case v1::JOB_STATE_QUEUED: return Status::Ok();
+    case v1::JOB_STATE_RUNNING: return failed_precondition(kStoppingBeforePause);  // the device lost, the daemon exits
+    default:
+      return failed_precondition(std::string("the job ended ") + state_name(ended.state()) +
+                                 " before it paused: " + ended.reason());
+  }
+}
+
+// The daemon stops: no job starts again, the running one stops at its next step boundary, and
+// every call waiting on it is answered now (the server's shutdown waits for each call to end).
+void JobManager::begin_stop() {
+  std::vector<CheckpointDone> checkpoints;
+  std::vector<JobDone> pauses;
+  v1::Job job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    if (running_) {
+      if (running_->runner) running_->runner->request_cancel();
+      if (running_->spool) running_->spool->stop();
+      checkpoints.swap(running_->ckpt_waiters);
+      pauses.swap(running_->stop_waiters);
+      job = to_proto(*running_);
+    }
+    cv_.notify_all();
+  }
+  for (auto& w : checkpoints)
+    w(failed_precondition("the daemon is stopping: the job checkpoints as it stops, and goes on from there after the restart"), "", 0);
+  for (auto& w : pauses) w(failed_precondition(kStoppingBeforePause), job);
 }
 
 std::string JobManager::settle(Job& job, const Result<JobResult>& res) {

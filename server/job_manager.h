@@ -74,6 +74,10 @@ class JobManager {
   ~JobManager();
 
   Status start();  // loads the records, re-queues unfinished jobs, starts the worker
+  // The daemon's stop, before its server's: the running job is asked to stop, and the calls that
+  // wait on it (Checkpoint, PauseJob) are answered at once, so the server's shutdown never waits
+  // for a step or a checkpoint. shutdown() then waits for the worker.
+  void begin_stop();
   // Stops the worker: the running job checkpoints at its next step boundary and stays RUNNING in
   // its record. False when it did not stop within `timeout` (the caller then exits anyway).
   bool shutdown(std::chrono::milliseconds timeout);
@@ -144,6 +148,10 @@ class JobManager {
   void enqueue(Job& job);              // into the queue in its place; preempts a lower running job
   void preempt_if_outranked();         // the running job yields to a higher queued one
   std::string requeue(Job& job, const JobResult& res);  // a preempted or paused run's end
+  static Status pause_outcome(const v1::Job& ended);
+  static constexpr const char* kStoppingBeforePause =
+      "the daemon is stopping before the job paused; the pause holds: the job is PAUSED at its last checkpoint "
+      "when the daemon restarts";
   int queue_position(const Job& job) const;
   // Housekeeping (job_housekeeping.cc), mu_ held. detach: the job's directory renamed out of the
   // way (removed after the lock is released), the last id ever issued saved first.

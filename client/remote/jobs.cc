@@ -131,6 +131,9 @@ int remote_pause_or_resume(Connection& c, const Args& a, bool pause) {
     req.set_job_id(id);
     s = c.stub().ResumeJob(ctx.get(), req, &job);
   }
+  if (pause && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+    return c.fail(s, "pause " + id + " (the pause holds: the job stops at its next step boundary with a checkpoint; "
+                     "megatrain status " + id + " shows when it is PAUSED)");
   if (!s.ok()) return c.fail(s, std::string(cmd) + " " + id);
   if (a.json()) print_json(job_to_json(job, false));
   else std::printf("job %s: %s%s%s\n", job.id().c_str(), state_name(job.state()).c_str(),
