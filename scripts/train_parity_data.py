@@ -71,8 +71,11 @@ def barren_pieces(examples, T):
     for e, (ids, loss) in enumerate(examples):
         if len(ids) <= T:
             continue
+        if all(loss[1:]):
+            continue  # every target counts: none (and nothing read)
         for b in range(0, len(ids), T):
-            if not any(loss[b + 1:min(b + T, len(ids) - 1) + 1]):
+            last = min(b + T, len(ids) - 1)
+            if last > b and not any(loss[b + 1:last + 1]):  # an example's last token alone is kept
                 out.add((e, b))
     return out
 

@@ -79,7 +79,10 @@ class ExampleSource final : public DataSource {
       }
       epoch_ = 0, epoch_start_ = 0;
       layout_ = pack_epoch(lengths_, T, opt_.packing, 0, barren_);
-      if (layout_.rows() == 0) return failed_precondition(set_->describe() + " has no piece the loss counts a token of");
+      if (layout_.rows() == 0) {
+        layout_ = {};  // asked again, it is laid out (and refused) again
+        return failed_precondition(set_->describe() + " has no piece the loss counts a token of");
+      }
     }
     while (cursor >= epoch_start_ + layout_.rows()) {
       if (opt_.epochs && epoch_ + 1 >= opt_.epochs) return false;

@@ -68,6 +68,9 @@ EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int T, const Packin
 
 Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int T, bool truncate) {
   std::vector<PieceStart> out;
+  uint64_t targets = 0;  // every token but each example's first
+  for (uint64_t e = 0; e < set.size(); ++e) targets += set.length(e) - 1;
+  if (set.trained_tokens() == targets) return out;  // every target counts (pretraining text): nothing to read
   std::vector<int32_t> ids;
   std::vector<uint8_t> loss;
   for (uint64_t e = 0; e < set.size(); ++e) {
@@ -75,8 +78,10 @@ Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int T, bool
     if (len <= uint64_t(T)) continue;
     const uint64_t n = truncate ? uint64_t(T) : len;
     for (uint64_t b = 0; b < n; b += uint64_t(T)) {
-      // the piece's targets: the tokens after each of its tokens (fill_row)
+      // the piece's targets: the tokens after each of its tokens (fill_row); an example's last
+      // token alone has none, and is kept (one slot; the layout of fully counted sets is unchanged)
       const uint64_t last = std::min<uint64_t>(b + uint64_t(T), len - 1);
+      if (last == b) continue;
       ids.resize(last - b), loss.resize(last - b);
       MT_RETURN_IF_ERROR(set.read(e, b + 1, last - b, ids.data(), loss.data()));
       if (std::find(loss.begin(), loss.end(), uint8_t(1)) == loss.end()) out.push_back({e, b});

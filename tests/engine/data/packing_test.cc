@@ -117,7 +117,7 @@ TEST(Packing, EveryTokenOncePerEpochPositionsRestartPadsExcluded) {
   check_epoch(c, *src, T, true, rows0);
   uint64_t left_out = 0;
   const auto barren = barren_of(c, T, &left_out);
-  EXPECT_FALSE(barren.empty()) << "the case needs a piece with no target (an example's last token alone)";
+  EXPECT_FALSE(barren.empty()) << "the case needs a window whose targets are all masked out";
   EXPECT_NEAR(src->packing_efficiency(), double(c.tokens - left_out) / double(rows0 * T), 1e-12);
   // Epoch 1 is a different shuffle, and again every token exactly once.
   const EpochLayout l1 = pack_epoch(lengths_of(c), T, o.packing, 1, barren);
@@ -254,16 +254,23 @@ TEST(Packing, WindowsWithoutATargetAreLeftOut) {
   std::shared_ptr<const ExampleSet> set = make_memory_example_set({x}, "long prompt");
   const auto barren = barren_pieces(*set, T, false);
   ASSERT_TRUE(barren.ok());
-  // windows [0,8) [8,16) [16,24) have targets 1..24: none counted; [24,32) has 30..32; [32,33) none
-  EXPECT_EQ(*barren, (std::vector<PieceStart>{{0, 0}, {0, 8}, {0, 16}, {0, 32}}));
+  // windows [0,8) [8,16) [16,24) have targets 1..24: none counted; [24,32) has 30..32; [32,33),
+  // the last token alone, has no target and is kept
+  EXPECT_EQ(*barren, (std::vector<PieceStart>{{0, 0}, {0, 8}, {0, 16}}));
   auto src = make_example_source(set, o);
-  EXPECT_EQ(src->num_sequences(T), 1u);
-  for (int step = 0; step < 3; ++step) {  // every row, epoch after epoch, is the one that trains
+  EXPECT_EQ(src->num_sequences(T), 2u);
+  for (int epoch = 0; epoch < 3; ++epoch) {  // one row trains, the other is the last token alone
     Batch b;
-    ASSERT_TRUE(src->next_batch(1, T, b).ok());
-    EXPECT_EQ(b.inputs[0], 25);
+    ASSERT_TRUE(src->next_batch(2, T, b).ok());
+    const int trains = b.inputs[0] == 25 ? 0 : 1;
+    EXPECT_EQ(b.inputs[size_t(trains) * T], 25);
+    EXPECT_EQ(b.inputs[size_t(1 - trains) * T], 33);
     EXPECT_EQ(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; }), 3);
   }
+  // A set whose every target counts has none, and is not read for them.
+  TokenizedExample text = x;
+  std::fill(text.loss.begin(), text.loss.end(), uint8_t(1));
+  EXPECT_TRUE(barren_pieces(*make_memory_example_set({text}, "text"), T, false)->empty());
   // truncated, the example is its first window, all prompt
   EXPECT_EQ(*barren_pieces(*set, T, true), (std::vector<PieceStart>{{0, 0}}));
 }
