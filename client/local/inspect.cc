@@ -35,7 +35,7 @@ int cmd_inspect(const Args& a) {
   namespace fs = std::filesystem;
   if (a.positional().size() != 1) return usage_error("inspect");
   std::string path = a.positional()[0];
-  if (fs::exists(fs::path(path) / "latest")) {
+  if (is_training_checkpoint(path) && !fs::exists(fs::path(path) / "trainer_state.json")) {  // a checkpoints root
     auto dir = resolve_checkpoint(path);
     if (!dir.ok()) return fail(kJobFailed, dir.status().message());
     path = *dir;

@@ -491,7 +491,8 @@ Result<std::vector<CheckpointInfo>> list_checkpoints(const std::string& root) {
   std::vector<CheckpointInfo> out;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return out;
-  const auto latest = read_latest(root);
+  auto latest = read_latest(root);
+  if (const std::string newest = newest_step_dir(root); !latest.ok() && !newest.empty()) latest = newest;  // as resumed
   long best_step = 0;  // as the latest checkpoint records it
   fs::directory_iterator it(root, ec);
   if (ec) return data_loss("cannot list the checkpoints in '" + root + "': " + ec.message());

@@ -204,11 +204,14 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
 }
 
 Status check_export_dir(const DirFd& out, bool overwrite) {
-  if (out.has("latest") || out.has("trainer_state.json"))  // is_training_checkpoint, through the descriptor
+  MT_ASSIGN_OR_RETURN(const auto names, out.list());
+  // is_training_checkpoint through the descriptor: a step directory, or a checkpoints root (its
+  // `latest`, or its step directories)
+  const bool step_dirs = std::any_of(names.begin(), names.end(), [](const std::string& n) { return parse_step_dir(n) >= 0; });
+  if (out.has("latest") || out.has("trainer_state.json") || step_dirs)
     return failed_precondition("export target '" + out.path() +
                                "' is a training checkpoint; exporting into it would replace its fp32 master weights "
                                "(choose another directory)");
-  MT_ASSIGN_OR_RETURN(const auto names, out.list());
   if (!overwrite && !names.empty())
     return failed_precondition("export target '" + out.path() +
                                "' already holds files; pass --overwrite to replace an earlier export there");
