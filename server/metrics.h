@@ -62,9 +62,10 @@ class Metrics {
 };
 
 // Serves a registry as Prometheus text on GET /metrics at `address` ("127.0.0.1:9464"; port 0
-// picks a free one), every connection polled by one thread (a slow client holds up no other). A small HTTP/1.1 loop of our own rather than prometheus-cpp's civetweb
-// Exposer: civetweb starts its threads with 100 KiB stacks, and once cuBLAS (94 KiB of static
-// TLS) is linked in, glibc can no longer fit the TLS in them and the Exposer fails to start.
+// picks a free one), every connection polled by one thread (a slow client holds up no other).
+// A small HTTP/1.1 loop of our own rather than prometheus-cpp's civetweb Exposer: civetweb starts
+// its threads with 100 KiB stacks, and once cuBLAS (94 KiB of static TLS) is linked in, glibc can
+// no longer fit the TLS in them and the Exposer fails to start.
 class MetricsExporter {
  public:
   static Result<std::unique_ptr<MetricsExporter>> start(const std::string& address,

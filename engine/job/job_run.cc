@@ -30,8 +30,7 @@ Status agree(Communicator& comm, const Status& mine, const std::string& what) {
 // The sharded optimizer's checkpoint (checkpoint.h): rank 0 begins it, every process writes its
 // optimizer shard, and rank 0 publishes it once all have; any failure discards it everywhere.
 Result<std::string> save_sharded_checkpoint(Communicator& comm, const std::string& root, const ModelConfig& cfg,
-                                                   const HostStore& store, const TrainerState& state, int keep,
-                                                   long also_keep) {
+                                            const HostStore& store, const TrainerState& state, int keep, long also_keep) {
   const bool lead = comm.rank() == 0;
   MT_RETURN_IF_ERROR(agree(comm, lead ? begin_checkpoint(root, state.step) : Status::Ok(), "beginning a checkpoint"));
   Status s = agree(comm, write_optimizer_shard(root, state.step, cfg, store, comm.rank(), comm.size()),
@@ -216,10 +215,12 @@ Result<JobResult> JobRun::train() {
 // The next step's batch into batch_; or none yet (starved: a checkpoint when one is asked for,
 // and the device yielded when the daemon has another job); or the end: a cancel, data.epochs.
 Result<JobRun::Next> JobRun::next_batch() {
-  if (requests_.cancel) return result_.cancelled = true, Next::kEnd;
-  const Status got = data_->next_batch(spec_.train.global_batch, spec_.train.seq_len, batch_);
-  if (got.code() == StatusCode::kCancelled && requests_.cancel)  // a source waiting for data was stopped
-    return result_.cancelled = true, Next::kEnd;
+  const bool stop = requests_.cancel;
+  const Status got = stop ? Status::Ok() : data_->next_batch(spec_.train.global_batch, spec_.train.seq_len, batch_);
+  if (stop || (got.code() == StatusCode::kCancelled && requests_.cancel)) {  // or a source waiting for data was stopped
+    result_.cancelled = true;
+    return Next::kEnd;
+  }
   if (got.code() == StatusCode::kUnavailable) {
     if (requests_.checkpoint_now.exchange(false)) MT_RETURN_IF_ERROR(checkpoint());
     result_.starved = !requests_.cancel && hooks_.yield_when_starved && hooks_.yield_when_starved();

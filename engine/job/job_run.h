@@ -54,7 +54,9 @@ class JobRun {
   const std::string job_dir_, ckpt_root_;
   const JobHooks& hooks_;
   Requests requests_;
-  // Declared in the order they are built; each goes before what it uses (the lock last).
+  // Declared in the order they are built, so each is destroyed after what uses it (as the old
+  // function's locals were): the checkpoint writer before the executor, the executor before the
+  // run directory's lock.
   ModelConfig cfg_;
   Nodes nodes_;
   std::unique_ptr<FileLock> held_;  // the run's directory, by the lead process

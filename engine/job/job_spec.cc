@@ -267,39 +267,39 @@ Status one_of(const char* field, const std::string& v, std::initializer_list<con
   return invalid_argument(std::string(field) + " = '" + v + "' is not one of " + list);
 }
 
-// `d` as the spec field `field` (data, or eval.data) names it.
 // A key its source does not read is refused, not ignored: a tokenizer on a text source trained a
-// 50k-token model on byte ids, and said nothing. (A key set to its default cannot be told apart.)
+// 50k-token model on byte ids, and said nothing. (A key set to its default cannot be told apart;
+// `seed` is not checked: a source without a shuffle serves the same rows whatever it says.)
 Status check_keys_apply(const std::string& f, const DataSpec& d) {
   const DataSpec def;
   const bool jsonl = d.source == "jsonl", examples = jsonl || d.source == "shards";
   struct Key {
     const char* name;
     bool set, read;
-    const char* readers;
+    const char* readers;  // who reads it, as the refusal says
   };
   const Key keys[] = {
-      {"path", !d.path.empty(), d.source != "synthetic" && d.source != "push", "text, tokens, jsonl and shards"},
-      {"tokenizer", !d.tokenizer.empty(), jsonl, "jsonl (shards were tokenized by megatrain tokenize)"},
-      {"format", d.format != def.format, jsonl, "jsonl"},
-      {"chat_template", d.chat_template != def.chat_template, jsonl, "jsonl"},
-      {"packing", d.packing != def.packing, examples, "jsonl and shards"},
-      {"long_examples", d.long_examples != def.long_examples, examples, "jsonl and shards"},
-      {"epochs", d.epochs != def.epochs, examples, "jsonl and shards"},
-      {"dtype", d.dtype != def.dtype, d.source == "tokens", "tokens"},
-      {"active_vocab", d.active_vocab != def.active_vocab, d.source == "synthetic", "synthetic"},
-      {"branching", d.branching != def.branching, d.source == "synthetic", "synthetic"},
+      {"path", !d.path.empty(), d.source != "synthetic" && d.source != "push", "text, tokens, jsonl and shards read it"},
+      {"tokenizer", !d.tokenizer.empty(), jsonl,
+       d.source == "text" ? "jsonl reads it (a text source feeds bytes 0..255; for a tokenizer, give the text as jsonl "
+                            "lines {\"text\": ...})"
+                          : "jsonl reads it (shards hold the ids megatrain tokenize made)"},
+      {"format", d.format != def.format, jsonl, "jsonl reads it"},
+      {"chat_template", d.chat_template != def.chat_template, jsonl, "jsonl reads it"},
+      {"packing", d.packing != def.packing, examples, "jsonl and shards read it"},
+      {"long_examples", d.long_examples != def.long_examples, examples, "jsonl and shards read it"},
+      {"epochs", d.epochs != def.epochs, examples, "jsonl and shards read it"},
+      {"dtype", d.dtype != def.dtype, d.source == "tokens", "tokens reads it"},
+      {"active_vocab", d.active_vocab != def.active_vocab, d.source == "synthetic", "synthetic reads it"},
+      {"branching", d.branching != def.branching, d.source == "synthetic", "synthetic reads it"},
   };
   for (const Key& k : keys)
     if (k.set && !k.read)
-      return invalid_argument(f + k.name + " does not apply to " + f + "source = " + d.source + ": only " + k.readers +
-                              " read it" + (d.source == "text" && std::string(k.name) == "tokenizer"
-                                                ? " (a text source feeds bytes 0..255; for a tokenizer, give the text as "
-                                                  "jsonl lines {\"text\": ...})"
-                                                : ""));
+      return invalid_argument(f + k.name + " does not apply to " + f + "source = " + d.source + ": only " + k.readers);
   return Status::Ok();
 }
 
+// `d` as the spec field `field` (data, or eval.data) names it.
 Status validate_data(const std::string& field, const DataSpec& d) {
   const std::string f = field + ".";
   MT_RETURN_IF_ERROR(one_of((f + "source").c_str(), d.source, {"synthetic", "text", "tokens", "push", "jsonl", "shards"}));
