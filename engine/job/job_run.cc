@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "engine/base/hash.h"
 #include "engine/base/utc_time.h"
 #include "engine/job/job_data.h"
 #include "engine/job/job_start.h"
@@ -82,6 +83,10 @@ void JobRun::log(LogLevel level, const std::string& msg) const {
 
 Status JobRun::open(uint64_t device_budget, uint64_t host_budget) {
   MT_RETURN_IF_ERROR(validate(spec_));
+  // megatraind gives the tier its --nvme_paths; a run of its own has none, and would keep it in memory
+  if (spec_.offload == "nvme" && spec_.nvme.paths.empty())
+    return invalid_argument("memory.offload = nvme needs memory.nvme_paths: the directories (on NVMe drives) that "
+                            "hold the tier's files");
   MT_ASSIGN_OR_RETURN(cfg_, resolve_model(spec_));
   MT_RETURN_IF_ERROR(check_unset_tokenizers(spec_, cfg_.vocab_size));  // before any memory is taken
   MT_RETURN_IF_ERROR(check_eval_tokenizer(spec_));
@@ -100,6 +105,7 @@ Status JobRun::open(uint64_t device_budget, uint64_t host_budget) {
     for (const std::string& stale : remove_stale_checkpoint_temps(ckpt_root_))
       log(LogLevel::kWarning, "removed " + ckpt_root_ + "/" + stale + ", a checkpoint a killed run did not finish");
   MT_RETURN_IF_ERROR(open_state());
+  MT_RETURN_IF_ERROR(check_processes_agree());
   log_start();
   open_tensorboard();
   open_checkpoints();
@@ -133,6 +139,30 @@ Status JobRun::open_state() {
   result_.final_loss = state_.last_loss;  // what a run that trains no step reports
   result_.checkpoint = resumed_;
   return Status::Ok();
+}
+
+// Several processes train one model only from one state: the same spec, step and data position
+// on each. A rank whose --out was its own (node-local) started from the seed at step 0 while
+// rank 0 resumed at step 10, and their all-reduced gradients trained a wrong model that reported
+// success. Each compares its fingerprint with the sum of all of them (equal on every rank only
+// when all are equal; the largest differs otherwise), then all agree on the outcome.
+Status JobRun::check_processes_agree() {
+  Communicator* comm = nodes_.losses.get();
+  if (!comm || comm->size() < 2) return Status::Ok();
+  const uint64_t fp = fnv1a64(state_.spec_hash + "|" + std::to_string(state_.step) + "|" +
+                              std::to_string(state_.data_cursor));
+  double parts[2] = {double(fp >> 40), double(fp & ((uint64_t(1) << 40) - 1))};  // exact sums in a double
+  const double mine[2] = {parts[0], parts[1]};
+  MT_RETURN_IF_ERROR(comm->all_reduce(parts, 2));
+  const bool same = parts[0] == mine[0] * comm->size() && parts[1] == mine[1] * comm->size();
+  const Status st = same ? Status::Ok()
+                         : failed_precondition("process " + std::to_string(comm->rank()) + " of " +
+                                               std::to_string(comm->size()) + " starts at step " +
+                                               std::to_string(state_.step) + (resumed_.empty() ? "" : " of " + resumed_) +
+                                               ", spec hash " + state_.spec_hash +
+                                               ", and another process from another state: every process needs the "
+                                               "same spec and the same --out (a directory they share)");
+  return agree(*comm, st, "the processes' starting states");
 }
 
 // What the run trains, on what data and devices, from which step; and what computes.

@@ -40,6 +40,7 @@ class JobRun {
   void log(LogLevel level, const std::string& msg) const;
   Status open_held_out();
   Status open_state();
+  Status check_processes_agree();
   void log_start() const;
   void open_tensorboard();
   void open_checkpoints();

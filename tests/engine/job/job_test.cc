@@ -490,6 +490,20 @@ TEST(JobRunner, WithoutLatestTheNewestStepDirectoryIsResumed) {
     EXPECT_TRUE(file_bytes(fs::path(whole->checkpoint) / f) == file_bytes(fs::path(resumed->checkpoint) / f)) << f;
 }
 
+// memory.offload: nvme with no nvme_paths in a run of its own (megatraind gives its --nvme_paths):
+// refused before anything is taken. It trained with the whole state in memory and said nothing.
+TEST(JobRunner, AnNvmeTierWithoutPathsIsRefused) {
+  TempDir dir;
+  JobSpec spec = tiny_spec("streaming", 2);
+  spec.offload = "nvme";
+  ASSERT_TRUE(validate(spec).ok()) << "the daemon fills the paths in later";
+  auto r = JobRunner(spec, dir.path, {}).run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("memory.offload = nvme needs memory.nvme_paths"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_FALSE(fs::exists(fs::path(dir.path) / "checkpoints" / "latest"));
+}
+
 // Issue 24.4: a kill while a checkpoint off the `every` grid was written (a pause at step 3) left
 // a partial .tmp-step-00000003 and a .latest.tmp; the next run removes both, lists neither as a
 // checkpoint, resumes from the last complete one and ends like an uninterrupted run.
