@@ -16,6 +16,7 @@
 #include "client/cli.h"
 #include "client/progress.h"
 #include "client/spec_file.h"
+#include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
 #include "engine/io/checkpoint.h"
 #include "engine/job/job.h"
@@ -141,7 +142,9 @@ int cmd_train(const Args& a) {
   // mpi_finalize) stops the process only if it is a second press, not a duplicate of the first.
   auto r = runner.run();
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
-  progress.summary(summary_of(*r));
+  // Under mpirun one summary, the process that publishes checkpoints (the others named the one
+  // they resumed from, and `| tail -1` read whichever came last).
+  if (const auto env = launch_env(); !env.ok() || env->rank == 0) progress.summary(summary_of(*r));
   mpi_finalize();  // under mpirun, once every rank has succeeded (a failure exits without it)
   return kOk;
 }

@@ -55,8 +55,12 @@ adam_units() {  # the "Adam state of K of U units" of each rank's log, as "K/U" 
 }
 case $mode in
   same-loss)
-    got=$(two --out "$t/two" | loss)
+    out=$(two --out "$t/two")
+    got=$(echo "$out" | loss)
     close "2 ranks vs 1 process" "$got" "$ref"
+    summaries=$(echo "$out" | grep -c '"event":"summary"')
+    [ "$summaries" -eq 1 ] || { echo "FAIL: $summaries summaries (one, by rank 0, names the published checkpoint)"; exit 1; }
+    echo "$out" | grep '"event":"summary"' | grep -q 'step-00000012' || { echo "FAIL: the summary names another checkpoint"; exit 1; }
     [ -d "$t/two/checkpoints/step-00000012" ] || { echo "FAIL: rank 0 wrote no final checkpoint"; exit 1; }
     ;;
   resume)
