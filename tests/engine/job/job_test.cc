@@ -1,5 +1,5 @@
-// JobRunner end to end on the CPU: specs parse strictly, a job trains and checkpoints, a
-// cancelled job resumes, and resume equals an uninterrupted run bit for bit.
+// JobRunner end to end on the CPU: a job trains and checkpoints, a cancelled job resumes, and
+// resume equals an uninterrupted run bit for bit. (Spec parsing: job_spec_test.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "engine/io/tensorboard.h"
 #include "engine/job/job.h"
 
-#include "tests/engine/job/spec_refusals.h"
+#include "tests/engine/job/tiny_job.h"
 #include "tests/engine/temp_dir.h"
 
 namespace mt {
@@ -22,124 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing_util::TempDir;
-
-// executor: resident, streaming, or "speculative" (streaming with speculative_updates: on).
-JobSpec tiny_spec(const std::string& executor, long steps) {
-  const bool speculative = executor == "speculative";
-  auto j = Json::parse(R"({"name": "t", "model": {"preset": "tiny"}, "init": {"seed": 3},
-      "data": {"source": "synthetic", "seed": 4}, "seq_len": 32, "micro_batch": 4, "global_batch": 8,
-      "optimizer": {"lr": 0.003, "betas": [0.9, 0.95], "weight_decay": 0.1, "grad_clip": 1.0},
-      "schedule": {"warmup_steps": 2, "decay": "cosine", "min_lr_ratio": 0.1},
-      "checkpoint": {"every": 0, "keep": 2}, "executor": ")" + std::string(speculative ? "streaming" : executor) +
-                       R"(", "speculative_updates": ")" + (speculative ? "on" : "off") + R"(", "steps": )" +
-                       std::to_string(steps) + "}");
-  EXPECT_TRUE(j.ok());
-  auto s = job_spec_from_json(*j);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
-  return *s;
-}
-
-// Numbers that do not fit their field are refused by name: never clamped (steps), never an
-// infinity in training (eps, weight_decay, lr overflow a float).
-TEST(JobSpec, NumbersThatOverflowTheirFieldAreRefusedByName) {
-  testing_util::expect_spec_refusals({
-      {R"("steps": 99999999999999999999)", "steps"},
-      {R"("steps": "99999999999999999999")", "steps"},  // protobuf's JSON writes int64 as strings
-      {R"("seq_len": 4294967296)", "seq_len"},
-      {R"("optimizer": {"eps": 1e300})", "optimizer.eps"},
-      {R"("optimizer": {"weight_decay": 1e300})", "optimizer.weight_decay"},
-      {R"("optimizer": {"lr": 1e39})", "optimizer.lr"},
-      {R"("optimizer": {"betas": [1e300, 0.9]})", "optimizer.betas[0]"},
-      {R"("schedule": {"min_lr_ratio": -1e300})", "schedule.min_lr_ratio"},
-      {R"("data": {"seed": -1})", "data.seed"},
-      {R"("seq_len": 2000000)", "seq_len"},
-      // Bounded, so a spec cannot make a job allocate without bound (issue 11.6).
-      {R"("slots": 1000000)", "slots"},
-      {R"("data": {"active_vocab": 1000000})", "data.active_vocab"},
-      {R"("data": {"branching": 1000000})", "data.branching"},
-  });
-  // A spec naming 1e999 does not even parse: no infinity reaches the reader.
-  EXPECT_FALSE(Json::parse(R"({"optimizer": {"eps": 1e999}})").ok());
-}
-
-// A data key its source does not read is refused, naming the key and who reads it; the same
-// keys on a source that reads them are accepted.
-TEST(JobSpec, DataKeysTheSourceDoesNotReadAreRefused) {
-  testing_util::expect_spec_refusals({
-      {R"("data": {"source": "text", "path": "a.txt", "tokenizer": "model"})",
-       "data.tokenizer does not apply to data.source = text: only jsonl"},
-      {R"("data": {"source": "text", "path": "a.txt", "epochs": 2})", "data.epochs does not apply"},
-      {R"("data": {"source": "tokens", "path": "a.bin", "packing": false})", "data.packing does not apply"},
-      {R"("data": {"source": "shards", "path": "s", "chat_template": "chatml"})", "data.chat_template does not apply"},
-      {R"("data": {"source": "synthetic", "path": "a.txt"})", "data.path does not apply to data.source = synthetic"},
-      {R"("data": {"source": "jsonl", "path": "a.jsonl", "dtype": "uint32"})", "data.dtype does not apply"},
-      {R"("data": {"source": "text", "path": "a.txt", "branching": 2})", "data.branching does not apply"},
-      {R"("eval": {"data": {"source": "text", "path": "a.txt", "format": "messages"}})",
-       "eval.data.format does not apply"},
-  });
-  for (const char* ok : {R"({"source": "jsonl", "path": "a.jsonl", "tokenizer": "byte", "format": "text", "epochs": 1,
-                              "packing": false, "long_examples": "truncate", "chat_template": "chatml"})",
-                         R"({"source": "shards", "path": "s", "epochs": 2, "packing": false})",
-                         R"({"source": "tokens", "path": "a.bin", "dtype": "uint32"})",
-                         R"({"source": "synthetic", "active_vocab": 8, "branching": 2})"}) {
-    auto j = Json::parse(R"({"model": {"preset": "tiny"}, "data": )" + std::string(ok) + "}");
-    ASSERT_TRUE(j.ok()) << ok;
-    auto spec = job_spec_from_json(*j);
-    EXPECT_TRUE(spec.ok()) << ok << ": " << spec.status().to_string();
-  }
-}
-
-TEST(JobSpec, UnknownKeyIsNamed) {
-  auto j = Json::parse(R"({"model": {"preset": "tiny"}, "optimiser": {"lr": 0.1}})");
-  auto s = job_spec_from_json(*j);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("'optimiser'"), std::string::npos) << s.status().message();
-}
-
-TEST(JobSpec, NestedUnknownKeyAndBadValueAreNamed) {
-  auto s = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "optimizer": {"learning_rate": 1}})"));
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("'optimizer.learning_rate'"), std::string::npos) << s.status().message();
-  s = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "global_batch": 6, "micro_batch": 4})"));
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("global_batch = 6"), std::string::npos) << s.status().message();
-  s = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "seq_len": "long"})"));
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("seq_len"), std::string::npos) << s.status().message();
-}
-
-TEST(JobSpec, JsonRoundTripAndIntegerStrings) {
-  JobSpec a = tiny_spec("streaming", 7);
-  auto b = job_spec_from_json(job_spec_to_json(a));
-  ASSERT_TRUE(b.ok()) << b.status().to_string();
-  EXPECT_EQ(job_spec_hash(a), job_spec_hash(*b));
-  auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "steps": "12"})"));
-  ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->steps, 12);
-  // A uint64 seed past INT64_MAX (protobuf writes it as a string) round-trips exactly.
-  auto d = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "init": {"seed": "18446744073709551615"}})"));
-  ASSERT_TRUE(d.ok()) << d.status().to_string();
-  EXPECT_EQ(d->init.seed, UINT64_MAX);
-  auto e = job_spec_from_json(job_spec_to_json(*d));
-  ASSERT_TRUE(e.ok()) << e.status().to_string();
-  EXPECT_EQ(e->init.seed, UINT64_MAX);
-}
-
-// The daemon's priority round-trips, and is not part of the trajectory: a checkpoint written at
-// one priority resumes at another (and a spec without it hashes as before it existed).
-TEST(JobSpec, PriorityRoundTripsAndStaysOutOfTheHash) {
-  JobSpec a = tiny_spec("streaming", 7);
-  const std::string before = job_spec_hash(a);
-  EXPECT_EQ(job_spec_to_json(a).find("priority"), nullptr);
-  a.priority = -3;
-  auto b = job_spec_from_json(job_spec_to_json(a));
-  ASSERT_TRUE(b.ok()) << b.status().to_string();
-  EXPECT_EQ(b->priority, -3);
-  EXPECT_EQ(job_spec_hash(*b), before);
-  auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "priority": 1.5})"));
-  ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("priority"), std::string::npos) << c.status().message();
-}
+using testing_util::run_stopped_at;
+using testing_util::tiny_spec;
 
 TEST(JobRunner, TrainsAndCheckpoints) {
   TempDir dir;
@@ -194,14 +78,7 @@ TEST_P(ResumeExactness, ResumeEqualsUninterrupted) {
   auto ra = whole.run();
   ASSERT_TRUE(ra.ok()) << ra.status().to_string();
 
-  JobHooks stop_at_n;
-  JobRunner* first_ptr = nullptr;
-  stop_at_n.on_step = [&](const StepStats& s) {
-    if (s.step == N) first_ptr->request_cancel();
-  };
-  JobRunner first(tiny_spec(GetParam(), 2 * N), b.path, stop_at_n);
-  first_ptr = &first;
-  auto r1 = first.run();
+  auto r1 = run_stopped_at(tiny_spec(GetParam(), 2 * N), b.path, N);
   ASSERT_TRUE(r1.ok()) << r1.status().to_string();
   EXPECT_TRUE(r1->cancelled);
   EXPECT_EQ(r1->steps_done, N);
@@ -237,16 +114,9 @@ TEST_P(InFlightCheckpoints, HoldTheirStepsBytesAndAreToldInOrder) {
   EXPECT_EQ(told, (std::vector<long>{2, 4, 6}));
   EXPECT_EQ(beside, 2) << "the checkpoints of steps 2 and 4";
 
-  JobHooks stop_at_4;
-  JobRunner* stopped = nullptr;
-  stop_at_4.on_step = [&](const StepStats& s) {
-    if (s.step == 4) stopped->request_cancel();
-  };
   JobSpec between = spec;
   between.checkpoint.every = 0;
-  JobRunner rb(between, b.path, stop_at_4);
-  stopped = &rb;
-  auto r = rb.run();
+  auto r = run_stopped_at(between, b.path, 4);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(r->steps_done, 4);
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json"})
@@ -314,20 +184,6 @@ TEST(JobRunner, SpeculativeUpdatesTrainTheSameModelAsThePlainSchedule) {
 }
 
 // logging.tensorboard round-trips and, like priority, stays out of the trajectory's hash.
-TEST(JobSpec, LoggingRoundTripsAndStaysOutOfTheHash) {
-  JobSpec a = tiny_spec("streaming", 7);
-  const std::string before = job_spec_hash(a);
-  EXPECT_EQ(job_spec_to_json(a).find("logging"), nullptr);
-  a.logging.tensorboard = true;
-  auto b = job_spec_from_json(job_spec_to_json(a));
-  ASSERT_TRUE(b.ok()) << b.status().to_string();
-  EXPECT_TRUE(b->logging.tensorboard);
-  EXPECT_EQ(job_spec_hash(*b), before);
-  auto c = job_spec_from_json(*Json::parse(R"({"model": {"preset": "tiny"}, "logging": {"tensorbord": true}})"));
-  ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("tensorbord"), std::string::npos) << c.status().message();
-}
-
 // logging.tensorboard: every step's scalars in JOB_DIR/tensorboard, as the step reported them;
 // a run killed after its checkpoint (its later steps in the file, a torn record at the end)
 // resumes with each step in the file exactly once, and the resumed values are the real ones.
@@ -463,14 +319,7 @@ TEST(JobRunner, WithoutLatestTheNewestStepDirectoryIsResumed) {
   TempDir a, b;
   auto whole = JobRunner(tiny_spec("streaming", 6), a.path, {}).run();
   ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-  JobHooks stop_at_3;
-  JobRunner* first_ptr = nullptr;
-  stop_at_3.on_step = [&](const StepStats& s) {
-    if (s.step == 3) first_ptr->request_cancel();
-  };
-  JobRunner first(tiny_spec("streaming", 6), b.path, stop_at_3);
-  first_ptr = &first;
-  ASSERT_TRUE(first.run().ok());
+  ASSERT_TRUE(run_stopped_at(tiny_spec("streaming", 6), b.path, 3).ok());
   const fs::path root = fs::path(b.path) / "checkpoints";
   ASSERT_TRUE(fs::remove(root / "latest"));
   const auto step3 = file_bytes(root / "step-00000003" / "model.safetensors");
@@ -509,14 +358,7 @@ TEST(JobRunner, AnNvmeTierWithoutPathsIsRefused) {
 // checkpoint, resumes from the last complete one and ends like an uninterrupted run.
 TEST(JobRunner, StaleTempCheckpointsAreRemovedWhenTheJobResumes) {
   TempDir dir, ref;
-  JobRunner* first = nullptr;
-  JobHooks stop_at_2;
-  stop_at_2.on_step = [&](const StepStats& s) {
-    if (s.step == 2) first->request_cancel();
-  };
-  JobRunner cancelled(tiny_spec("resident", 4), dir.path, stop_at_2);
-  first = &cancelled;
-  ASSERT_TRUE(cancelled.run().ok());
+  ASSERT_TRUE(run_stopped_at(tiny_spec("resident", 4), dir.path, 2).ok());
   const fs::path root = fs::path(dir.path) / "checkpoints";
   fs::create_directories(root / ".tmp-step-00000003");
   std::ofstream(root / ".tmp-step-00000003" / "model.safetensors") << "partial";
