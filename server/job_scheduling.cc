@@ -53,6 +53,19 @@ int JobManager::queue_position(const Job& job) const {
   return pos > 0 ? pos : -1;
 }
 
+// What a pause is told when the job's run has ended: the job, PAUSED at its checkpoint (or QUEUED
+// after a resume while pausing); FAILED_PRECONDITION when it ended otherwise, saying how.
+Status JobManager::pause_outcome(const v1::Job& ended) {
+  switch (ended.state()) {
+    case v1::JOB_STATE_PAUSED:
+    case v1::JOB_STATE_QUEUED: return Status::Ok();
+    case v1::JOB_STATE_RUNNING: return failed_precondition(kStoppingBeforePause);  // the device lost, the daemon exits
+    default:
+      return failed_precondition(std::string("the job ended ") + state_name(ended.state()) +
+                                 " before it paused: " + ended.reason());
+  }
+}
+
 Status JobManager::pause(const std::string& id, JobDone done) {
   v1::JobEvent ev;
   v1::Job out;
