@@ -68,16 +68,16 @@ constexpr auto kConnectionSeconds = std::chrono::seconds(10);
 constexpr size_t kMaxConnections = 64;
 constexpr size_t kMaxRequestBytes = 16384;
 
+bool request_whole(const Connection& c) { return c.in.find("\r\n\r\n") != std::string::npos; }
+
 // Reads what has arrived. False: close it (the client is gone, or its request is too long).
 bool read_some(Connection& c) {
   char buf[2048];
   const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
   if (n <= 0) return n < 0 && errno == EAGAIN;
   c.in.append(buf, size_t(n));
-  return c.in.size() < kMaxRequestBytes || c.in.find("\r\n\r\n") != std::string::npos;
+  return c.in.size() < kMaxRequestBytes || request_whole(c);
 }
-
-bool request_whole(const Connection& c) { return c.in.find("\r\n\r\n") != std::string::npos; }
 
 // Sends what the socket takes of the answer. False: close it (sent whole, or the client is gone).
 bool write_some(Connection& c) {

@@ -35,7 +35,7 @@ int cmd_inspect(const Args& a) {
   namespace fs = std::filesystem;
   if (a.positional().size() != 1) return usage_error("inspect");
   std::string path = a.positional()[0];
-  if (is_training_checkpoint(path) && !fs::exists(fs::path(path) / "trainer_state.json")) {  // a checkpoints root
+  if (is_training_checkpoint(path)) {  // a checkpoints root (its latest), or a step directory
     auto dir = resolve_checkpoint(path);
     if (!dir.ok()) return fail(kJobFailed, dir.status().message());
     path = *dir;
