@@ -19,8 +19,11 @@ namespace mt {
 // no token spans a special token, and every segment but the first starts with one, as it does in
 // the whole text: encoding the segments one by one gives the ids of encoding the whole text.
 // Within a segment, where the loss changes (markup -> assistant content, end token -> "\n", prompt
-// -> completion), the token boundary is found by encoding the text before it and comparing: the
-// tokens both encodings share lie before it; a token that straddles it counts as trained.
+// -> completion), a token is trained when it holds a byte of a trained piece (a token straddling
+// the change counts). Where decoding the segment's tokens one by one gives back its bytes (byte-
+// level BPE) each token's bytes are known and the rule is exact. Otherwise the boundary is found by
+// encoding the text before it: the tokens both encodings share lie before it, and the rest count,
+// so a token of only untrained bytes can count where BPE encodes that prefix differently.
 //
 // check_special: each special piece must come out as the tokenizer's single token for it
 // (kInternal otherwise: the tokenizer does not split at its special tokens as promised).

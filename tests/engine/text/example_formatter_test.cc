@@ -113,6 +113,61 @@ TEST(SftExample, TokenStraddlingPromptAndCompletionIsTrained) {
   EXPECT_EQ(ex->ids, whole);
 }
 
+// BPE by merge rank, as Hugging Face's byte-level BPE applies merges: "abc" -> a|bc (b+c outranks
+// a+b), "abcd" -> ab|cd (c+d outranks both). Encoding a prefix thus diverges from the whole text
+// before the prefix's end.
+class RankedBpe final : public Tokenizer {
+ public:
+  Status encode(std::string_view text, std::vector<int32_t>& ids) const override {
+    std::vector<std::string> parts;
+    for (char c : text) parts.emplace_back(1, c);
+    for (const auto& [a, b] : kMerges)
+      for (size_t i = 0; i + 1 < parts.size();)
+        if (parts[i] == a && parts[i + 1] == b) parts[i] += parts[i + 1], parts.erase(parts.begin() + long(i) + 1);
+        else ++i;
+    for (const auto& p : parts) ids.push_back(token_id(p));
+    return Status::Ok();
+  }
+  Status decode(const int32_t* ids, size_t n, std::string& text) const override {
+    for (size_t k = 0; k < n; ++k) text += ids[k] < 256 ? std::string(1, char(ids[k])) : kVocab[size_t(ids[k] - 256)];
+    return Status::Ok();
+  }
+  int32_t token_id(std::string_view s) const override {
+    for (size_t k = 0; k < std::size(kVocab); ++k)
+      if (kVocab[k] == s) return int32_t(256 + k);
+    return s.size() == 1 ? int32_t(static_cast<unsigned char>(s[0])) : -1;
+  }
+  int vocab_size() const override { return 256 + int(std::size(kVocab)); }
+  std::string describe() const override { return "ranked BPE"; }
+
+ private:
+  static constexpr std::pair<const char*, const char*> kMerges[] = {{"c", "d"}, {"b", "c"}, {"a", "b"}};
+  static constexpr const char* kVocab[] = {"cd", "bc", "ab"};
+};
+
+// The prompt "abc" encodes a|bc but the whole "abcd" ab|cd: "ab" holds only prompt bytes and is
+// context; "cd" straddles and is trained. Before, every token after the prefixes' common part
+// (none here) was trained, "ab" included.
+TEST(SftExample, ATokenOfOnlyPromptBytesIsContextWhereBpeDivergesBeforeTheCompletion) {
+  const RankedBpe tok;
+  std::vector<int32_t> prefix, whole;
+  ASSERT_TRUE(tok.encode("abc", prefix).ok());
+  ASSERT_TRUE(tok.encode("abcd", whole).ok());
+  ASSERT_EQ(prefix, (std::vector<int32_t>{'a', tok.token_id("bc")}));
+  ASSERT_EQ(whole, (std::vector<int32_t>{tok.token_id("ab"), tok.token_id("cd")}));
+  ExampleFormatOptions o;
+  o.format = "prompt_completion";
+  o.add_eos = false;
+  auto f = make(tok, o);
+  auto ex = f->format(R"({"prompt": "abc", "completion": "d"})");
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  EXPECT_EQ(ex->ids, whole);
+  EXPECT_EQ(ex->loss, (std::vector<uint8_t>{0, 1}));
+  auto later = f->format(R"({"prompt": "ab", "completion": "cd"})");  // ab|cd, the boundary between them
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->loss, (std::vector<uint8_t>{0, 1}));
+}
+
 TEST(SftExample, EmptyPromptOrCompletionIsFine) {
   ExampleFormatOptions o;
   o.format = "prompt_completion";
