@@ -9,7 +9,7 @@
 #include "client/cli.h"
 #include "client/progress.h"
 #include "engine/data/jsonl_examples.h"
-#include "engine/data/token_shard.h"
+#include "engine/data/shard_set.h"
 
 namespace mt::cli {
 
@@ -50,25 +50,11 @@ InputKind kind_of(const std::string& path, const TokenizeOptions& o) {
   return ext == ".jsonl" || ext == ".json" ? InputKind::kJsonl : o.text_kind;
 }
 
-// The output directory: created, and refused when it already holds shards (a second run would
-// mix two corpora).
-Status prepare_out(const std::string& out) {
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) return invalid_argument("--out '" + out + "': " + ec.message());
-  for (const auto& e : fs::directory_iterator(out, ec))
-    if (e.path().extension() == ".mts")
-      return invalid_argument("--out '" + out + "' already holds token shards (" + e.path().filename().string() +
-                              "); choose an empty directory");
-  return ec ? invalid_argument("--out '" + out + "': " + ec.message()) : Status::Ok();
-}
-
 struct Totals {
   uint64_t documents = 0, tokens = 0, trained = 0, skipped = 0, bytes = 0, shards = 0;
 };
 
 Result<Totals> run(const TokenizeOptions& o) {
-  MT_RETURN_IF_ERROR(prepare_out(o.out));
   uint64_t total_bytes = 0;
   for (const auto& in : o.inputs) {
     std::error_code ec;
@@ -78,34 +64,24 @@ Result<Totals> run(const TokenizeOptions& o) {
   }
   MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(o.tokenizer));
   MT_ASSIGN_OR_RETURN(LineFormat fmt, make_line_format(tok, o.tokenizer, o.format, o.chat_template));
+  MT_ASSIGN_OR_RETURN(ShardSetWriter writer, ShardSetWriter::create(o.out, tok->vocab_size(), o.tokenizer, o.shard_tokens));
   ThreadPool pool(o.threads);
-  ShardWriter writer(tok->vocab_size());
   ByteProgress progress("tokenize", total_bytes);
   Totals t;
-  auto flush = [&]() -> Status {
-    if (writer.documents() == 0) return Status::Ok();
-    char name[32];
-    std::snprintf(name, sizeof name, "shard-%05llu.mts", (unsigned long long)t.shards++);
-    t.trained += writer.trained_tokens();  // the shard's, counted as it was filled
-    return writer.write((fs::path(o.out) / name).string());
-  };
   auto sink = [&](TokenizedChunk& c) -> Status {
-    for (const auto& ex : c.examples) {
-      MT_RETURN_IF_ERROR(writer.add(ex));
-      t.documents += 1;
-      t.tokens += ex.ids.size();
-      if (writer.tokens() >= o.shard_tokens) MT_RETURN_IF_ERROR(flush());
-    }
+    for (const auto& ex : c.examples) MT_RETURN_IF_ERROR(writer.add(ex));
     t.skipped += c.skipped;
     t.bytes += c.bytes;
-    progress.update(t.bytes, t.tokens);
+    progress.update(t.bytes, writer.tokens());
     return Status::Ok();
   };
   for (const auto& in : o.inputs)  // a line that does not format is bad data (exit 1), not a usage error
     if (Status s = tokenize_file(in, kind_of(in, o), fmt.format, pool, sink); !s.ok())
       return Status(s.code() == StatusCode::kInvalidArgument ? StatusCode::kDataLoss : s.code(), s.message());
-  MT_RETURN_IF_ERROR(flush());
-  progress.finish(t.bytes, t.tokens);
+  MT_RETURN_IF_ERROR(writer.finish());
+  progress.finish(t.bytes, writer.tokens());
+  t.documents = writer.documents(), t.tokens = writer.tokens(), t.trained = writer.trained_tokens();
+  t.shards = writer.shards();
   return t;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/data/shard_set.h"
 #include "engine/data/token_shard.h"
 
 namespace mt {
@@ -94,10 +95,11 @@ std::unique_ptr<ExampleSet> make_memory_example_set(std::vector<TokenizedExample
 }
 
 Result<std::unique_ptr<ExampleSet>> open_shard_example_set(const std::string& path, int vocab) {
-  MT_ASSIGN_OR_RETURN(std::vector<std::string> files, list_shards(path));
+  MT_ASSIGN_OR_RETURN(const ShardListing listing, list_shards(path));
   std::vector<std::unique_ptr<TokenShard>> shards;
-  for (const auto& f : files) {
-    MT_ASSIGN_OR_RETURN(auto s, TokenShard::open(f, vocab));
+  for (const auto& listed : listing.shards) {
+    MT_ASSIGN_OR_RETURN(auto s, TokenShard::open(listed.path, vocab));
+    if (listing.from_manifest) MT_RETURN_IF_ERROR(check_manifest_entry(listed, *s));
     shards.push_back(std::move(s));
   }
   return std::unique_ptr<ExampleSet>(new ShardExampleSet(std::move(shards), path));

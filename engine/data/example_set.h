@@ -29,8 +29,9 @@ class ExampleSet {
 // Examples held in memory (empty examples are dropped).
 std::unique_ptr<ExampleSet> make_memory_example_set(std::vector<TokenizedExample> examples, std::string what);
 
-// The shards of `path` (a directory of *.mts or one file), memory-mapped: one example per
-// document. Shards tokenized for a vocabulary larger than `vocab` are refused.
+// The shards of `path` (a shard set's directory, checked against its manifest, or one shard file;
+// shard_set.h), memory-mapped: one example per document. Shards tokenized for a vocabulary larger
+// than `vocab` are refused.
 Result<std::unique_ptr<ExampleSet>> open_shard_example_set(const std::string& path, int vocab);
 
 }  // namespace mt

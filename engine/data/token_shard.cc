@@ -68,7 +68,7 @@ Status ShardWriter::add(const TokenizedExample& ex) {
   return Status::Ok();
 }
 
-Status ShardWriter::write(const std::string& path) {
+Result<ShardEntry> ShardWriter::write(const std::string& path) {
   const bool has_mask = trained_ != tokens_;
   const uint64_t ids_bytes = pad8(ids_.size()), off_bytes = offsets_.size() * 8;
   const uint64_t mask_bytes = has_mask ? pad8(mask_.size()) : 0;
@@ -89,14 +89,15 @@ Status ShardWriter::write(const std::string& path) {
   store(out, 40, documents());
   store(out, 56, size);
   const auto* body = reinterpret_cast<const uint8_t*>(out.data()) + ShardFormat::kHeaderBytes;
-  store(out, 48, checksum(body, size - ShardFormat::kHeaderBytes));
+  const ShardEntry written{path, documents(), tokens_, size, checksum(body, size - ShardFormat::kHeaderBytes)};
+  store(out, 48, written.checksum);
   const std::string tmp = path + ".tmp";
   MT_RETURN_IF_ERROR(write_file_durable(tmp, out));
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return internal_error("renaming '" + tmp + "' to '" + path + "': " + ec.message());
   *this = ShardWriter(vocab_);
-  return Status::Ok();
+  return written;
 }
 
 TokenShard::~TokenShard() = default;
@@ -127,6 +128,7 @@ Status TokenShard::parse() {
   vocab_ = load<uint64_t>(p + 24);
   tokens_ = load<uint64_t>(p + 32);
   docs_ = load<uint64_t>(p + 40);
+  checksum_ = load<uint64_t>(p + 48);
   if (width_ != 2 && width_ != 4) return bad("token width " + std::to_string(width_) + " is not 2 or 4");
   if (flags_ & ~ShardFormat::kFlagHasMask) return bad("unknown flags " + std::to_string(flags_));
   if (vocab_ == 0 || vocab_ > ShardFormat::kMaxVocab || (width_ == 2 && vocab_ > 65536))
@@ -144,7 +146,7 @@ Status TokenShard::parse() {
                std::to_string(load<uint64_t>(p + 56)) + ") but the file has " + std::to_string(size) +
                " (truncated or corrupt)");
   if (size - ShardFormat::kHeaderBytes <= ShardFormat::kVerifyBodyBytes &&
-      checksum(p + ShardFormat::kHeaderBytes, size - ShardFormat::kHeaderBytes) != load<uint64_t>(p + 48))
+      checksum(p + ShardFormat::kHeaderBytes, size - ShardFormat::kHeaderBytes) != checksum_)
     return bad("checksum mismatch (the file was modified or corrupted)");
   if (doc_begin(0) != 0 || doc_begin(docs_) != tokens_)
     return bad("document offsets must start at 0 and end at the token count " + std::to_string(tokens_));
@@ -182,21 +184,8 @@ uint8_t TokenShard::loss(uint64_t i) const {
 
 const std::string& TokenShard::path() const { return map_->path(); }
 
-Status TokenShard::intact() const { return map_->intact(); }
+ShardEntry TokenShard::entry() const { return {path(), docs_, tokens_, map_->size(), checksum_}; }
 
-Result<std::vector<std::string>> list_shards(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    if (!fs::exists(path, ec)) return not_found("no token shard or directory '" + path + "'");
-    return std::vector<std::string>{path};
-  }
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(path, ec))
-    if (e.path().extension() == ".mts") out.push_back(e.path().string());
-  if (ec) return not_found("reading directory '" + path + "': " + ec.message());
-  if (out.empty()) return not_found("directory '" + path + "' holds no token shards (*.mts)");
-  std::sort(out.begin(), out.end());
-  return out;
-}
+Status TokenShard::intact() const { return map_->intact(); }
 
 }  // namespace mt

@@ -30,6 +30,12 @@ struct ShardFormat {
   static constexpr uint64_t kVerifyBodyBytes = uint64_t(1) << 30;
 };
 
+// What a written shard holds, as its header records it (and a shard set's manifest lists it).
+struct ShardEntry {
+  std::string path;
+  uint64_t documents = 0, tokens = 0, bytes = 0, checksum = 0;
+};
+
 // Collects examples in memory and writes them as one shard. dtype: uint16 when the vocabulary
 // fits, else uint32.
 class ShardWriter {
@@ -41,7 +47,7 @@ class ShardWriter {
   uint64_t documents() const { return offsets_.size() - 1; }
   uint64_t trained_tokens() const { return trained_; }
   // Writes path durably (a temporary file renamed into place) and clears the writer.
-  Status write(const std::string& path);
+  Result<ShardEntry> write(const std::string& path);
 
  private:
   int vocab_;
@@ -65,6 +71,7 @@ class TokenShard {
   uint64_t vocab() const { return vocab_; }
   uint64_t trained_tokens() const { return trained_; }  // loss mask 1, a document's first token not counted
   uint32_t width() const { return width_; }
+  ShardEntry entry() const;  // path, counts, file size and checksum from the header
   // Document bounds as the file gives them, clamped to [0, tokens()] and a length of at least 1,
   // so that a shard truncated after open() (its bytes read as zeros) never sends a reader outside
   // the mapping; the reader's intact() then says the data is not the file's.
@@ -82,11 +89,8 @@ class TokenShard {
 
   std::unique_ptr<MappedFile> map_;
   uint32_t width_ = 2, flags_ = 0;
-  uint64_t tokens_ = 0, docs_ = 0, vocab_ = 0, trained_ = 0;
+  uint64_t tokens_ = 0, docs_ = 0, vocab_ = 0, trained_ = 0, checksum_ = 0;
   size_t ids_at_ = 0, offsets_at_ = 0, mask_at_ = 0;
 };
-
-// The shards of a directory (every *.mts, in name order), or one shard file.
-Result<std::vector<std::string>> list_shards(const std::string& path);
 
 }  // namespace mt

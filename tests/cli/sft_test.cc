@@ -94,6 +94,28 @@ TEST(SftCli, TokenizeJsonlWritesReadableShards) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// A tokenize run that fails after writing some shards (a bad line in its second input, as an
+// interrupted one would) leaves no manifest, so training on its directory is refused by name.
+// Before, its shards looked complete and a job trained on part of the corpus and exited 0.
+TEST(SftCli, ShardsOfATokenizeThatDidNotFinishAreRefused) {
+  const std::string dir = fresh_dir("sft_tokenize_partial");
+  const Task task = reverse_task(dir, 400, 8, 6);
+  write_file(dir + "/bad.jsonl", "{\"prompt\": [1]}\n");
+  RunResult r = megatrain({"tokenize", task.path, dir + "/bad.jsonl", "--tokenizer", "byte", "--out", dir + "/shards",
+                           "--shard-tokens", "500"});
+  ASSERT_EQ(r.rc, 1) << describe(r);
+  ASSERT_TRUE(fs::exists(dir + "/shards/shard-00000.mts")) << "shards were written before the bad line";
+  EXPECT_FALSE(fs::exists(dir + "/shards/manifest.json"));
+  const std::string spec =
+      write_file(dir + "/spec.yaml", sft_spec("{source: shards, path: " + dir + "/shards}", 2, 32, 4, 0));
+  RunResult t = megatrain({"train", spec, "--out", dir + "/run"});
+  EXPECT_NE(t.rc, 0) << describe(t);
+  EXPECT_NE(t.err.find("no manifest.json"), std::string::npos) << describe(t);
+  const bool none = !fs::exists(dir + "/run/checkpoints") || fs::is_empty(dir + "/run/checkpoints");
+  EXPECT_TRUE(none) << "no step was trained: " << describe(t);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 // With a real tokenizer (the committed Qwen2 fixture, byte-level BPE) and the chatml template,
 // `megatrain tokenize` trains on exactly each assistant turn's content and its <|im_end|>.
 TEST(SftCli, TokenizeChatsWithAHuggingFaceTokenizer) {

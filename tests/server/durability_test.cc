@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "engine/base/json.h"
-#include "engine/data/token_shard.h"
+#include "engine/data/shard_set.h"
 #include "tests/server/daemon_process.h"
 
 namespace mt::server::testing {
@@ -289,26 +289,25 @@ TEST(ServerBadInput, AShardDirectoryWithASymlinkToOutsideFailsTheJobNamingTheSha
   Server s(cfg);
   ASSERT_TRUE(s.stub);
   const std::string outside = fresh_dir("paths_shard_link_outside");
-  auto write_shard = [](const std::string& path) {
-    ShardWriter w(256);
+  auto w = ShardSetWriter::create(cfg.data_root + "/shards", 256, "byte", 600);  // a shard per example
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  for (int e = 0; e < 2; ++e) {
     TokenizedExample ex;
-    for (int i = 0; i < 600; ++i) ex.ids.push_back(i % 250), ex.loss.push_back(1);
-    ASSERT_TRUE(w.add(ex).ok());
-    ASSERT_TRUE(w.write(path).ok());
-  };
-  fs::create_directories(cfg.data_root + "/shards");
-  write_shard(cfg.data_root + "/shards/a.mts");
-  write_shard(outside + "/b.mts");
+    for (int i = 0; i < 600; ++i) ex.ids.push_back((e + i) % 250), ex.loss.push_back(1);
+    ASSERT_TRUE(w->add(ex).ok());
+  }
+  ASSERT_TRUE(w->finish().ok());
   v1::JobSpec spec = tiny_spec(2, "shards");
   spec.mutable_data()->set_path("shards");
-  const std::string ok = submit(*s.stub, spec);  // only a.mts: trains
+  const std::string ok = submit(*s.stub, spec);  // both shards in the data root: trains
   EXPECT_EQ(wait_terminal(*s.stub, ok).state(), v1::JOB_STATE_SUCCEEDED);
-  fs::create_symlink(outside + "/b.mts", cfg.data_root + "/shards/b.mts");
+  fs::rename(cfg.data_root + "/shards/shard-00001.mts", outside + "/b.mts");
+  fs::create_symlink(outside + "/b.mts", cfg.data_root + "/shards/shard-00001.mts");
   const std::string id = submit(*s.stub, spec);
   ASSERT_FALSE(id.empty());
   const v1::Job j = wait_terminal(*s.stub, id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
-  EXPECT_NE(j.reason().find("shards/b.mts"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("shards/shard-00001.mts"), std::string::npos) << j.reason();
   EXPECT_NE(j.reason().find("outside the allowed roots"), std::string::npos) << j.reason();
   EXPECT_EQ(j.step(), 0);
   fs::remove_all(outside);
@@ -322,15 +321,15 @@ TEST(ServerBadInput, AShardTruncatedWhileTheJobReadsItFailsTheJobNotTheDaemon) {
   DaemonConfig cfg = test_config(state);
   Server s(cfg);
   ASSERT_TRUE(s.stub);
-  const std::string shard = cfg.data_root + "/shards/a.mts";
-  fs::create_directories(cfg.data_root + "/shards");
-  ShardWriter w(256);
+  const std::string shard = cfg.data_root + "/shards/shard-00000.mts";
+  auto w = ShardSetWriter::create(cfg.data_root + "/shards", 256, "byte", uint64_t(1) << 20);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
   for (int doc = 0; doc < 40; ++doc) {
     TokenizedExample ex;
     for (int i = 0; i < 1000; ++i) ex.ids.push_back((doc + i) % 250), ex.loss.push_back(1);
-    ASSERT_TRUE(w.add(ex).ok());
+    ASSERT_TRUE(w->add(ex).ok());
   }
-  ASSERT_TRUE(w.write(shard).ok());
+  ASSERT_TRUE(w->finish().ok());
   v1::JobSpec spec = tiny_spec(100000, "shards");
   spec.mutable_data()->set_path("shards");
   const std::string id = submit(*s.stub, spec);
@@ -339,7 +338,7 @@ TEST(ServerBadInput, AShardTruncatedWhileTheJobReadsItFailsTheJobNotTheDaemon) {
   fs::resize_file(shard, 4096);
   const v1::Job j = wait_terminal(*s.stub, id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.reason();
-  EXPECT_NE(j.reason().find("shards/a.mts"), std::string::npos) << j.reason();
+  EXPECT_NE(j.reason().find("shards/shard-00000.mts"), std::string::npos) << j.reason();
   EXPECT_NE(j.reason().find("changed while it was being read"), std::string::npos) << j.reason();
   const std::string next = submit(*s.stub, tiny_spec(2));  // the same daemon runs the next job
   EXPECT_EQ(wait_terminal(*s.stub, next).state(), v1::JOB_STATE_SUCCEEDED);
