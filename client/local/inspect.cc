@@ -34,7 +34,7 @@ int list_set(const SafetensorsSet& set, bool json, uint64_t& total) {
 int cmd_inspect(const Args& a) {
   namespace fs = std::filesystem;
   if (a.positional().size() != 1) return usage_error("inspect");
-  std::string path = a.positional()[0];
+  std::string path = checkpoints_of_run(a.positional()[0]);
   if (is_training_checkpoint(path)) {  // a checkpoints root (its latest), or a step directory
     auto dir = resolve_checkpoint(path);
     if (!dir.ok()) return fail(kJobFailed, dir.status().message());
@@ -42,7 +42,9 @@ int cmd_inspect(const Args& a) {
   }
   uint64_t total = 0;
   for (const char* name : {"model", "optimizer"}) {
-    if (name == std::string("optimizer") && !fs::exists(fs::path(path) / "optimizer.safetensors")) continue;
+    const bool sharded = fs::exists(fs::path(path) / (std::string(name) + ".safetensors.index.json"));
+    if (name == std::string("optimizer") && !sharded && !fs::exists(fs::path(path) / "optimizer.safetensors"))
+      continue;  // a checkpoint saved without optimizer state (an export, weights_only)
     auto set = SafetensorsSet::open(path, name);
     if (!set.ok()) return fail(kJobFailed, set.status().message());
     if (!a.json()) std::printf("# %s\n", (*set)->describe().c_str());

@@ -472,6 +472,11 @@ bool is_training_checkpoint(const std::string& path) {
          !newest_step_dir(path).empty();
 }
 
+std::string checkpoints_of_run(const std::string& path) {
+  const std::string root = join(path, "checkpoints");
+  return !is_training_checkpoint(path) && is_training_checkpoint(root) ? root : path;
+}
+
 Result<std::string> resolve_checkpoint(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(join(path, "trainer_state.json"), ec)) return path;

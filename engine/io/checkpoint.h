@@ -86,6 +86,12 @@ long parse_step_dir(const std::string& name);
 // model directory.
 bool is_training_checkpoint(const std::string& path);
 
+// A run's directory (`megatrain train --out DIR`, a daemon job's directory) stands for its
+// checkpoints root DIR/checkpoints, where DIR is no checkpoint itself and that root is one; any
+// other path is returned as it is. For the commands that read a checkpoint (inspect, export, eval,
+// init.from), so that the directory a user trained into is accepted as it is.
+std::string checkpoints_of_run(const std::string& path);
+
 // Resolves ROOT (via `latest`; without it, its newest complete step directory) or a step
 // directory to the checkpoint directory.
 Result<std::string> resolve_checkpoint(const std::string& path);

@@ -5,7 +5,8 @@
 
 namespace mt {
 
-Result<ModelFiles> find_model_files(const std::string& path) {
+Result<ModelFiles> find_model_files(const std::string& named) {
+  const std::string path = checkpoints_of_run(named);
   ModelFiles f{path, is_training_checkpoint(path)};
   if (f.checkpoint) {
     MT_ASSIGN_OR_RETURN(f.dir, resolve_checkpoint(path));

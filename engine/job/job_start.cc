@@ -55,7 +55,7 @@ Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, con
                                 Executor& ex, std::string& resumed) {
   std::string from;
   if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
-  else if (!spec.init.from.empty()) from = spec.init.from;
+  else if (!spec.init.from.empty()) from = checkpoints_of_run(spec.init.from);
   if (from.empty()) {
     init_weights(cfg, ex.store(), spec.init.seed);
     return TrainerState{};

@@ -42,6 +42,26 @@ TEST(CliTrainDir, ADirectoryHeldByAnotherRunIsRefusedBeforeAnyStep) {
   EXPECT_EQ(step_events(ok), 3);
 }
 
+// The directory a run trained into is what a user hands the commands that read its checkpoint:
+// inspect and export take it for its checkpoints/ (before: "holds neither model.safetensors ..."
+// and "no config.json").
+TEST(CliTrainDir, TheRunsDirectoryStandsForItsCheckpoints) {
+  const std::string dir = fresh_dir("train_dir_reads");
+  const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(2));
+  ASSERT_EQ(megatrain({"train", spec, "--out", dir + "/run"}).rc, 0);
+  RunResult by_run = megatrain({"inspect", dir + "/run", "--json"});
+  RunResult by_root = megatrain({"inspect", dir + "/run/checkpoints", "--json"});
+  ASSERT_EQ(by_run.rc, 0) << describe(by_run);
+  EXPECT_EQ(by_run.out, by_root.out);
+  EXPECT_NE(by_run.out.find("optimizer"), std::string::npos) << by_run.out;
+  RunResult exported = megatrain({"export", dir + "/run", dir + "/hf"});
+  ASSERT_EQ(exported.rc, 0) << describe(exported);
+  EXPECT_TRUE(fs::exists(dir + "/hf/config.json"));
+  RunResult again = megatrain({"train", spec, "--out", dir + "/run"});  // the run's own --out still resumes
+  EXPECT_EQ(again.rc, 0) << describe(again);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 TEST(CliTrainDir, UnusableOrMisnamedDirectoriesAreRefusedBeforeAnyStep) {
   const std::string dir = fresh_dir("train_dir_bad");
   const std::string spec = write_file(dir + "/spec.yaml", tiny_spec_yaml(3));

@@ -94,6 +94,10 @@ case $mode in
       [ -s "$d/$f" ] || { echo "FAIL: $d/$f missing"; ls -la "$d"; exit 1; }
     done
     [ ! -e "$d/optimizer.safetensors" ] || { echo "FAIL: a sharded checkpoint with a whole optimizer.safetensors"; exit 1; }
+    # inspect lists the moments of both shards: as many tensors as the replicated checkpoint shows
+    tensors() { "$cli" inspect "$1" --json | grep -c '"event": *"tensor"'; }
+    n_sh=$(tensors "$d") n_rep=$(tensors "$t/rep/checkpoints/step-00000012")
+    [ "$n_sh" -eq "$n_rep" ] || { echo "FAIL: inspect lists $n_sh tensors of the sharded checkpoint, $n_rep of the replicated"; exit 1; }
     cmp "$d/model.safetensors" "$t/rep/checkpoints/step-00000012/model.safetensors" ||
       { echo "FAIL: sharded and replicated final weights differ"; exit 1; }
     ;;
