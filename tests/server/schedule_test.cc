@@ -281,49 +281,114 @@ TEST(ServerPreempt, KillNineDuringPreemptionLosesNothing) {
   EXPECT_EQ(checkpoint_tensors(done.last_checkpoint()), uninterrupted_tensors(low, "preempt_crash_ref"));
 }
 
+// The daemon told to stop (SIGTERM) while a PauseJob waits for the job to stop: the call is
+// answered at once — gRPC's shutdown waits for every call, so an unanswered one held the daemon
+// up — saying the pause holds; the daemon exits 0, and after its restart the job is PAUSED at the
+// checkpoint it stopped at. An attempt where the pause won the race (answered OK) runs again.
+TEST(ServerPause, ADaemonStopAnswersAPauseInFlightAndThePauseHolds) {
+  if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
+  v1::JobSpec spec = named(tiny_spec(400), "pause_at_stop", 0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string state = fresh_dir("pause_at_stop_" + std::to_string(attempt));
+    std::string id;
+    grpc::Status answer;
+    v1::Job reply;
+    {
+      Process p(state);
+      ASSERT_GT(p.port, 0);
+      id = submit(*p.stub, spec);
+      ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 3; }).step(), 3);
+      std::thread pause([&] {
+        v1::PauseJobRequest req;
+        req.set_job_id(id);
+        auto c = ctx();
+        answer = p.stub->PauseJob(c.get(), req, &reply);
+      });
+      const std::string record = state + "/jobs/" + id + "/job.json";
+      for (int i = 0; i < 20000; ++i) {
+        auto text = read_file(record);
+        if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const int status = p.term();
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+      pause.join();
+    }
+    Process p(state);
+    ASSERT_GT(p.port, 0);
+    v1::Job j;
+    ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
+    EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << j.reason();
+    EXPECT_EQ(checkpoint_step(j.last_checkpoint()), j.step()) << j.last_checkpoint();
+    if (answer.ok()) continue;  // paused before the stop: the race went the other way
+    EXPECT_EQ(answer.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << answer.error_message();
+    EXPECT_NE(answer.error_message().find("the pause holds"), std::string::npos) << answer.error_message();
+    return;
+  }
+  FAIL() << "in 3 attempts the pause was always answered before the stop: the stop's answer was never exercised";
+}
+
 // kill -9 while a pause is on its way (acknowledged in the record, the job not yet stopped at its
 // checkpoint): after the restart the job is PAUSED at its last checkpoint — its record once kept
 // the step of its last event, steps the resume then trained again — and resumes bit-identical.
+// The kill must leave the record ahead of its checkpoint, or the restart has nothing to rewind: an
+// attempt where the pause won the race is run again, and one of three must land.
 TEST(ServerPause, KillNineWhilePausingLeavesTheRecordAtItsCheckpoint) {
   if (!std::filesystem::exists(megatraind_path())) GTEST_SKIP() << "megatraind not built";
-  const std::string state = fresh_dir("pause_rewind");
   v1::JobSpec spec = named(tiny_spec(40), "pausing", 0);
   spec.mutable_checkpoint()->set_every(5);  // the record's step runs ahead of its checkpoint
-  std::string id;
-  {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string state = fresh_dir("pause_rewind_" + std::to_string(attempt));
+    std::string id;
+    Json at_kill;  // the record as the kill left it
+    {
+      Process p(state);
+      ASSERT_GT(p.port, 0);
+      id = submit(*p.stub, spec);
+      ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 7; }).step(), 7);
+      std::thread pause([&] {
+        v1::PauseJobRequest req;
+        req.set_job_id(id);
+        v1::Job reply;
+        auto c = ctx();
+        (void)p.stub->PauseJob(c.get(), req, &reply);  // cut off by the kill, or answered just before it
+      });
+      // killed once the pause is in the record, before the job is likely to have stopped
+      const std::string record = state + "/jobs/" + id + "/job.json";
+      for (int i = 0; i < 20000; ++i) {
+        auto text = read_file(record);
+        if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      p.kill9();
+      pause.join();
+      auto text = read_file(record);
+      ASSERT_TRUE(text.ok()) << text.status().to_string();
+      auto json = Json::parse(*text);
+      ASSERT_TRUE(json.ok()) << json.status().to_string();
+      at_kill = *json;
+    }
+    ASSERT_TRUE(at_kill.find("step") && at_kill.find("last_checkpoint")) << at_kill.dump();
+    const long recorded = long(at_kill.find("step")->as_int());
+    const long checkpointed = checkpoint_step(at_kill.find("last_checkpoint")->as_string());
     Process p(state);
     ASSERT_GT(p.port, 0);
-    id = submit(*p.stub, spec);
-    ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 7; }).step(), 7);
-    std::thread pause([&] {
-      v1::PauseJobRequest req;
-      req.set_job_id(id);
-      v1::Job reply;
-      auto c = ctx();
-      (void)p.stub->PauseJob(c.get(), req, &reply);  // cut off by the kill, or answered just before it
-    });
-    // killed once the pause is in the record, before the job is likely to have stopped
-    const std::string record = state + "/jobs/" + id + "/job.json";
-    for (int i = 0; i < 20000; ++i) {
-      auto text = read_file(record);
-      if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(500));
-    }
-    p.kill9();
-    pause.join();
+    v1::Job j;
+    ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
+    EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << j.reason();
+    ASSERT_GE(j.step(), 5);
+    EXPECT_EQ(checkpoint_step(j.last_checkpoint()), j.step()) << j.last_checkpoint();
+    if (recorded == checkpointed) continue;  // nothing to rewind: the pause checkpointed first
+    const v1::Job resumed = resume_job(*p.stub, id);
+    EXPECT_EQ(resumed.state(), v1::JOB_STATE_QUEUED);
+    const v1::Job done = wait_terminal(*p.stub, id, 120);
+    ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
+    EXPECT_EQ(checkpoint_tensors(done.last_checkpoint()), uninterrupted_tensors(spec, "pause_rewind_ref"));
+    return;
   }
-  Process p(state);
-  ASSERT_GT(p.port, 0);
-  v1::Job j;
-  ASSERT_TRUE(get_job(*p.stub, id, &j).ok());
-  EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED) << j.reason();
-  ASSERT_GE(j.step(), 5);
-  EXPECT_EQ(checkpoint_step(j.last_checkpoint()), j.step()) << j.last_checkpoint();
-  const v1::Job resumed = resume_job(*p.stub, id);
-  EXPECT_EQ(resumed.state(), v1::JOB_STATE_QUEUED);
-  const v1::Job done = wait_terminal(*p.stub, id, 120);
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
-  EXPECT_EQ(checkpoint_tensors(done.last_checkpoint()), uninterrupted_tensors(spec, "pause_rewind_ref"));
+  FAIL() << "in 3 attempts the pause always checkpointed before the kill: the rewind was never exercised";
 }
 
 }  // namespace
