@@ -247,9 +247,10 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
   JobRunner runner(job->spec, job->dir, hooks, opt_.budgets.device, opt_.budgets.host);  // the budgets it was admitted under
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job->runner = &runner;
+    job->runner = &runner;  // what was asked while it was made, it is asked now
     if (job->rec.cancel_requested || job->rec.pause_requested || !job->preempted_by.empty() || stopping_)
       runner.request_cancel();
+    if (!job->ckpt_waiters.empty()) runner.request_checkpoint();
   }
   Result<JobResult> res = opt_.run_job ? opt_.run_job(runner) : runner.run();
   finish_job(job, res);
@@ -465,13 +466,13 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
     if (job->rec.terminal())
       return failed_precondition("job " + id + " is already " + state_name(job->rec.state));
     job->rec.cancel_requested = true;
-    if (job->runner) {
+    if (running_ == job) {  // its runner may not exist yet: run_job cancels it once it does
       // Durable before it is acknowledged: a crash from here on ends the job CANCELLED.
       if (Status st = save(*job); !st.ok()) {
         job->rec.cancel_requested = false;
         return st;
       }
-      job->runner->request_cancel();
+      if (job->runner) job->runner->request_cancel();
       if (job->spool) job->spool->stop();  // a job waiting for data stops waiting
       out = to_proto(*job);                // the state it ends in, at its next step boundary
       out.set_state(v1::JOB_STATE_CANCELLED);
@@ -532,10 +533,10 @@ Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {
     done(Status::Ok(), dir, step);
     return Status::Ok();
   }
-  if (!job->runner)
+  if (running_ != job)
     return failed_precondition("job " + id + " is " + state_name(job->rec.state) + "; only a running job checkpoints");
   job->ckpt_waiters.push_back(std::move(done));
-  job->runner->request_checkpoint();
+  if (job->runner) job->runner->request_checkpoint();  // else run_job asks once it has made the runner
   if (job->progress->waiting) job->progress->interrupt = true;  // checkpoints while it waits for data
   return Status::Ok();
 }

@@ -269,3 +269,29 @@ TEST(ServerRetention, KeepsTheNewestFinishedJobsAndNoneOlderThanTheDays) {
 
 }  // namespace
 }  // namespace mt::server::testing
+
+namespace mt::server::testing {
+namespace {
+
+// A job cancelled just as the scheduler takes it (after it is RUNNING in its record, before its
+// runner exists) was marked "cancelled while queued" and announced CANCELLED while it still ran:
+// a client that then deleted it was told the job is running. Now the cancel waits for the run to
+// stop, so a job a watcher sees CANCELLED is deleted at once. Each round submits and cancels at
+// once, so the cancel lands in the queue, in that window or in the run.
+TEST(ServerDelete, AJobSeenCancelledIsDeletedAtOnce) {
+  Server s(test_config(fresh_dir("cancel_then_delete")));
+  ASSERT_TRUE(s.stub);
+  for (int round = 0; round < 8; ++round) {
+    const std::string id = submit(*s.stub, tiny_spec(100000));
+    ASSERT_FALSE(id.empty());
+    cancel_job(*s.stub, id);
+    const v1::Job j = wait_terminal(*s.stub, id);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED) << j.reason();
+    v1::DeleteJobResponse resp;
+    const grpc::Status st = remove(*s.stub, id, false, &resp);
+    EXPECT_TRUE(st.ok()) << "round " << round << ": " << st.error_message() << " (" << j.reason() << ")";
+  }
+}
+
+}  // namespace
+}  // namespace mt::server::testing
