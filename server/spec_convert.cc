@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "engine/job/job.h"
+#include "engine/text/utf8.h"
 
 namespace mt::server {
 
@@ -31,18 +32,35 @@ Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::
   return spec;
 }
 
+namespace {
+
+// Characters a terminal does not show as themselves: C0/C1 controls and DEL, and the invisible
+// format characters that reorder or hide text (bidi embeddings, overrides and isolates, the
+// Arabic letter mark, zero-width space/joiners, word joiner and friends, the BOM, interlinear
+// annotation marks). A name with U+202E could show "exe.txt" for "txt.exe" in another user's list.
+const char* unshown(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) return "control character";
+  if (cp == 0x061C || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+      (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB))
+    return "invisible format character";
+  return nullptr;
+}
+
+}  // namespace
+
 Status check_job_name_printable(const std::string& name) {
-  for (size_t i = 0; i < name.size(); ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    const auto next = i + 1 < name.size() ? static_cast<unsigned char>(name[i + 1]) : 0;
-    // C0 controls and DEL; the C1 controls U+0080..U+009F are UTF-8 C2 80..C2 9F
-    const bool c1 = c == 0xC2 && next >= 0x80 && next <= 0x9F;
-    if (c >= 0x20 && c != 0x7F && !c1) continue;
-    const unsigned code = c1 ? next : c;
-    char u[8];
-    std::snprintf(u, sizeof u, "U+%04X", code);
-    return invalid_argument("name has the control character " + std::string(u) + " at byte " + std::to_string(i) +
-                            ": a name is shown in other users' lists and logs, so it is printable text");
+  if (utf8::valid_prefix(name) != name.size())
+    return invalid_argument("name is not valid UTF-8 at byte " + std::to_string(utf8::valid_prefix(name)));
+  for (size_t i = 0; i < name.size();) {
+    int len = 1;
+    const uint32_t cp = utf8::decode_at(name, i, &len);
+    if (const char* what = unshown(cp)) {
+      char u[12];
+      std::snprintf(u, sizeof u, "U+%04X", unsigned(cp));
+      return invalid_argument("name has the " + std::string(what) + " " + u + " at byte " + std::to_string(i) +
+                              ": a name is shown in other users' lists and logs, so it is printable text");
+    }
+    i += size_t(len);
   }
   return Status::Ok();
 }

@@ -2,10 +2,14 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <string_view>
+
+#include "engine/text/utf8.h"
 
 namespace mt::cli {
 
@@ -177,13 +181,39 @@ void print_job_human(const v1::Job& job) {
   if (job.finished_unix_ms()) std::printf("finished     %s\n", local_time(job.finished_unix_ms()).c_str());
 }
 
+namespace {
+
+// Terminal columns of a code point: 2 for East Asian wide and fullwidth forms and emoji, else 1.
+int columns(uint32_t cp) {
+  const bool wide = (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) || (cp >= 0xAC00 && cp <= 0xD7A3) ||
+                    (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+                    (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x1F300 && cp <= 0x1F64F) ||
+                    (cp >= 0x1F900 && cp <= 0x1F9FF) || (cp >= 0x20000 && cp <= 0x3FFFD);
+  return wide ? 2 : 1;
+}
+
+// `s` padded with spaces to `width` terminal columns (printf's %-20s pads by bytes, so a name
+// with accents or CJK pushed the row's later columns out of line).
+std::string padded(const std::string& s, int width) {
+  const std::string_view v = std::string_view(s).substr(0, utf8::valid_prefix(s));
+  int used = 0;
+  for (size_t i = 0; i < v.size();) {
+    int len = 1;
+    used += columns(utf8::decode_at(v, i, &len));
+    i += size_t(len);
+  }
+  return s + std::string(size_t(std::max(0, width - used)), ' ');
+}
+
+}  // namespace
+
 void print_job_row(const v1::Job& job, bool header) {
   if (header)
     std::printf("%-10s %-20s %-10s %4s %5s %13s %10s %10s\n", "ID", "NAME", "STATE", "PRI", "POS", "STEP", "LOSS", "TOK/S");
   char step[40];
   std::snprintf(step, sizeof step, "%lld/%lld", (long long)job.step(), (long long)job.total_steps());
   const std::string pos = job.queue_position() < 0 ? "-" : std::to_string(job.queue_position());
-  std::printf("%-10s %-20s %-10s %4d %5s %13s %10.4f %10.0f\n", job.id().c_str(), job.name().c_str(),
+  std::printf("%-10s %s %-10s %4d %5s %13s %10.4f %10.0f\n", job.id().c_str(), padded(job.name(), 20).c_str(),
               state_name(job.state()).c_str(), job.priority(), pos.c_str(), step, job.loss(), job.tokens_per_second());
 }
 

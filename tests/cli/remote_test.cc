@@ -177,6 +177,15 @@ TEST_F(RemoteTest, ListAndStatus) {
   EXPECT_EQ(member(jobs[0], "id")->as_string(), id);
   EXPECT_EQ(daemon_->cli({"list", "--state", "running", "--json"}).out, "");
   EXPECT_EQ(daemon_->cli({"list", "--state", "sleeping"}).rc, 2);
+  // A name with accents and CJK is padded by the columns it takes, not its bytes: "résumé-日本"
+  // is 9 characters, 11 columns (each CJK character takes two), so 9 spaces pad it to 20.
+  std::string named = tiny_spec_yaml(1);
+  named.replace(0, named.find('\n'), "name: r\xc3\xa9sum\xc3\xa9-\xe6\x97\xa5\xe6\x9c\xac");
+  const std::string other = submit(write_file(dir_ + "/named.yaml", named));
+  ASSERT_EQ(daemon_->cli({"watch", other}).rc, 0);
+  RunResult aligned = daemon_->cli({"list"});
+  EXPECT_NE(aligned.out.find("r\xc3\xa9sum\xc3\xa9-\xe6\x97\xa5\xe6\x9c\xac" + std::string(10, ' ') + "succeeded"),
+            std::string::npos) << aligned.out;
 
   RunResult status = daemon_->cli({"status", id});
   EXPECT_EQ(status.rc, 0) << describe(status);

@@ -543,7 +543,8 @@ TEST(ServerBadInput, LongNamesNulPathsAndUnknownStatesAreRefusedAndPagesFitARepl
   EXPECT_GT(pages, 1);
 }
 
-// A name reaches other users' `megatrain list`: a newline would forge a row, an escape recolour it.
+// A name reaches other users' `megatrain list`: a newline would forge a row, an escape recolour it,
+// a bidi override reorder it.
 TEST(ServerBadInput, NamesWithControlCharactersAreRefused) {
   Server s(test_config(fresh_dir("control_names")));
   ASSERT_TRUE(s.stub);
@@ -558,6 +559,19 @@ TEST(ServerBadInput, NamesWithControlCharactersAreRefused) {
     grpc::Status st = submit_status(*s.stub, bad);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what << ": " << st.error_message();
     EXPECT_NE(st.error_message().find("name has the control character " + what), std::string::npos) << st.error_message();
+  }
+  // Invisible characters that reorder or hide what a list shows: "\u202etxt.exe" reads "exe.txt".
+  for (const auto& [name, what] : std::vector<std::pair<std::string, std::string>>{
+           {"\xe2\x80\xaetxt.exe", "U+202E at byte 0"},
+           {"zero\xe2\x80\x8bwidth", "U+200B at byte 4"},
+           {"iso\xe2\x81\xa6late", "U+2066 at byte 3"},
+           {"bom\xef\xbb\xbf", "U+FEFF at byte 3"}}) {
+    v1::JobSpec bad = tiny_spec(1);
+    bad.set_name(name);
+    grpc::Status st = submit_status(*s.stub, bad);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find("name has the invisible format character " + what), std::string::npos)
+        << st.error_message();
   }
   v1::JobSpec printable = tiny_spec(1);
   printable.set_name("résumé\xc2\xa0v2 \xe2\x80\x94 ok");  // é, a no-break space, an em dash
