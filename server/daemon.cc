@@ -64,6 +64,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same --listen (another state
   // directory, a stale instance) would start and take a share of the connections at random.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Clients ping an idle stream (a watch of a queued job, `logs -f`) to notice a daemon that
+  // stopped answering; gRPC's default answers pings more often than every 5 minutes without data
+  // with GOAWAY "too many pings", ending those streams. Pings a second apart are cheap.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.RegisterService(d->service_.get());
   d->server_ = builder.BuildAndStart();
   if (!d->server_ || d->port_ == 0) {

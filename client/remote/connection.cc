@@ -59,6 +59,7 @@ Result<Connection> Connection::open(const Args& a) {
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);  // a watch notices a vanished daemon
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // also while a watch is idle (a queued job)
   c.channel_ = grpc::CreateCustomChannel(c.address_, creds, args);
   c.stub_ = v1::Trainer::NewStub(c.channel_);
   return c;

@@ -164,6 +164,8 @@ def test_a_token_is_sent_and_required(tmp_path):
         assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
         with Client(d.address, token="py-s3cret-token-0123456789") as c:
             assert c.list_jobs() == []
+        with Client(d.address, token_file=tmp_path / "token") as c:  # its newline dropped, as the CLI does
+            assert c.list_jobs() == []
     finally:
         d.stop()
 
@@ -216,3 +218,119 @@ def test_held_out_evaluation_reaches_every_view(client):
     curve = ea.Scalars("eval/loss")
     assert [e.step for e in curve] == [2, 4]
     assert abs(curve[-1].value - done.eval_loss) <= 1e-6 * done.eval_loss
+
+
+def test_pause_resume_and_delete(client):
+    job = client.submit(tiny_spec(steps=400, checkpoint={"every": 0, "keep": 2}))
+    for ev in client.watch(job.id):
+        if ev.step >= 2:
+            break
+    paused = client.pause(job.id)  # answered once the job stopped at a checkpoint
+    assert paused.state == pb.JOB_STATE_PAUSED and paused.last_checkpoint
+    assert client.get(job.id).state == pb.JOB_STATE_PAUSED
+    assert client.resume(job.id).state == pb.JOB_STATE_QUEUED
+    client.cancel(job.id)
+    assert list(client.watch(job.id))[-1].state == pb.JOB_STATE_CANCELLED
+    gone = client.delete(job.id)
+    assert gone.job_id == job.id and gone.freed_bytes > 0
+    with pytest.raises(MegatrainError) as e:
+        client.get(job.id)
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_longest_context(client):
+    r = client.longest_context(tiny_spec())
+    assert r.max_seq_len >= 32 and r.seq_len == r.max_seq_len and r.plan.fits
+
+
+def test_a_push_id_holding_more_tokens_than_given_is_refused(client):
+    job = client.submit(tiny_spec(steps=1, data={"source": "push"}))
+    tokens = np.arange(1000, dtype=np.uint32) % 256
+    assert client.push(job.id, tokens, push_id="day-1").push_committed_tokens == 1000
+    with pytest.raises(ValueError, match="already holds 1000 tokens, more than the 100"):
+        client.push(job.id, tokens[:100], push_id="day-1")
+    with pytest.raises(ValueError, match="already holds 1000 tokens, more than the 100"):
+        client.push(job.id, (int(t) for t in tokens[:100]), push_id="day-1")
+    # Without a push_id an array's id comes from its tokens: the same call again sends nothing.
+    first = client.push(job.id, tokens[:300])
+    again = client.push(job.id, tokens[:300])
+    assert first.push_committed_tokens == again.push_committed_tokens == 300 and again.tokens_accepted == 0
+    assert client.get(job.id).data_spooled_tokens == 1300
+    client.cancel(job.id)
+
+
+def test_errors_carry_the_push_id_and_cross_processes(client):
+    import pickle
+
+    with pytest.raises(MegatrainError) as e:
+        client.push("job-999999", iter([1, 2, 3]))
+    assert e.value.code == grpc.StatusCode.NOT_FOUND and e.value.push_id and e.value.push_id in str(e.value)
+    back = pickle.loads(pickle.dumps(e.value))
+    assert (back.code, back.message, back.push_id) == (e.value.code, e.value.message, e.value.push_id)
+
+
+def test_a_silent_daemon_fails_a_watch_even_an_idle_one(tmp_path):
+    """A watch of a paused job gets no event for as long as it stays paused: the client's pings
+    keep it open (the daemon no longer answers them with GOAWAY 'too many pings'), and notice a
+    daemon that stops answering (SIGSTOP: alive, holding its socket, silent)."""
+    import os
+    import signal
+    import threading
+
+    state = tmp_path / "state"
+    state.mkdir()
+    d = Daemon(state)
+    try:
+        with Client(d.address, keepalive=(1.0, 1.0)) as c:
+            job = c.submit(tiny_spec(steps=100000))
+            for ev in c.watch(job.id):
+                if ev.step >= 2:
+                    break
+            assert c.pause(job.id).state == pb.JOB_STATE_PAUSED
+            seen, failed = [], []
+
+            def watch():
+                try:
+                    for ev in c.watch(job.id):
+                        seen.append(ev.state)
+                except MegatrainError as e:
+                    failed.append((e, time.time()))
+
+            t = threading.Thread(target=watch, daemon=True)
+            t.start()
+            time.sleep(6)  # a dozen pings, no event
+            assert t.is_alive() and not failed and seen == [pb.JOB_STATE_PAUSED], (seen, failed)
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            t0 = time.time()
+            t.join(20)
+            assert failed and failed[0][0].code == grpc.StatusCode.UNAVAILABLE, failed
+            assert failed[0][1] - t0 < 10
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+        d.stop()
+
+
+def test_specs_mean_what_they_mean_to_the_cli(tmp_path):
+    from megatrain.client import load_spec
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: 2026-12-07\nmodel: {preset: tiny}\nspeculative_updates: off\nsteps: 4\n"
+                    "optimizer: {lr: 3.0e-3, betas: [0.9, 0.95]}\nbackend: cpu\n")
+    spec = load_spec(path)  # PyYAML's YAML 1.1 reads 'off' as false and the name as a date
+    assert spec.name == "2026-12-07" and spec.speculative_updates == "off" and spec.steps == 4
+    with pytest.raises(ValueError, match="seqLen"):
+        load_spec({"seqLen": 64})
+    with pytest.raises(ValueError, match="steps must be an integer"):
+        load_spec({"steps": 10.0})
+    with pytest.raises(ValueError, match="optimizer.betas"):
+        load_spec({"optimizer": {"betas": 0.9}})
+
+
+def test_addresses_and_tokens_are_checked():
+    with pytest.raises(ValueError, match="99999"):
+        Client("localhost:99999")
+    with pytest.raises(ValueError):
+        Client("localhost")
+    with pytest.raises(ValueError, match="printable"):
+        Client("127.0.0.1:1", token="two words")
+    Client("unix:/tmp/nowhere.sock").close()

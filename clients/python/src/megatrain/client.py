@@ -5,56 +5,72 @@ MegatrainError, carrying the gRPC status code and the daemon's message, when the
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
-import json
 import os
+import re
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import grpc
 import numpy as np
-from google.protobuf import json_format
 
+from megatrain.spec import SpecLike, load_spec
 from megatrain.v1 import trainer_pb2 as pb
 from megatrain.v1 import trainer_pb2_grpc as pb_grpc
 
-SpecLike = Union[Mapping[str, Any], str, "os.PathLike[str]", pb.JobSpec]
+__all__ = ["Client", "MegatrainError", "load_spec"]
+
 TERMINAL = (pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED)
 
 
 class MegatrainError(Exception):
-    """The daemon refused a call: `code` is the grpc.StatusCode, `message` the daemon's words."""
+    """The daemon refused a call: `code` is the grpc.StatusCode, `message` the daemon's words.
+    From push(): `push_id` is the push's id, to call push() again with (it then sends only what
+    the daemon does not hold yet)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(f"{code.name}: {message}")
+    def __init__(self, code: grpc.StatusCode, message: str, push_id: Optional[str] = None):
+        super().__init__(f"{code.name}: {message}" + (f" (push_id {push_id!r})" if push_id else ""))
         self.code = code
         self.message = message
+        self.push_id = push_id
+
+    def __reduce__(self):  # picklable, so it crosses a process pool as itself
+        return (type(self), (self.code, self.message, self.push_id))
 
     @classmethod
     def of(cls, err: grpc.RpcError) -> "MegatrainError":
         return cls(err.code(), err.details() or "")
 
 
-def load_spec(spec: SpecLike) -> pb.JobSpec:
-    """A JobSpec from a dict with the spec file's snake_case keys, a YAML/JSON file, or a JobSpec.
-    An unknown key is refused by name (ValueError), as the CLI does."""
-    if isinstance(spec, pb.JobSpec):
-        return spec
-    if isinstance(spec, (str, os.PathLike)):
-        text = Path(spec).read_text()
-        if str(spec).endswith((".yaml", ".yml")):
-            import yaml
+def _check_address(address: str) -> None:
+    """HOST:PORT with a port in 1..65535 (gRPC would wrap 99999 to 34463), or a scheme gRPC reads
+    (unix:PATH, dns:..., ipv4:...)."""
+    if re.match(r"^[a-z0-9+-]+:(?!\d+$)", address):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"address {address!r} is not HOST:PORT or unix:PATH")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"port {port!r} of {address!r} is not in 1..65535")
 
-            spec = yaml.safe_load(text)
-        else:
-            spec = json.loads(text)
-    if not isinstance(spec, Mapping):
-        raise ValueError("a job spec is a mapping of the spec file's keys")
-    try:
-        return json_format.ParseDict(dict(spec), pb.JobSpec())
-    except json_format.ParseError as e:
-        raise ValueError(f"job spec: {e}") from None
+
+def _read_token(token: Optional[str], token_file: Optional[Union[str, "os.PathLike[str]"]]) -> Optional[str]:
+    """The bearer token, without the newline a file ends with; one with space or control
+    characters inside is refused (gRPC would fail every call with 'Invalid metadata')."""
+    if token is not None and token_file is not None:
+        raise ValueError("give token or token_file, not both")
+    if token_file is not None:
+        token = Path(token_file).read_text()
+        if not token.strip():
+            raise ValueError(f"token_file {str(token_file)!r} is empty")
+    if token is None:
+        return None
+    token = token.strip()
+    if not token or any(not 0x21 <= ord(ch) <= 0x7E for ch in token):
+        raise ValueError("the token must be printable ASCII without spaces")
+    return token
 
 
 def _state(state: Union[None, str, int]) -> int:
@@ -68,14 +84,25 @@ def _state(state: Union[None, str, int]) -> int:
 class Client:
     """A connection to megatraind.
 
-    address: HOST:PORT (or unix:PATH); token: the bearer token (or None); tls_ca: a PEM file of
-    the CA that signed the daemon's certificate (TLS on), or None (plaintext, loopback only).
-    timeout: seconds for each unary call (streams run as long as they need).
+    address: HOST:PORT (or unix:PATH); token: the bearer token, or token_file: a file holding it
+    (as the CLI's --token-file; its newline is dropped), or neither; tls_ca: a PEM file of the CA
+    that signed the daemon's certificate (TLS on), or None (plaintext, loopback only).
+    timeout: seconds for each unary call. Streams (watch, logs, push) run as long as they need,
+    but a daemon that stops answering fails them with UNAVAILABLE: the client pings it every
+    keepalive[0] seconds and gives it keepalive[1] to answer (30 and 10, as the CLI does).
     """
 
     def __init__(self, address: str = "127.0.0.1:50051", token: Optional[str] = None,
-                 tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None, timeout: float = 30.0):
-        options = [("grpc.max_receive_message_length", 64 << 20)]
+                 tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None, timeout: float = 30.0,
+                 token_file: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 keepalive: tuple = (30.0, 10.0)):
+        _check_address(address)
+        token = _read_token(token, token_file)
+        options = [("grpc.max_receive_message_length", 64 << 20),
+                   ("grpc.keepalive_time_ms", int(keepalive[0] * 1000)),
+                   ("grpc.keepalive_timeout_ms", int(keepalive[1] * 1000)),
+                   ("grpc.http2.ping_timeout_ms", int(keepalive[1] * 1000)),  # else 60 s in this grpcio
+                   ("grpc.http2.max_pings_without_data", 0)]  # an idle watch keeps pinging too
         if tls_ca is not None:
             creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
             self._channel = grpc.secure_channel(address, creds, options=options)
@@ -142,6 +169,27 @@ class Client:
         """A checkpoint now (at the running job's next step boundary)."""
         return self._unary(self._stub.Checkpoint, pb.CheckpointRequest(job_id=job_id), timeout)
 
+    def pause(self, job_id: str, timeout: float = 660) -> pb.Job:
+        """Pauses a job: a running one checkpoints at its next step boundary and the reply comes
+        then (PAUSED at the step a resume starts from); a queued one leaves the queue."""
+        return self._unary(self._stub.PauseJob, pb.PauseJobRequest(job_id=job_id), timeout)
+
+    def resume(self, job_id: str) -> pb.Job:
+        """A paused job back in the queue (QUEUED), to go on from its checkpoint."""
+        return self._unary(self._stub.ResumeJob, pb.ResumeJobRequest(job_id=job_id))
+
+    def delete(self, job_id: str, keep_checkpoints: bool = False) -> pb.DeleteJobResponse:
+        """Removes a job that is not running and its directory; keep_checkpoints: its checkpoints
+        move to DATA_ROOT/checkpoints/JOB_ID (where init.from can name them)."""
+        req = pb.DeleteJobRequest(job_id=job_id, keep_checkpoints=keep_checkpoints)
+        return self._unary(self._stub.DeleteJob, req)
+
+    def longest_context(self, spec: SpecLike) -> pb.PlanJobResponse:
+        """The longest seq_len whose plan fits the daemon's budgets (.max_seq_len), with that plan
+        (.plan, .seq_len); the spec's other fields as given."""
+        req = pb.PlanJobRequest(spec=load_spec(spec), max_seq_len=True)
+        return self._unary(self._stub.PlanJob, req)
+
     def watch(self, job_id: str, from_start: bool = False) -> Iterator[pb.JobEvent]:
         """The job's events: its current state first, then progress; ends after a terminal state.
         from_start: the step and evaluation events the daemon still holds come first (a job
@@ -177,18 +225,34 @@ class Client:
              chunk_tokens: int = 32768) -> pb.PushDataResponse:
         """Streams token ids to a `data: {source: push}` job in chunks, exactly once.
 
-        The push has an id (push_id, or a fresh one) and each chunk its offset in it. The daemon
-        is asked first how far this push got, and only the rest is sent: calling push() again
-        with the same push_id and the same tokens (after an error, a lost answer, a restarted
-        client) spools every token exactly once. Returns the daemon's last answer
-        (push_committed_tokens: the push's tokens spooled, all tries)."""
+        The push has an id and each chunk its offset in it. The daemon is asked first how far this
+        push got, and only the rest is sent: calling push() again with the same push_id and the
+        same tokens (after an error, a lost answer, a restarted client) spools every token
+        exactly once. Without a push_id, an array or a sequence gets one derived from its tokens,
+        so that the same call again is exactly-once too (and pushing the same tokens a second time
+        sends nothing, as the CLI's default id for the same file does: give another push_id to
+        push them again); any other iterable gets a fresh one, which an error carries
+        (MegatrainError.push_id) for the retry. A push_id that already holds more tokens than
+        `tokens` has names another push, and is refused (ValueError). Returns the daemon's last
+        answer (push_committed_tokens: the push's tokens spooled, all tries)."""
         if chunk_tokens < 1:
             raise ValueError("chunk_tokens must be >= 1")
         if isinstance(tokens, (np.ndarray, Sequence)):
             tokens = _checked_array(tokens)  # before anything is sent; an iterable is checked as it goes
+            push_id = push_id or _content_push_id(tokens)
         push_id = push_id or uuid.uuid4().hex
-        done = self._push_stream(iter([pb.PushDataRequest(job_id=job_id, push_id=push_id)]))
+        try:
+            return self._push(job_id, tokens, push_id, chunk_tokens)
+        except MegatrainError as e:
+            raise MegatrainError(e.code, e.message, push_id) from None
+
+    def _push(self, job_id: str, tokens: Union[np.ndarray, Iterable[int]], push_id: str,
+              chunk_tokens: int) -> pb.PushDataResponse:
+        done = self._push_stream(iter([pb.PushDataRequest(job_id=job_id, push_id=push_id)]), self._timeout)
         committed = done.push_committed_tokens
+        if isinstance(tokens, np.ndarray) and committed > tokens.size:
+            raise ValueError(f"push {push_id!r} already holds {committed} tokens, more than the {tokens.size} "
+                             "given: give another push_id")
         bad: list = []  # a ValueError from the tokens, raised as itself (not as the cancelled call)
 
         def requests() -> Iterator[pb.PushDataRequest]:
@@ -200,7 +264,7 @@ class Client:
                                              offset=offset, tokens=chunk)
                     offset += len(chunk)
             except ValueError as e:
-                bad.append(e)
+                bad.append(ValueError(f"push {push_id!r}: {e}"))
                 raise
 
         try:
@@ -209,13 +273,24 @@ class Client:
             if bad:
                 raise bad[0] from None
             raise
+        if bad:  # the iterable ended before the tokens the push already holds: nothing was sent
+            raise bad[0]
         return sent if sent.chunks_accepted else done
 
-    def _push_stream(self, requests: Iterator[pb.PushDataRequest]) -> pb.PushDataResponse:
+    def _push_stream(self, requests: Iterator[pb.PushDataRequest],
+                     timeout: Optional[float] = None) -> pb.PushDataResponse:
         try:
-            return self._stub.PushData(requests, metadata=self._metadata)
+            return self._stub.PushData(requests, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise MegatrainError.of(e) from None
+
+
+def _content_push_id(arr: np.ndarray) -> str:
+    """A push id from the tokens themselves (as uint32, little-endian), hashed a slice at a time."""
+    h = hashlib.sha256()
+    for start in range(0, arr.size, 1 << 20):
+        h.update(arr[start:start + (1 << 20)].astype("<u4").tobytes())
+    return f"tokens-{arr.size}-{h.hexdigest()[:32]}"
 
 
 def _checked_array(tokens: Union[np.ndarray, Sequence]) -> np.ndarray:
@@ -234,7 +309,10 @@ def _chunks(tokens: Union[np.ndarray, Iterable[int]], skip: int, size: int) -> I
         for start in range(skip, arr.size, size):
             yield arr[start:start + size].astype(np.uint32, copy=False).tolist()
         return
-    it = itertools.islice(iter(tokens), skip, None)
+    it = iter(tokens)
+    held = sum(1 for _ in itertools.islice(it, skip))
+    if held < skip:
+        raise ValueError(f"it already holds {skip} tokens, more than the {held} given: give another push_id")
     while chunk := list(itertools.islice(it, size)):
         for i, t in enumerate(chunk):
             if not isinstance(t, (int, np.integer)) or not 0 <= int(t) <= 0xFFFFFFFF:
