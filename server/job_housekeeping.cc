@@ -190,6 +190,7 @@ Result<std::string> JobManager::detach(const Job& job) {
 
 void JobManager::forget(const std::string& id) {
   jobs_.erase(id);
+  metrics_.forget_job(id);
   update_job_metrics();
 }
 

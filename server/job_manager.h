@@ -143,6 +143,7 @@ class JobManager {
   void unpark_if_fed(Job& job);                                 // mu_ held; back in the queue
   void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
   void pause_on_restart(Job& job);   // a pause acknowledged before the restart
+  void restore_metrics(const Job& job);  // its eval and checkpoint gauges from its record
   void rewind_to_checkpoint(Job& job);  // a run the restart cut short: its record at its checkpoint
   // Scheduling (job_scheduling.cc), mu_ held.
   void enqueue(Job& job);              // into the queue in its place; preempts a lower running job

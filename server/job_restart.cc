@@ -2,11 +2,16 @@
 // its last checkpoint, and a pause or cancel acknowledged before the restart carried out.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <filesystem>
+
 #include "engine/io/checkpoint.h"
 #include "server/job_manager.h"
 #include "server/managed_job.h"
 
 namespace mt::server {
+
+namespace fs = std::filesystem;
 
 Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string& dir) {
   MT_ASSIGN_OR_RETURN(JobRecord rec, load_record(dir + "/job.json"));
@@ -18,7 +23,11 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   job->progress->checksum = rec.consumed_checksum;
   if (const Json* p = rec.spec.find("priority"); p && p->is_number()) job->priority = int(p->as_int());
   job->order = job_number(rec.id);
-  if (rec.terminal()) return job;
+  if (rec.terminal()) {  // its spec still says what views show (its TensorBoard directory); nothing runs it
+    if (auto spec = job_spec_from_json(rec.spec); spec.ok()) job->spec = *spec;
+    restore_metrics(*job);
+    return job;
+  }
   if (rec.state == v1::JOB_STATE_RUNNING) rewind_to_checkpoint(*job);
   if (rec.cancel_requested) {
     cancel_on_restart(*job);
@@ -37,7 +46,16 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
     job->rec.finished_ms = now_ms();
     (void)save(*job);
   }
+  restore_metrics(*job);
   return job;
+}
+
+// The gauges a scrape shows of where a job stands, from its record: before, a restarted daemon
+// showed no held-out loss or checkpoint step until the job's next evaluation or checkpoint.
+void JobManager::restore_metrics(const Job& job) {
+  const JobRecord& r = job.rec;
+  const long step = r.last_checkpoint.empty() ? 0 : parse_step_dir(fs::path(r.last_checkpoint).filename().string());
+  metrics_.restore_job(r.id, r.eval, std::max(step, 0L));
 }
 
 // The record of a job that was running when the daemon died says the step of its last step

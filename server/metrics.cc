@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <exception>
 
 namespace mt::server {
@@ -187,6 +188,43 @@ void Metrics::on_moe_step(const std::string& job, const StepStats& st) {
     moe_h2d_.Add(l).Set(double(st.expert_h2d_bytes) / double(st.dense_expert_h2d_bytes));
   for (size_t i = 0; i < st.expert_load.size(); ++i)
     moe_load_.Add({{kJobLabel, job}, {"moe_layer", std::to_string(i)}}).Set(st.expert_load[i]);
+  moe_layers_[job] = std::max(moe_layers_[job], st.expert_load.size());
+}
+
+void Metrics::restore_job(const std::string& job, const EvalProgress& eval, long checkpoint_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const prometheus::Labels l = {{kJobLabel, job}};
+  if (eval.step > 0) {
+    eval_loss_.Add(l).Set(eval.loss);
+    best_eval_loss_.Add(l).Set(eval.best_loss);
+  }
+  if (checkpoint_step > 0) ckpt_step_.Add(l).Set(double(checkpoint_step));
+}
+
+namespace {
+template <typename T>
+void remove_series(prometheus::Family<T>& family, const prometheus::Labels& labels) {
+  if (family.Has(labels)) family.Remove(&family.Add(labels));
+}
+}  // namespace
+
+void Metrics::forget_job(const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const prometheus::Labels l = {{kJobLabel, job}};
+  if (auto it = jobs_series_.find(job); it != jobs_series_.end()) {
+    const JobSeries& js = *it->second;
+    steps_.Remove(js.steps), tokens_.Remove(js.tokens), h2d_bytes_.Remove(js.h2d), d2h_bytes_.Remove(js.d2h);
+    stall_.Remove(js.stall), step_seconds_.Remove(js.step_seconds), optimizer_seconds_.Remove(js.optimizer_seconds);
+    loss_.Remove(js.loss), tps_.Remove(js.tps), h2d_bw_.Remove(js.h2d_bw), d2h_bw_.Remove(js.d2h_bw);
+    mfu_.Remove(js.mfu), grad_norm_.Remove(js.grad_norm), clipped_.Remove(js.clipped), lr_.Remove(js.lr);
+    jobs_series_.erase(it);
+  }
+  for (auto* g : {&packing_, &eval_loss_, &best_eval_loss_, &moe_aux_loss_, &moe_routed_, &moe_h2d_, &ckpt_step_,
+                  &ckpt_bytes_, &ckpt_write_, &ckpt_pause_})
+    remove_series(*g, l);
+  for (size_t i = 0; i < moe_layers_[job]; ++i) remove_series(moe_load_, {{kJobLabel, job}, {"moe_layer", std::to_string(i)}});
+  moe_layers_.erase(job);
+  set_data_queue_locked(job, 0, /*keep=*/false);
 }
 
 void Metrics::on_eval(const std::string& job, const EvalReport& r) {
@@ -227,8 +265,17 @@ void Metrics::set_memory(const MemoryPlan* plan) {
 
 void Metrics::set_data_queue(const std::string& job, double tokens) {
   std::lock_guard<std::mutex> lock(mu_);
-  job_data_queue_.Add({{kJobLabel, job}}).Set(tokens);
-  queue_by_job_[job] = tokens;
+  set_data_queue_locked(job, tokens, /*keep=*/true);
+}
+
+void Metrics::set_data_queue_locked(const std::string& job, double tokens, bool keep) {
+  if (keep) {
+    job_data_queue_.Add({{kJobLabel, job}}).Set(tokens);
+    queue_by_job_[job] = tokens;
+  } else {
+    remove_series(job_data_queue_, {{kJobLabel, job}});
+    queue_by_job_.erase(job);
+  }
   double total = 0;
   for (const auto& [id, n] : queue_by_job_) total += n;
   data_queue_total_.Set(total);

@@ -35,6 +35,12 @@ class Metrics {
   void on_eval(const std::string& job, const EvalReport& r);
   // Each checkpoint: megatrain_checkpoint_{step,bytes,write_seconds,pause_seconds} of the latest.
   void on_checkpoint(const std::string& job, const CheckpointReport& r);
+  // A job's gauges that describe where it stands (held-out losses, latest checkpoint step), set
+  // from its record when a restarted daemon loads it, so a scrape says what `status` says.
+  void restore_job(const std::string& job, const EvalProgress& eval, long checkpoint_step);
+  // Removes every series of a job (DeleteJob, retention): a deleted job's series left behind
+  // would pile up, and show data of a job that no longer exists.
+  void forget_job(const std::string& job);
   void set_jobs(const std::map<std::string, int>& count_by_state);  // keys: queued, running, ...
   void set_memory(const MemoryPlan* running);                       // nullptr: nothing resident
   void set_data_queue(const std::string& job, double tokens);
@@ -46,6 +52,7 @@ class Metrics {
   struct JobSeries;
   JobSeries& series(const std::string& job);
   void on_moe_step(const std::string& job, const StepStats& s);  // a mixture of experts' routing (mu_ held)
+  void set_data_queue_locked(const std::string& job, double tokens, bool keep);
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
@@ -58,6 +65,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& streams_;
   std::mutex mu_;
   std::map<std::string, double> queue_by_job_;
+  std::map<std::string, size_t> moe_layers_;  // per job: the moe_layer labels its load ratio has
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
 };
 

@@ -126,6 +126,64 @@ TEST(ServerMetrics, EveryDashboardQueryNamesAnExportedSeries) {
 
 // Issue 11 (13): the data queue gauge exists before any push job does (a dashboard or alert on it
 // must not see "no data" on a fresh daemon), as the unlabelled total.
+// A restarted daemon loads each job's record: a scrape shows its held-out losses and latest
+// checkpoint step as `status` does (before, none until its next evaluation or checkpoint), and
+// its TensorBoard directory stays in its status. A deleted job's series leave /metrics.
+TEST(ServerMetrics, JobSeriesFollowTheRecordAcrossARestartAndLeaveWithTheJob) {
+  const std::string dir = fresh_dir("metrics_restart");
+  v1::JobSpec spec = with_eval(tiny_spec(6));
+  spec.mutable_checkpoint()->set_every(3);
+  spec.mutable_logging()->set_tensorboard(true);
+  std::string id;
+  v1::Job before;
+  {
+    Server s(test_config(dir));
+    ASSERT_TRUE(s.stub);
+    id = submit(*s.stub, spec);
+    before = wait_terminal(*s.stub, id);
+    ASSERT_EQ(before.state(), v1::JOB_STATE_SUCCEEDED) << before.reason();
+  }
+  Server s(test_config(dir));
+  ASSERT_TRUE(s.stub);
+  v1::Job after;
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  auto gc = ctx();
+  ASSERT_TRUE(s.stub->GetJob(gc.get(), req, &after).ok());
+  EXPECT_FALSE(before.tensorboard_dir().empty());
+  EXPECT_EQ(after.tensorboard_dir(), before.tensorboard_dir());
+  const std::string l = "{job_id=\"" + id + "\"}";
+  const std::string scraped = http_get(s.daemon->metrics_port(), "/metrics");
+  ASSERT_NE(scraped.find("\r\n\r\n"), std::string::npos) << scraped.substr(0, 200);
+  const auto m = parse_exposition(scraped.substr(scraped.find("\r\n\r\n") + 4));
+  EXPECT_EQ(get(m, "megatrain_eval_loss" + l), after.eval_loss());
+  EXPECT_EQ(get(m, "megatrain_best_eval_loss" + l), after.best_eval_loss());
+  EXPECT_EQ(get(m, "megatrain_checkpoint_step" + l), 6);
+  v1::DeleteJobRequest del;
+  del.set_job_id(id);
+  v1::DeleteJobResponse resp;
+  auto c = ctx();
+  ASSERT_TRUE(s.stub->DeleteJob(c.get(), del, &resp).ok());
+  const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
+  EXPECT_EQ(body.find(id), std::string::npos) << "a deleted job's series stay: " << body.substr(0, 2000);
+}
+
+TEST(ServerMetrics, DeletedJobsLeaveNoSeriesBehind) {
+  Server s(test_config(fresh_dir("metrics_delete")));
+  ASSERT_TRUE(s.stub);
+  const std::string id = submit(*s.stub, with_eval(tiny_spec(3)));
+  ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_NE(http_get(s.daemon->metrics_port(), "/metrics").find("megatrain_steps_total{job_id=\"" + id), std::string::npos);
+  v1::DeleteJobRequest del;
+  del.set_job_id(id);
+  v1::DeleteJobResponse resp;
+  auto c = ctx();
+  ASSERT_TRUE(s.stub->DeleteJob(c.get(), del, &resp).ok());
+  const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
+  EXPECT_EQ(body.find(id), std::string::npos) << body.substr(0, 2000);
+  EXPECT_NE(body.find("megatrain_jobs{state=\"succeeded\"} 0"), std::string::npos);
+}
+
 TEST(ServerMetrics, DataQueueTokensIsExportedBeforeAnyPushJob) {
   Server s(test_config(fresh_dir("metrics_queue")));
   ASSERT_TRUE(s.stub);
