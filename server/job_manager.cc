@@ -177,6 +177,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
       if (job->run_steps == 0 && r.first_loss == 0) r.first_loss = s.loss;
       r.tokens_per_second = s.tokens_per_second();
       job->run_seconds += s.step_seconds;
+      job->run_tokens += double(s.tokens);
       job->run_steps += 1;
       job->last = s;
       ev = event_of(*job);

@@ -61,6 +61,7 @@ v1::Job JobManager::to_proto(const Job& job) const {
   out.set_loss(r.loss);
   out.set_first_loss(r.first_loss);
   out.set_tokens_per_second(r.tokens_per_second);
+  if (job.run_seconds > 0) out.set_mean_tokens_per_second(job.run_tokens / job.run_seconds);
   out.set_last_checkpoint(r.last_checkpoint);
   out.set_created_unix_ms(r.created_ms);
   out.set_started_unix_ms(r.started_ms);

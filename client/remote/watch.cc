@@ -51,10 +51,14 @@ class Follower {
     fields.set("state", state_name(state_));
     fields.set("steps", int64_t(job ? job->step() : last_.step()));
     fields.set("final_loss", job ? job->loss() : last_.loss());
-    fields.set("tokens_per_second", job ? job->tokens_per_second() : last_.tokens_per_second());
+    // The run's mean, as `megatrain train` reports it; the last step's when the daemon has no mean
+    fields.set("tokens_per_second", job && job->has_mean_tokens_per_second() ? job->mean_tokens_per_second()
+                                    : job                                  ? job->tokens_per_second()
+                                                                           : last_.tokens_per_second());
     fields.set("checkpoint", job && !job->last_checkpoint().empty() ? job->last_checkpoint() : checkpoint_);
     fields.set("cancelled", state_ == v1::JOB_STATE_CANCELLED);
-    if (job && job->eval_step() > 0) {
+    if (job && job->eval_step() > 0) {  // the keys of `megatrain train`'s summary
+      fields.set("eval_step", int64_t(job->eval_step()));
       fields.set("eval_loss", job->eval_loss());
       fields.set("best_eval_loss", job->best_eval_loss());
       fields.set("best_eval_step", int64_t(job->best_eval_step()));

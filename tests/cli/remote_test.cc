@@ -127,7 +127,7 @@ TEST_F(RemoteTest, HeldOutEvaluationInWatchStatusAndCheckpoints) {
     EXPECT_LE(member(j, "best_eval_loss")->as_double(), member(j, "eval_loss")->as_double());
   }
   EXPECT_EQ(eval_steps, (std::vector<long>{3, 6})) << r.out;
-  const Json& sum = r.json_lines().back();
+  const Json sum = r.json_lines().back();  // a copy: json_lines() returns a temporary
   EXPECT_GT(member(sum, "eval_loss")->as_double(), 0) << sum.dump();
   RunResult w = daemon_->cli({"watch", id});
   ASSERT_EQ(w.rc, 0) << describe(w);
@@ -142,6 +142,14 @@ TEST_F(RemoteTest, HeldOutEvaluationInWatchStatusAndCheckpoints) {
   }
   EXPECT_EQ(again_steps, (std::vector<long>{1, 2, 3, 4, 5, 6})) << again.out;
   EXPECT_EQ(again_evals, (std::vector<long>{3, 6})) << again.out;
+  // The summary's keys and meaning are `megatrain train`'s: tokens_per_second is the run's mean
+  // (equal tokens a step: the harmonic mean of the steps' rates), not the last step's; eval_step.
+  double inverse = 0;
+  for (const Json& j : again.json_lines())
+    if (member(j, "event")->as_string() == "step") inverse += 1 / member(j, "tokens_per_second")->as_double();
+  const Json again_sum = again.json_lines().back();
+  EXPECT_EQ(member(again_sum, "eval_step")->as_int(), 6) << again_sum.dump();
+  EXPECT_NEAR(member(again_sum, "tokens_per_second")->as_double(), 6 / inverse, 1e-6 * 6 / inverse) << again_sum.dump();
   RunResult plain = daemon_->cli({"watch", id, "--json"});
   ASSERT_EQ(plain.rc, 0) << describe(plain);
   EXPECT_EQ(plain.json_lines().size(), 1u) << plain.out;  // the summary alone
