@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -187,9 +188,10 @@ Result<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::open(const std::st
   if (fd < 0) return errno_status("open", path, errno);
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter(fd, path));
   if (::ftruncate(fd, off_t(keep)) != 0 || ::lseek(fd, off_t(keep), SEEK_SET) < 0) return errno_status("truncate", path, errno);
-  if (keep == 0) {
+  if (keep == 0) {  // stamped now, as TensorFlow's writers do: TensorBoard takes it for the run's start
     const std::string version = "brain.Event:2";
-    MT_RETURN_IF_ERROR(w->append(event(0, 0, &version, nullptr)));
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    MT_RETURN_IF_ERROR(w->append(event(now, 0, &version, nullptr)));
   }
   return w;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -50,13 +51,23 @@ TEST(TensorBoard, Crc32cIsCastagnoli) {
   EXPECT_EQ(crc32c("", 0), 0u);
 }
 
+// Stamped with the time it was written (TensorBoard takes the first event's wall_time for the
+// run's start; a 0 there sorted every run at 1970).
 TEST(TensorBoard, TheVersionRecordIsTensorFlowsBytes) {
   const std::string dir = fresh("version");
+  const double before = double(std::time(nullptr)) - 1;
   ASSERT_TRUE(TensorBoardWriter::open(dir, 0).ok());
   std::ifstream in(dir + "/" + kTensorBoardFile, std::ios::binary);
   const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Event{wall_time: 0 (field 1, fixed64), file_version: "brain.Event:2" (field 3)}.
-  const std::string data = std::string("\x09", 1) + std::string(8, '\0') + "\x1a\x0d" "brain.Event:2";
+  double stamped = 0;
+  ASSERT_GE(got.size(), 21u);
+  std::memcpy(&stamped, got.data() + 13, 8);
+  EXPECT_GE(stamped, before);
+  EXPECT_LE(stamped, double(std::time(nullptr)) + 1);
+  // Event{wall_time (field 1, fixed64), file_version: "brain.Event:2" (field 3)}.
+  std::string wall(8, '\0');
+  std::memcpy(wall.data(), &stamped, 8);
+  const std::string data = std::string("\x09", 1) + wall + "\x1a\x0d" "brain.Event:2";
   ASSERT_EQ(got.size(), 8 + 4 + data.size() + 4);
   uint64_t len = 0;
   std::memcpy(&len, got.data(), 8);
