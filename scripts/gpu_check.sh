@@ -167,6 +167,7 @@ fi
 ISSUE18='CudaFault.*:CudaBackend.*:CudaPinned.*:*Async*:*DeviceBudget*:*Stall*:*Fault*'
 export OMP_WAIT_POLICY=passive
 export MEGATRAIN_SOURCE_DIR="$ROOT"  # the tests' fixtures (tests/fixtures/families) in this copy
+export MEGATRAIN_REQUIRE_CUDNN=1     # a build without cuDNN fails its cuDNN tests here instead of skipping them
 
 # --- 2. tests ---------------------------------------------------------------------------
 # The op table test first (issue 27: every Ops<T> method of the fp32 and bf16 tables against the
@@ -178,7 +179,7 @@ step tests_ops_table 60 - "$T" --gtest_filter="$OPS_TABLE" --gtest_output="json:
 MOE='CudaMoe.*'
 step tests_moe 60 - "$T" --gtest_filter="$MOE" --gtest_output="json:$OUT/tests_moe.json"
 CUDNN_TESTS='*Cudnn*'
-step tests_cudnn 120 - "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
+step tests_cudnn 240 - "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
 BF16='*Bf16*:*MixedPrecision*:CudaAttention.*:*AttentionMma*'
 step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16-$OPS_TABLE:$MOE" --gtest_output="json:$OUT/tests_bf16_attention.json"

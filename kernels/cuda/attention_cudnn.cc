@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -186,6 +187,7 @@ struct CudnnAttention::Impl {
   std::string error;  // the last failure's message (CudaStatus::call points here)
 
   ~Impl() {
+    plans.clear();  // the graphs were built with the handle: released first, as the frontend's samples do
     if (handle) cudnnDestroy(handle);
   }
 
@@ -193,13 +195,18 @@ struct CudnnAttention::Impl {
     auto it = plans.find(k);
     if (it != plans.end()) return it->second;
     Plans p;
-    p.fwd = forward_graph(k);
-    p.bwd = backward_graph(k);
-    fe::error_t e = build(*p.fwd, handle);
-    if (e.is_good()) e = build(*p.bwd, handle);
+    fe::error_t e;
     int64_t wf = 0, wb = 0;
-    if (e.is_good()) e = p.fwd->get_workspace_size(wf);
-    if (e.is_good()) e = p.bwd->get_workspace_size(wb);
+    try {  // Graph::sdpa throws when no implementation fits the shape (a cuDNN version that has none)
+      p.fwd = forward_graph(k);
+      p.bwd = backward_graph(k);
+      e = build(*p.fwd, handle);
+      if (e.is_good()) e = build(*p.bwd, handle);
+      if (e.is_good()) e = p.fwd->get_workspace_size(wf);
+      if (e.is_good()) e = p.bwd->get_workspace_size(wb);
+    } catch (const std::exception& x) {
+      e = {fe::error_code_t::GRAPH_NOT_SUPPORTED, x.what()};
+    }
     p.workspace = (std::max(wf, wb) + 255) / 256 * 256;  // the ragged arrays follow, aligned
     const size_t meta = k.ragged ? meta_bytes(k.b) : 0;
     if (!e.is_good())
@@ -338,6 +345,11 @@ bool CudnnAttention::supports(const AttentionShape& s, const DocumentSpans* docs
   if (s.opt.softcap > 0) return refuse("cuDNN's SDPA has no score soft-capping (Gemma 2): our own kernel runs it");
   if (docs && (docs->count < s.B || !docs->starts || !docs->device_starts))
     return refuse("cuDNN attention: the documents are not spans of every row");
+  // Each packed row's statistics start at row x heads x seq_len floats: cuDNN takes every tensor
+  // as 16-byte aligned and checks it for Q/K/V/O only (a misaligned one computes wrong on sm_90).
+  if (docs && (int64_t(s.H) * s.T) % 4)
+    return refuse("cuDNN attention of packed documents needs heads x seq_len a multiple of 4 (16-byte aligned "
+                  "statistics per row), not " + std::to_string(s.H) + " x " + std::to_string(s.T));
   for (const RowCall& c : row_calls(s, docs)) {
     const Impl::Plans& p = impl_->plans_for(c.key);
     if (!p.refused.empty()) return refuse(p.refused);

@@ -141,7 +141,7 @@ class CudaStreaming : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaStreaming, LossesMatchCpuBackend) {
   MT_REQUIRE_CUDA();
-  if (GetParam().cudnn && !cuda::cudnn_built()) GTEST_SKIP() << cuda::cudnn_describe();
+  if (GetParam().cudnn) MT_REQUIRE_CUDNN_BUILD();
   const auto cpu = run(GetParam(), false, 5), gpu = run(GetParam(), true, 5);
   const size_t n = GetParam().moe ? 10u : 5u;  // an MoE's aux losses follow its losses
   ASSERT_EQ(cpu.size(), n);
@@ -153,7 +153,7 @@ TEST_P(CudaStreaming, LossesMatchCpuBackend) {
 
 TEST_P(CudaStreaming, SameRunTwiceIsBitIdentical) {
   MT_REQUIRE_CUDA();
-  if (GetParam().cudnn && !cuda::cudnn_built()) GTEST_SKIP() << cuda::cudnn_describe();
+  if (GetParam().cudnn) MT_REQUIRE_CUDNN_BUILD();
   const auto a = run(GetParam(), true, 4), b = run(GetParam(), true, 4);
   ASSERT_EQ(a.size(), GetParam().moe ? 8u : 4u);
   ASSERT_EQ(b.size(), a.size());
