@@ -117,6 +117,31 @@ TEST(MoeCli, ResumeAfterKill9IsBitExactWithIdleExperts) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// init.from a MoE checkpoint with weights_only: the weights alone (no moments, no per-expert
+// update counts, step 0), equal byte for byte to starting from an fp32 export of them.
+TEST(MoeCli, WeightsOnlyFromACheckpointIsItsExportsRun) {
+  const std::string dir = fresh_dir("moe_weights_only");
+  const std::string config = write_file(dir + "/config.json", kSparseConfig);
+  RunResult a = megatrain({"train", write_file(dir + "/a.yaml", moe_spec(config, 4)), "--out", dir + "/a"}, {}, 300);
+  ASSERT_EQ(a.rc, 0) << describe(a);
+  ASSERT_EQ(megatrain({"export", dir + "/a", dir + "/export", "--dtype", "fp32"}).rc, 0);
+  ASSERT_TRUE(fs::remove(step_dir(dir + "/a", 4) + "/optimizer.safetensors"));  // the weights alone are read
+  auto from = [&](const std::string& name, const std::string& init) {
+    std::string yaml = moe_spec(config, 3);
+    yaml.replace(yaml.find("init: {seed: 3}"), 15, "init: {" + init + "}");
+    RunResult r = megatrain({"train", write_file(dir + "/" + name + ".yaml", yaml), "--out", dir + "/" + name}, {}, 300);
+    EXPECT_EQ(r.rc, 0) << describe(r);
+    auto weights = read_file(step_dir(dir + "/" + name, 3) + "/model.safetensors");
+    auto moments = read_file(step_dir(dir + "/" + name, 3) + "/optimizer.safetensors");
+    return weights.ok() && moments.ok() ? *weights + *moments : std::string("missing");
+  };
+  const std::string w = from("w", "from: " + dir + "/a/checkpoints, weights_only: true");
+  const std::string e = from("e", "from: " + dir + "/export");
+  EXPECT_NE(w, "missing");
+  EXPECT_TRUE(w == e) << "weights_only and the export's run differ";
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 // The real shapes on one H200: gpt-oss-120b fits 1.5 TB of host memory (compact layout) with its
 // experts streamed; qwen3-235b-a22b does not, and the plan says by how much.
 TEST(MoeCli, PlansTheRealShapesOnOneH200) {
