@@ -14,6 +14,8 @@
 // Skips without a device, and (by name) in a build without the cuDNN frontend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "kernels/attention.h"
@@ -69,10 +71,14 @@ void copy_in(DeviceBuf<bf16>& b, const std::vector<bf16>& v) {
 Outputs run_cudnn(Cudnn& k, const Case& c, const Inputs& in) {
   const Spans sp(c, in);
   const size_t tail = 128 * size_t(c.H + 2 * c.KVH) * c.D, out_tail = 128 * size_t(c.H) * c.D;
-  DeviceBuf<bf16> gqkv(c.nqkv() + tail), gdout(c.nout() + out_tail), gout(c.nout()), gdqkv(c.nqkv());
+  // The outputs are followed by a guard of NaN that must stay NaN: a write past a tensor's end
+  // (a padding document's offsets, the last row's) would go unseen otherwise.
+  constexpr size_t kGuard = 4096;
+  DeviceBuf<bf16> gqkv(c.nqkv() + tail), gdout(c.nout() + out_tail), gout(c.nout() + kGuard),
+      gdqkv(c.nqkv() + kGuard);
   copy_in(gqkv, in.qkv.h);
   copy_in(gdout, in.dout.h);
-  DeviceBuf<float> glse(c.nlse());  // DeviceBuf poisons with NaN
+  DeviceBuf<float> glse(c.nlse() + kGuard);  // DeviceBuf poisons with NaN
   const cuda::AttentionShape s{c.B, c.T, c.H, c.KVH, c.D};
   std::string why;
   Outputs o;
@@ -88,6 +94,14 @@ Outputs run_cudnn(Cudnn& k, const Case& c, const Inputs& in) {
   o.out = got(gout);
   o.lse = glse.download();
   o.dqkv = got(gdqkv);
+  auto untouched = [&](std::vector<float>& v, size_t n, const char* what) {  // checks the guard, drops it
+    const size_t written = size_t(std::count_if(v.begin() + long(n), v.end(), [](float x) { return !std::isnan(x); }));
+    EXPECT_EQ(written, 0u) << what << ": " << written << " values written past its end";
+    v.resize(n);
+  };
+  untouched(o.out, c.nout(), "out");
+  untouched(o.lse, c.nlse(), "lse");
+  untouched(o.dqkv, c.nqkv(), "dqkv");
   return o;
 }
 
