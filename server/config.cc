@@ -14,6 +14,8 @@
 #include "engine/base/byte_size.h"
 #include "engine/job/job.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 
 ABSL_FLAG(std::string, config, "", "Config file of `flag: value` lines (command-line flags win)");
@@ -157,6 +159,9 @@ Status apply_config_file(const std::string& path) {
 
 Result<DaemonConfig> config_from_command_line(int argc, char** argv) {
   absl::SetProgramUsageMessage("megatraind: the MegaTrain training daemon (gRPC control plane + /metrics)");
+  absl::FlagsUsageConfig usage;  // --help lists the daemon's flags (abseil's default: those of main.cc, none)
+  usage.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "server/config.cc"); };
+  absl::SetFlagsUsageConfig(usage);
   for (int i = 1; i < argc; ++i) {  // the config file first, so the command line overrides it
     std::string a = argv[i];
     std::string file;

@@ -256,11 +256,21 @@ void Metrics::set_memory(const MemoryPlan* plan) {
   device_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->device_bytes) : 0);
   static const char* kHost[] = {"master", "grad", "adam_m", "adam_v", "bf16_shadow", "checkpoints"};
   static const char* kDevice[] = {"weight_slots", "grad_slots", "checkpoints", "residual_grads", "attention_state", "chunk_workspace"};
-  for (const char* k : kHost) host_mem_.Add({{"kind", k}}).Set(0);
-  for (const char* k : kDevice) device_mem_.Add({{"kind", k}}).Set(0);
+  for (const char* k : kHost) host_kinds_.insert(k);
+  for (const char* k : kDevice) device_kinds_.insert(k);
+  // Every kind any plan had is set, to 0 when this one has none of it: a kind only an earlier job
+  // had (eval_set, moe_state, ...) kept that job's bytes beside the running job's total.
+  for (const std::string& k : host_kinds_) host_mem_.Add({{"kind", k}}).Set(0);
+  for (const std::string& k : device_kinds_) device_mem_.Add({{"kind", k}}).Set(0);
   if (!plan) return;
-  for (const auto& [k, v] : plan->host_by_kind) host_mem_.Add({{"kind", k}}).Set(double(v));
-  for (const auto& [k, v] : plan->device_by_kind) device_mem_.Add({{"kind", k}}).Set(double(v));
+  for (const auto& [k, v] : plan->host_by_kind) {
+    host_kinds_.insert(k);
+    host_mem_.Add({{"kind", k}}).Set(double(v));
+  }
+  for (const auto& [k, v] : plan->device_by_kind) {
+    device_kinds_.insert(k);
+    device_mem_.Add({{"kind", k}}).Set(double(v));
+  }
 }
 
 void Metrics::set_data_queue(const std::string& job, double tokens) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -66,6 +67,7 @@ class Metrics {
   std::mutex mu_;
   std::map<std::string, double> queue_by_job_;
   std::map<std::string, size_t> moe_layers_;  // per job: the moe_layer labels its load ratio has
+  std::set<std::string> host_kinds_, device_kinds_;  // every memory kind a plan has had
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
 };
 

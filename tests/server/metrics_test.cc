@@ -182,6 +182,17 @@ TEST(ServerMetrics, DeletedJobsLeaveNoSeriesBehind) {
   const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
   EXPECT_EQ(body.find(id), std::string::npos) << body.substr(0, 2000);
   EXPECT_NE(body.find("megatrain_jobs{state=\"succeeded\"} 0"), std::string::npos);
+  // Nothing runs: every memory kind is 0, the eval_set only that job's plan had too (it kept
+  // the job's bytes beside a later job's total).
+  const auto m = parse_exposition(body.substr(body.find("\r\n\r\n") + 4));
+  size_t kinds = 0;
+  for (const auto& [series, value] : m)
+    if (series.rfind("megatrain_host_memory_bytes{", 0) == 0 || series.rfind("megatrain_device_memory_bytes{", 0) == 0) {
+      ++kinds;
+      EXPECT_EQ(value, 0) << series;
+    }
+  EXPECT_GT(kinds, 12u);
+  EXPECT_NE(m.find("megatrain_host_memory_bytes{kind=\"eval_set\"}"), m.end());
 }
 
 TEST(ServerMetrics, DataQueueTokensIsExportedBeforeAnyPushJob) {
