@@ -55,6 +55,7 @@ class Follower {
     fields.set("tokens_per_second", job && job->has_mean_tokens_per_second() ? job->mean_tokens_per_second()
                                     : job                                  ? job->tokens_per_second()
                                                                            : last_.tokens_per_second());
+    if (job && job->has_packing_efficiency()) fields.set("packing_efficiency", job->packing_efficiency());
     fields.set("checkpoint", job && !job->last_checkpoint().empty() ? job->last_checkpoint() : checkpoint_);
     fields.set("cancelled", state_ == v1::JOB_STATE_CANCELLED);
     if (job && job->eval_step() > 0) {  // the keys of `megatrain train`'s summary

@@ -2,6 +2,7 @@
 // written into ROOT/.tmp-step-XXXXXXXX, fsynced, renamed into place, then `latest` is replaced
 // (temp file + fsync + rename) and old steps are pruned. Any failure before the rename removes
 // the temp dir, so the previous checkpoint and `latest` stay as they were.
+#include "engine/base/dir_fd.h"
 #include "engine/base/disk_usage.h"
 #include "engine/io/checkpoint.h"
 
@@ -372,11 +373,11 @@ Status begin_checkpoint(const std::string& root, long step) {
   if (step < 0) return invalid_argument("checkpoint step " + std::to_string(step) + " is negative");
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec) return data_loss("cannot create checkpoint root '" + root + "': " + ec.message());
+  if (ec) return errno_status("cannot create checkpoint root", root, ec.value());  // a full disk: RESOURCE_EXHAUSTED
   const std::string tmp = temp_dir(root, step);
   fs::remove_all(tmp, ec);  // left over from a crash
   if (!fs::create_directory(tmp, ec))
-    return data_loss("cannot create '" + tmp + "': " + (ec ? ec.message() : "exists"));
+    return ec ? errno_status("cannot create", tmp, ec.value()) : data_loss("cannot create '" + tmp + "': exists");
   return Status::Ok();
 }
 

@@ -197,6 +197,11 @@ TEST(SftCli, StatusShowsPackingEfficiencyOfADaemonJob) {
   ASSERT_TRUE(j.find("packing_efficiency")) << j.dump();
   EXPECT_GT(j.find("packing_efficiency")->as_double(), 0.5);
   EXPECT_LE(j.find("packing_efficiency")->as_double(), 1.0);
+  RunResult summary = daemon.cli({"watch", id, "--json"});  // the summary, as `megatrain train`'s has it
+  ASSERT_EQ(summary.rc, 0) << describe(summary);
+  const Json sj = last_line(summary);
+  ASSERT_TRUE(sj.find("packing_efficiency")) << sj.dump();
+  EXPECT_EQ(sj.find("packing_efficiency")->as_double(), j.find("packing_efficiency")->as_double());
   if (!HasFailure()) fs::remove_all(dir);
 }
 

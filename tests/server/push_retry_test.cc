@@ -161,5 +161,28 @@ TEST(ServerPush, MalformedPushPositionsAreRefused) {
   EXPECT_EQ(job_of(*s.stub, id).data_spooled_tokens(), 100u);  // only the one good chunk
 }
 
+// A push to a push job that ended is refused saying it ended, after a daemon restart too (the
+// restart opens no spool for it, and the refusal said its source was not push).
+TEST(ServerPush, APushToAnEndedJobSaysItEndedAfterARestart) {
+  const std::string state = fresh_dir("push_ended_restart");
+  std::string id;
+  {
+    Server s(test_config(state));
+    ASSERT_TRUE(s.stub);
+    id = submit(*s.stub, tiny_spec(3, "push"));
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::Job out;
+    auto c = ctx();
+    ASSERT_TRUE(s.stub->CancelJob(c.get(), req, &out).ok());
+  }
+  Server s(test_config(state));
+  ASSERT_TRUE(s.stub);
+  v1::PushDataResponse resp;
+  const grpc::Status st = push(*s.stub, id, "p", std::vector<uint32_t>(10, 1), 0, 10, resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("is cancelled"), std::string::npos) << st.error_message();
+}
+
 }  // namespace
 }  // namespace mt::server::testing
