@@ -188,6 +188,7 @@ Result<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::open(const std::st
   if (fd < 0) return errno_status("open", path, errno);
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter(fd, path));
   if (::ftruncate(fd, off_t(keep)) != 0 || ::lseek(fd, off_t(keep), SEEK_SET) < 0) return errno_status("truncate", path, errno);
+  w->end_ = keep;
   if (keep == 0) {  // stamped now, as TensorFlow's writers do: TensorBoard takes it for the run's start
     const std::string version = "brain.Event:2";
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -205,13 +206,19 @@ Status TensorBoardWriter::append(const std::string& data) {
   for (size_t done = 0; done < r.size();) {
     const ssize_t n = ::write(fd_, r.data() + done, r.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return errno_status("write", path_, n < 0 ? errno : EIO);
+    if (n <= 0) {  // a full disk, say: back to the last whole record, so that a later write goes on from it
+      const Status failed = errno_status("write", path_, n < 0 ? errno : EIO);
+      if (::ftruncate(fd_, off_t(end_)) != 0 || ::lseek(fd_, off_t(end_), SEEK_SET) < 0) broken_ = true;
+      return failed;
+    }
     done += size_t(n);
   }
+  end_ += r.size();
   return Status::Ok();
 }
 
 Status TensorBoardWriter::scalars(long step, double wall_time, const Scalars& values) {
+  if (broken_) return data_loss("'" + path_ + "': a failed write could not be undone; no further events are written");
   return append(event(wall_time, step, nullptr, &values));
 }
 

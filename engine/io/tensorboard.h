@@ -34,7 +34,8 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   // One Event at `step` with these scalars, appended with one write: in the file (the page
-  // cache) when this returns, so a kill -9 after it loses nothing.
+  // cache) when this returns, so a kill -9 after it loses nothing. A failed write (a full disk)
+  // is cut back to the last whole record, so the next call may succeed where this one did not.
   Status scalars(long step, double wall_time, const Scalars& values);
   Status sync();  // fsync: on disk (the job calls it at each checkpoint)
   const std::string& path() const { return path_; }
@@ -44,6 +45,8 @@ class TensorBoardWriter {
   Status append(const std::string& event);
   int fd_;
   std::string path_;
+  uint64_t end_ = 0;     // the end of the last whole record
+  bool broken_ = false;  // a failed write could not be cut back
 };
 
 // What an event file holds, read back (tests, and open's truncation).

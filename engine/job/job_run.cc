@@ -210,11 +210,21 @@ void JobRun::open_tensorboard() {
   log(LogLevel::kInfo, "tensorboard: event files in " + job_dir_ + "/tensorboard");
 }
 
-// A failed write ends the event file, not the job.
+// A failed write (a full disk) leaves that step out of the event file, not the job: the next
+// steps try again, and the log says which steps are missing once a write succeeds.
 void JobRun::curve(long step, const Scalars& scalars) {
-  if (!tb_ || tb_->scalars(step, double(unix_ms_now()) / 1e3, scalars).ok()) return;
-  log(LogLevel::kWarning, "tensorboard: cannot write " + tb_->path() + "; the job goes on without event files");
-  tb_.reset();
+  if (!tb_) return;
+  const Status st = tb_->scalars(step, double(unix_ms_now()) / 1e3, scalars);
+  if (st.ok() && tb_missing_from_ > 0) {
+    log(LogLevel::kInfo, "tensorboard: writing again at step " + std::to_string(step) + "; steps " +
+                             std::to_string(tb_missing_from_) + ".." + std::to_string(step - 1) +
+                             " are not in the event file");
+    tb_missing_from_ = 0;
+  } else if (!st.ok() && tb_missing_from_ == 0) {
+    log(LogLevel::kWarning, "tensorboard: " + st.message() + "; step " + std::to_string(step) +
+                                " and those after it are left out of the event file until a write succeeds");
+    tb_missing_from_ = step;
+  }
 }
 
 // One process with the whole optimizer state in memory writes its periodic checkpoints while

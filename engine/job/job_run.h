@@ -70,6 +70,7 @@ class JobRun {
   JobResult result_;
   double flops_per_token_ = 0;
   std::unique_ptr<TensorBoardWriter> tb_;
+  long tb_missing_from_ = 0;  // the first step a failed write left out of the event file (0: none)
   std::unique_ptr<JobCheckpoints> checkpoints_;  // a writer in flight reads the executor's store
   Batch batch_;
   double seconds_ = 0;  // trained by this run

@@ -4,6 +4,9 @@
 // steps replace those its killed predecessor logged after its checkpoint: no step twice.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -97,6 +100,35 @@ TEST(TensorBoard, ScalarsReadBack) {
     EXPECT_EQ(e.scalars[0].second, double(float(1.0 / double(s))));  // simple_value is a float
     EXPECT_EQ(e.scalars[1], (std::pair<std::string, double>{"train/grad_norm", 0.5}));
   }
+}
+
+// A write that fails part way (a full disk; here the file-size limit, EFBIG) is cut back to the
+// last whole record: the steps it failed on are missing, the file stays readable, and the
+// writes after the disk has room again land. Before, the job dropped its writer at the first
+// failure and logged nothing for the rest of the run.
+TEST(TensorBoard, AFailedWriteLeavesAWholeFileAndLaterWritesLand) {
+  const std::string dir = fresh("full_disk");
+  auto w = TensorBoardWriter::open(dir, 0);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  log_steps(**w, 1, 2);
+  const auto size = fs::file_size((*w)->path());
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &old), 0);
+  rlimit before {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  rlimit small = before;
+  small.rlim_cur = rlim_t(size + 20);  // room for part of the next record only
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const Status failed = (*w)->scalars(3, 1e9 + 3, {{"train/loss", 0.3}, {"train/grad_norm", 0.5}});
+  const Status again = (*w)->scalars(4, 1e9 + 4, {{"train/loss", 0.25}, {"train/grad_norm", 0.5}});
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  ASSERT_EQ(::sigaction(SIGXFSZ, &old, nullptr), 0);
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed.to_string();
+  EXPECT_FALSE(again.ok());
+  EXPECT_EQ(fs::file_size((*w)->path()), size) << "cut back to the last whole record";
+  log_steps(**w, 5, 6);
+  EXPECT_EQ(steps_of((*w)->path()), (std::vector<long>{1, 2, 5, 6}));
 }
 
 TEST(TensorBoard, ATornLastRecordIsDroppedOnReopen) {
