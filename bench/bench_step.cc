@@ -348,6 +348,8 @@ int run_step(const Flags& f) {
                      // The target: >= 2.5 (a step computes the forward about 3 times over).
                      {"eval_speedup", eval_tokens / eval_s / (tokens / step_s)}});
   if (cfg->has_experts()) add_moe_keys(out, *cfg, measured, tokens / step_s, compute_elem_bytes(opt.precision));
+  // Whether cuDNN ran at all: attention_kernel says what was asked, a refused shape falls back.
+  if (args->backend == "cuda") out.set("cudnn_attention_calls", int64_t(cuda_cudnn_attention_calls()));
   if (args->executor == "streaming") {
     add_streaming_keys(out, measured, step_s, args->so.link_gbps);
     const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved

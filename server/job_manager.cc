@@ -505,10 +505,11 @@ Result<JobManager::PushAck> JobManager::push(const std::string& id, const uint32
   {
     std::lock_guard<std::mutex> lock(mu_);
     MT_ASSIGN_OR_RETURN(job, find(id));
-    // Ended first: a restarted daemon opens no spool for a job that ended (its source is push)
-    if (job->rec.terminal()) return failed_precondition("job " + id + " is " + state_name(job->rec.state));
-    if (!job->spool)
+    if (job->spec.data.source != "push")
       return failed_precondition("job " + id + " has data.source = '" + job->spec.data.source + "', not push");
+    // A restarted daemon opens no spool for a push job that ended: say it ended
+    if (job->rec.terminal() || !job->spool)
+      return failed_precondition("job " + id + " is " + state_name(job->rec.state));
   }
   const int vocab = job->cfg.vocab_size;
   for (size_t i = 0; i < n; ++i)

@@ -37,6 +37,9 @@ std::string cuda_attention_warning();
 // job logs and every bench JSON.
 std::string cuda_attention_kernel_name();
 std::string cuda_cudnn_describe();
+// cuDNN attention calls (forward and backward) this process has made: 0 means every attention
+// ran on our kernels, whatever MEGATRAIN_ATTENTION asked (a refused shape falls back).
+uint64_t cuda_cudnn_attention_calls();
 
 // True when this engine was built with CUDA and at least one device is usable.
 bool cuda_available();

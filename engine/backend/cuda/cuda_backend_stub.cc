@@ -11,6 +11,7 @@ uint64_t cuda_attention_workspace_bytes(int, int, int, int, int) { return 0; }
 std::string cuda_attention_warning() { return ""; }
 std::string cuda_attention_kernel_name() { return "none"; }
 std::string cuda_cudnn_describe() { return "cuDNN: CUDA not built"; }
+uint64_t cuda_cudnn_attention_calls() { return 0; }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions&) {
   return unimplemented("backend = cuda is not built into this engine (configure with -DMEGATRAIN_CUDA=ON)");
