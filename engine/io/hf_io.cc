@@ -212,6 +212,9 @@ Status check_export_dir(const DirFd& out, bool overwrite) {
     return failed_precondition("export target '" + out.path() +
                                "' is a training checkpoint; exporting into it would replace its fp32 master weights "
                                "(choose another directory)");
+  if (out.has("checkpoints") || out.has(".megatrain.lock"))  // `megatrain train --out`'s directory
+    return failed_precondition("export target '" + out.path() +
+                               "' is a training run's directory (it holds checkpoints/); choose another directory");
   if (!overwrite && !names.empty())
     return failed_precondition("export target '" + out.path() +
                                "' already holds files; pass --overwrite to replace an earlier export there");

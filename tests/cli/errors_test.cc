@@ -241,6 +241,8 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
       {"export into the checkpoint dir itself", {"export", ckpt, ckpt + "/" + last_line(*read_file(ckpt + "/latest"))}, 2,
        "is a training checkpoint"},
       {"export C C --overwrite", {"export", ckpt, ckpt, "--overwrite"}, 2, "is a training checkpoint"},
+      {"export into the run's directory --overwrite", {"export", ckpt, run, "--overwrite"}, 2,
+       "is a training run's directory"},
       {"export over an earlier export", {"export", ckpt, exported}, 2, "already holds files; pass --overwrite"},
       {"export into a directory of other files", {"export", ckpt, dir + "/notes"}, 2, "already holds files"},
       {"export --overwrite", {"export", ckpt, exported, "--overwrite"}, 0, "exported"},
