@@ -170,14 +170,10 @@ Status ShardSetWriter::flush() {
 Status ShardSetWriter::finish() {
   MT_RETURN_IF_ERROR(flush());
   if (written_.empty()) return data_loss("no example to write: every input tokenized to nothing");
-  MT_RETURN_IF_ERROR(fsync_dir(dir_));  // the shards' renames, before the manifest that vouches for them
-  const std::string path = (fs::path(dir_) / kShardManifest).string(), tmp = path + ".tmp";
+  // Each shard's rename is already durable (replace_file_durable): the manifest vouches for them last.
+  const std::string path = (fs::path(dir_) / kShardManifest).string();
   const Json m = manifest_json(written_, vocab_, tokenizer_, documents_, tokens_, trained_);
-  MT_RETURN_IF_ERROR(write_file_durable(tmp, m.dump(2) + "\n"));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return internal_error("renaming '" + tmp + "' to '" + path + "': " + ec.message());
-  return fsync_dir(dir_);
+  return replace_file_durable(path, path + ".tmp", m.dump(2) + "\n");
 }
 
 Result<ShardListing> list_shards(const std::string& path) {

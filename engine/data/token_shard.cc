@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 
 #include "engine/base/hash.h"
 #include "engine/io/safetensors.h"
@@ -16,8 +15,6 @@
 namespace mt {
 
 namespace {
-
-namespace fs = std::filesystem;
 
 uint64_t pad8(uint64_t n) { return (n + 7) / 8 * 8; }
 
@@ -91,11 +88,7 @@ Result<ShardEntry> ShardWriter::write(const std::string& path) {
   const auto* body = reinterpret_cast<const uint8_t*>(out.data()) + ShardFormat::kHeaderBytes;
   const ShardEntry written{path, documents(), tokens_, size, checksum(body, size - ShardFormat::kHeaderBytes)};
   store(out, 48, written.checksum);
-  const std::string tmp = path + ".tmp";
-  MT_RETURN_IF_ERROR(write_file_durable(tmp, out));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return internal_error("renaming '" + tmp + "' to '" + path + "': " + ec.message());
+  MT_RETURN_IF_ERROR(replace_file_durable(path, path + ".tmp", out));
   *this = ShardWriter(vocab_);
   return written;
 }

@@ -331,14 +331,7 @@ Status publish(const std::string& tmp, const std::string& final_dir) {
 }
 
 Status write_latest(const std::string& root, const std::string& name) {
-  const std::string tmp = join(root, kLatestTemp), latest = join(root, "latest");
-  MT_RETURN_IF_ERROR(write_file_durable(tmp, name + "\n"));
-  if (::rename(tmp.c_str(), latest.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return data_loss("cannot rename '" + tmp + "' to '" + latest + "': " + std::strerror(err));
-  }
-  return fsync_dir(root);
+  return replace_file_durable(join(root, "latest"), join(root, kLatestTemp), name + "\n");
 }
 
 // Keeps the `keep` newest step directories (keep <= 0 keeps all), always `current`, and the

@@ -33,6 +33,10 @@ Status write_file_durable(const std::string& path, const std::string& bytes);
 Status write_file_durable(const DirFd& dir, const std::string& name, const std::string& bytes);
 // fsyncs a directory so renames and creations inside it are durable.
 Status fsync_dir(const std::string& dir);
+// Replaces `path` whole or not at all: `bytes` written durably to `tmp` (in the same directory),
+// renamed over `path`, the directory synced. A reader sees the old file or the new one, never a
+// part; a failed rename removes `tmp`.
+Status replace_file_durable(const std::string& path, const std::string& tmp, const std::string& bytes);
 
 // ---- format ------------------------------------------------------------------------------------
 

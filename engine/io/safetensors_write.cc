@@ -195,6 +195,16 @@ Status fsync_dir(const std::string& dir) {
   return rc != 0 ? errno_status("error syncing directory", dir, err) : Status::Ok();
 }
 
+Status replace_file_durable(const std::string& path, const std::string& tmp, const std::string& bytes) {
+  MT_RETURN_IF_ERROR(write_file_durable(tmp, bytes));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return data_loss("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
+  }
+  return fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
 Status write_safetensors(const DirFd& dir, const std::string& name, const std::vector<WriteTensor>& tensors,
                          const Metadata& metadata) {
   auto header = safetensors_header(tensors, metadata);
