@@ -87,6 +87,7 @@ Status JobManager::start() {
       continue;
     }
     auto j = *job;
+    restore_metrics(*j);  // the record as the restart left it (rewound, paused, cancelled)
     next_id_ = std::max(next_id_, job_number(j->rec.id) + 1);
     if (j->rec.state == v1::JOB_STATE_RUNNING) resume.push_back(j);
     else if (j->rec.state == v1::JOB_STATE_QUEUED) queued.push_back(j);

@@ -23,30 +23,23 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   job->progress->checksum = rec.consumed_checksum;
   if (const Json* p = rec.spec.find("priority"); p && p->is_number()) job->priority = int(p->as_int());
   job->order = job_number(rec.id);
-  if (rec.terminal()) {  // its spec still says what views show (its TensorBoard directory); nothing runs it
-    if (auto spec = job_spec_from_json(rec.spec); spec.ok()) job->spec = *spec;
-    restore_metrics(*job);
-    return job;
-  }
+  // Its spec says what views show of every job (its TensorBoard directory, its data source);
+  // only a job that goes on is prepared from it.
+  auto spec = job_spec_from_json(rec.spec);
+  if (spec.ok()) job->spec = *spec;
+  if (rec.terminal()) return job;
   if (rec.state == v1::JOB_STATE_RUNNING) rewind_to_checkpoint(*job);
   if (rec.cancel_requested) {
     cancel_on_restart(*job);
     return job;
   }
   if (rec.pause_requested && rec.state == v1::JOB_STATE_RUNNING) pause_on_restart(*job);
-  auto spec = job_spec_from_json(rec.spec);
-  Status st = spec.ok() ? Status::Ok() : spec.status();
-  if (st.ok()) {
-    job->spec = *spec;
-    st = prepare(*job);
-  }
-  if (!st.ok()) {
+  if (Status st = spec.ok() ? prepare(*job) : spec.status(); !st.ok()) {
     job->rec.state = v1::JOB_STATE_FAILED;
     job->rec.reason = "cannot resume after restart: " + st.to_string();
     job->rec.finished_ms = now_ms();
     (void)save(*job);
   }
-  restore_metrics(*job);
   return job;
 }
 

@@ -224,7 +224,9 @@ void Metrics::forget_job(const std::string& job) {
     remove_series(*g, l);
   for (size_t i = 0; i < moe_layers_[job]; ++i) remove_series(moe_load_, {{kJobLabel, job}, {"moe_layer", std::to_string(i)}});
   moe_layers_.erase(job);
-  set_data_queue_locked(job, 0, /*keep=*/false);
+  remove_series(job_data_queue_, l);
+  queue_by_job_.erase(job);
+  update_data_queue_total();
 }
 
 void Metrics::on_eval(const std::string& job, const EvalReport& r) {
@@ -254,10 +256,6 @@ void Metrics::set_memory(const MemoryPlan* plan) {
   std::lock_guard<std::mutex> lock(mu_);
   host_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->host_bytes) : 0);
   device_mem_.Add({{"kind", "total"}}).Set(plan ? double(plan->device_bytes) : 0);
-  static const char* kHost[] = {"master", "grad", "adam_m", "adam_v", "bf16_shadow", "checkpoints"};
-  static const char* kDevice[] = {"weight_slots", "grad_slots", "checkpoints", "residual_grads", "attention_state", "chunk_workspace"};
-  for (const char* k : kHost) host_kinds_.insert(k);
-  for (const char* k : kDevice) device_kinds_.insert(k);
   // Every kind any plan had is set, to 0 when this one has none of it: a kind only an earlier job
   // had (eval_set, moe_state, ...) kept that job's bytes beside the running job's total.
   for (const std::string& k : host_kinds_) host_mem_.Add({{"kind", k}}).Set(0);
@@ -275,17 +273,12 @@ void Metrics::set_memory(const MemoryPlan* plan) {
 
 void Metrics::set_data_queue(const std::string& job, double tokens) {
   std::lock_guard<std::mutex> lock(mu_);
-  set_data_queue_locked(job, tokens, /*keep=*/true);
+  job_data_queue_.Add({{kJobLabel, job}}).Set(tokens);
+  queue_by_job_[job] = tokens;
+  update_data_queue_total();
 }
 
-void Metrics::set_data_queue_locked(const std::string& job, double tokens, bool keep) {
-  if (keep) {
-    job_data_queue_.Add({{kJobLabel, job}}).Set(tokens);
-    queue_by_job_[job] = tokens;
-  } else {
-    remove_series(job_data_queue_, {{kJobLabel, job}});
-    queue_by_job_.erase(job);
-  }
+void Metrics::update_data_queue_total() {
   double total = 0;
   for (const auto& [id, n] : queue_by_job_) total += n;
   data_queue_total_.Set(total);

@@ -53,7 +53,7 @@ class Metrics {
   struct JobSeries;
   JobSeries& series(const std::string& job);
   void on_moe_step(const std::string& job, const StepStats& s);  // a mixture of experts' routing (mu_ held)
-  void set_data_queue_locked(const std::string& job, double tokens, bool keep);
+  void update_data_queue_total();  // mu_ held
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>&steps_, &tokens_, &h2d_bytes_, &d2h_bytes_, &stall_;
@@ -67,7 +67,10 @@ class Metrics {
   std::mutex mu_;
   std::map<std::string, double> queue_by_job_;
   std::map<std::string, size_t> moe_layers_;  // per job: the moe_layer labels its load ratio has
-  std::set<std::string> host_kinds_, device_kinds_;  // every memory kind a plan has had
+  // Every memory kind a plan has had, from the kinds every plan has
+  std::set<std::string> host_kinds_{"master", "grad", "adam_m", "adam_v", "bf16_shadow", "checkpoints"};
+  std::set<std::string> device_kinds_{"weight_slots",   "grad_slots",      "checkpoints",
+                                      "residual_grads", "attention_state", "chunk_workspace"};
   std::map<std::string, std::unique_ptr<JobSeries>> jobs_series_;
 };
 
