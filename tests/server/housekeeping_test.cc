@@ -32,14 +32,6 @@ grpc::Status list(v1::Trainer::Stub& stub, const v1::ListJobsRequest& req, v1::L
   return stub.ListJobs(c.get(), req, resp);
 }
 
-grpc::Status remove(v1::Trainer::Stub& stub, const std::string& id, bool keep, v1::DeleteJobResponse* resp) {
-  v1::DeleteJobRequest req;
-  req.set_job_id(id);
-  req.set_keep_checkpoints(keep);
-  auto c = ctx();
-  return stub.DeleteJob(c.get(), req, resp);
-}
-
 double state_dir_bytes(int metrics_port) {
   const std::string text = http_get(metrics_port, "/metrics");
   const std::string key = "\nmegatrain_state_dir_bytes ";
@@ -135,7 +127,7 @@ TEST(ServerDelete, DeleteAndKeepCheckpointsLeaveNoOrphanFiles) {
     }
     wait_job(*s.stub, p, [](const v1::Job& j) { return j.waiting_for_data(); });
     v1::DeleteJobResponse resp;
-    const grpc::Status running = remove(*s.stub, p, false, &resp);
+    const grpc::Status running = delete_job(*s.stub, p, false, &resp);
     EXPECT_EQ(running.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(running.error_message().find("running"), std::string::npos) << running.error_message();
     v1::CancelJobRequest cancel;
@@ -147,18 +139,18 @@ TEST(ServerDelete, DeleteAndKeepCheckpointsLeaveNoOrphanFiles) {
 
     const double full = state_dir_bytes(s.daemon->metrics_port());
     EXPECT_GT(full, 0);
-    ASSERT_TRUE(remove(*s.stub, p, false, &resp).ok());
+    ASSERT_TRUE(delete_job(*s.stub, p, false, &resp).ok());
     EXPECT_GE(resp.freed_bytes(), 100u * 4);  // at least the spooled tokens
     EXPECT_TRUE(resp.kept_checkpoints().empty());
     EXPECT_LT(state_dir_bytes(s.daemon->metrics_port()), full);
 
-    ASSERT_TRUE(remove(*s.stub, a, true, &resp).ok());
+    ASSERT_TRUE(delete_job(*s.stub, a, true, &resp).ok());
     EXPECT_EQ(resp.kept_checkpoints(), cfg.data_root + "/checkpoints/" + a);
     EXPECT_TRUE(fs::exists(resp.kept_checkpoints() + "/latest"));
     EXPECT_TRUE(fs::exists(resp.kept_checkpoints() + "/step-00000003/model.safetensors"));
     v1::Job gone;
     EXPECT_EQ(get_job(*s.stub, a, &gone).error_code(), grpc::StatusCode::NOT_FOUND);
-    EXPECT_EQ(remove(*s.stub, a, false, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(delete_job(*s.stub, a, false, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
     EXPECT_EQ(entries(dir + "/jobs"), std::vector<std::string>{}) << "orphans under jobs/";
     v1::ListJobsResponse none;
     ASSERT_TRUE(list(*s.stub, v1::ListJobsRequest(), &none).ok());
@@ -201,13 +193,13 @@ TEST(ServerDelete, DeletingAQueuedJobEndsItForItsWatchers) {
   wait_job(*s.stub, a, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
   const std::string q = submit(*s.stub, tiny_spec(1));
   v1::DeleteJobResponse resp;
-  EXPECT_EQ(remove(*s.stub, a, false, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(delete_job(*s.stub, a, false, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   {
     Watcher w(*s.stub, q);
     // Delete only once the watch is registered (its first event seen): deleted before that, the
     // watch finds no job and ends empty, which is right but not what this test is about.
     ASSERT_TRUE(w.wait_first()) << "the watch of the queued job saw nothing";
-    ASSERT_TRUE(remove(*s.stub, q, false, &resp).ok());
+    ASSERT_TRUE(delete_job(*s.stub, q, false, &resp).ok());
     const auto ev = w.join();
     ASSERT_FALSE(ev.empty());
     EXPECT_EQ(ev.back().state(), v1::JOB_STATE_CANCELLED);
@@ -288,7 +280,7 @@ TEST(ServerDelete, AJobSeenCancelledIsDeletedAtOnce) {
     const v1::Job j = wait_terminal(*s.stub, id);
     EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED) << j.reason();
     v1::DeleteJobResponse resp;
-    const grpc::Status st = remove(*s.stub, id, false, &resp);
+    const grpc::Status st = delete_job(*s.stub, id, false, &resp);
     EXPECT_TRUE(st.ok()) << "round " << round << ": " << st.error_message() << " (" << j.reason() << ")";
   }
 }

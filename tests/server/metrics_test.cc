@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "tests/server/server_fixture.h"
+#include "tests/server/schedule_util.h"
 #include "tests/test_paths.h"
 
 namespace mt::server::testing {
@@ -146,10 +146,7 @@ TEST(ServerMetrics, JobSeriesFollowTheRecordAcrossARestartAndLeaveWithTheJob) {
   Server s(test_config(dir));
   ASSERT_TRUE(s.stub);
   v1::Job after;
-  v1::GetJobRequest req;
-  req.set_job_id(id);
-  auto gc = ctx();
-  ASSERT_TRUE(s.stub->GetJob(gc.get(), req, &after).ok());
+  ASSERT_TRUE(get_job(*s.stub, id, &after).ok());
   EXPECT_FALSE(before.tensorboard_dir().empty());
   EXPECT_EQ(after.tensorboard_dir(), before.tensorboard_dir());
   const std::string l = "{job_id=\"" + id + "\"}";
@@ -159,11 +156,8 @@ TEST(ServerMetrics, JobSeriesFollowTheRecordAcrossARestartAndLeaveWithTheJob) {
   EXPECT_EQ(get(m, "megatrain_eval_loss" + l), after.eval_loss());
   EXPECT_EQ(get(m, "megatrain_best_eval_loss" + l), after.best_eval_loss());
   EXPECT_EQ(get(m, "megatrain_checkpoint_step" + l), 6);
-  v1::DeleteJobRequest del;
-  del.set_job_id(id);
   v1::DeleteJobResponse resp;
-  auto c = ctx();
-  ASSERT_TRUE(s.stub->DeleteJob(c.get(), del, &resp).ok());
+  ASSERT_TRUE(delete_job(*s.stub, id, false, &resp).ok());
   const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
   EXPECT_EQ(body.find(id), std::string::npos) << "a deleted job's series stay: " << body.substr(0, 2000);
 }
@@ -174,11 +168,8 @@ TEST(ServerMetrics, DeletedJobsLeaveNoSeriesBehind) {
   const std::string id = submit(*s.stub, with_eval(tiny_spec(3)));
   ASSERT_EQ(wait_terminal(*s.stub, id).state(), v1::JOB_STATE_SUCCEEDED);
   ASSERT_NE(http_get(s.daemon->metrics_port(), "/metrics").find("megatrain_steps_total{job_id=\"" + id), std::string::npos);
-  v1::DeleteJobRequest del;
-  del.set_job_id(id);
   v1::DeleteJobResponse resp;
-  auto c = ctx();
-  ASSERT_TRUE(s.stub->DeleteJob(c.get(), del, &resp).ok());
+  ASSERT_TRUE(delete_job(*s.stub, id, false, &resp).ok());
   const std::string body = http_get(s.daemon->metrics_port(), "/metrics");
   EXPECT_EQ(body.find(id), std::string::npos) << body.substr(0, 2000);
   EXPECT_NE(body.find("megatrain_jobs{state=\"succeeded\"} 0"), std::string::npos);

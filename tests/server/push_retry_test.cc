@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "server/push_spool.h"
-#include "tests/server/server_fixture.h"
+#include "tests/server/schedule_util.h"
 
 namespace mt::server::testing {
 namespace {
@@ -170,11 +170,7 @@ TEST(ServerPush, APushToAnEndedJobSaysItEndedAfterARestart) {
     Server s(test_config(state));
     ASSERT_TRUE(s.stub);
     id = submit(*s.stub, tiny_spec(3, "push"));
-    v1::CancelJobRequest req;
-    req.set_job_id(id);
-    v1::Job out;
-    auto c = ctx();
-    ASSERT_TRUE(s.stub->CancelJob(c.get(), req, &out).ok());
+    cancel_job(*s.stub, id);  // its failure is a test failure
   }
   Server s(test_config(state));
   ASSERT_TRUE(s.stub);

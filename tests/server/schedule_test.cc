@@ -281,6 +281,25 @@ TEST(ServerPreempt, KillNineDuringPreemptionLosesNothing) {
   EXPECT_EQ(checkpoint_tensors(done.last_checkpoint()), uninterrupted_tensors(low, "preempt_crash_ref"));
 }
 
+// A PauseJob of `id` on its own thread (its answer in `answer`, `reply`), returned once the pause
+// is in the job's record under `state`: acknowledged, the job not yet likely to have stopped.
+std::thread pause_once_recorded(Process& p, const std::string& state, const std::string& id, grpc::Status& answer,
+                                v1::Job& reply) {
+  std::thread pause([&p, id, &answer, &reply] {
+    v1::PauseJobRequest req;
+    req.set_job_id(id);
+    auto c = ctx();
+    answer = p.stub->PauseJob(c.get(), req, &reply);  // cut off by a kill, or answered
+  });
+  const std::string record = state + "/jobs/" + id + "/job.json";
+  for (int i = 0; i < 20000; ++i) {
+    auto text = read_file(record);
+    if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  return pause;
+}
+
 // The daemon told to stop (SIGTERM) while a PauseJob waits for the job to stop: the call is
 // answered at once — gRPC's shutdown waits for every call, so an unanswered one held the daemon
 // up — saying the pause holds; the daemon exits 0, and after its restart the job is PAUSED at the
@@ -298,18 +317,7 @@ TEST(ServerPause, ADaemonStopAnswersAPauseInFlightAndThePauseHolds) {
       ASSERT_GT(p.port, 0);
       id = submit(*p.stub, spec);
       ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 3; }).step(), 3);
-      std::thread pause([&] {
-        v1::PauseJobRequest req;
-        req.set_job_id(id);
-        auto c = ctx();
-        answer = p.stub->PauseJob(c.get(), req, &reply);
-      });
-      const std::string record = state + "/jobs/" + id + "/job.json";
-      for (int i = 0; i < 20000; ++i) {
-        auto text = read_file(record);
-        if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
-        std::this_thread::sleep_for(std::chrono::microseconds(500));
-      }
+      std::thread pause = pause_once_recorded(p, state, id, answer, reply);
       const auto t0 = std::chrono::steady_clock::now();
       const int status = p.term();
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
@@ -348,23 +356,12 @@ TEST(ServerPause, KillNineWhilePausingLeavesTheRecordAtItsCheckpoint) {
       ASSERT_GT(p.port, 0);
       id = submit(*p.stub, spec);
       ASSERT_GE(wait_job(*p.stub, id, [](const v1::Job& j) { return j.step() >= 7; }).step(), 7);
-      std::thread pause([&] {
-        v1::PauseJobRequest req;
-        req.set_job_id(id);
-        v1::Job reply;
-        auto c = ctx();
-        (void)p.stub->PauseJob(c.get(), req, &reply);  // cut off by the kill, or answered just before it
-      });
-      // killed once the pause is in the record, before the job is likely to have stopped
-      const std::string record = state + "/jobs/" + id + "/job.json";
-      for (int i = 0; i < 20000; ++i) {
-        auto text = read_file(record);
-        if (text.ok() && text->find("\"pause_requested\": true") != std::string::npos) break;
-        std::this_thread::sleep_for(std::chrono::microseconds(500));
-      }
+      grpc::Status answer;  // cut off by the kill, or answered just before it
+      v1::Job reply;
+      std::thread pause = pause_once_recorded(p, state, id, answer, reply);  // killed before it likely stopped
       p.kill9();
       pause.join();
-      auto text = read_file(record);
+      auto text = read_file(state + "/jobs/" + id + "/job.json");
       ASSERT_TRUE(text.ok()) << text.status().to_string();
       auto json = Json::parse(*text);
       ASSERT_TRUE(json.ok()) << json.status().to_string();

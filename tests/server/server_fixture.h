@@ -81,6 +81,15 @@ inline std::unique_ptr<grpc::ClientContext> ctx(double seconds = 30) {
   return c;
 }
 
+// DeleteJob of `id` (keep: its checkpoints moved to the data root); the call's status.
+inline grpc::Status delete_job(v1::Trainer::Stub& stub, const std::string& id, bool keep, v1::DeleteJobResponse* resp) {
+  v1::DeleteJobRequest req;
+  req.set_job_id(id);
+  req.set_keep_checkpoints(keep);
+  auto c = ctx();
+  return stub.DeleteJob(c.get(), req, resp);
+}
+
 inline bool terminal(v1::JobState s) {
   return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
 }
