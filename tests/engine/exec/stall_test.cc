@@ -77,7 +77,9 @@ TEST(StreamingStall, AThrottledLinkIsStallNotCompute) {
     // Compute is ~1 ms (~8 ms under ASan); the compute stream idles for the rest of the step,
     // waiting for the link, and that is all stall.
     EXPECT_LT(st->compute_seconds, 0.25 * st->step_seconds) << "step " << s;
-    EXPECT_NEAR(st->stall_seconds(), st->step_seconds - st->compute_seconds, 0.02 * st->step_seconds + 0.002)
+    // What is neither: the host thread's own scheduling, a few ms when ctest -j2 runs another
+    // test on the 2 cores (5.5 ms of a 118 ms step failed a 2% + 2 ms bound once in CI).
+    EXPECT_NEAR(st->stall_seconds(), st->step_seconds - st->compute_seconds, 0.05 * st->step_seconds + 0.005)
         << "step " << s;
     // Every fetched weight crossed the link while compute waited for it: most of the link's
     // busy time is stall (some uploads run ahead into the previous step's tail).
