@@ -332,6 +332,7 @@ int run_attention(const Flags& f) {
         double fwd = 0, bwd = 0;
         size_t workspace = 0;
         std::string why;
+        const double built_s = cuda::cudnn_graph_builds().seconds;
         const bool ok = bf ? time_attention<__nv_bfloat16>(k, T, H, KVH, D, int(*reps), s, fwd, bwd, workspace, why)
                            : time_attention<float>(k, T, H, KVH, D, int(*reps), s, fwd, bwd, workspace, why);
         const double flops = 4.0 * double(T) * T * D * H / 2;  // causal: half of QK^T and PV
@@ -339,7 +340,10 @@ int run_attention(const Flags& f) {
                                {"kv_heads", int64_t(KVH)}, {"head_dim", int64_t(D)}, {"dtype", dtype}, {"kernel", k},
                                {"fwd_tflops", ok ? flops / fwd / 1e12 : 0.0},
                                {"bwd_tflops", ok ? 2.5 * flops / bwd / 1e12 : 0.0}, {"ok", ok}});
-        if (k == "cudnn") r.set("workspace_bytes", int64_t(workspace));
+        if (k == "cudnn") {
+          r.set("workspace_bytes", int64_t(workspace));
+          r.set("graph_build_seconds", cuda::cudnn_graph_builds().seconds - built_s);  // the forward's and backward's
+        }
         if (!why.empty()) r.set("error", why);
         emit(r, f.json());
         rc |= ok ? 0 : 1;

@@ -22,6 +22,7 @@ struct StepArgs {
   int steps = 5, warmup = 2;
   int active_vocab = 0;  // distinct tokens the synthetic data draws from
   int doc_len = 0;       // > 0: each row packs documents of this many tokens (attention masked to each)
+  bool doc_spread = false;  // documents of 1 .. 2 doc_len - 1 tokens (mean doc_len), new ones each step
   int layers = 0;        // > 0: the preset's shape with this many decoder layers
   std::string checkpoint_dir;  // --checkpoint-stall DIR: also the pause a checkpoint there costs
 };
@@ -90,6 +91,10 @@ Result<StepArgs> parse_step_args(const Flags& f) {
   MT_ASSIGN_OR_RETURN(double doc_len, f.num("doc-len", 0));
   if (!(doc_len >= 0 && doc_len <= TrainLimits::kSeqLen)) return invalid_argument("--doc-len must be in [0, 2^20]");
   a.doc_len = int(doc_len);
+  const std::string spread = f.str("doc-spread", "off");
+  if ((spread != "on" && spread != "off") || (spread == "on" && a.doc_len == 0))
+    return invalid_argument("--doc-spread must be on or off, and on only with --doc-len");
+  a.doc_spread = spread == "on";
   a.opt.optimizer_threads = int(opt_threads);
   MT_ASSIGN_OR_RETURN(a.so.placement, parse_checkpoint_placement(f.str("checkpoints", "auto")));
   a.so.link_gbps = link;
@@ -132,6 +137,26 @@ Result<std::unique_ptr<Executor>> make_bench_executor(const ModelConfig& cfg, co
   }
   MT_ASSIGN_OR_RETURN(auto ex, StreamingExecutor::create_cpu(cfg, a.opt, a.so));
   return std::unique_ptr<Executor>(std::move(ex));
+}
+
+// Each row of `batch` as packed documents (positions restarting at 0 where one begins): of
+// doc_len tokens, or with --doc-spread of 1 .. 2 doc_len - 1 (new lengths each `seed`), so that
+// cuDNN meets the shapes of real packed data (graphs per document count and longest document).
+void pack_documents(const StepArgs& a, int T, uint64_t seed, Batch& batch) {
+  batch.positions.resize(batch.inputs.size());
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull;
+  auto next_len = [&] {
+    if (!a.doc_spread) return a.doc_len;
+    x += 0x9e3779b97f4a7c15ull;  // splitmix64
+    uint64_t z = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return 1 + int((z ^ (z >> 31)) % uint64_t(2 * a.doc_len - 1));
+  };
+  for (size_t row = 0; row * size_t(T) < batch.positions.size(); ++row)
+    for (int t = 0, left = 0, pos = 0; t < T; ++t, ++pos, --left) {
+      if (left == 0) left = next_len(), pos = 0;
+      batch.positions[row * size_t(T) + size_t(t)] = pos;
+    }
 }
 
 uint64_t host_bytes_of(Executor& ex) {
@@ -257,13 +282,10 @@ int run_step(const Flags& f) {
   std::vector<double> times;
   std::vector<StepStats> measured;
   double loss = 0;
+  uint64_t doc_seed = 0;
   auto next_step = [&]() -> Result<StepStats> {
     MT_RETURN_IF_ERROR((*src)->next_batch(opt.global_batch, opt.seq_len, batch));
-    if (args->doc_len > 0) {  // documents of doc_len tokens: attention's cost O(T x doc_len)
-      batch.positions.resize(batch.inputs.size());
-      for (size_t i = 0; i < batch.positions.size(); ++i)
-        batch.positions[i] = int32_t(i % size_t(opt.seq_len) % size_t(args->doc_len));
-    }
+    if (args->doc_len > 0) pack_documents(*args, opt.seq_len, ++doc_seed, batch);
     return (*ex)->step(batch);
   };
   for (int s = 0; s < args->warmup + args->steps; ++s) {
@@ -328,6 +350,7 @@ int run_step(const Flags& f) {
                      {"seq_len", opt.seq_len},
                      {"micro_batch", opt.micro_batch},
                      {"doc_len", args->doc_len},
+                     {"doc_spread", args->doc_spread},
                      {"global_batch", opt.global_batch},
                      {"params", cfg->num_params()},
                      {"step_seconds", step_s},
@@ -349,7 +372,14 @@ int run_step(const Flags& f) {
                      {"eval_speedup", eval_tokens / eval_s / (tokens / step_s)}});
   if (cfg->has_experts()) add_moe_keys(out, *cfg, measured, tokens / step_s, compute_elem_bytes(opt.precision));
   // Whether cuDNN ran at all: attention_kernel says what was asked, a refused shape falls back.
-  if (args->backend == "cuda") out.set("cudnn_attention_calls", int64_t(cuda_cudnn_attention_calls()));
+  if (args->backend == "cuda") {
+    out.set("cudnn_attention_calls", int64_t(cuda_cudnn_attention_calls()));
+    // Graph builds run inside steps (the first of each shape): their seconds are in the warmup
+    // steps or, for a shape first met later, in a measured one.
+    const CudnnBuildTotals b = cuda_cudnn_graph_builds();
+    out.set("cudnn_graphs_built", int64_t(b.graphs));
+    out.set("cudnn_graph_build_seconds", b.seconds);
+  }
   if (args->executor == "streaming") {
     add_streaming_keys(out, measured, step_s, args->so.link_gbps);
     const MemoryPlan& plan = static_cast<StreamingExecutor&>(**ex).plan();  // what it reserved

@@ -250,6 +250,12 @@ step bench_step_gpt_oss_120b_small_batch 90 "$OUT/bench_step_gpt_oss_120b_small_
 step bench_step_qwen3_30b_a3b 120 "$OUT/bench_step_qwen3_30b_a3b.json" env MEGATRAIN_ATTENTION=cudnn \
   "$B" "${MOE_STEP[@]}" --preset qwen3-30b-a3b --layers 4 --seq-len 4096 --micro-batch 1 --global-batch 8 \
   --steps 2 --warmup 1
+# Packed documents on cuDNN (ragged calls, one graph pair per bucket of document count and
+# longest document): lengths 1..1023 drawn anew each step, as real packed data has them; the
+# JSON's cudnn_graphs_built and cudnn_graph_build_seconds say what building them mid-step costs.
+step bench_step_qwen7b_packed_cudnn 90 "$OUT/bench_step_qwen7b_packed_cudnn.json" env MEGATRAIN_ATTENTION=cudnn \
+  "$B" step --preset qwen2.5-7b --layers 1 --backend cuda --executor streaming --recompute on --precision bf16 \
+  --seq-len 4096 --micro-batch 2 --global-batch 8 --doc-len 512 --doc-spread on --steps 3 --warmup 1 --json
 step bench_gemm 90 "$OUT/bench_gemm.json" "$B" gemm --tokens 8192 --reps 5 --json
 step bench_link 60 "$OUT/bench_link.json" "$B" link --mib 512 --reps 10 --json
 # The same 4-layer shape on the default (simt) attention: the 2026-11-30 baseline, same run.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <map>
@@ -36,6 +37,7 @@ struct Key {
 };
 
 std::atomic<uint64_t> calls{0};
+std::atomic<uint64_t> builds{0}, build_nanos{0};
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -197,6 +199,7 @@ struct CudnnAttention::Impl {
     Plans p;
     fe::error_t e;
     int64_t wf = 0, wb = 0;
+    const auto t0 = std::chrono::steady_clock::now();
     try {  // Graph::sdpa throws when no implementation fits the shape (a cuDNN version that has none)
       p.fwd = forward_graph(k);
       p.bwd = backward_graph(k);
@@ -207,6 +210,9 @@ struct CudnnAttention::Impl {
     } catch (const std::exception& x) {
       e = {fe::error_code_t::GRAPH_NOT_SUPPORTED, x.what()};
     }
+    builds.fetch_add(1);
+    build_nanos.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now() - t0).count()));
     p.workspace = (std::max(wf, wb) + 255) / 256 * 256;  // the ragged arrays follow, aligned
     const size_t meta = k.ragged ? meta_bytes(k.b) : 0;
     if (!e.is_good())
@@ -286,6 +292,8 @@ ragged::RowBase row_base(const RowCall& c, const AttentionShape& s) {
 bool cudnn_built() { return true; }
 
 uint64_t cudnn_attention_calls() { return calls.load(); }
+
+CudnnGraphBuilds cudnn_graph_builds() { return {builds.load(), double(build_nanos.load()) * 1e-9}; }
 
 size_t cudnn_runtime_version() { return cudnnGetVersion(); }
 

@@ -8,6 +8,7 @@ struct CudnnAttention::Impl {};
 
 bool cudnn_built() { return false; }
 uint64_t cudnn_attention_calls() { return 0; }
+CudnnGraphBuilds cudnn_graph_builds() { return {}; }
 size_t cudnn_runtime_version() { return 0; }
 std::string cudnn_describe() {
   return "cuDNN: not in this build (needs the cuDNN frontend headers: scripts/install_deps.sh, and libcudnn)";

@@ -382,6 +382,10 @@ std::string cuda_attention_warning() {
 std::string cuda_attention_kernel_name() { return cuda::attention_kernel_name(cuda::attention_kernel()); }
 std::string cuda_cudnn_describe() { return cuda::cudnn_describe(); }
 uint64_t cuda_cudnn_attention_calls() { return cuda::cudnn_attention_calls(); }
+CudnnBuildTotals cuda_cudnn_graph_builds() {
+  const cuda::CudnnGraphBuilds b = cuda::cudnn_graph_builds();
+  return {b.count, b.seconds};
+}
 
 uint64_t cuda_free_device_memory() {
   if (!cuda_available() || cudaSetDevice(0) != cudaSuccess) return 0;

@@ -40,6 +40,12 @@ std::string cuda_cudnn_describe();
 // cuDNN attention calls (forward and backward) this process has made: 0 means every attention
 // ran on our kernels, whatever MEGATRAIN_ATTENTION asked (a refused shape falls back).
 uint64_t cuda_cudnn_attention_calls();
+// cuDNN graph pairs built so far and the host seconds they took (0 without cuDNN).
+struct CudnnBuildTotals {
+  uint64_t graphs = 0;
+  double seconds = 0;
+};
+CudnnBuildTotals cuda_cudnn_graph_builds();
 
 // True when this engine was built with CUDA and at least one device is usable.
 bool cuda_available();
