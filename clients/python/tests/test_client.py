@@ -41,6 +41,13 @@ def test_submit_and_watch_to_success(client):
     assert client.plan(tiny_spec()).fits
 
 
+def test_submit_with_plan_returns_the_plan_it_was_admitted_with(client):
+    job, plan = client.submit_with_plan(tiny_spec(steps=1))
+    assert job.id.startswith("job-") and plan.fits and plan.host_bytes > 0
+    assert plan == client.plan(tiny_spec(steps=1))  # the same spec, the same budgets
+    list(client.watch(job.id))
+
+
 def test_list_jobs_reads_every_page(client):
     ids = [client.submit(tiny_spec(steps=1)).id for _ in range(3)]
     listed = [j.id for j in client.list_jobs(page_size=1)]  # one job per RPC

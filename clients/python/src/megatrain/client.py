@@ -11,7 +11,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -140,7 +140,13 @@ class Client:
 
     def submit(self, spec: SpecLike) -> pb.Job:
         """Queues a job; returns it as the daemon recorded it (its id in .id)."""
-        return self._unary(self._stub.SubmitJob, pb.SubmitJobRequest(spec=load_spec(spec))).job
+        return self.submit_with_plan(spec)[0]
+
+    def submit_with_plan(self, spec: SpecLike) -> Tuple[pb.Job, pb.MemoryPlan]:
+        """Queues a job; returns it and the memory plan it was admitted with (as `megatrain
+        submit` prints it)."""
+        resp = self._unary(self._stub.SubmitJob, pb.SubmitJobRequest(spec=load_spec(spec)))
+        return resp.job, resp.plan
 
     def plan(self, spec: SpecLike) -> pb.MemoryPlan:
         """The memory plan of a spec against the daemon's budgets (nothing is queued)."""
