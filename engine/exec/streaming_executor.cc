@@ -9,6 +9,34 @@
 
 namespace mt {
 
+StreamingOptions streaming_options(const PlanOptions& po) {
+  StreamingOptions so;
+  so.slots = po.slots;
+  so.placement = po.placement;
+  so.device_budget = po.device_budget;
+  so.backend_bytes = po.backend_bytes;
+  so.bf16_uploads = po.bf16_uploads;
+  so.speculation = po.speculation;
+  so.host_budget = po.host_budget;
+  so.expert_slots = po.expert_slots;
+  so.nvme = po.nvme;
+  return so;
+}
+
+PlanOptions plan_options(const StreamingOptions& so) {
+  PlanOptions po;
+  po.slots = so.slots;
+  po.placement = so.placement;
+  po.device_budget = so.device_budget;
+  po.backend_bytes = so.backend_bytes;
+  po.bf16_uploads = so.bf16_uploads;
+  po.speculation = so.speculation;
+  po.host_budget = so.host_budget;
+  po.expert_slots = so.expert_slots;
+  po.nvme = so.nvme;
+  return po;
+}
+
 StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                                      std::unique_ptr<Backend> backend, const ReplicaOptions& ro)
     : cfg_(cfg), opt_(opt), so_(so), units_(build_param_schemas(cfg)), ro_(ro), backend_(std::move(backend)) {}
@@ -44,18 +72,8 @@ Result<std::unique_ptr<StreamingExecutor>> StreamingExecutor::create(const Model
                             "before any update); grad_clip is " + std::to_string(opt.optimizer.grad_clip));
   if (!opt.recompute)
     return invalid_argument("recompute = false is not supported by the streaming executor (it keeps only layer inputs)");
-  PlanOptions po;
-  po.slots = so.slots;
-  po.placement = so.placement;
-  po.device_budget = so.device_budget;
-  po.backend_bytes = so.backend_bytes;
-  po.bf16_uploads = so.bf16_uploads;
-  po.speculation = so.speculation;
-  po.host_budget = so.host_budget;
-  po.expert_slots = so.expert_slots;
-  po.nvme = so.nvme;
   MT_RETURN_IF_ERROR(backend->supports_head_dim(cfg.head_dim));  // before anything is reserved
-  MT_ASSIGN_OR_RETURN(MemoryPlan plan, plan_memory(cfg, opt, po));
+  MT_ASSIGN_OR_RETURN(MemoryPlan plan, so.plan ? Result<MemoryPlan>(*so.plan) : plan_memory(cfg, opt, plan_options(so)));
   if (!plan.fits) return resource_exhausted("the run does not fit: " + plan.reason);
   if (ro.comm && ro.comm->rank() > 0 && !ro.leader) return invalid_argument("a replica of rank > 0 needs its leader");
   if (ro.weights && !ro.nodes) return invalid_argument("a sharded optimizer needs the nodes' gradient communicator");

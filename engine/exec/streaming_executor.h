@@ -7,6 +7,7 @@
 // unit u's update). On the CPU backend it reproduces ResidentExecutor bit for bit.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -38,7 +39,14 @@ struct StreamingOptions {
   // The NVMe tier (engine/optim/nvme_tier.h): the decoders' and experts' Adam moments (and, with
   // nvme.masters, their fp32 masters) on local drives; off while nvme.paths is empty.
   NvmeTierOptions nvme;
+  // The plan a job was admitted with (make_executor: its node's host bytes, each device's
+  // bytes, its held-out set, its processes), which the executor then follows — the restore
+  // copies it makes are the ones the plan counted. Empty: planned here from the options above.
+  std::optional<MemoryPlan> plan;
 };
+// The fields the two share, one way and the other (each side's others at their defaults).
+StreamingOptions streaming_options(const PlanOptions& po);
+PlanOptions plan_options(const StreamingOptions& so);
 
 class StreamingExecutor;
 

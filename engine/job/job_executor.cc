@@ -70,21 +70,12 @@ Result<std::unique_ptr<Executor>> make_executor(const JobSpec& spec, const Model
     return std::unique_ptr<Executor>(std::move(ex));
   }
   if (device_budget == 0 && uses_cuda(spec)) device_budget = default_device_budget();  // as the daemon plans it
-  const PlanOptions po = job_plan_options(spec, cfg, host_budget, device_budget);
-  StreamingOptions so;
-  so.slots = po.slots;
-  so.expert_slots = po.expert_slots;
-  so.placement = po.placement;
-  so.device_budget = po.device_budget;
-  so.backend_bytes = po.backend_bytes;
+  // The job's plan (plan_for_job's, what it was admitted with), which its executor follows.
+  const PlanOptions po = job_plan_options(spec, cfg, host_budget, device_budget, nodes.size());
+  StreamingOptions so = streaming_options(po);
   so.link_gbps = spec.link_gbps;
-  so.speculation = po.speculation;
-  so.host_budget = po.host_budget;
-  so.nvme = po.nvme;
-  if (!so.nvme.paths.empty()) {
-    MT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(cfg, job_train_options(spec), po));
-    MT_RETURN_IF_ERROR(check_nvme_space(plan, so.nvme));
-  }
+  MT_ASSIGN_OR_RETURN(so.plan, plan_memory(cfg, job_train_options(spec), po));
+  if (!so.nvme.paths.empty()) MT_RETURN_IF_ERROR(check_nvme_space(*so.plan, so.nvme));
   auto backend_for = [&](int d) { return hooks.make_backend ? hooks.make_backend(spec) : make_backend(spec, cfg, d); };
   if (spec.devices == 1 && nodes.size() == 1) {
     MT_ASSIGN_OR_RETURN(auto backend, backend_for(0));
