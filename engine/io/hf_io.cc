@@ -189,6 +189,35 @@ Status check_store_matches(const ModelConfig& cfg, const std::vector<ParamSchema
   return Status::Ok();
 }
 
+namespace {
+
+// A tied config whose file also holds lm_head.weight: transformers 4 ties them (the file's head
+// unread), transformers 5 keeps a head that differs from the embedding (with a warning) — two
+// different models. Accepted when the two hold the same values (as a tied model's save may
+// write them), refused naming both readings otherwise.
+Status check_tied_head(const SafetensorsSet& set) {
+  const SafetensorsSet::Entry* head = set.find("lm_head.weight");
+  const SafetensorsSet::Entry* emb = set.find("model.embed_tokens.weight");
+  if (!head || !emb) return Status::Ok();  // a missing embedding is check_tensor_set's to name
+  bool same = head->info->shape == emb->info->shape;
+  const uint64_t n = emb->info->numel(), chunk = uint64_t(1) << 20;
+  std::vector<float> a, b;
+  for (uint64_t at = 0; same && at < n; at += chunk) {
+    const uint64_t k = std::min(chunk, n - at);
+    a.resize(k), b.resize(k);
+    MT_RETURN_IF_ERROR(head->file->read_f32_range(*head->info, at, k, a.data()));
+    MT_RETURN_IF_ERROR(emb->file->read_f32_range(*emb->info, at, k, b.data()));
+    same = std::memcmp(a.data(), b.data(), k * sizeof(float)) == 0;
+  }
+  if (same) return Status::Ok();
+  return invalid_argument(set.describe() + " holds an lm_head.weight that differs from model.embed_tokens.weight, but "
+                          "config.json ties them (tie_word_embeddings, or the family's default): transformers 5 "
+                          "keeps that head, 4 replaces it by the embedding. Set tie_word_embeddings to false to "
+                          "train the file's head, or remove lm_head.weight to tie them");
+}
+
+}  // namespace
+
 Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, HostStore& store) {
   const auto units = build_param_schemas(cfg);
   MT_RETURN_IF_ERROR(check_store_matches(cfg, units, store));
@@ -198,6 +227,7 @@ Status load_hf_weights(const std::string& model_dir, const ModelConfig& cfg, Hos
   };
   const std::vector<HfTensor> hf = hf_tensors(cfg, units);
   MT_RETURN_IF_ERROR(check_tensor_set(*set, expected_weights(hf), ignore).with_context("loading weights"));
+  if (cfg.tie_word_embeddings) MT_RETURN_IF_ERROR(check_tied_head(*set).with_context("loading weights"));
   for (const HfTensor& t : hf) MT_RETURN_IF_ERROR(read_hf_tensor(*set, t, store));
   store.refresh_shadows();
   return Status::Ok();

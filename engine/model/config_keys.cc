@@ -15,6 +15,8 @@ constexpr std::string_view kReadKeys[] = {
     "tie_word_embeddings", "hidden_act", "sliding_window", "use_sliding_window", "max_window_layers",
     "layer_types", "mlp_bias", "attention_bias", "partial_rotary_factor", "pretraining_tp",
     "attention_dropout", "use_mrope", "pad_token_id",
+    // replaces a flat llama3 / yarn RoPE object's own (model_config.cc, top_level_original)
+    "original_max_position_embeddings",
     // families.cc: each family's variants
     "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
     "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern", "use_bidirectional_attention", "clip_qkv", "resid_pdrop",
@@ -44,8 +46,6 @@ constexpr std::string_view kHarmlessKeys[] = {
     "is_decoder", "cross_attention_hidden_size",
     // The KV cache's kind for generation (Gemma 3's "hybrid"): generation only.
     "cache_implementation",
-    // Phi-3's top-level copy, read by transformers only for its longrope RoPE (which is refused).
-    "original_max_position_embeddings",
     // Special token ids (the data pipeline's business, data.eod_id) and the tokenizer's class.
     "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
     "tokenizer_class",

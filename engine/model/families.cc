@@ -73,6 +73,23 @@ Result<bool> read_layer_types(const ConfigReader& r, ModelConfig& c, int window,
   return true;
 }
 
+// Families whose attention in transformers slides on every layer when sliding_window is set and
+// never reads layer_types (Mixtral, Phi-3): a layer_types saying otherwise is refused, since
+// transformers would ignore it and train a different model than the file seems to describe.
+Status layer_types_unread(const ConfigReader& r, const ModelConfig& c, int window) {
+  const Json* types = r.get("layer_types");
+  if (is_null(types)) return Status::Ok();
+  const char* every = window > 0 ? "sliding_attention" : "full_attention";
+  bool agrees = types->is_array();
+  for (size_t i = 0; agrees && i < types->items().size(); ++i)
+    agrees = types->items()[i].is_string() && types->items()[i].as_string() == every;
+  if (agrees) return Status::Ok();
+  return r.fail("layer_types", "is " + types->dump() + ", which transformers does not read for " + c.architecture +
+                                   ": every layer's attention is " +
+                                   (window > 0 ? "sliding (sliding_window)" : "full (no sliding_window)") +
+                                   "; remove it, or make it say so");
+}
+
 Status refuse_true(const ConfigReader& r, const char* field, const std::string& why) {
   const Json* v = r.get(field);
   if (v && !(v->is_null() || (v->is_bool() && !v->as_bool()))) return r.fail(field, "is " + v->dump() + ": " + why);
@@ -153,9 +170,13 @@ Status phi3(const ConfigReader& r, ModelConfig& c) {
   MT_RETURN_IF_ERROR(refuse_dropout(r, "resid_pdrop"));
   MT_RETURN_IF_ERROR(refuse_dropout(r, "embd_pdrop"));
   c.fused_projections = true;
+  // transformers' Phi3Config.validate_rope: only the default RoPE or longrope (not supported here)
+  if (c.rope_scaling.type != "default")
+    return r.fail("rope_type", "is '" + c.rope_scaling.type + "', which transformers refuses for " +
+                                      c.architecture + " (only default and longrope)");
   MT_ASSIGN_OR_RETURN(const int w, read_window(r));
-  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
-  if (!typed) every_layer(c, w);
+  MT_RETURN_IF_ERROR(layer_types_unread(r, c, w));
+  every_layer(c, w);
   return Status::Ok();
 }
 
@@ -182,11 +203,11 @@ Result<double> read_softcap(const ConfigReader& r, const char* field, double abs
 }
 
 // What Gemma 2 and Gemma 3 share: pre- and post-norms with 1 + w, GeGLU, the embedding scaled
-// by sqrt(hidden_size), query_pre_attn_scalar, soft caps (transformers' defaults differ).
+// by sqrt(hidden_size), query_pre_attn_scalar, soft caps (transformers' defaults differ). Their
+// MLPs read hidden_activation only: a hidden_act beside it (the hub's files carry both) is not read.
 Status gemma_common(const ConfigReader& r, ModelConfig& c, double attn_softcap, double final_softcap) {
   c.activation = GateActivation::kGeluTanh;
   MT_RETURN_IF_ERROR(read_activation(r, "hidden_activation", c));
-  if (r.get("hidden_act")) MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
   MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported"));
   MT_RETURN_IF_ERROR(refuse_true(r, "use_bidirectional_attention", "only causal attention is supported"));
   MT_ASSIGN_OR_RETURN(c.attention_softcap, read_softcap(r, "attn_logit_softcapping", attn_softcap));
@@ -215,6 +236,8 @@ Status gemma2(const ConfigReader& r, ModelConfig& c) {
 // Gemma 3 (text): Gemma's blocks with per-head q/k norms, no soft caps unless set, and local
 // sliding layers (every sliding_window_pattern-th layer global) with their own RoPE base.
 Status gemma3(const ConfigReader& r, ModelConfig& c) {
+  MT_RETURN_IF_ERROR(refuse_non_null(r, "attn_logit_softcapping",
+                                     "transformers' Gemma 3 attention does not apply it (Gemma 2's does); set it to null"));
   MT_RETURN_IF_ERROR(gemma_common(r, c, 0.0, 0.0));
   c.qk_norm = QkNorm::kPerHead;
   if (c.rope_local_theta == 0) c.rope_local_theta = 10000;
@@ -305,8 +328,8 @@ Status mixtral(const ConfigReader& r, ModelConfig& c) {
   MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
   MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on q/k/v/o are not supported for " + c.architecture));
   MT_ASSIGN_OR_RETURN(const int w, read_window(r));  // Mistral's attention, no window unless set
-  MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
-  if (!typed) every_layer(c, w);
+  MT_RETURN_IF_ERROR(layer_types_unread(r, c, w));
+  every_layer(c, w);
   MT_RETURN_IF_ERROR(read_moe(r, c, 8, 2, c.intermediate_size));
   c.moe.renormalize = true;
   c.moe.names = MoeNames::kMixtral;
@@ -416,7 +439,7 @@ const Family kFamilies[] = {
     {"Phi3ForCausalLM", {"sliding_window", "resid_pdrop", "embd_pdrop"}, 1e-5, 0, false, 0, phi3},
     {"Olmo2ForCausalLM", {"clip_qkv"}, 1e-5, 0, false, 0, olmo2},
     {"Gemma2ForCausalLM", kGemma2Keys, 1e-6, 4, true, 256, gemma2},
-    {"Gemma3ForCausalLM", kGemmaKeys, 1e-6, 4, true, 256, gemma3},
+    {"Gemma3ForCausalLM", kGemmaKeys, 1e-6, 4, true, 256, gemma3, 1e6},  // default_theta["global"]
     {"MixtralForCausalLM", keys(kMoeKeys, {"sliding_window", "router_jitter_noise"}), 1e-5, 8,
      false, 0, mixtral, 1e6},
     {"Qwen2MoeForCausalLM", keys(kQwenMoeKeys, {"shared_expert_intermediate_size", "qkv_bias"}), 1e-6, 16, false, 0,

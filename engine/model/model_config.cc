@@ -139,6 +139,7 @@ Status read_rope_per_layer_type(const ConfigReader& r, const Json& params, Model
       MT_RETURN_IF_ERROR(read_rope_object(r, v, name, c));
     } else if (k == "sliding_attention") {
       ModelConfig local = c;
+      local.rope_theta = 10000;  // transformers' default_theta["local"], when the object has none
       MT_RETURN_IF_ERROR(read_rope_object(r, v, name, local));
       if (local.rope_scaling.type != "default") return r.fail(name + ".rope_type", "must be default for the local layers");
       c.rope_local_theta = local.rope_theta;
@@ -146,6 +147,20 @@ Status read_rope_per_layer_type(const ConfigReader& r, const Json& params, Model
       return r.fail(name, "names no layer type (full_attention, sliding_attention)");
     }
   }
+  return Status::Ok();
+}
+
+// A top-level original_max_position_embeddings replaces a flat llama3 or yarn object's own, as
+// transformers 5's standardize_rope_params does (it keeps Phi-3's top-level copy "in priority").
+Status top_level_original(const ConfigReader& r, ModelConfig& c) {
+  RopeScaling& s = c.rope_scaling;
+  if (s.type != "llama3" && s.type != "yarn") return Status::Ok();
+  const Json* v = r.get("original_max_position_embeddings");
+  if (!v || v->is_null()) return Status::Ok();
+  int orig = 0;
+  MT_RETURN_IF_ERROR(r.positive_int("original_max_position_embeddings", orig, ModelLimits::kMaxPositions, false));
+  s.original_max_position_embeddings = orig;
+  if (s.type == "yarn") c.rope_attention_factor = yarn_attention_factor(s);
   return Status::Ok();
 }
 
@@ -166,7 +181,7 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
     }
   if (!params || params->is_null()) {
     c = std::move(legacy);
-    return Status::Ok();
+    return top_level_original(r, c);
   }
   if (params->is_object())
     for (const auto& [k, v] : params->members())
@@ -175,6 +190,10 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
         return r.fail("rope_parameters." + k, "is RoPE per layer type, which transformers does not read for " +
                                                   c.architecture + " (it would use theta 10000); use the flat form");
       }
+  if (family_has_local_rope(c.architecture))  // transformers 5 adds the per-type objects beside it, unread
+    return r.fail("rope_parameters", "is flat (" + params->dump() + "), which transformers 5 does not read for " +
+                                         c.architecture + ": give it per layer type ({\"full_attention\": {...}, "
+                                         "\"sliding_attention\": {...}}), or use rope_scaling and rope_theta");
   ModelConfig v5 = c;
   MT_RETURN_IF_ERROR(read_rope_object(r, *params, "rope_parameters", v5));
   const bool has_legacy = r.get("rope_theta") || (scaling && !scaling->is_null());
@@ -183,7 +202,7 @@ Status read_rope(const ConfigReader& r, ModelConfig& c) {
                             (r.get("rope_theta") ? r.get("rope_theta")->dump() : "absent") + " / " +
                             (scaling ? scaling->dump() : "absent") + ") disagree; which one is meant is unknown");
   c = std::move(v5);
-  return Status::Ok();
+  return top_level_original(r, c);
 }
 
 // quantization_config: only gpt-oss's MXFP4 experts, which load dequantized (full precision).

@@ -149,6 +149,24 @@ TEST(HfIo, TiedModelIgnoresLmHeadAndInvFreq) {
   expect_masters(*a, *b, false);
 }
 
+// A tied config beside a file whose lm_head differs from its embedding: transformers 5 keeps
+// that head, 4 drops it — refused naming both, never the head silently dropped.
+TEST(HfIo, ATiedConfigRefusesAFileWhoseHeadDiffersFromItsEmbedding) {
+  TempDir dir;
+  const ModelConfig cfg = config(true);
+  auto a = random_store(cfg, 5);
+  std::vector<float> head(a->unit(0).master, a->unit(0).master + size_t(cfg.vocab_size) * cfg.hidden_size);
+  head.back() += 1;  // one value apart
+  write_model(dir / "model.safetensors", cfg, *a, [&](std::vector<WriteTensor>& ts) {
+    ts.push_back({"lm_head.weight", {cfg.vocab_size, cfg.hidden_size}, DType::kF32, head.data(), DType::kF32});
+  });
+  auto b = random_store(cfg, 6);
+  Status s = load_hf_weights(dir.path, cfg, *b);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("lm_head.weight"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("tie_word_embeddings"), std::string::npos) << s.message();
+}
+
 TEST(HfIo, ListsMissingUnexpectedAndMisshaped) {
   TempDir dir;
   const ModelConfig cfg = config(false);
