@@ -1,47 +1,51 @@
 #include <algorithm>
 
 #include "engine/data/data_source.h"
-#include "engine/base/json.h"
+#include "engine/io/mapped_file.h"
 
 namespace mt {
 
 namespace {
 
-// Byte-level tokenizer: each byte of the UTF-8 text is one token in [0, 256).
+// Byte-level tokenizer: each byte of the UTF-8 text is one token in [0, 256). The file is mapped,
+// as token files are, not read into memory: its pages are the page cache's, which the memory
+// plan need not count, and a file that shrinks under a run fails the batch (DATA_LOSS).
 class TextSource final : public DataSource {
  public:
-  TextSource(std::string path, std::string bytes) : path_(std::move(path)), bytes_(std::move(bytes)) {}
+  explicit TextSource(std::unique_ptr<MappedFile> map) : map_(std::move(map)) {}
 
   Status next_batch(int G, int T, Batch& out) override {
-    if (bytes_.size() < size_t(T) + 1)
-      return failed_precondition("text file '" + path_ + "' has " + std::to_string(bytes_.size()) +
+    const uint8_t* bytes = map_->data();
+    const size_t size = map_->size();
+    if (size < size_t(T) + 1)
+      return failed_precondition("text file '" + map_->path() + "' has " + std::to_string(size) +
                                  " bytes, fewer than seq_len + 1 = " + std::to_string(T + 1));
     out.num_seqs = G;
     out.seq_len = T;
     out.inputs.resize(size_t(G) * T);
     out.targets.resize(size_t(G) * T);
-    const uint64_t windows = (bytes_.size() - 1) / uint64_t(T);
+    const uint64_t windows = (size - 1) / uint64_t(T);
     for (int g = 0; g < G; ++g) {
       const size_t start = size_t(cursor_++ % windows) * size_t(T);
       for (int t = 0; t < T; ++t) {
-        out.inputs[size_t(g) * T + t] = uint8_t(bytes_[start + size_t(t)]);
-        out.targets[size_t(g) * T + t] = uint8_t(bytes_[start + size_t(t) + 1]);
+        out.inputs[size_t(g) * T + t] = bytes[start + size_t(t)];
+        out.targets[size_t(g) * T + t] = bytes[start + size_t(t) + 1];
       }
     }
-    return Status::Ok();
+    return map_->intact();
   }
   uint64_t cursor() const override { return cursor_; }
   Status seek(uint64_t c) override {
     cursor_ = c;
     return Status::Ok();
   }
-  uint64_t num_sequences(int T) const override { return bytes_.size() > 1 ? (bytes_.size() - 1) / uint64_t(T) : 0; }
+  uint64_t num_sequences(int T) const override { return map_->size() > 1 ? (map_->size() - 1) / uint64_t(T) : 0; }
   std::string describe() const override {
-    return "text '" + path_ + "' (" + std::to_string(bytes_.size()) + " bytes, byte-level tokens)";
+    return "text '" + map_->path() + "' (" + std::to_string(map_->size()) + " bytes, byte-level tokens)";
   }
 
  private:
-  std::string path_, bytes_;
+  std::unique_ptr<MappedFile> map_;
   uint64_t cursor_ = 0;  // sequences consumed
 };
 
@@ -51,8 +55,8 @@ Result<std::unique_ptr<DataSource>> make_text_source(const std::string& path, in
   if (vocab < 256)
     return invalid_argument("data.source = text needs a model vocab_size >= 256 (byte-level tokens), got " +
                             std::to_string(vocab));
-  MT_ASSIGN_OR_RETURN(std::string bytes, read_data_file(path));
-  return std::unique_ptr<DataSource>(new TextSource(path, std::move(bytes)));
+  MT_ASSIGN_OR_RETURN(auto map, MappedFile::open(path));
+  return std::unique_ptr<DataSource>(new TextSource(std::move(map)));
 }
 
 }  // namespace mt

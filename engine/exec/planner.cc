@@ -298,6 +298,8 @@ Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global,
         {"checkpoints", sat_mul(uint64_t(c.num_layers), p.checkpoint_numel, compute_elem_bytes(o.precision),
                                 uint64_t(po.devices))});
   if (po.eval_set_bytes) p.host_by_kind.push_back({"eval_set", po.eval_set_bytes});
+  if (po.devices_on_host)
+    p.host_by_kind.push_back({"cpu_devices", sat_mul(sum(p.device_by_kind), uint64_t(po.devices))});
   p.host_bytes = sum(p.host_by_kind);
   plan_speculation(p, units, o, po);  // within the host budget the rest leaves
   p.nvme = plan_nvme(units, c, global, po);

@@ -68,6 +68,9 @@ struct PlanOptions {
   // Host bytes of a job's held-out set (engine/job/held_out.h), read once and kept for its
   // evaluations, which run in the step's own device buffers (no device bytes of their own).
   uint64_t eval_set_bytes = 0;
+  // The CPU backend: each device's bytes are host memory too (its arena is malloc'ed), counted
+  // in host_bytes as "cpu_devices" so that the host budget holds the whole process.
+  bool devices_on_host = false;
   // A mixture of experts: the device slots experts stream through (whatever a step routes, the
   // device holds this many: every routing fits the same plan, and more routed experts cost link
   // time, not memory).

@@ -112,6 +112,7 @@ std::string state_to_json(const TrainerState& s, const HostStore& store) {
   j.set("spec_hash", s.spec_hash);
   if (s.spec.is_object()) j.set("spec", s.spec);
   j.set("data_source", s.data_source);
+  if (!s.tokenizer.empty()) j.set("tokenizer_fingerprint", s.tokenizer);
   j.set("last_loss", s.last_loss);
   j.set("total_steps", int64_t(s.total_steps));
   eval_progress_to_json(s.eval, j);
@@ -145,6 +146,7 @@ Result<TrainerState> state_from_json(const std::string& path) {
   if (const Json* h = j->find("spec_hash"); h && h->is_string()) s.spec_hash = h->as_string();
   if (const Json* sp = j->find("spec"); sp && sp->is_object()) s.spec = *sp;
   if (const Json* d = j->find("data_source"); d && d->is_string()) s.data_source = d->as_string();
+  if (const Json* t = j->find("tokenizer_fingerprint"); t && t->is_string()) s.tokenizer = t->as_string();
   if (const Json* l = j->find("last_loss"))
     s.last_loss = l->is_number() ? l->as_double() : std::numeric_limits<double>::quiet_NaN();
   if (const Json* t = j->find("total_steps"); t && t->is_integer()) s.total_steps = long(t->as_int());

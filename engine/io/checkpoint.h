@@ -37,6 +37,10 @@ struct TrainerState {
   std::string spec_hash;      // job_spec_hash of the job that wrote it
   Json spec;                  // what it hashed (job_spec_hashed_json); null in older checkpoints
   std::string data_source;    // DataSource::describe(), informational
+  // The training data's tokenizer by what it does (job_data.h, data_tokenizer_fingerprint): a
+  // run goes on from this checkpoint only with one that tokenizes alike. Empty: pre-tokenized
+  // data, or an older checkpoint.
+  std::string tokenizer;
   double last_loss = 0;
   long total_steps = 0;       // the job's `steps` (the LR schedule's span); 0: unknown (older checkpoint)
   EvalProgress eval;  // the latest evaluation (at `step` itself when it evaluated there), the best

@@ -14,23 +14,15 @@ long rows_wanted(const JobSpec& spec) {
   return std::max<long>(1, long(spec.eval.max_tokens / spec.train.seq_len));
 }
 
-// Rows [first, first + n) of `all`, completed to `padded` rows that count nothing (one
-// document each when the set has documents).
-Batch slice_rows(const Batch& all, long first, int n, int padded) {
-  const size_t T = size_t(all.seq_len), from = size_t(first) * T, len = size_t(n) * T;
-  Batch b;
+// `b` completed to `padded` rows that count nothing (one document each when it has documents).
+void pad_rows(Batch& b, int padded) {
+  const size_t T = size_t(b.seq_len), n = size_t(b.num_seqs);
   b.num_seqs = padded;
-  b.seq_len = all.seq_len;
-  b.inputs.assign(all.inputs.begin() + long(from), all.inputs.begin() + long(from + len));
-  b.targets.assign(all.targets.begin() + long(from), all.targets.begin() + long(from + len));
   b.inputs.resize(size_t(padded) * T, 0);
   b.targets.resize(size_t(padded) * T, -1);
-  if (!all.positions.empty()) {
-    b.positions.assign(all.positions.begin() + long(from), all.positions.begin() + long(from + len));
-    for (int r = n; r < padded; ++r)
+  if (!b.positions.empty())
+    for (size_t r = n; r < size_t(padded); ++r)
       for (size_t t = 0; t < T; ++t) b.positions.push_back(int32_t(t));
-  }
-  return b;
 }
 
 }  // namespace
@@ -53,20 +45,23 @@ Result<HeldOutSet> HeldOutSet::open(const JobSpec& spec, int vocab, int batch_ro
   if (const uint64_t n = s.num_sequences(T); n > 0) rows = long(std::min<uint64_t>(uint64_t(rows), n));
   if (rows < 1)
     return invalid_argument("eval.data (" + s.describe() + ") holds no row of seq_len " + std::to_string(T) + " tokens");
-  Batch all;
-  Status got = s.next_batch(int(rows), T, all);
-  if (!got.ok()) return got.with_context("reading eval.data (" + s.describe() + ")");
   HeldOutSet set;
   set.rows_ = rows;
-  set.counted_ = all.counted_targets();
-  if (set.counted_ == 0)
-    return invalid_argument("eval.data (" + s.describe() + "): its first " + std::to_string(rows) +
-                            " rows have no target that counts (every one masked)");
+  // Read batch by batch (the rows in order, as one read of them all would give them): the set is
+  // held once, never beside a copy of itself (HeldOutSet::host_bytes is what the planner counts).
   const int per = std::max(mb, batch_rows / mb * mb);
   for (long first = 0; first < rows; first += per) {
     const int n = int(std::min<long>(per, rows - first));
-    set.batches_.push_back(slice_rows(all, first, n, (n + mb - 1) / mb * mb));
+    Batch b;
+    Status got = s.next_batch(n, T, b);
+    if (!got.ok()) return got.with_context("reading eval.data (" + s.describe() + ")");
+    set.counted_ += b.counted_targets();
+    pad_rows(b, (n + mb - 1) / mb * mb);
+    set.batches_.push_back(std::move(b));
   }
+  if (set.counted_ == 0)
+    return invalid_argument("eval.data (" + s.describe() + "): its first " + std::to_string(rows) +
+                            " rows have no target that counts (every one masked)");
   set.describe_ = std::to_string(rows) + " rows of " + std::to_string(T) + " (" + std::to_string(set.counted_) +
                   " counted targets) from " + s.describe();
   return set;
@@ -83,9 +78,10 @@ std::string eval_line(const EvalReport& r) {
   return buf;
 }
 
-Result<EvalStats> HeldOutSet::evaluate(Executor& ex) const {
+Result<EvalStats> HeldOutSet::evaluate(Executor& ex, const std::atomic<bool>* stop) const {
   EvalStats total;
   for (const Batch& b : batches_) {
+    if (stop && stop->load()) return Status(StatusCode::kCancelled, "the evaluation was cancelled");
     MT_ASSIGN_OR_RETURN(EvalStats e, ex.evaluate(b));
     total.add(e);
   }

@@ -5,6 +5,7 @@
 // Executor::eval_batch_rows() rows, the last one completed to whole micro-batches with rows that
 // count nothing, so every evaluation of the same weights gives the same bits, on resume too.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,7 +37,9 @@ class HeldOutSet {
   static uint64_t host_bytes(const JobSpec& spec);
 
   // The current weights over the whole set: summed over its batches in order.
-  Result<EvalStats> evaluate(Executor& ex) const;
+  // CANCELLED, between two batches, once `stop` is set (a cancel or a signal during an
+  // evaluation over many rows ends it within a batch).
+  Result<EvalStats> evaluate(Executor& ex, const std::atomic<bool>* stop = nullptr) const;
   long rows() const { return rows_; }
   long counted() const { return counted_; }
   const std::string& describe() const { return describe_; }

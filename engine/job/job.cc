@@ -45,6 +45,7 @@ PlanOptions job_plan_options(const JobSpec& spec, const ModelConfig& cfg, uint64
   p.processes = processes;
   p.shard_optimizer = spec.shard_optimizer;
   p.eval_set_bytes = HeldOutSet::host_bytes(spec);
+  p.devices_on_host = !uses_cuda(spec);
   if (spec.offload == "nvme") p.nvme = spec.nvme, p.nvme_gbps = spec.nvme_gbps;
   if (auto s = parse_speculation(spec.speculative_updates); s.ok() && spec.executor == "streaming") p.speculation = *s;
   if (uses_cuda(spec)) {

@@ -2,6 +2,8 @@
 // data with the data's now (job_data.h).
 #include "engine/job/job_data.h"
 
+#include <cstdio>
+
 #include "engine/base/hash.h"
 #include "engine/data/example_set.h"
 #include "engine/data/jsonl_examples.h"
@@ -115,6 +117,14 @@ Status check_eval_tokenizer(const JobSpec& spec) {
   return invalid_argument("eval.data.tokenizer '" + e.tokenizer + "' (" + held.format.description +
                           ") does not tokenize as data.tokenizer '" + d.tokenizer + "' (" + train.format.description +
                           ") does: the held-out loss would be measured in other token ids");
+}
+
+Result<std::string> data_tokenizer_fingerprint(const DataSpec& d) {
+  if (d.source != "jsonl") return std::string();
+  MT_ASSIGN_OR_RETURN(Tokenization t, tokenization_of(d, "data"));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)t.fingerprint);
+  return std::string(hex);
 }
 
 Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab) {

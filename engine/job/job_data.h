@@ -16,6 +16,11 @@ Result<std::unique_ptr<DataSource>> open_job_data(const JobSpec& spec, const Job
 // measures other ids. Other sources name no tokenizer and are not compared.
 Status check_eval_tokenizer(const JobSpec& spec);
 
+// What the training data's tokenizer does (jsonl: its ids for every token and a probe text, its
+// EOS), as hex; empty for sources that read token ids. A run goes on from a checkpoint only
+// with the same: other ids for the same text would train the embedding rows on other tokens.
+Result<std::string> data_tokenizer_fingerprint(const DataSpec& d);
+
 // A checkpoint's description of its data against the data's now: the same, but for fields a
 // later build added (the tokenizer; the vocabulary a shard set was tokenized for) when the
 // checkpoint, written before them, lacks them, and for the epoch bound (a continued run raises it).

@@ -126,6 +126,13 @@ Status JobRun::open_held_out() {
 // The run's first state (resumed, from spec.init, or fresh) and its place in the data.
 Status JobRun::open_state() {
   MT_ASSIGN_OR_RETURN(state_, initialise(spec_, cfg_, ckpt_root_, *ex_, resumed_));
+  MT_ASSIGN_OR_RETURN(const std::string tokenizer, data_tokenizer_fingerprint(spec_.data));
+  if (!state_.tokenizer.empty() && state_.tokenizer != tokenizer)
+    return failed_precondition(
+        "data.tokenizer '" + spec_.data.tokenizer + "' does not tokenize as the tokenizer " +
+        (resumed_.empty() ? "init.from '" + spec_.init.from + "'" : "checkpoint '" + resumed_ + "'") +
+        " was trained with did (other ids for the same text: the model would learn other tokens). Use that "
+        "tokenizer, or start a new run from its weights (init.weights_only: true) if the change is meant");
   const DataStart start = data_start(spec_, state_, resumed_, data_->describe());
   if (!start.warning.empty()) log(LogLevel::kWarning, start.warning);
   state_.data_cursor = start.cursor;
@@ -134,6 +141,7 @@ Status JobRun::open_state() {
   state_.spec_hash = job_spec_hash(spec_);
   state_.spec = job_spec_hashed_json(spec_);
   state_.data_source = data_->describe();
+  state_.tokenizer = tokenizer;
   state_.total_steps = spec_.steps;
   result_.steps_done = state_.step;
   result_.final_loss = state_.last_loss;  // what a run that trains no step reports
@@ -324,7 +332,13 @@ Status JobRun::checkpoint(bool wait) {
 // The held-out loss of the weights after state_.step steps; with keep_best, a new best is
 // checkpointed at once (and kept).
 Status JobRun::evaluate() {
-  MT_ASSIGN_OR_RETURN(EvalStats e, held_out_->evaluate(*ex_));
+  Result<EvalStats> got = held_out_->evaluate(*ex_, &requests_.cancel);
+  if (got.status().code() == StatusCode::kCancelled) {  // the run stops with its checkpoint, unevaluated
+    result_.cancelled = true;
+    log(LogLevel::kInfo, "evaluation at step " + std::to_string(state_.step) + " cancelled");
+    return Status::Ok();
+  }
+  MT_ASSIGN_OR_RETURN(EvalStats e, std::move(got));
   const bool best = state_.eval.record(state_.step, e.loss());
   const EvalReport r{state_.step, e.loss(), e.counted, e.seconds, best, state_.eval.best_step, state_.eval.best_loss};
   if (hooks_.on_eval) hooks_.on_eval(r);  // the front-ends log it, as they log steps

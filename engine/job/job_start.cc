@@ -1,9 +1,12 @@
 // Where a run starts (job_start.h): its first state and its data position.
 #include "engine/job/job_start.h"
 
+#include <filesystem>
+
 #include "engine/io/checkpoint.h"
 #include "engine/io/hf_io.h"
 #include "engine/job/job_data.h"
+#include "engine/model/config_keys.h"
 
 namespace mt {
 
@@ -33,9 +36,33 @@ Status check_continued_span(const JobSpec& spec, const TrainerState& st, const s
                           "at step 0 from its weights");
 }
 
+// The keys of a config.json that make the model (config_keys.h), as model_config_to_json writes them.
+Json model_keys(const ModelConfig& cfg) {
+  Json j = model_config_to_json(cfg);
+  std::erase_if(j.members(), [](const auto& kv) { return !is_read_config_key(kv.first); });
+  return j;
+}
+
+// The model a checkpoint was trained as (its config.json, read by this build) against the one
+// this spec names now: the spec hashes the path of model.hf_config, not the file, so a file
+// edited between runs (rope_theta, hidden_act) would go on silently as another model. Older
+// checkpoints without config.json are not compared.
+Status check_same_model(const ModelConfig& cfg, const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return Status::Ok();
+  MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, uint64_t(16) << 20));
+  MT_ASSIGN_OR_RETURN(const ModelConfig saved, parse_model_config(text, path));
+  const Json was = model_keys(saved), now = model_keys(cfg);
+  if (was.dump() == now.dump()) return Status::Ok();
+  return invalid_argument("checkpoint '" + dir + "' was trained as another model than the spec's config names now: " +
+                          spec_differences(was, now) + "; resume with the model it was trained as, or start "
+                          "another run (--out) from it with init.from");
+}
+
 // This spec resumes the run whose checkpoint `saved` is: the same spec (an older checkpoint keeps
-// only its hash) and the same LR schedule span.
-Status check_resumable(const JobSpec& spec, const TrainerState& saved, const std::string& dir) {
+// only its hash), the same model and the same LR schedule span.
+Status check_resumable(const JobSpec& spec, const ModelConfig& cfg, const TrainerState& saved, const std::string& dir) {
   if (saved.spec_hash != job_spec_hash(spec)) {
     const std::string what = saved.spec.is_object() ? ": " + spec_differences(saved.spec, job_spec_hashed_json(spec)) : "";
     return invalid_argument("checkpoint '" + dir + "' was written by a different job spec" + what + " (hash " +
@@ -43,6 +70,7 @@ Status check_resumable(const JobSpec& spec, const TrainerState& saved, const std
                             "); resume with the spec it was written by, or start another run (--out) from it with "
                             "init.from");
   }
+  MT_RETURN_IF_ERROR(check_same_model(cfg, dir));
   return check_schedule_span(spec, saved, dir);
 }
 
@@ -72,7 +100,7 @@ Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, con
     return TrainerState{};
   }
   MT_ASSIGN_OR_RETURN(TrainerState saved, read_trainer_state(dir));
-  MT_RETURN_IF_ERROR(resume ? check_resumable(spec, saved, dir) : check_continued_span(spec, saved, dir));
+  MT_RETURN_IF_ERROR(resume ? check_resumable(spec, cfg, saved, dir) : check_continued_span(spec, saved, dir));
   MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
   if (resume) resumed = dir;
   ex.set_steps_done(st.step);
@@ -93,6 +121,14 @@ DataStart data_start(const JobSpec& spec, const TrainerState& st, const std::str
                                                        st.data_source + ", now " + now +
                                                        "; resuming at its data position all the same"};
   const bool unknown = spec.data.source != "push" && st.data_source.empty();  // continued, as before
+  // The position counts rows of seq_len tokens (packed rows of it): in rows of another length
+  // it would skip data or train some twice.
+  const Json* rows = st.spec.is_object() ? st.spec.find("seq_len") : nullptr;
+  const bool other_rows = rows && rows->is_integer() && rows->as_int() != spec.train.seq_len;
+  if (other_rows && st.data_cursor > 0)
+    return {0, "init.from " + spec.init.from + " read its data in rows of " + std::to_string(rows->as_int()) +
+                   " tokens, this run in rows of " + std::to_string(spec.train.seq_len) +
+                   ": it reads the data from its first row, not at that run's data position"};
   if (same || unknown || st.data_cursor == 0) return {st.data_cursor, ""};
   return {0, "the data is not what " + spec.init.from + " was trained on (" + st.data_source +
                  "): this run reads it from its first row, not at that run's data position"};

@@ -72,7 +72,7 @@ constexpr Refused kRefusedKeys[] = {
 };
 
 template <size_t N>
-bool listed(const std::string_view (&keys)[N], const std::string& k) {
+bool listed(const std::string_view (&keys)[N], std::string_view k) {
   return std::find(std::begin(keys), std::end(keys), k) != std::end(keys);
 }
 
@@ -89,6 +89,8 @@ std::string bad_value(const std::string& k, const Json& v) {
 }
 
 }  // namespace
+
+bool is_read_config_key(std::string_view key) { return listed(kReadKeys, key); }
 
 Status check_config_keys(const Json& config, const std::string& source) {
   if (!config.is_object()) return Status::Ok();

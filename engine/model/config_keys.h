@@ -6,6 +6,7 @@
 // each group with the reason it is harmless.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "engine/base/json.h"
 #include "engine/base/status.h"
@@ -15,5 +16,8 @@ namespace mt {
 // INVALID_ARGUMENT "SOURCE: field 'K' ..." for the first key of `config` that is neither read by
 // parse_model_config nor known to be harmless, or a harmless key with a value that is not.
 Status check_config_keys(const Json& config, const std::string& source);
+
+// True for the keys parse_model_config reads (the ones that can change the model).
+bool is_read_config_key(std::string_view key);
 
 }  // namespace mt

@@ -151,6 +151,26 @@ TEST(TokenFile, RejectsBadLlmcHeader) {
   expect_error(make_token_file_source(write(d, "h.bin", std::string(100, '\0')), "llmc", 50), {"h.bin", "100 bytes"});
 }
 
+// A text file is mapped, not read into memory (the plan does not count it): its windows are its
+// bytes, and a file cut under a run fails the batch that read past its new end (DATA_LOSS), never
+// trains on the zeros read there.
+TEST(TextFile, WindowsAreTheMappedBytesAndACutFileFailsTheBatch) {
+  TempDir d;
+  std::string text;
+  for (int i = 0; i < 4096; ++i) text.push_back(char('a' + i % 26));
+  const std::string path = write(d, "t.txt", text);
+  auto src = make_text_source(path, 256);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_EQ((*src)->num_sequences(64), 63u);
+  Batch b;
+  ASSERT_TRUE((*src)->next_batch(2, 64, b).ok());
+  EXPECT_EQ(b.inputs[64], int32_t(text[64]));
+  EXPECT_EQ(b.targets[127], int32_t(text[128]));
+  fs::resize_file(path, 100);
+  ASSERT_TRUE((*src)->seek(60).ok());  // windows past the new end
+  EXPECT_EQ((*src)->next_batch(2, 64, b).code(), StatusCode::kDataLoss);
+}
+
 // A data path that is no regular file is refused naming what it is, at once: a FIFO held the run
 // in open() until a writer came (one SIGTERM did not end it), /dev/zero was read until memory ran out.
 TEST(DataFiles, AFifoOrADeviceIsRefusedByName) {

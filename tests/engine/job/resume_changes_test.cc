@@ -1,0 +1,156 @@
+// A run that goes on from a checkpoint after something behind the spec's paths changed (a
+// defect hunt found each going on silently): the model's config.json edited, the tokenizer
+// replaced, rows of another length; and a stop that lands during a long evaluation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+
+#include "engine/exec/resident_executor.h"
+#include "engine/job/held_out.h"
+#include "engine/job/job.h"
+#include "engine/job/job_start.h"
+#include "engine/model/init.h"
+#include "tests/engine/job/tiny_job.h"
+#include "tests/engine/temp_dir.h"
+#include "tests/test_paths.h"
+
+namespace mt {
+namespace {
+
+using testing_util::TempDir;
+using testing_util::tiny_spec;
+
+// The tiny preset as a config.json of `vocab` tokens and RoPE base `theta`.
+void write_config(const std::string& path, int vocab, double theta) {
+  ModelConfig c = *preset_config("tiny");
+  c.vocab_size = vocab;
+  c.rope_theta = theta;
+  c.raw = Json();
+  std::ofstream(path) << model_config_to_json(c).dump(2);
+}
+
+JobSpec spec_with_config(const std::string& config, long steps) {
+  JobSpec s = tiny_spec("resident", steps);
+  s.model.preset.clear();
+  s.model.hf_config = config;
+  return s;
+}
+
+TEST(ResumeChanges, AModelConfigEditedBetweenRunsIsRefusedNamingTheKey) {
+  TempDir d("mt-resume-cfg");
+  const std::string cfg = d / "config.json";
+  write_config(cfg, 256, 10000);
+  ASSERT_TRUE(testing_util::run_stopped_at(spec_with_config(cfg, 4), d / "run", 2).ok());
+  write_config(cfg, 256, 500000);
+  auto refused = JobRunner(spec_with_config(cfg, 4), d / "run", {}).run();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("rope_theta"), std::string::npos) << refused.status().to_string();
+  write_config(cfg, 256, 10000);  // as it was: the run goes on
+  auto resumed = JobRunner(spec_with_config(cfg, 4), d / "run", {}).run();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->steps_done, 4);
+}
+
+// tokenizer.json replaced in place by one of the same vocabulary whose merges differ: the same
+// path in the spec, other ids for the same text.
+TEST(ResumeChanges, ATokenizerReplacedBetweenRunsIsRefused) {
+  TempDir d("mt-resume-tok");
+  const std::string fixture = testing_util::fixture_source_dir() + "/tests/fixtures/tokenizers/gpt2/tokenizer.json";
+  const std::string tok = d / "tok/tokenizer.json", cfg = d / "config.json", data = d / "sft.jsonl";
+  std::filesystem::create_directories(d / "tok");
+  std::filesystem::copy_file(fixture, tok);
+  std::ofstream(d / "tok/tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
+  write_config(cfg, 4096, 10000);
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 32; ++i) f << R"({"prompt": "say the number )" << i << R"(", "completion": " it is )" << i << "\"}\n";
+  }
+  JobSpec spec = spec_with_config(cfg, 4);
+  spec.data.source = "jsonl";
+  spec.data.path = data;
+  spec.data.tokenizer = d / "tok";
+  auto first = testing_util::run_stopped_at(spec, d / "run", 2);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto j = Json::parse(*read_file(fixture));
+  ASSERT_TRUE(j.ok());
+  Json model = *j->find("model");
+  Json::Array merges = model.find("merges")->items();
+  std::reverse(merges.begin(), merges.end());
+  model.set("merges", Json::array(merges));
+  j->set("model", model);
+  std::ofstream(tok, std::ios::trunc) << j->dump();
+  auto refused = JobRunner(spec, d / "run", {}).run();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("does not tokenize as"), std::string::npos) << refused.status().to_string();
+  std::filesystem::copy_file(fixture, tok, std::filesystem::copy_options::overwrite_existing);
+  auto resumed = JobRunner(spec, d / "run", {}).run();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+}
+
+// The data position counts rows of seq_len tokens: init.from a run of other rows starts the data
+// over (saying so) rather than skipping or repeating data.
+TEST(ResumeChanges, InitFromARunOfOtherRowsReadsTheDataFromItsStart) {
+  JobSpec spec = tiny_spec("resident", 20);
+  spec.train.seq_len = 128;
+  spec.init.from = "/runs/a";
+  TrainerState st;
+  st.step = 10;
+  st.data_cursor = 80;
+  st.spec = Json::object({{"seq_len", 64}});
+  const DataStart other = data_start(spec, st, "", "synthetic");
+  EXPECT_EQ(other.cursor, 0u);
+  EXPECT_NE(other.warning.find("rows of 64 tokens"), std::string::npos) << other.warning;
+  st.spec = Json::object({{"seq_len", 128}});
+  st.data_source = "synthetic";
+  const DataStart same = data_start(spec, st, "", "synthetic");
+  EXPECT_EQ(same.cursor, 80u);
+  EXPECT_TRUE(same.warning.empty()) << same.warning;
+}
+
+TEST(ResumeChanges, AStopDuringAnEvaluationEndsItBetweenBatches) {
+  JobSpec spec = tiny_spec("resident", 1);
+  spec.eval.enabled = true;
+  spec.eval.data.source = "synthetic";
+  spec.eval.max_tokens = 32 * 64;  // 64 rows: several batches
+  const ModelConfig cfg = *resolve_model(spec);
+  auto ex = ResidentExecutor::create(cfg, job_train_options(spec));
+  ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+  init_weights(cfg, (*ex)->store(), 1);
+  auto set = HeldOutSet::open(spec, cfg.vocab_size, spec.train.micro_batch);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  std::atomic<bool> stop{false};
+  auto whole = set->evaluate(**ex, &stop);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_GT(whole->counted, 0);
+  stop = true;
+  EXPECT_EQ(set->evaluate(**ex, &stop).status().code(), StatusCode::kCancelled);
+}
+
+// The CPU backend's device arena is host memory: the host figure (and its budget) counts it.
+TEST(ResumeChanges, ACpuJobsPlanCountsItsDevicesInHostMemory) {
+  for (int devices : {1, 2}) {
+    JobSpec spec = tiny_spec("streaming", 1);
+    spec.devices = devices;
+    const ModelConfig cfg = *resolve_model(spec);
+    auto cpu = plan_for_job(spec, cfg, 0, 0);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    uint64_t counted = 0, sum = 0;
+    for (const auto& [kind, bytes] : cpu->host_by_kind) {
+      if (kind == "cpu_devices") counted = bytes;
+      sum += bytes;
+    }
+    EXPECT_EQ(counted, cpu->device_bytes * uint64_t(devices));
+    EXPECT_EQ(cpu->host_bytes, sum);
+    spec.backend = "cuda";
+    auto gpu = plan_for_job(spec, cfg, 0, 0);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    for (const auto& [kind, bytes] : gpu->host_by_kind) EXPECT_NE(kind, "cpu_devices") << "a GPU's memory is its own";
+  }
+}
+
+}  // namespace
+}  // namespace mt
