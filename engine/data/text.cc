@@ -12,7 +12,7 @@ namespace {
 // plan need not count, and a file that shrinks under a run fails the batch (DATA_LOSS).
 class TextSource final : public DataSource {
  public:
-  explicit TextSource(std::unique_ptr<MappedFile> map) : map_(std::move(map)) {}
+  explicit TextSource(std::unique_ptr<MappedFile> map) : map_(std::move(map)), sample_(map_->sampled_fingerprint()) {}
 
   Status next_batch(int G, int T, Batch& out) override {
     const uint8_t* bytes = map_->data();
@@ -41,11 +41,13 @@ class TextSource final : public DataSource {
   }
   uint64_t num_sequences(int T) const override { return map_->size() > 1 ? (map_->size() - 1) / uint64_t(T) : 0; }
   std::string describe() const override {
-    return "text '" + map_->path() + "' (" + std::to_string(map_->size()) + " bytes, byte-level tokens)";
+    return "text '" + map_->path() + "' (" + std::to_string(map_->size()) + " bytes, byte-level tokens, sample " + sample_ +
+           ")";
   }
 
  private:
   std::unique_ptr<MappedFile> map_;
+  std::string sample_;  // the contents' sampled_fingerprint when opened
   uint64_t cursor_ = 0;  // sequences consumed
 };
 

@@ -19,7 +19,13 @@ class TokenFileSource final : public DataSource {
  public:
   TokenFileSource(std::unique_ptr<MappedFile> map, std::string dtype, size_t offset, size_t width, uint64_t count,
                   int vocab)
-      : map_(std::move(map)), dtype_(std::move(dtype)), offset_(offset), width_(width), count_(count), vocab_(vocab) {}
+      : map_(std::move(map)),
+        sample_(map_->sampled_fingerprint()),
+        dtype_(std::move(dtype)),
+        offset_(offset),
+        width_(width),
+        count_(count),
+        vocab_(vocab) {}
 
   uint32_t token(uint64_t i) const {
     const uint8_t* p = map_->data() + offset_ + i * width_;
@@ -73,7 +79,7 @@ class TokenFileSource final : public DataSource {
   }
   uint64_t num_sequences(int T) const override { return T > 0 && count_ > 1 ? (count_ - 1) / uint64_t(T) : 0; }
   std::string describe() const override {
-    return "tokens '" + map_->path() + "' (" + dtype_ + ", " + std::to_string(count_) + " tokens)";
+    return "tokens '" + map_->path() + "' (" + dtype_ + ", " + std::to_string(count_) + " tokens, sample " + sample_ + ")";
   }
 
   Status eager_scan() {
@@ -83,6 +89,7 @@ class TokenFileSource final : public DataSource {
 
  private:
   std::unique_ptr<MappedFile> map_;
+  std::string sample_;  // the contents' sampled_fingerprint when opened
   std::string dtype_;
   size_t offset_, width_;
   uint64_t count_;

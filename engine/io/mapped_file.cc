@@ -7,14 +7,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/base/confined_open.h"
+#include "engine/base/hash.h"
 
 namespace mt {
 
@@ -184,6 +188,18 @@ Status MappedFile::intact() const {
   return data_loss("'" + path_ + "' changed while it was being read: it shrank (it was " + std::to_string(size_) +
                    " bytes when opened) or a page of it could not be read. A file a job reads must not be modified "
                    "while the job runs");
+}
+
+std::string MappedFile::sampled_fingerprint() const {
+  constexpr size_t kSamples = 64, kBytes = 256;
+  uint64_t h = fnv1a64(std::to_string(size_));
+  for (size_t i = 0; i < kSamples && size_ > 0; ++i) {
+    const size_t at = size_ / kSamples * i, n = std::min(kBytes, size_ - at);
+    h = fnv1a64(std::string_view(reinterpret_cast<const char*>(data_ + at), n), h);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  return hex;
 }
 
 }  // namespace mt

@@ -33,6 +33,10 @@ class MappedFile {
   // Ok unless the file shrank since open() (or a page of it could not be read) so that a read may
   // have seen zeros: then DATA_LOSS naming the file, and what was read must be discarded.
   Status intact() const;
+  // A fingerprint of the contents from 64 spread samples of 256 bytes and the size (hex): a file
+  // rewritten in place at the same size tells itself apart in a data description without a
+  // whole read; a copy of the same file does not.
+  std::string sampled_fingerprint() const;
 
   // Mappings watched at once; open() refuses one more (Linux's default vm.max_map_count).
   static constexpr size_t kMaxMappings = 65536;

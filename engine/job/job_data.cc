@@ -170,7 +170,7 @@ std::string without_epochs(std::string d) {
 }  // namespace
 
 bool same_data_description(const std::string& was, std::string now) {
-  for (const char* field : {", tokenizer ", ", tokenized for a vocabulary of "})
+  for (const char* field : {", tokenizer ", ", tokenized for a vocabulary of ", ", sample "})
     if (was.find(field) == std::string::npos) now = without_field(now, field);
   return without_epochs(was) == without_epochs(now);
 }

@@ -22,8 +22,9 @@ Status check_eval_tokenizer(const JobSpec& spec);
 Result<std::string> data_tokenizer_fingerprint(const DataSpec& d);
 
 // A checkpoint's description of its data against the data's now: the same, but for fields a
-// later build added (the tokenizer; the vocabulary a shard set was tokenized for) when the
-// checkpoint, written before them, lacks them, and for the epoch bound (a continued run raises it).
+// later build added (the tokenizer; the vocabulary a shard set was tokenized for; a file's
+// sampled contents) when the checkpoint, written before them, lacks them, and for the epoch bound
+// (a continued run raises it).
 bool same_data_description(const std::string& was, std::string now);
 
 }  // namespace mt

@@ -128,7 +128,7 @@ Status JobRun::open_state() {
   MT_ASSIGN_OR_RETURN(state_, initialise(spec_, cfg_, ckpt_root_, *ex_, resumed_));
   MT_ASSIGN_OR_RETURN(const std::string tokenizer, data_tokenizer_fingerprint(spec_.data));
   if (!state_.tokenizer.empty() && state_.tokenizer != tokenizer)
-    return failed_precondition(
+    return invalid_argument(  // a spec error, as resuming with another spec is: the CLI exits 2
         "data.tokenizer '" + spec_.data.tokenizer + "' does not tokenize as the tokenizer " +
         (resumed_.empty() ? "init.from '" + spec_.init.from + "'" : "checkpoint '" + resumed_ + "'") +
         " was trained with did (other ids for the same text: the model would learn other tokens). Use that "

@@ -43,5 +43,24 @@ TEST(SameDataDescription, TheEpochBoundIsNotPartOfTheDataTheShuffleAndTheFileAre
   EXPECT_FALSE(same_data_description(two, describe(d))) << "another file: " << describe(d);
 }
 
+// A text or token file rewritten in place at the same size is other data (its description samples
+// the contents); a checkpoint written before the sample was described compares by path and size.
+TEST(SameDataDescription, AFileRewrittenAtTheSameSizeIsOtherData) {
+  testing_util::TempDir dir("mt-data-sample");
+  const std::string path = dir / "t.txt";
+  std::ofstream(path) << std::string(4096, 'a');
+  DataSpec d;
+  d.source = "text";
+  d.path = path;
+  const std::string was = describe(d);
+  ASSERT_NE(was.find(", sample "), std::string::npos) << was;
+  EXPECT_TRUE(same_data_description(was, describe(d)));
+  std::ofstream(path, std::ios::trunc) << std::string(4096, 'b');
+  EXPECT_FALSE(same_data_description(was, describe(d))) << was << " | " << describe(d);
+  const size_t at = was.find(", sample ");
+  const std::string older = was.substr(0, at) + was.substr(was.find(')', at));
+  EXPECT_TRUE(same_data_description(older, describe(d))) << older;
+}
+
 }  // namespace
 }  // namespace mt

@@ -84,7 +84,7 @@ TEST(ResumeChanges, ATokenizerReplacedBetweenRunsIsRefused) {
   std::ofstream(tok, std::ios::trunc) << j->dump();
   auto refused = JobRunner(spec, d / "run", {}).run();
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("does not tokenize as"), std::string::npos) << refused.status().to_string();
   std::filesystem::copy_file(fixture, tok, std::filesystem::copy_options::overwrite_existing);
   auto resumed = JobRunner(spec, d / "run", {}).run();
