@@ -26,6 +26,9 @@ namespace mt::cli {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
+// The run a first signal asks to stop at once (an atomic store, async-signal-safe): the step loop
+// sees it at its boundary and an evaluation between two of its batches.
+std::atomic<JobRunner*> g_runner{nullptr};
 std::atomic<int64_t> g_first_stop_ns{0};  // CLOCK_MONOTONIC when the first stop signal came
 // A second signal this soon after the first is the same Ctrl-C delivered twice (the terminal's
 // and a launcher's forwarded copy), not a user pressing it again.
@@ -47,6 +50,7 @@ void on_stop_signal(int sig) {
   if (first == 0) {
     g_first_stop_ns.store(now);
     g_interrupted = 1;
+    if (JobRunner* r = g_runner.load()) r->request_cancel();
     static constexpr char kSaid[] =
         "megatrain: stopping after this step with a checkpoint; Ctrl-C again stops now without one\n";
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
@@ -136,11 +140,13 @@ int cmd_train(const Args& a) {
   hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
   JobRunner runner(*spec, *dir, hooks);
   runner_ptr = &runner;
+  g_runner.store(&runner);
   for (int sig : kStopSignals) std::signal(sig, on_stop_signal);
   std::signal(SIGPIPE, SIG_IGN);  // a closed stdout is seen by ferror at the next step
   // The handler stays to the end: a press after the run has stopped (during its summary or
   // mpi_finalize) stops the process only if it is a second press, not a duplicate of the first.
   auto r = runner.run();
+  g_runner.store(nullptr);  // the handler's later presses find no run (runner ends with this scope)
   if (!r.ok()) return fail(r.status().code() == StatusCode::kInvalidArgument ? kUsage : kJobFailed, r.status().message());
   // Under mpirun one summary, the process that publishes checkpoints (the others named the one
   // they resumed from, and `| tail -1` read whichever came last).

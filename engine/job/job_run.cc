@@ -125,14 +125,8 @@ Status JobRun::open_held_out() {
 
 // The run's first state (resumed, from spec.init, or fresh) and its place in the data.
 Status JobRun::open_state() {
-  MT_ASSIGN_OR_RETURN(state_, initialise(spec_, cfg_, ckpt_root_, *ex_, resumed_));
   MT_ASSIGN_OR_RETURN(const std::string tokenizer, data_tokenizer_fingerprint(spec_.data));
-  if (!state_.tokenizer.empty() && state_.tokenizer != tokenizer)
-    return invalid_argument(  // a spec error, as resuming with another spec is: the CLI exits 2
-        "data.tokenizer '" + spec_.data.tokenizer + "' does not tokenize as the tokenizer " +
-        (resumed_.empty() ? "init.from '" + spec_.init.from + "'" : "checkpoint '" + resumed_ + "'") +
-        " was trained with did (other ids for the same text: the model would learn other tokens). Use that "
-        "tokenizer, or start a new run from its weights (init.weights_only: true) if the change is meant");
+  MT_ASSIGN_OR_RETURN(state_, initialise(spec_, cfg_, ckpt_root_, *ex_, resumed_, tokenizer));
   const DataStart start = data_start(spec_, state_, resumed_, data_->describe());
   if (!start.warning.empty()) log(LogLevel::kWarning, start.warning);
   state_.data_cursor = start.cursor;
@@ -251,6 +245,11 @@ void JobRun::open_checkpoints() {
 }
 
 Result<JobResult> JobRun::train() {
+  // An evaluation a stop cut short (a pause, a preemption, Ctrl-C) is made when the run goes on.
+  const long every = spec_.eval.every;
+  if (held_out_ && !resumed_.empty() && every > 0 && state_.step > 0 && state_.step < spec_.steps &&
+      state_.step % every == 0 && state_.eval.step != state_.step)
+    MT_RETURN_IF_ERROR(evaluate());
   while (state_.step < spec_.steps) {
     MT_RETURN_IF_ERROR(checkpoints_->poll());
     MT_ASSIGN_OR_RETURN(const Next next, next_batch());
@@ -305,10 +304,11 @@ Status JobRun::train_step() {
   return Status::Ok();
 }
 
-// The end of training (not a cancel, pause or yield): the last weights evaluated, once; then the
-// final checkpoint (or on cancel, or starved; none when nothing is new).
+// The end of training (not a cancel, pause or yield): the last weights evaluated, once (also by
+// a run that only goes on to make the evaluation a stop cut short); then the final checkpoint (or
+// on cancel, or starved; none when nothing is new).
 Result<JobResult> JobRun::finish() {
-  if (held_out_ && result_.steps_run > 0 && !result_.cancelled && !result_.starved && state_.eval.step != state_.step)
+  if (held_out_ && state_.step > 0 && !result_.cancelled && !result_.starved && state_.eval.step != state_.step)
     MT_RETURN_IF_ERROR(evaluate());
   MT_RETURN_IF_ERROR(checkpoint());
   result_.eval = state_.eval;

@@ -546,6 +546,7 @@ void collect_differences(const Json& was, const Json& now, const std::string& at
       if (!was.find(k)) collect_differences(Json(), v, at.empty() ? k : at + "." + k, out);
     return;
   }
+  if (was.is_number() && now.is_number() && was.as_double() == now.as_double()) return;  // 8.0 is 8
   const std::string a = was.dump(), b = now.dump();
   if (a != b) out.push_back(at + " " + a + " -> " + b);
 }

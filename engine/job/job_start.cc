@@ -36,10 +36,12 @@ Status check_continued_span(const JobSpec& spec, const TrainerState& st, const s
                           "at step 0 from its weights");
 }
 
-// The keys of a config.json that make the model (config_keys.h), as model_config_to_json writes them.
+// The keys of a config.json that make the model being trained (config_keys.h; not the
+// initializer's range, which a resumed run does not use), as model_config_to_json writes them.
 Json model_keys(const ModelConfig& cfg) {
   Json j = model_config_to_json(cfg);
-  std::erase_if(j.members(), [](const auto& kv) { return !is_read_config_key(kv.first); });
+  std::erase_if(j.members(),
+                [](const auto& kv) { return !is_read_config_key(kv.first) || kv.first == "initializer_range"; });
   return j;
 }
 
@@ -53,11 +55,13 @@ Status check_same_model(const ModelConfig& cfg, const std::string& dir) {
   if (!std::filesystem::exists(path, ec)) return Status::Ok();
   MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, uint64_t(16) << 20));
   MT_ASSIGN_OR_RETURN(const ModelConfig saved, parse_model_config(text, path));
-  const Json was = model_keys(saved), now = model_keys(cfg);
-  if (was.dump() == now.dump()) return Status::Ok();
+  // Compared key by key, numbers by value: a file re-saved (keys sorted, 8.0 written 8) is the same.
+  const std::string changed = spec_differences(model_keys(saved), model_keys(cfg));
+  if (changed.empty()) return Status::Ok();
   return invalid_argument("checkpoint '" + dir + "' was trained as another model than the spec's config names now: " +
-                          spec_differences(was, now) + "; resume with the model it was trained as, or start "
-                          "another run (--out) from it with init.from");
+                          changed + " (a key the file leaves out takes this build's default: write the checkpoint's "
+                          "value into the file to go on as it was trained); resume with the model it was trained as, "
+                          "or start another run (--out) from it with init.from");
 }
 
 // This spec resumes the run whose checkpoint `saved` is: the same spec (an older checkpoint keeps
@@ -74,13 +78,25 @@ Status check_resumable(const JobSpec& spec, const ModelConfig& cfg, const Traine
   return check_schedule_span(spec, saved, dir);
 }
 
+// Other ids for the same text would train the embedding rows on other tokens. Compared when both
+// the checkpoint's data and this run's have a tokenizer (jsonl); pre-tokenized data names none.
+Status check_same_tokenizer(const JobSpec& spec, const TrainerState& saved, const std::string& tokenizer,
+                            const std::string& what) {
+  if (saved.tokenizer.empty() || tokenizer.empty() || saved.tokenizer == tokenizer) return Status::Ok();
+  const std::string name = spec.data.tokenizer.empty() ? "byte" : spec.data.tokenizer;
+  return invalid_argument("data.tokenizer '" + name + "' does not tokenize as the tokenizer " + what +
+                          " was trained with did (other ids for the same text: the model would learn other tokens). "
+                          "Use that tokenizer, or start a new run from its weights (init.weights_only: true) if the "
+                          "change is meant");
+}
+
 }  // namespace
 
 // The run's first state: fresh, from an HF directory, resumed from its own checkpoint, or from
 // another run's (continued, or its weights alone); `resumed` names the job's own checkpoint it
 // resumes. A checkpoint's trainer_state.json is checked before its tensors are read.
 Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
-                                Executor& ex, std::string& resumed) {
+                                Executor& ex, std::string& resumed, const std::string& tokenizer) {
   std::string from;
   if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
   else if (!spec.init.from.empty()) from = checkpoints_of_run(spec.init.from);
@@ -101,6 +117,8 @@ Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, con
   }
   MT_ASSIGN_OR_RETURN(TrainerState saved, read_trainer_state(dir));
   MT_RETURN_IF_ERROR(resume ? check_resumable(spec, cfg, saved, dir) : check_continued_span(spec, saved, dir));
+  MT_RETURN_IF_ERROR(check_same_tokenizer(spec, saved, tokenizer, resume ? "checkpoint '" + dir + "'"
+                                                                          : "init.from '" + spec.init.from + "'"));
   MT_ASSIGN_OR_RETURN(TrainerState st, load_checkpoint(dir, cfg, ex.store()));
   if (resume) resumed = dir;
   ex.set_steps_done(st.step);

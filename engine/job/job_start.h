@@ -12,8 +12,10 @@
 namespace mt {
 
 // `ckpt_root` holds the job's own checkpoints; `resumed` is set to the one it resumes, if any.
+// `tokenizer` is the data's data_tokenizer_fingerprint: a checkpoint trained on a tokenizer that
+// tokenizes otherwise is refused (before its tensors are read) when both have one.
 Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
-                                Executor& ex, std::string& resumed);
+                                Executor& ex, std::string& resumed, const std::string& tokenizer);
 
 struct DataStart {
   uint64_t cursor = 0;

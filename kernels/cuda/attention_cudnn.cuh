@@ -42,9 +42,10 @@ size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D);
 // cuDNN attention calls (forwards and backwards) this process has enqueued: tests and benches
 // check that a run said to use cuDNN did (a refused call falls back silently but for one warning).
 uint64_t cudnn_attention_calls();
-// Graph pairs (forward + backward) this process has built, and the host seconds their builds
-// took: a new shape builds in the middle of a step (packed documents: one pair per bucket of
-// document count and longest document), so step benches report both.
+// Graph pairs (forward + backward) this process has built or tried to (a shape cuDNN refuses
+// counts too), and the host seconds their builds took: a new shape builds in the middle of a
+// step (packed documents: one pair per bucket of document count and longest document), so step
+// benches report both.
 struct CudnnGraphBuilds {
   uint64_t count = 0;
   double seconds = 0;

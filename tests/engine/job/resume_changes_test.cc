@@ -48,7 +48,13 @@ TEST(ResumeChanges, AModelConfigEditedBetweenRunsIsRefusedNamingTheKey) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("rope_theta"), std::string::npos) << refused.status().to_string();
-  write_config(cfg, 256, 10000);  // as it was: the run goes on
+  // As it was, re-saved otherwise (keys in another order, 10000.0 written 10000): the run goes on.
+  write_config(cfg, 256, 10000);
+  const Json was = *Json::parse(*read_file(cfg));
+  Json::Object reversed(was.members().rbegin(), was.members().rend());
+  Json resaved = Json::object(reversed);
+  resaved.set("rope_theta", 10000);
+  std::ofstream(cfg, std::ios::trunc) << resaved.dump(1);
   auto resumed = JobRunner(spec_with_config(cfg, 4), d / "run", {}).run();
   ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
   EXPECT_EQ(resumed->steps_done, 4);
@@ -89,6 +95,11 @@ TEST(ResumeChanges, ATokenizerReplacedBetweenRunsIsRefused) {
   std::filesystem::copy_file(fixture, tok, std::filesystem::copy_options::overwrite_existing);
   auto resumed = JobRunner(spec, d / "run", {}).run();
   ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  // Continued on data that names no tokenizer (synthetic ids): nothing to compare, it goes on.
+  JobSpec other = spec_with_config(cfg, 6);
+  other.init.from = d / "run/checkpoints";
+  auto continued = JobRunner(other, d / "other", {}).run();
+  ASSERT_TRUE(continued.ok()) << continued.status().to_string();
 }
 
 // The data position counts rows of seq_len tokens: init.from a run of other rows starts the data
@@ -128,6 +139,35 @@ TEST(ResumeChanges, AStopDuringAnEvaluationEndsItBetweenBatches) {
   EXPECT_GT(whole->counted, 0);
   stop = true;
   EXPECT_EQ(set->evaluate(**ex, &stop).status().code(), StatusCode::kCancelled);
+}
+
+// A stop at the last step cuts the final evaluation short (it did not end before the whole set
+// was evaluated); the run that goes on makes it, though it has no step left to train.
+TEST(ResumeChanges, AFinalEvaluationAStopCutShortIsMadeWhenTheRunGoesOn) {
+  TempDir d("mt-resume-eval");
+  JobSpec spec = tiny_spec("resident", 2);
+  spec.eval.enabled = true;
+  spec.eval.data.source = "synthetic";
+  spec.eval.max_tokens = 32 * 64;
+  JobHooks hooks;
+  JobRunner* self = nullptr;
+  hooks.on_step = [&](const StepStats& s) {
+    if (s.step == 2) self->request_cancel();
+  };
+  std::vector<long> evaluated;
+  hooks.on_eval = [&](const EvalReport& r) { evaluated.push_back(r.step); };
+  JobRunner first(spec, d / "run", hooks);
+  self = &first;
+  auto cut = first.run();
+  ASSERT_TRUE(cut.ok()) << cut.status().to_string();
+  EXPECT_TRUE(cut->cancelled);
+  EXPECT_TRUE(evaluated.empty());
+  hooks.on_step = nullptr;
+  auto goes_on = JobRunner(spec, d / "run", hooks).run();
+  ASSERT_TRUE(goes_on.ok()) << goes_on.status().to_string();
+  EXPECT_EQ(goes_on->steps_run, 0);
+  EXPECT_EQ(evaluated, (std::vector<long>{2}));
+  EXPECT_EQ(goes_on->eval.step, 2);
 }
 
 // The CPU backend's device arena is host memory: the host figure (and its budget) counts it.
