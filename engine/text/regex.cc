@@ -34,6 +34,38 @@ ThreadMatchState& thread_state() {
   return state;
 }
 
+// Unicode's White_Space, as the tokenizers library's Oniguruma reads \s: PCRE2's \s also takes
+// U+180E (MONGOLIAN VOWEL SEPARATOR, a space until Unicode 6.3, a format character since), which
+// split "a  \u180eb" otherwise than transformers does. \p{Z} is Zs, Zl and Zp.
+constexpr std::string_view kWhiteSpace = R"(\t\n\x0B\f\r\x{85}\p{Z})";
+
+// `pattern` with \s and \S spelt as White_Space (kWhiteSpace); \S inside a class is left as it is
+// (a negated set cannot be spliced into a class; tokenizer.json patterns never write it there).
+std::string with_unicode_white_space(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      if (e == 's') out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      else if (e == 'S' && !in_class) out += "[^" + std::string(kWhiteSpace) + "]";
+      else out += c, out += e;
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];  // a leading ] is literal
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Regex>> Regex::compile(std::string_view pattern, bool literal) {
@@ -43,8 +75,9 @@ Result<std::unique_ptr<Regex>> Regex::compile(std::string_view pattern, bool lit
   int err = 0;
   PCRE2_SIZE err_at = 0;
   const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);  // PCRE2 refuses LITERAL with UCP
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
-                                   &err_at, nullptr);
+  const std::string spelt = literal ? std::string(pattern) : with_unicode_white_space(pattern);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spelt.data()), spelt.size(), options, &err, &err_at, nullptr);
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "engine/base/json.h"
+#include "engine/text/pre_tokenizer.h"
+#include "engine/text/regex.h"
 #include "engine/text/tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -116,6 +118,21 @@ TEST_P(TokenizerMatchesHf, SameIdsFromManyThreadsAtOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Families, TokenizerMatchesHf,
                          ::testing::Values("gpt2", "llama3", "qwen2", "llama2", "mistral", "metaspace_nfkc"));
+
+// \s is Unicode's White_Space, as in the tokenizers library: U+180E (a format character since
+// Unicode 6.3, still in PCRE2's \s) is not a space, so "a  \u180eb" splits as transformers splits
+// it: "a", " ", " \u180e", "b" (byte offsets 0, 1, 2, 6), where it was "a", "  ", "\u180e", "b".
+TEST(TokenizerHf, TheGpt2PatternsWhiteSpaceIsUnicodesWhiteSpace) {
+  auto re = Regex::compile(kGpt2Pattern);
+  ASSERT_TRUE(re.ok()) << re.status().to_string();
+  std::vector<std::pair<size_t, size_t>> m;
+  ASSERT_TRUE((*re)->find_all("a  \u180e" "b", m).ok());
+  EXPECT_EQ(m, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 2}, {2, 6}, {6, 7}}));
+  m.clear();  // White_Space stays space (no-break, ideographic, tab, U+0085): as the tokenizers
+              // library's ByteLevel pre-tokenizer splits it, the last space apart before "b"
+  ASSERT_TRUE((*re)->find_all("a\u00a0\u3000\t\u0085b", m).ok());
+  EXPECT_EQ(m, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 7}, {7, 9}, {9, 10}}));
+}
 
 TEST(TokenizerHf, OptionalLibrariesMissingAreNamed) {
   auto gpt2 = load_tokenizer(fixture("gpt2"));
