@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/base/json.h"
+#include "engine/text/normalizer.h"
 #include "engine/text/pre_tokenizer.h"
 #include "engine/text/regex.h"
 #include "engine/text/tokenizer.h"
@@ -132,6 +133,22 @@ TEST(TokenizerHf, TheGpt2PatternsWhiteSpaceIsUnicodesWhiteSpace) {
               // library's ByteLevel pre-tokenizer splits it, the last space apart before "b"
   ASSERT_TRUE((*re)->find_all("a\u00a0\u3000\t\u0085b", m).ok());
   EXPECT_EQ(m, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 7}, {7, 9}, {9, 10}}));
+}
+
+// NFKC as the tokenizers library has it: the 134 code points whose compatibility mappings came
+// with Unicode 13 to 15 stay as they are there (utf8proc's newer tables mapped U+A7F2 to "C"),
+// and the text around them is normalized as before.
+TEST(TokenizerHf, NfkcLeavesTheCodePointsTheTokenizersLibraryDoesNotMap) {
+  const Json spec = *Json::parse(R"({"type": "NFKC"})");
+  auto nfkc = Normalizer::parse(&spec);
+  ASSERT_TRUE(nfkc.ok()) << nfkc.status().to_string();
+  std::string out;
+  for (const char* kept : {"x\ua7f2y", "\u32ff", "\U0001e030\U0001e06d", "\U0001fbf9"}) {
+    ASSERT_TRUE(nfkc->apply(kept, out).ok());
+    EXPECT_EQ(out, kept);
+  }
+  ASSERT_TRUE(nfkc->apply("\ufb01 \ua7f2\uff21\u00bd", out).ok());  // ligature, fullwidth, fraction mapped
+  EXPECT_EQ(out, "fi \ua7f2A1\u20442");
 }
 
 TEST(TokenizerHf, OptionalLibrariesMissingAreNamed) {
