@@ -84,6 +84,7 @@ Status apply_overrides(const Args& a, JobSpec& spec) {
 Json summary_of(const JobResult& r) {
   Json j = Json::object({{"steps", int64_t(r.steps_done)}, {"final_loss", r.final_loss}});
   if (r.steps_run > 0) j.set("tokens_per_second", r.tokens_per_second);
+  else if (r.cancelled) j.set("note", "stopped before a step: final_loss is the loss saved in its checkpoint");
   else j.set("note", "nothing to train: the job had already reached step " + std::to_string(r.steps_done) +
                          "; final_loss is the loss saved in its checkpoint");
   if (r.packing_efficiency >= 0) j.set("packing_efficiency", r.packing_efficiency);

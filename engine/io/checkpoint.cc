@@ -524,4 +524,9 @@ Result<TrainerState> read_trainer_state(const std::string& dir) {
   return state_from_json(join(dir, "trainer_state.json"));
 }
 
+Status update_trainer_state(const std::string& dir, const TrainerState& state, const HostStore& store) {
+  return replace_file_durable(join(dir, "trainer_state.json"), join(dir, "trainer_state.json.tmp"),
+                              state_to_json(state, store));
+}
+
 }  // namespace mt

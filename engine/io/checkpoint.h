@@ -53,6 +53,11 @@ struct TrainerState {
 // store: the unit may change from then on). Called from the writer's threads, once per unit.
 using UnitCaptured = std::function<void(size_t unit)>;
 
+// Replaces the trainer_state.json of the checkpoint `dir` (of state.step, published) with
+// `state`'s (temp, rename, directory synced): an evaluation made at that step after it was written
+// (a run that goes on to make the one a stop cut short) is the checkpoint's from then on.
+Status update_trainer_state(const std::string& dir, const TrainerState& state, const HostStore& store);
+
 // Writes a checkpoint of `store` under root and prunes to `keep` newest, besides the checkpoint
 // of step `also_keep` (checkpoint.keep_best: the best held-out loss; 0: none). Returns its directory.
 // The units go into both files in the store's update order, the two files written at once, so

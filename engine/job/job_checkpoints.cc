@@ -43,6 +43,11 @@ Status JobCheckpoints::save(const TrainerState& state, long best, bool wait) {
   return Status::Ok();
 }
 
+Status JobCheckpoints::record_evaluation(const TrainerState& state) {
+  if (!o_.writes || in_flight_ || state.step != o_.saved_step || o_.saved.empty()) return Status::Ok();
+  return update_trainer_state(o_.saved, state, ex_.store());
+}
+
 Status JobCheckpoints::land() {
   if (!in_flight_) return Status::Ok();
   Result<std::string> dir = in_flight_->finish();

@@ -41,6 +41,9 @@ class JobCheckpoints {
   Status poll() { return in_flight_ && in_flight_->done() ? land() : Status::Ok(); }
 
   long saved_step() const { return o_.saved_step; }
+  // After an evaluation at state.step: when that step is already checkpointed (a run that went on
+  // only to make the evaluation a stop cut short), its trainer_state.json takes the evaluation.
+  Status record_evaluation(const TrainerState& state);
   const std::string& saved() const { return o_.saved; }  // the last published ("" if none)
 
  private:

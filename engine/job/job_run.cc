@@ -343,6 +343,7 @@ Status JobRun::evaluate() {
   const EvalReport r{state_.step, e.loss(), e.counted, e.seconds, best, state_.eval.best_step, state_.eval.best_loss};
   if (hooks_.on_eval) hooks_.on_eval(r);  // the front-ends log it, as they log steps
   curve(r.step, {{"eval/loss", r.loss}});
+  if (lead()) MT_RETURN_IF_ERROR(checkpoints_->record_evaluation(state_));
   if (r.best && spec_.checkpoint.keep_best) MT_RETURN_IF_ERROR(checkpoint());
   return Status::Ok();
 }

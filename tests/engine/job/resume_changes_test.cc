@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/exec/resident_executor.h"
+#include "engine/io/checkpoint.h"
 #include "engine/job/held_out.h"
 #include "engine/job/job.h"
 #include "engine/job/job_start.h"
@@ -168,6 +169,15 @@ TEST(ResumeChanges, AFinalEvaluationAStopCutShortIsMadeWhenTheRunGoesOn) {
   EXPECT_EQ(goes_on->steps_run, 0);
   EXPECT_EQ(evaluated, (std::vector<long>{2}));
   EXPECT_EQ(goes_on->eval.step, 2);
+  // The step's checkpoint (written before the evaluation) takes it: its trainer_state says so, and
+  // a run after that has nothing to make up.
+  auto saved = read_trainer_state(goes_on->checkpoint);
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+  EXPECT_EQ(saved->eval.step, 2);
+  EXPECT_EQ(saved->eval.best_step, 2);
+  auto again = JobRunner(spec, d / "run", hooks).run();
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(evaluated, (std::vector<long>{2})) << "evaluated again";
 }
 
 // The CPU backend's device arena is host memory: the host figure (and its budget) counts it.
