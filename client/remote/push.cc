@@ -71,9 +71,7 @@ std::string default_push_id(const std::string& job, const std::string& path, uin
   const std::string abs = std::filesystem::weakly_canonical(path, ec).string();
   const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
   const std::string what = job + '\0' + abs + '\0' + std::to_string(size) + '\0' + std::to_string(mtime);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(what));
-  return std::string("file-") + hex;
+  return "file-" + hex64(fnv1a64(what));
 }
 
 struct PushPlan {

@@ -2,13 +2,13 @@
 #include "engine/data/shard_set.h"
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <set>
 
+#include "engine/base/hash.h"
 #include "engine/base/json.h"
 #include "engine/io/safetensors.h"
 
@@ -21,12 +21,6 @@ namespace fs = std::filesystem;
 constexpr char kFormat[] = "megatrain-token-shards";
 constexpr int64_t kManifestVersion = 1;
 constexpr uint64_t kMaxManifestBytes = uint64_t(64) << 20;
-
-std::string hex64(uint64_t v) {
-  char s[17];
-  std::snprintf(s, sizeof s, "%016" PRIx64, v);
-  return s;
-}
 
 bool is_mts(const fs::path& p) { return p.extension() == ".mts"; }
 

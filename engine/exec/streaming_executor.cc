@@ -9,33 +9,28 @@
 
 namespace mt {
 
-StreamingOptions streaming_options(const PlanOptions& po) {
-  StreamingOptions so;
-  so.slots = po.slots;
-  so.placement = po.placement;
-  so.device_budget = po.device_budget;
-  so.backend_bytes = po.backend_bytes;
-  so.bf16_uploads = po.bf16_uploads;
-  so.speculation = po.speculation;
-  so.host_budget = po.host_budget;
-  so.expert_slots = po.expert_slots;
-  so.nvme = po.nvme;
-  return so;
+namespace {
+
+// The fields StreamingOptions and PlanOptions share, listed once, from either to the other.
+template <typename To, typename From>
+To shared_fields(const From& f) {
+  To t;
+  t.slots = f.slots;
+  t.placement = f.placement;
+  t.device_budget = f.device_budget;
+  t.backend_bytes = f.backend_bytes;
+  t.bf16_uploads = f.bf16_uploads;
+  t.speculation = f.speculation;
+  t.host_budget = f.host_budget;
+  t.expert_slots = f.expert_slots;
+  t.nvme = f.nvme;
+  return t;
 }
 
-PlanOptions plan_options(const StreamingOptions& so) {
-  PlanOptions po;
-  po.slots = so.slots;
-  po.placement = so.placement;
-  po.device_budget = so.device_budget;
-  po.backend_bytes = so.backend_bytes;
-  po.bf16_uploads = so.bf16_uploads;
-  po.speculation = so.speculation;
-  po.host_budget = so.host_budget;
-  po.expert_slots = so.expert_slots;
-  po.nvme = so.nvme;
-  return po;
-}
+}  // namespace
+
+StreamingOptions streaming_options(const PlanOptions& po) { return shared_fields<StreamingOptions>(po); }
+PlanOptions plan_options(const StreamingOptions& so) { return shared_fields<PlanOptions>(so); }
 
 StreamingExecutor::StreamingExecutor(const ModelConfig& cfg, const TrainOptions& opt, const StreamingOptions& so,
                                      std::unique_ptr<Backend> backend, const ReplicaOptions& ro)

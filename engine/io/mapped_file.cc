@@ -11,10 +11,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <string>
 #include <vector>
 
 #include "engine/base/confined_open.h"
@@ -197,9 +195,7 @@ std::string MappedFile::sampled_fingerprint() const {
     const size_t at = size_ / kSamples * i, n = std::min(kBytes, size_ - at);
     h = fnv1a64(std::string_view(reinterpret_cast<const char*>(data_ + at), n), h);
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
-  return hex;
+  return hex64(h);
 }
 
 }  // namespace mt

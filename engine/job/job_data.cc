@@ -2,8 +2,6 @@
 // data with the data's now (job_data.h).
 #include "engine/job/job_data.h"
 
-#include <cstdio>
-
 #include "engine/base/hash.h"
 #include "engine/data/example_set.h"
 #include "engine/data/jsonl_examples.h"
@@ -122,9 +120,7 @@ Status check_eval_tokenizer(const JobSpec& spec) {
 Result<std::string> data_tokenizer_fingerprint(const DataSpec& d) {
   if (d.source != "jsonl") return std::string();
   MT_ASSIGN_OR_RETURN(Tokenization t, tokenization_of(d, "data"));
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)t.fingerprint);
-  return std::string(hex);
+  return hex64(t.fingerprint);
 }
 
 Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab) {

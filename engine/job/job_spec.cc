@@ -2,12 +2,12 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <set>
 #include <type_traits>
 
+#include "engine/base/hash.h"
 #include "engine/data/data_source.h"
 #include "engine/exec/executor.h"
 #include "engine/model/init.h"
@@ -569,9 +569,7 @@ std::string job_spec_hash(const JobSpec& s) {
     for (size_t k = 0; k < 8 && i + k < text.size(); ++k) w |= uint64_t(uint8_t(text[i + k])) << (8 * k);
     h = mix64(h ^ w);
   }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
-  return buf;
+  return hex64(h);
 }
 
 }  // namespace mt

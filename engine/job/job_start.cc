@@ -1,8 +1,6 @@
 // Where a run starts (job_start.h): its first state and its data position.
 #include "engine/job/job_start.h"
 
-#include <filesystem>
-
 #include "engine/io/checkpoint.h"
 #include "engine/io/hf_io.h"
 #include "engine/job/job_data.h"
@@ -50,13 +48,11 @@ Json model_keys(const ModelConfig& cfg) {
 // edited between runs (rope_theta, hidden_act) would go on silently as another model. Older
 // checkpoints without config.json are not compared.
 Status check_same_model(const ModelConfig& cfg, const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return Status::Ok();
-  MT_ASSIGN_OR_RETURN(const std::string text, read_file(path, uint64_t(16) << 20));
-  MT_ASSIGN_OR_RETURN(const ModelConfig saved, parse_model_config(text, path));
+  Result<ModelConfig> saved = load_model_config(dir);
+  if (saved.status().code() == StatusCode::kNotFound) return Status::Ok();
+  MT_RETURN_IF_ERROR(saved.status());
   // Compared key by key, numbers by value: a file re-saved (keys sorted, 8.0 written 8) is the same.
-  const std::string changed = spec_differences(model_keys(saved), model_keys(cfg));
+  const std::string changed = spec_differences(model_keys(*saved), model_keys(cfg));
   if (changed.empty()) return Status::Ok();
   return invalid_argument("checkpoint '" + dir + "' was trained as another model than the spec's config names now: " +
                           changed + " (a key the file leaves out takes this build's default: write the checkpoint's "

@@ -15,6 +15,7 @@
 #include "engine/job/job.h"
 #include "engine/job/job_data.h"
 #include "tests/engine/job/spec_refusals.h"
+#include "tests/engine/job/tiny_job.h"
 #include "tests/engine/temp_dir.h"
 #include "tests/test_paths.h"
 
@@ -218,14 +219,7 @@ TEST(EvalJob, AHeldOutJsonlTokenizedOtherwiseIsRefusedAtStart) {
   TempDir d("mt-eval-tok");
   const std::string fixtures = testing_util::fixture_source_dir() + "/tests/fixtures/tokenizers/";
   fs::copy_file(fixtures + "gpt2/tokenizer.json", d / "copy.json");
-  auto tokenizer_json = Json::parse(*read_file(fixtures + "gpt2/tokenizer.json"));
-  ASSERT_TRUE(tokenizer_json.ok());
-  Json model = *tokenizer_json->find("model");
-  Json::Array merges = model.find("merges")->items();
-  std::reverse(merges.begin(), merges.end());
-  model.set("merges", Json::array(merges));
-  tokenizer_json->set("model", model);
-  std::ofstream(d / "reversed.json") << tokenizer_json->dump();
+  std::ofstream(d / "reversed.json") << testing_util::gpt2_tokenizer_reversed_merges();
   for (const char* dir : {"base", "instruct"}) {
     fs::create_directories(d / dir);
     fs::copy_file(fixtures + "gpt2/tokenizer.json", d / (std::string(dir) + "/tokenizer.json"));

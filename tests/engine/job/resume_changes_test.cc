@@ -3,7 +3,6 @@
 // replaced, rows of another length; and a stop that lands during a long evaluation.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <fstream>
 
@@ -65,7 +64,7 @@ TEST(ResumeChanges, AModelConfigEditedBetweenRunsIsRefusedNamingTheKey) {
 // path in the spec, other ids for the same text.
 TEST(ResumeChanges, ATokenizerReplacedBetweenRunsIsRefused) {
   TempDir d("mt-resume-tok");
-  const std::string fixture = testing_util::fixture_source_dir() + "/tests/fixtures/tokenizers/gpt2/tokenizer.json";
+  const std::string fixture = testing_util::gpt2_tokenizer_json();
   const std::string tok = d / "tok/tokenizer.json", cfg = d / "config.json", data = d / "sft.jsonl";
   std::filesystem::create_directories(d / "tok");
   std::filesystem::copy_file(fixture, tok);
@@ -81,14 +80,7 @@ TEST(ResumeChanges, ATokenizerReplacedBetweenRunsIsRefused) {
   spec.data.tokenizer = d / "tok";
   auto first = testing_util::run_stopped_at(spec, d / "run", 2);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
-  auto j = Json::parse(*read_file(fixture));
-  ASSERT_TRUE(j.ok());
-  Json model = *j->find("model");
-  Json::Array merges = model.find("merges")->items();
-  std::reverse(merges.begin(), merges.end());
-  model.set("merges", Json::array(merges));
-  j->set("model", model);
-  std::ofstream(tok, std::ios::trunc) << j->dump();
+  std::ofstream(tok, std::ios::trunc) << testing_util::gpt2_tokenizer_reversed_merges();
   auto refused = JobRunner(spec, d / "run", {}).run();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);

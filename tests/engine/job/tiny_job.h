@@ -3,9 +3,12 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
+#include "engine/base/json.h"
 #include "engine/job/job.h"
+#include "tests/test_paths.h"
 
 namespace mt::testing_util {
 
@@ -23,6 +26,22 @@ inline JobSpec tiny_spec(const std::string& executor, long steps) {
   auto s = job_spec_from_json(*j);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   return *s;
+}
+
+// The gpt2 fixture's tokenizer.json, and the same with its merges in reverse order: the same
+// vocabulary, other ids for the same text.
+inline std::string gpt2_tokenizer_json() {
+  return testing_util::fixture_source_dir() + "/tests/fixtures/tokenizers/gpt2/tokenizer.json";
+}
+inline std::string gpt2_tokenizer_reversed_merges() {
+  auto j = Json::parse(*read_file(gpt2_tokenizer_json()));
+  EXPECT_TRUE(j.ok());
+  Json model = *j->find("model");
+  Json::Array merges = model.find("merges")->items();
+  std::reverse(merges.begin(), merges.end());
+  model.set("merges", Json::array(merges));
+  j->set("model", model);
+  return j->dump();
 }
 
 // A run of `spec` in `dir` that stops after step `step`, as a cancel there does.
