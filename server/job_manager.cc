@@ -232,9 +232,9 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
       waiters.swap(job->ckpt_waiters);
       ev = event_of(*job);
     }
-    for (auto& w : waiters) w(Status::Ok(), dir, step);
     ev.set_checkpoint(dir);
-    emit(id, ev);
+    emit(id, ev);  // before the answers: a watch begun on an answer does not see this event again
+    for (auto& w : waiters) w(Status::Ok(), dir, step);
     refresh_disk_usage();
   };
   hooks.checkpoint_bound_s = opt_.shutdown_timeout_s;
@@ -295,9 +295,9 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
     ended = to_proto(*job);
   }
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
+  emit(job->rec.id, ev);  // before the answers: a watch begun on a pause's answer sees PAUSED once
   const Status outcome = pause_outcome(ended);
   for (auto& w : stopped_waiters) w(outcome, ended);
-  emit(job->rec.id, ev);
   sweep_retention();
   refresh_disk_usage();
 }
