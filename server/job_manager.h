@@ -113,7 +113,10 @@ class JobManager {
   Status checkpoint(const std::string& id, CheckpointDone done);
   // Calls `l` with the job's current state at once, then with every event until unwatch; with
   // `from_start`, first with the job's step and evaluation events this daemon still holds
-  // (EventHistory). No event falls between the state and the first live event.
+  // (EventHistory). No event falls between the state and the first live event; a state change
+  // emitted while the watch begins may repeat the first event's state (its message then says
+  // why). Answers that wait for a state (PauseJob, Checkpoint) come after its event: a watch begun
+  // on such an answer starts from that state and does not see its event again.
   Result<uint64_t> watch(const std::string& id, Listener l, bool from_start = false);
   void unwatch(uint64_t token);
 

@@ -240,7 +240,7 @@ Status gemma3(const ConfigReader& r, ModelConfig& c) {
                                      "transformers' Gemma 3 attention does not apply it (Gemma 2's does); set it to null"));
   MT_RETURN_IF_ERROR(gemma_common(r, c, 0.0, 0.0));
   c.qk_norm = QkNorm::kPerHead;
-  if (c.rope_local_theta == 0) c.rope_local_theta = 10000;
+  if (c.rope_local_theta == 0) c.rope_local_theta = ModelConfig::kDefaultLocalTheta;
   MT_RETURN_IF_ERROR(r.number("rope_local_base_freq", c.rope_local_theta));
   MT_ASSIGN_OR_RETURN(const int w, read_window(r, 4096));
   MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, true));

@@ -139,7 +139,7 @@ Status read_rope_per_layer_type(const ConfigReader& r, const Json& params, Model
       MT_RETURN_IF_ERROR(read_rope_object(r, v, name, c));
     } else if (k == "sliding_attention") {
       ModelConfig local = c;
-      local.rope_theta = 10000;  // transformers' default_theta["local"], when the object has none
+      local.rope_theta = ModelConfig::kDefaultLocalTheta;  // when the object has none
       MT_RETURN_IF_ERROR(read_rope_object(r, v, name, local));
       if (local.rope_scaling.type != "default") return r.fail(name + ".rope_type", "must be default for the local layers");
       c.rope_local_theta = local.rope_theta;

@@ -124,6 +124,7 @@ struct ModelConfig {
   double embedding_scale = 1;          // the embedding's output times this: Gemma's sqrt(hidden_size)
   bool fused_projections = false;      // Phi-3: one qkv_proj and one gate_up_proj tensor
   double rope_local_theta = 0;         // the local RoPE table's base (Gemma 3), 0: no local table
+  static constexpr double kDefaultLocalTheta = 10000;  // transformers' default_theta["local"] (Gemma 3)
   std::vector<LayerAttention> layers;  // per layer; empty: every layer full causal, global RoPE
   MoeConfig moe;                       // num_experts 0: every layer's MLP is dense
   Json raw;                            // the config.json as read, for export

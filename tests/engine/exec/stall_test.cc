@@ -58,8 +58,11 @@ TEST(StreamingStall, ASlowComputeWorkerIsComputeTimeNotStall) {
     EXPECT_GT(st->forward_compute_seconds, 0.0);
     EXPECT_LT(st->forward_compute_seconds, st->compute_seconds);
     // Copies are memcpys: the stream waits for them (and for worker hand-overs) microseconds
-    // per use, well under 10% of 2 ms per op.
-    EXPECT_LT(st->stall_seconds(), 0.1 * st->compute_seconds) << "step " << s;
+    // per use, a few % of 2 ms per op on an idle machine; under a load of 5-7 on 2 cores the
+    // host thread that enqueues is descheduled for whole time slices (a 10% bound failed once).
+    // Slowed compute counted as stall would make the stall at least the compute, so half of it
+    // still tells the two apart.
+    EXPECT_LT(st->stall_seconds(), 0.5 * st->compute_seconds) << "step " << s;
   }
 }
 
@@ -78,8 +81,9 @@ TEST(StreamingStall, AThrottledLinkIsStallNotCompute) {
     // waiting for the link, and that is all stall.
     EXPECT_LT(st->compute_seconds, 0.25 * st->step_seconds) << "step " << s;
     // What is neither: the host thread's own scheduling, a few ms when ctest -j2 runs another
-    // test on the 2 cores (5.5 ms of a 118 ms step failed a 2% + 2 ms bound once in CI).
-    EXPECT_NEAR(st->stall_seconds(), st->step_seconds - st->compute_seconds, 0.05 * st->step_seconds + 0.005)
+    // test on the 2 cores (5.5 ms of a 118 ms step failed a 2% + 2 ms bound once in CI), whole
+    // time slices under a heavier load.
+    EXPECT_NEAR(st->stall_seconds(), st->step_seconds - st->compute_seconds, 0.1 * st->step_seconds + 0.01)
         << "step " << s;
     // Every fetched weight crossed the link while compute waited for it: most of the link's
     // busy time is stall (some uploads run ahead into the previous step's tail).
