@@ -145,13 +145,17 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
   std::string detached;
   v1::JobEvent ev;
   bool was_live = false;
+  std::unique_lock<std::mutex> ordered = order();
   {
     std::lock_guard<std::mutex> lock(mu_);
     MT_ASSIGN_OR_RETURN(auto job, find(id));
     JobRecord& r = job->rec;
     if (running_ == job)
       return failed_precondition("job " + id + " is running" +
-                                 (r.pause_requested ? " (pausing)" : !job->preempted_by.empty() ? " (being preempted)" : "") +
+                                 (r.pause_requested                ? " (pausing)"
+                                  : !job->preempted_by.empty()     ? " (being preempted)"
+                                  : job->resumed_while_pausing     ? " (going back to the queue)"
+                                                                   : "") +
                                  "; pause or cancel it, and delete it once it has stopped");
     if (keep_checkpoints) {  // first, so a failure leaves the job as it was
       MT_ASSIGN_OR_RETURN(const std::string kept, keep_checkpoints_of(job->dir, opt_.data_root, id));
@@ -161,6 +165,8 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
     if (!r.terminal()) {  // queued or paused: it ends CANCELLED for its watchers
       was_live = true;
       queue_.erase(id);
+      job->parked = false;  // a push in flight must not queue it again (unpark_if_fed)
+      job->progress->waiting = false;
       r.state = v1::JOB_STATE_CANCELLED;
       r.reason = "deleted by request";
       r.finished_ms = now_ms();
@@ -173,7 +179,8 @@ Result<v1::DeleteJobResponse> JobManager::remove(const std::string& id, bool kee
     }
     forget(id);
   }
-  if (was_live) emit(id, ev);
+  if (was_live) deliver(ordered, id, ev);
+  ordered.unlock();
   resp.set_freed_bytes(destroy_dir(detached));
   spdlog::info("job {} deleted ({} bytes freed{}{})", id, resp.freed_bytes(),
                resp.kept_checkpoints().empty() ? "" : "; checkpoints kept in ", resp.kept_checkpoints());

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "engine/base/confined_open.h"
+#include "engine/io/safetensors.h"  // fsync_dir
 #include "server/job_housekeeping.h"
 #include "server/managed_job.h"
 
@@ -130,7 +131,6 @@ bool JobManager::shutdown(std::chrono::milliseconds timeout) {
 
 void JobManager::worker() {
   for (;;) {
-    std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {  // while idle, records that could not be saved are tried again every second
@@ -140,8 +140,17 @@ void JobManager::worker() {
         else cv_.wait_for(lock, std::chrono::seconds(1));
       }
       if (stopping_) break;
-      job = jobs_[queue_.pop()];
-      if (job->rec.terminal()) continue;  // cancelled while queued
+    }
+    std::unique_lock<std::mutex> ordered = order();  // the start and its RUNNING event, as one change
+    std::shared_ptr<Job> job;
+    v1::JobEvent ev;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+      if (queue_.empty()) continue;  // left the queue while the worker took order()
+      const auto it = jobs_.find(queue_.pop());
+      if (it == jobs_.end() || it->second->rec.terminal()) continue;  // cancelled or deleted while queued
+      job = it->second;
       job->rec.state = v1::JOB_STATE_RUNNING;
       if (!job->rec.started_ms) job->rec.started_ms = now_ms();
       running_ = job;
@@ -149,7 +158,10 @@ void JobManager::worker() {
       (void)save(*job);
       update_job_metrics();
       metrics_.set_memory(&job->plan);
+      ev = event_of(*job);
     }
+    deliver(ordered, job->rec.id, ev);
+    ordered.unlock();
     run_job(job);
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -162,7 +174,6 @@ void JobManager::worker() {
 std::vector<std::string> JobManager::spec_roots() const { return {opt_.data_root, opt_.state_dir + "/jobs"}; }
 
 void JobManager::run_job(const std::shared_ptr<Job>& job) {
-  emit(job->rec.id, [&] { std::lock_guard<std::mutex> l(mu_); return event_of(*job); }());
   if (Status moved = recheck_spec_paths(job->spec, spec_roots(), opt_.nvme_paths); !moved.ok())
     return finish_job(job, moved);
   const std::string id = job->rec.id;
@@ -170,6 +181,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
   JobHooks hooks;
   hooks.on_step = [&](const StepStats& s) {
     v1::JobEvent ev;
+    const std::unique_lock<std::mutex> ordered = order();
     {
       std::lock_guard<std::mutex> lock(mu_);
       JobRecord& r = job->rec;
@@ -186,7 +198,7 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     job->log->append("info", step_line(s, job->rec.total_steps));
     metrics_.on_step(id, s, job->flops_per_token, peak);
     if (job->spool) metrics_.set_data_queue(id, double(job->spool->tokens() - job->progress->consumed));
-    emit(id, ev, /*progress=*/true);
+    deliver(ordered, id, ev, /*progress=*/true);
   };
   hooks.on_log = [&](LogLevel level, const std::string& msg) {
     const auto lvl = level == LogLevel::kError     ? spdlog::level::err
@@ -198,15 +210,17 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     spdlog::log(lvl, "job {}: {}", id, msg);
     if (level == LogLevel::kDebug) return;
     v1::JobEvent ev;
+    const std::unique_lock<std::mutex> ordered = order();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ev = event_of(*job);
     }
     ev.set_message(msg);
-    emit(id, ev);
+    deliver(ordered, id, ev);
   };
   hooks.on_eval = [&](const EvalReport& r) {
     v1::JobEvent ev;
+    const std::unique_lock<std::mutex> ordered = order();
     {
       std::lock_guard<std::mutex> lock(mu_);
       job->rec.eval = {r.step, r.loss, r.best_step, r.best_loss};
@@ -219,11 +233,12 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
     ev.set_eval_best(r.best);
     ev.set_best_eval_step(r.best_step);
     ev.set_best_eval_loss(r.best_loss);
-    emit(id, ev, /*progress=*/true);
+    deliver(ordered, id, ev, /*progress=*/true);
   };
   hooks.on_checkpoint = [&](const std::string& dir, long step) {
     std::vector<CheckpointDone> waiters;
     v1::JobEvent ev;
+    std::unique_lock<std::mutex> ordered = order();
     {
       std::lock_guard<std::mutex> lock(mu_);
       job->rec.last_checkpoint = dir;
@@ -233,7 +248,8 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
       ev = event_of(*job);
     }
     ev.set_checkpoint(dir);
-    emit(id, ev);  // before the answers: a watch begun on an answer does not see this event again
+    deliver(ordered, id, ev);  // before the answers: a watch begun on an answer does not see it again
+    ordered.unlock();
     for (auto& w : waiters) w(Status::Ok(), dir, step);
     refresh_disk_usage();
   };
@@ -250,7 +266,8 @@ void JobManager::run_job(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->runner = &runner;  // what was asked while it was made, it is asked now
-    if (job->rec.cancel_requested || job->rec.pause_requested || !job->preempted_by.empty() || stopping_)
+    if (job->rec.cancel_requested || job->rec.pause_requested || !job->preempted_by.empty() ||
+        job->resumed_while_pausing || stopping_)
       runner.request_cancel();
     if (!job->ckpt_waiters.empty()) runner.request_checkpoint();
   }
@@ -263,6 +280,7 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
   std::vector<JobDone> stopped_waiters;
   v1::JobEvent ev;
   v1::Job ended;
+  std::unique_lock<std::mutex> ordered = order();
   {
     std::lock_guard<std::mutex> lock(mu_);
     job->runner = nullptr;
@@ -277,13 +295,14 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
       message = lose_device(*job, res.status());
     } else if (res.ok() && res->starved && !r.cancel_requested && !r.pause_requested) {
       message = park(*job, *res);
-    } else if (res.ok() && (res->cancelled || res->starved) && !r.cancel_requested &&
-               (r.pause_requested || !job->preempted_by.empty())) {  // starved: a pause came as it yielded
+    } else if (res.ok() && (res->cancelled || res->starved) && !r.cancel_requested &&  // starved: a pause came as it yielded
+               (r.pause_requested || !job->preempted_by.empty() || job->resumed_while_pausing)) {
       message = requeue(*job, *res);
     } else {
       message = settle(*job, res);
     }
     job->preempted_by.clear();
+    job->resumed_while_pausing = false;
     job->log->append(r.state == v1::JOB_STATE_FAILED ? "error" : "info", std::string("job ") + state_name(r.state) + ": " + message);
     (void)save(*job);  // closes the log of a job that ended, after that last line
     waiters.swap(job->ckpt_waiters);
@@ -294,8 +313,9 @@ void JobManager::finish_job(const std::shared_ptr<Job>& job, const Result<JobRes
     ev.set_message(message);
     ended = to_proto(*job);
   }
+  deliver(ordered, job->rec.id, ev);  // before the answers: a watch begun on a pause's answer sees PAUSED once
+  ordered.unlock();
   for (auto& w : waiters) w(Status(StatusCode::kFailedPrecondition, "the job stopped before the checkpoint"), "", 0);
-  emit(job->rec.id, ev);  // before the answers: a watch begun on a pause's answer sees PAUSED once
   const Status outcome = pause_outcome(ended);
   for (auto& w : stopped_waiters) w(outcome, ended);
   sweep_retention();
@@ -378,26 +398,6 @@ std::string JobManager::lose_device(Job& job, const Status& st) {
   return r.reason;
 }
 
-std::string JobManager::park(Job& job, const JobResult& res) {
-  JobRecord& r = job.rec;
-  r.state = v1::JOB_STATE_QUEUED;
-  r.step = res.steps_done;
-  if (res.steps_done) r.loss = res.final_loss;
-  if (!res.checkpoint.empty()) r.last_checkpoint = res.checkpoint;
-  job.parked = true;
-  unpark_if_fed(job);  // a push may have arrived while it checkpointed
-  return "waiting for data at step " + std::to_string(r.step) +
-         ": yielded the device to the next queued job; rejoins the queue when a push brings a full batch";
-}
-
-void JobManager::unpark_if_fed(Job& job) {
-  const uint64_t batch = uint64_t(job.spec.train.global_batch) * uint64_t(job.spec.train.seq_len + 1);
-  if (!job.parked || !job.spool || job.spool->tokens() < job.progress->consumed.load() + batch) return;
-  job.parked = false;
-  job.order = queue_.next_order();  // last of its priority, as a fresh submission
-  enqueue(job);
-}
-
 Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   auto job = std::make_shared<Job>();
   MT_ASSIGN_OR_RETURN(job->spec, spec_from_proto(proto, spec_roots(), opt_.nvme_paths));
@@ -422,6 +422,8 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   job->dir = opt_.state_dir + "/jobs/" + job->rec.id;
   MT_RETURN_IF_ERROR(prepare(*job));
   MT_RETURN_IF_ERROR(save(*job));
+  // The new directory's entry, durable before the job is acknowledged (a power loss, not a kill).
+  MT_RETURN_IF_ERROR(fsync_dir(opt_.state_dir + "/jobs"));
   jobs_[job->rec.id] = job;
   enqueue(*job);
   if (job->spool) metrics_.set_data_queue(job->rec.id, 0);
@@ -462,6 +464,7 @@ Result<v1::Job> JobManager::get(const std::string& id) {
 Result<v1::Job> JobManager::cancel(const std::string& id) {
   v1::JobEvent ev;
   v1::Job out;
+  std::unique_lock<std::mutex> ordered = order();
   {
     std::lock_guard<std::mutex> lock(mu_);
     MT_ASSIGN_OR_RETURN(auto job, find(id));
@@ -495,7 +498,8 @@ Result<v1::Job> JobManager::cancel(const std::string& id) {
     ev = event_of(*job);
     out = to_proto(*job);
   }
-  emit(id, ev);
+  deliver(ordered, id, ev);
+  ordered.unlock();
   sweep_retention();
   return out;
 }
@@ -518,8 +522,12 @@ Result<JobManager::PushAck> JobManager::push(const std::string& id, const uint32
       return invalid_argument("tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
                               " is out of vocabulary (vocab_size " + std::to_string(vocab) + ")");
   MT_ASSIGN_OR_RETURN(const uint64_t committed, job->spool->append(tokens, n, at));
+  if (opt_.after_push_spooled) opt_.after_push_spooled(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second != job)  // its spool's directory is being removed
+      return failed_precondition("job " + id + " was deleted while this push was spooled; its tokens are not kept");
     unpark_if_fed(*job);
   }
   const uint64_t total = job->spool->tokens();

@@ -51,6 +51,9 @@ class JobManager {
     double peak_flops = 0;  // 0: estimated
     // Runs a job instead of runner.run() (tests inject faults with it); unset: runner.run().
     std::function<Result<JobResult>(JobRunner&)> run_job;
+    // Called by a push between spooling its tokens and queueing the job they feed (tests delete
+    // the job there); unset: nothing.
+    std::function<void(const std::string& job_id)> after_push_spooled;
     // Retention of finished jobs (deleted with their files at startup and whenever a job
     // finishes): keep the newest `retain_jobs` (0: all) and none older than `retain_days` (0: any age).
     int retain_jobs = 0;
@@ -113,10 +116,8 @@ class JobManager {
   Status checkpoint(const std::string& id, CheckpointDone done);
   // Calls `l` with the job's current state at once, then with every event until unwatch; with
   // `from_start`, first with the job's step and evaluation events this daemon still holds
-  // (EventHistory). No event falls between the state and the first live event; a state change
-  // emitted while the watch begins may repeat the first event's state (its message then says
-  // why). Answers that wait for a state (PauseJob, Checkpoint) come after its event: a watch begun
-  // on such an answer starts from that state and does not see its event again.
+  // (EventHistory). No event falls between the state and the first live event, and none repeats
+  // a change the state already shows (see order()).
   Result<uint64_t> watch(const std::string& id, Listener l, bool from_start = false);
   void unwatch(uint64_t token);
 
@@ -165,8 +166,15 @@ class JobManager {
   void refresh_disk_usage();           // mu_ not held
   v1::Job to_proto(const Job& job) const;  // mu_ held
   v1::JobEvent event_of(const Job& job) const;  // mu_ held
+  // Events in the order of the changes they tell (job_views.cc). Every change a watcher hears of
+  // is made under order() — taken before mu_ — and delivered before order() is released; a watch
+  // registers under it too. So no two changes' events cross, and a watch's first event (the
+  // state) is never followed by the event of a change it already shows. Answers to the calls that
+  // waited on a change (PauseJob, Checkpoint) go out after its event, with order() released.
+  std::unique_lock<std::mutex> order() { return std::unique_lock<std::mutex>(listeners_mu_); }
   // To the job's watchers; a step or evaluation event (`progress`) is kept for later ones too.
-  void emit(const std::string& id, const v1::JobEvent& ev, bool progress = false);
+  void deliver(const std::unique_lock<std::mutex>& order, const std::string& id, const v1::JobEvent& ev,
+               bool progress = false);
   // mu_ held; a failure is logged, and the record tried again (resave_unsaved) until it is saved:
   // a job a client was told ended must not run again after a restart because its record was not
   // written (its disk full, the daemon out of descriptors).
@@ -188,7 +196,7 @@ class JobManager {
   std::set<std::string> unsaved_;  // jobs whose last save failed
   std::thread worker_;
 
-  std::mutex listeners_mu_;  // taken before mu_ when both are held
+  std::mutex listeners_mu_;  // order(): taken before mu_ when both are held
   std::map<uint64_t, std::pair<std::string, Listener>> listeners_;
   uint64_t next_listener_ = 1;
   EventHistory history_;  // listeners_mu_

@@ -1,7 +1,8 @@
 // The job manager's scheduling: the priority queue's entries, preemption of the running job by
-// a higher-priority one, and PauseJob/ResumeJob. A preempted or paused run stops at a step
-// boundary through the engine's cancel path, which writes a checkpoint; the next run resumes
-// from it bit for bit (JobRunner resumes from the job directory's latest checkpoint).
+// a higher-priority one, a push job that yields for want of data (parked) and rejoins when fed,
+// and PauseJob/ResumeJob. A preempted or paused run stops at a step boundary through the engine's
+// cancel path, which writes a checkpoint; the next run resumes from it bit for bit (JobRunner
+// resumes from the job directory's latest checkpoint).
 #include "server/job_manager.h"
 #include "server/managed_job.h"
 
@@ -17,7 +18,9 @@ void JobManager::preempt_if_outranked() {
   if (!running_ || !running_->preempted_by.empty() || !queue_.outranks(running_->priority)) return;
   Job& job = *running_;
   const std::string& by = queue_.front();
-  job.preempted_by = by + " (priority " + std::to_string(jobs_[by]->priority) + " > " +
+  const auto it = jobs_.find(by);
+  if (it == jobs_.end()) return;  // never: the queue holds registered jobs only
+  job.preempted_by = by + " (priority " + std::to_string(it->second->priority) + " > " +
                      std::to_string(job.priority) + ")";
   spdlog::info("job {}: preempted by {}; it checkpoints at its next step boundary", job.rec.id, job.preempted_by);
   if (job.runner) job.runner->request_cancel();  // else run_job sees preempted_by when it starts the runner
@@ -36,15 +39,39 @@ std::string JobManager::requeue(Job& job, const JobResult& res) {
     r.pause_requested = false;
     r.reason = "paused by request " + at;
     job.preempted_by.clear();
+    job.resumed_while_pausing = false;
     return r.reason + "; ResumeJob queues it again";
   }
   const std::string by = job.preempted_by;
   job.preempted_by.clear();
+  job.resumed_while_pausing = false;
   r.state = v1::JOB_STATE_QUEUED;
   r.reason.clear();
-  r.preemptions += 1;
+  if (!by.empty()) r.preemptions += 1;
   enqueue(job);  // in its place: it runs again once nothing of higher priority waits
-  return "preempted by " + by + " " + at + "; queued again, it resumes from that checkpoint";
+  return (by.empty() ? std::string("resumed while it was pausing, stopped ") : "preempted by " + by + " ") + at +
+         "; queued again, it resumes from that checkpoint";
+}
+
+std::string JobManager::park(Job& job, const JobResult& res) {
+  JobRecord& r = job.rec;
+  r.state = v1::JOB_STATE_QUEUED;
+  r.step = res.steps_done;
+  if (res.steps_done) r.loss = res.final_loss;
+  if (!res.checkpoint.empty()) r.last_checkpoint = res.checkpoint;
+  job.parked = true;
+  unpark_if_fed(job);  // a push may have arrived while it checkpointed
+  return "waiting for data at step " + std::to_string(r.step) +
+         ": yielded the device to the next queued job; rejoins the queue when a push brings a full batch";
+}
+
+void JobManager::unpark_if_fed(Job& job) {
+  const uint64_t batch = uint64_t(job.spec.train.global_batch) * uint64_t(job.spec.train.seq_len + 1);
+  if (!job.parked || job.rec.terminal() || !job.spool || job.spool->tokens() < job.progress->consumed.load() + batch)
+    return;
+  job.parked = false;
+  job.order = queue_.next_order();  // last of its priority, as a fresh submission
+  enqueue(job);
 }
 
 int JobManager::queue_position(const Job& job) const {
@@ -69,10 +96,13 @@ Status JobManager::pause_outcome(const v1::Job& ended) {
 Status JobManager::pause(const std::string& id, JobDone done) {
   v1::JobEvent ev;
   v1::Job out;
+  std::unique_lock<std::mutex> ordered = order();
   {
     std::lock_guard<std::mutex> lock(mu_);
     MT_ASSIGN_OR_RETURN(auto job, find(id));
     JobRecord& r = job->rec;
+    if (r.cancel_requested && !r.terminal())
+      return failed_precondition("job " + id + " is being cancelled: it ends CANCELLED at its next step boundary");
     if (r.terminal() || r.state == v1::JOB_STATE_PAUSED || r.pause_requested)
       return failed_precondition("job " + id + " is already " + (r.pause_requested ? "pausing" : state_name(r.state)));
     if (running_ == job) {
@@ -96,7 +126,8 @@ Status JobManager::pause(const std::string& id, JobDone done) {
     ev = event_of(*job);
     out = to_proto(*job);
   }
-  emit(id, ev);
+  deliver(ordered, id, ev);
+  ordered.unlock();
   done(Status::Ok(), out);
   return Status::Ok();
 }
@@ -104,15 +135,22 @@ Status JobManager::pause(const std::string& id, JobDone done) {
 Result<v1::Job> JobManager::resume(const std::string& id) {
   v1::JobEvent ev;
   v1::Job out;
+  std::unique_lock<std::mutex> ordered = order();
   {
     std::lock_guard<std::mutex> lock(mu_);
     MT_ASSIGN_OR_RETURN(auto job, find(id));
     JobRecord& r = job->rec;
+    if (r.cancel_requested && !r.terminal())
+      return failed_precondition("job " + id + " is being cancelled: it ends CANCELLED at its next step boundary");
     if (running_ == job && r.pause_requested) {
-      // Still stopping: it goes back to the queue instead of pausing (as a preempted job does).
+      // Still stopping: it goes back to the queue instead of pausing (as a preempted job does,
+      // though it is no preemption).
       r.pause_requested = false;
-      if (Status st = save(*job); !st.ok()) return st;
-      job->preempted_by = "a resume while it was pausing";
+      if (Status st = save(*job); !st.ok()) {
+        r.pause_requested = true;
+        return st;
+      }
+      job->resumed_while_pausing = true;
       out = to_proto(*job);
       out.set_state(v1::JOB_STATE_QUEUED);
       return out;
@@ -129,7 +167,7 @@ Result<v1::Job> JobManager::resume(const std::string& id) {
     ev = event_of(*job);
     out = to_proto(*job);
   }
-  emit(id, ev);
+  deliver(ordered, id, ev);
   return out;
 }
 

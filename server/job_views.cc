@@ -2,6 +2,9 @@
 // the log and files the logs and artifact RPCs read. JobManager members; mu_ is held by callers
 // of to_proto and event_of.
 #include "server/job_manager.h"
+
+#include <cstdlib>
+
 #include "server/managed_job.h"
 #include "server/spec_convert.h"
 
@@ -103,9 +106,10 @@ Result<JobManager::JobFiles> JobManager::files(const std::string& id) {
 // ---- Watchers (WatchJob) --------------------------------------------------------------------
 
 Result<uint64_t> JobManager::watch(const std::string& id, Listener l, bool from_start) {
-  // Held from the state to the registration: an event emitted in between (the job's end, say)
-  // would otherwise reach nobody, and the watch would wait for it forever.
-  std::lock_guard<std::mutex> listening(listeners_mu_);
+  // order() from the state to the registration: a change in between (the job's end, say) would
+  // otherwise reach nobody, and the watch would wait for it forever; and a change the state
+  // already shows has been delivered before this watch could register.
+  const std::unique_lock<std::mutex> ordered = order();
   v1::JobEvent first;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -124,8 +128,9 @@ void JobManager::unwatch(uint64_t token) {
   listeners_.erase(token);
 }
 
-void JobManager::emit(const std::string& id, const v1::JobEvent& ev, bool progress) {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+void JobManager::deliver(const std::unique_lock<std::mutex>& order, const std::string& id, const v1::JobEvent& ev,
+                         bool progress) {
+  if (!order.owns_lock() || order.mutex() != &listeners_mu_) std::abort();  // a change told out of order
   if (progress) history_.keep(id, ev);
   if (terminal(ev.state())) history_.ended(id);
   for (auto& [token, entry] : listeners_)

@@ -27,6 +27,7 @@ struct JobManager::Job {
   int priority = 0;     // the spec's
   long order = 0;       // its place among jobs of its priority (JobQueue::push)
   std::string preempted_by;  // set while this run yields to a higher-priority job
+  bool resumed_while_pausing = false;  // a ResumeJob came while it paused: back to the queue, no preemption
   double run_seconds = 0, run_tokens = 0;  // over the steps this daemon ran
   long run_steps = 0;
   StepStats last;

@@ -1,0 +1,241 @@
+// Calls that race a job's state changes, on the job manager itself (no gRPC in between, so the
+// interleavings are forced rather than hoped for): a delete while a push to a yielded job is being
+// spooled, a resume or pause after a cancel, a resume while pausing, and watchers that see every
+// change once and in the order made. Found by a control-plane race hunt (2026-12-07).
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "server/job_manager.h"
+#include "tests/server/server_fixture.h"
+
+namespace mt::server::testing {
+namespace {
+
+JobManager::Options options(const std::string& dir) {
+  JobManager::Options o;
+  o.state_dir = dir;
+  o.data_root = dir + "/data";
+  o.budgets.host = 8ull << 30;
+  std::filesystem::create_directories(o.data_root);
+  return o;
+}
+
+std::string submit(JobManager& jobs, const v1::JobSpec& spec) {
+  auto r = jobs.submit(spec);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? r->job().id() : "";
+}
+
+template <class Pred>
+v1::Job wait_for(JobManager& jobs, const std::string& id, Pred pred, double seconds = 60) {
+  v1::Job j;
+  for (int i = 0; i < int(seconds * 100); ++i) {
+    auto g = jobs.get(id);
+    if (g.ok() && pred(j = *g)) return j;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ADD_FAILURE() << "job " << id << " never got there; last state " << v1::JobState_Name(j.state());
+  return j;
+}
+
+bool ended(const v1::Job& j) {
+  return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED ||
+         j.state() == v1::JOB_STATE_CANCELLED;
+}
+
+// Holds each run before it starts until released: what is asked meanwhile is asked of a job that
+// is RUNNING (the worker took it) and has not stepped.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    std::lock_guard<std::mutex> l(mu);
+    open = true;
+    cv.notify_all();
+  }
+  std::function<Result<JobResult>(JobRunner&)> hook() {
+    return [this](JobRunner& r) {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return open; });
+      l.unlock();
+      return r.run();
+    };
+  }
+  // Declared after the job manager: a test that fails before release() still lets its worker end.
+  struct ReleasedAtExit {
+    Gate& gate;
+    ~ReleasedAtExit() { gate.release(); }
+  };
+};
+
+// The deleted job's id went back into the queue (unpark_if_fed) and the worker dereferenced a
+// null job when it popped it: the daemon died with SIGSEGV.
+TEST(ServerRace, DeletingAYieldedPushJobWhileAPushIsSpooledLeavesTheWorkerRunning) {
+  JobManager::Options o = options(fresh_dir("race_delete_push"));
+  JobManager* self = nullptr;
+  std::atomic<bool> armed{false};
+  Status deleted = Status::Ok();
+  o.after_push_spooled = [&](const std::string& id) {
+    if (!armed.exchange(false)) return;
+    auto r = self->remove(id, false);
+    deleted = r.ok() ? Status::Ok() : r.status();
+  };
+  Metrics metrics;
+  JobManager jobs(o, metrics);
+  self = &jobs;
+  ASSERT_TRUE(jobs.start().ok());
+  const std::string starved = submit(jobs, tiny_spec(3, "push"));
+  wait_for(jobs, starved, [](const v1::Job& j) { return j.waiting_for_data(); });
+  const std::string other = submit(jobs, tiny_spec(100000));
+  wait_for(jobs, starved, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_QUEUED && j.queue_position() == -1; });
+
+  armed = true;
+  const std::vector<uint32_t> batch(4 * 33 * 2, 7);  // two full batches: enough to rejoin the queue
+  auto pushed = jobs.push(starved, batch.data(), batch.size());
+  EXPECT_TRUE(deleted.ok()) << deleted.to_string();
+  ASSERT_FALSE(pushed.ok());
+  EXPECT_EQ(pushed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(pushed.status().message().find("deleted while this push was spooled"), std::string::npos)
+      << pushed.status().to_string();
+
+  ASSERT_TRUE(jobs.cancel(other).ok());  // the worker pops the next queued id
+  const std::string after = submit(jobs, tiny_spec(2));
+  EXPECT_EQ(wait_for(jobs, after, ended).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_FALSE(jobs.get(starved).ok());
+  jobs.begin_stop();
+  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+}
+
+// A cancel that was answered CANCELLED is what the job ends in: a resume or pause after it is
+// refused, never answered QUEUED (or accepted) for a job that will not be queued (or pause) again.
+TEST(ServerRace, AResumeOrPauseAfterAnAcknowledgedCancelIsRefused) {
+  Gate gate;
+  JobManager::Options o = options(fresh_dir("race_cancel_resume"));
+  o.run_job = gate.hook();
+  Metrics metrics;
+  JobManager jobs(o, metrics);
+  const Gate::ReleasedAtExit released{gate};
+  ASSERT_TRUE(jobs.start().ok());
+  const std::string id = submit(jobs, tiny_spec(50));
+  wait_for(jobs, id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
+
+  std::atomic<int> paused_answers{0};
+  Status pause_answer = Status::Ok();
+  ASSERT_TRUE(jobs.pause(id, [&](const Status& st, const v1::Job&) {
+                    pause_answer = st;
+                    ++paused_answers;
+                  }).ok());
+  auto cancelled = jobs.cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().to_string();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  auto resumed = jobs.resume(id);
+  ASSERT_FALSE(resumed.ok()) << "answered " << v1::JobState_Name(resumed->state());
+  EXPECT_EQ(resumed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(resumed.status().message().find("being cancelled"), std::string::npos) << resumed.status().to_string();
+  const Status again = jobs.pause(id, [](const Status&, const v1::Job&) { ADD_FAILURE() << "a refused pause was answered"; });
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.to_string();
+
+  gate.release();
+  EXPECT_EQ(wait_for(jobs, id, ended).state(), v1::JOB_STATE_CANCELLED);
+  for (int i = 0; i < 500 && !paused_answers; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(paused_answers, 1);
+  EXPECT_EQ(pause_answer.code(), StatusCode::kFailedPrecondition);  // the pause asked before the cancel
+  jobs.begin_stop();
+  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+}
+
+// A resume while pausing sends the job back to the queue; Job.preemptions counts only the runs
+// stopped for a higher-priority job, and the job still ends bit for bit at its last step.
+TEST(ServerRace, AResumeWhilePausingIsNoPreemption) {
+  Gate gate;
+  JobManager::Options o = options(fresh_dir("race_resume_pausing"));
+  o.run_job = gate.hook();
+  Metrics metrics;
+  JobManager jobs(o, metrics);
+  const Gate::ReleasedAtExit released{gate};
+  ASSERT_TRUE(jobs.start().ok());
+  const std::string id = submit(jobs, tiny_spec(4));
+  wait_for(jobs, id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
+  std::atomic<int> answered{0};
+  v1::JobState told = v1::JOB_STATE_UNSPECIFIED;
+  ASSERT_TRUE(jobs.pause(id, [&](const Status& st, const v1::Job& j) {
+                    EXPECT_TRUE(st.ok()) << st.to_string();
+                    told = j.state();
+                    ++answered;
+                  }).ok());
+  auto resumed = jobs.resume(id);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_EQ(resumed->state(), v1::JOB_STATE_QUEUED);
+  gate.release();
+  const v1::Job done = wait_for(jobs, id, ended);
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.step(), 4);
+  EXPECT_EQ(done.preemptions(), 0);
+  EXPECT_EQ(answered, 1);
+  EXPECT_EQ(told, v1::JOB_STATE_QUEUED);
+  jobs.begin_stop();
+  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+}
+
+// A job queued behind a running one, paused and resumed over and over while watches begin at
+// every state a poll sees: each watch's states alternate PAUSED / QUEUED from its first event on
+// (a change the first event already shows, delivered again, or two changes delivered crossed,
+// would put two equal states side by side).
+TEST(ServerRace, WatchesSeeEachPauseAndResumeOnceAndInOrder) {
+  Metrics metrics;
+  JobManager jobs(options(fresh_dir("race_watch_order")), metrics);
+  ASSERT_TRUE(jobs.start().ok());
+  const std::string running = submit(jobs, tiny_spec(1000000));
+  wait_for(jobs, running, [](const v1::Job& j) { return j.step() >= 1; });
+  v1::JobSpec queued_spec = tiny_spec(3);
+  queued_spec.set_priority(-1);
+  const std::string id = submit(jobs, queued_spec);
+
+  std::mutex mu;
+  std::vector<std::vector<v1::JobState>> seen;
+  std::vector<uint64_t> tokens;
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      auto j = jobs.get(id);
+      if (!j.ok()) break;
+      size_t slot;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        slot = seen.size();
+        seen.emplace_back();
+      }
+      auto t = jobs.watch(id, [&, slot](const v1::JobEvent& ev) {
+        std::lock_guard<std::mutex> l(mu);
+        seen[slot].push_back(ev.state());
+      });
+      if (!t.ok()) break;
+      std::lock_guard<std::mutex> l(mu);
+      tokens.push_back(*t);
+      if (tokens.size() >= 400) break;
+    }
+  });
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(jobs.pause(id, [](const Status& st, const v1::Job&) { EXPECT_TRUE(st.ok()); }).ok());
+    ASSERT_TRUE(jobs.resume(id).ok());
+  }
+  done = true;
+  watcher.join();
+  ASSERT_TRUE(jobs.cancel(running).ok());
+  jobs.begin_stop();
+  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+  for (uint64_t t : tokens) jobs.unwatch(t);
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_GT(seen.size(), 10u);
+  for (size_t w = 0; w < seen.size(); ++w)
+    for (size_t i = 1; i < seen[w].size(); ++i)
+      if (seen[w][i] == seen[w][i - 1] && seen[w][i] != v1::JOB_STATE_RUNNING) {
+        ADD_FAILURE() << "watch " << w << " saw " << v1::JobState_Name(seen[w][i]) << " twice in a row at event " << i;
+        break;
+      }
+}
+
+}  // namespace
+}  // namespace mt::server::testing
