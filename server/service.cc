@@ -1,11 +1,11 @@
 #include "server/service.h"
 
 #include <algorithm>
-#include <deque>
 
 #include "server/event_history.h"
 #include "server/log_stream.h"
 #include "server/status_map.h"
+#include "server/watch_backlog.h"
 
 namespace mt::server {
 
@@ -62,17 +62,15 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   struct Sink {
     std::mutex mu;
     WatchReactor* r = nullptr;
-    std::deque<v1::JobEvent> queue;
+    // Room for a whole replay (a watch from_start) and 256 live events after it.
+    WatchBacklog queue{EventHistory::kPerJob + 256};
     v1::JobEvent current;
     bool writing = false, finished = false;
 
     void push(const v1::JobEvent& ev) {
       std::lock_guard<std::mutex> lock(mu);
       if (!r || finished) return;
-      // A slow client loses intermediate progress events, never state changes. Room for a
-      // whole replay (a watch from_start) and 256 live events after it.
-      while (queue.size() >= EventHistory::kPerJob + 256 && !terminal(queue.front().state())) queue.pop_front();
-      queue.push_back(ev);
+      queue.push(ev);
       if (!writing) next();
     }
     void next() {
@@ -80,8 +78,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         writing = false;
         return;
       }
-      current = std::move(queue.front());
-      queue.pop_front();
+      current = queue.pop();
       writing = true;
       r->StartWrite(&current);
     }

@@ -6,6 +6,7 @@
 
 #include "server/event_history.h"
 #include "server/job_manager.h"
+#include "server/watch_backlog.h"
 #include "tests/server/server_fixture.h"
 
 namespace mt::server::testing {
@@ -105,6 +106,41 @@ TEST(EventHistory, KeepsEachJobsLastEventsAndThoseOfTheLastJobsToEnd) {
   EXPECT_EQ(h.jobs(), EventHistory::kEnded);
   h.ended("no-history");  // a job that never stepped leaves nothing behind
   EXPECT_EQ(h.jobs(), EventHistory::kEnded);
+}
+
+v1::JobEvent state_event(v1::JobState state, long step) {
+  v1::JobEvent e;
+  e.set_state(state);
+  e.set_step(step);
+  return e;
+}
+
+std::vector<v1::JobState> drain(WatchBacklog& b) {
+  std::vector<v1::JobState> out;
+  while (!b.empty()) out.push_back(b.pop().state());
+  return out;
+}
+
+// A slow client's backlog drops steps of a run before any change of state, so the states it
+// reads are, in order, those of every event; a backlog of changes only drops its oldest.
+TEST(WatchBacklog, ASlowClientLosesStepsNeverAChangeOfState) {
+  using S = v1::JobState;
+  WatchBacklog b(4);
+  const std::vector<S> sent = {v1::JOB_STATE_RUNNING, v1::JOB_STATE_RUNNING, v1::JOB_STATE_PAUSED,
+                               v1::JOB_STATE_QUEUED,  v1::JOB_STATE_RUNNING, v1::JOB_STATE_RUNNING,
+                               v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED};
+  // At R4 the two first steps' older one goes; at R5 the backlog R P Q R is all changes and its
+  // oldest goes; after that, steps again.
+  for (size_t i = 0; i < sent.size(); ++i) {
+    b.push(state_event(sent[i], long(i)));
+    EXPECT_LE(b.size(), 4u);
+  }
+  EXPECT_EQ(drain(b), (std::vector<S>{v1::JOB_STATE_PAUSED, v1::JOB_STATE_QUEUED, v1::JOB_STATE_RUNNING,
+                                      v1::JOB_STATE_SUCCEEDED}));
+  for (int i = 0; i < 6; ++i) b.push(state_event(i % 2 ? v1::JOB_STATE_QUEUED : v1::JOB_STATE_PAUSED, i));
+  EXPECT_EQ(b.size(), 4u);  // bounded all the same; the newest kept
+  EXPECT_EQ(drain(b), (std::vector<S>{v1::JOB_STATE_PAUSED, v1::JOB_STATE_QUEUED, v1::JOB_STATE_PAUSED,
+                                      v1::JOB_STATE_QUEUED}));
 }
 
 // The answer to a pause comes after the PAUSED event has gone out: a client that starts a watch
