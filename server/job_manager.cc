@@ -420,10 +420,17 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   job->priority = job->spec.priority;
   job->order = queue_.next_order();
   job->dir = opt_.state_dir + "/jobs/" + job->rec.id;
-  MT_RETURN_IF_ERROR(prepare(*job));
-  MT_RETURN_IF_ERROR(save(*job));
-  // The new directory's entry, durable before the job is acknowledged (a power loss, not a kill).
-  MT_RETURN_IF_ERROR(fsync_dir(opt_.state_dir + "/jobs"));
+  // The new directory's entry durable before the job is acknowledged (a power loss, not a kill);
+  // a submit answered with an error leaves no directory a restart would run.
+  Status made = prepare(*job);
+  if (made.ok()) made = fsync_dir(opt_.state_dir + "/jobs");
+  if (made.ok()) made = save(*job);
+  if (!made.ok()) {
+    std::error_code ec;
+    fs::remove_all(job->dir, ec);
+    unsaved_.erase(job->rec.id);
+    return made;
+  }
   jobs_[job->rec.id] = job;
   enqueue(*job);
   if (job->spool) metrics_.set_data_queue(job->rec.id, 0);
@@ -523,15 +530,21 @@ Result<JobManager::PushAck> JobManager::push(const std::string& id, const uint32
                               " is out of vocabulary (vocab_size " + std::to_string(vocab) + ")");
   MT_ASSIGN_OR_RETURN(const uint64_t committed, job->spool->append(tokens, n, at));
   if (opt_.after_push_spooled) opt_.after_push_spooled(id);
+  uint64_t total = 0;
+  std::unique_lock<std::mutex> ordered = order();  // the job's rejoining the queue is a change
+  v1::JobEvent ev;
+  bool rejoined = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second != job)  // its spool's directory is being removed
       return failed_precondition("job " + id + " was deleted while this push was spooled; its tokens are not kept");
-    unpark_if_fed(*job);
+    rejoined = unpark_if_fed(*job);
+    if (rejoined) ev = event_of(*job);
+    total = job->spool->tokens();
+    metrics_.set_data_queue(id, double(total - job->progress->consumed));  // not after a delete
   }
-  const uint64_t total = job->spool->tokens();
-  metrics_.set_data_queue(id, double(total - job->progress->consumed));
+  if (rejoined) deliver(ordered, id, ev);
   return PushAck{total, committed};
 }
 

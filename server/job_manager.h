@@ -144,7 +144,7 @@ class JobManager {
   std::string settle(Job& job, const Result<JobResult>& res);  // mu_ held; terminal state
   std::string park(Job& job, const JobResult& res);            // mu_ held; starved: off the queue
   std::string lose_device(Job& job, const Status& st);         // mu_ held; see kMaxDeviceFaults
-  void unpark_if_fed(Job& job);                                 // mu_ held; back in the queue
+  bool unpark_if_fed(Job& job);                                 // mu_ held; back in the queue: true
   void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
   void pause_on_restart(Job& job);   // a pause acknowledged before the restart
   void restore_metrics(const Job& job);  // its eval and checkpoint gauges from its record

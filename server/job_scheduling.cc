@@ -65,13 +65,15 @@ std::string JobManager::park(Job& job, const JobResult& res) {
          ": yielded the device to the next queued job; rejoins the queue when a push brings a full batch";
 }
 
-void JobManager::unpark_if_fed(Job& job) {
+bool JobManager::unpark_if_fed(Job& job) {
   const uint64_t batch = uint64_t(job.spec.train.global_batch) * uint64_t(job.spec.train.seq_len + 1);
   if (!job.parked || job.rec.terminal() || !job.spool || job.spool->tokens() < job.progress->consumed.load() + batch)
-    return;
+    return false;
   job.parked = false;
+  job.progress->waiting = false;  // fed: QUEUED in its place, no longer waiting for data
   job.order = queue_.next_order();  // last of its priority, as a fresh submission
   enqueue(job);
+  return true;
 }
 
 int JobManager::queue_position(const Job& job) const {

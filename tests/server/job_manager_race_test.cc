@@ -108,6 +108,67 @@ TEST(ServerRace, DeletingAYieldedPushJobWhileAPushIsSpooledLeavesTheWorkerRunnin
   EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
 }
 
+// A yielded push job that a push feeds is back in the queue, no longer waiting for data, and its
+// watchers hear of it (it said waiting_for_data, with no event, until the job ahead ended).
+TEST(ServerRace, AFedYieldedJobStopsWaitingAndItsWatchersHearOfIt) {
+  Metrics metrics;
+  JobManager jobs(options(fresh_dir("race_unpark")), metrics);
+  ASSERT_TRUE(jobs.start().ok());
+  const std::string starved = submit(jobs, tiny_spec(3, "push"));
+  wait_for(jobs, starved, [](const v1::Job& j) { return j.waiting_for_data(); });
+  const std::string other = submit(jobs, tiny_spec(100000));
+  wait_for(jobs, starved, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_QUEUED && j.queue_position() == -1; });
+  std::mutex mu;
+  std::vector<v1::JobEvent> seen;
+  auto token = jobs.watch(starved, [&](const v1::JobEvent& ev) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(ev);
+  });
+  ASSERT_TRUE(token.ok());
+  const std::vector<uint32_t> batch(4 * 33, 7);
+  ASSERT_TRUE(jobs.push(starved, batch.data(), batch.size()).ok());
+  const v1::Job fed = *jobs.get(starved);
+  EXPECT_EQ(fed.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_FALSE(fed.waiting_for_data());
+  EXPECT_GE(fed.queue_position(), 1);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_TRUE(seen[0].waiting_for_data());
+    EXPECT_EQ(seen[1].state(), v1::JOB_STATE_QUEUED);
+    EXPECT_FALSE(seen[1].waiting_for_data());
+  }
+  jobs.unwatch(*token);
+  ASSERT_TRUE(jobs.cancel(other).ok());
+  jobs.begin_stop();
+  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+}
+
+// A submit answered with an error leaves no directory behind that a restart would load and run
+// (here the record cannot be written: a directory squats job.json.tmp).
+TEST(ServerRace, ASubmitThatFailsLeavesNoJobForARestart) {
+  const std::string dir = fresh_dir("race_failed_submit");
+  {
+    Metrics metrics;
+    JobManager jobs(options(dir), metrics);
+    ASSERT_TRUE(jobs.start().ok());
+    std::filesystem::create_directories(dir + "/jobs/job-000001/job.json.tmp");
+    auto r = jobs.submit(tiny_spec(3));
+    ASSERT_FALSE(r.ok());
+    EXPECT_FALSE(std::filesystem::exists(dir + "/jobs/job-000001"));
+    jobs.begin_stop();
+    EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+  }
+  Metrics metrics;
+  JobManager again(options(dir), metrics);
+  ASSERT_TRUE(again.start().ok());
+  auto listed = again.list(v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->jobs_size(), 0);
+  again.begin_stop();
+  EXPECT_TRUE(again.shutdown(std::chrono::seconds(30)));
+}
+
 // A cancel that was answered CANCELLED is what the job ends in: a resume or pause after it is
 // refused, never answered QUEUED (or accepted) for a job that will not be queued (or pause) again.
 TEST(ServerRace, AResumeOrPauseAfterAnAcknowledgedCancelIsRefused) {
