@@ -140,6 +140,7 @@ class JobManager {
   Status prepare(Job& job);  // spec, model, plan, spool
   void worker();
   void run_job(const std::shared_ptr<Job>& job);
+  JobHooks hooks_for(const std::shared_ptr<Job>& job);  // job_hooks.cc: the run's events to the record and watchers
   void finish_job(const std::shared_ptr<Job>& job, const Result<JobResult>& res);
   std::string settle(Job& job, const Result<JobResult>& res);  // mu_ held; terminal state
   std::string park(Job& job, const JobResult& res);            // mu_ held; starved: off the queue

@@ -28,6 +28,8 @@ struct JobManager::Job {
   long order = 0;       // its place among jobs of its priority (JobQueue::push)
   std::string preempted_by;  // set while this run yields to a higher-priority job
   bool resumed_while_pausing = false;  // a ResumeJob came while it paused: back to the queue, no preemption
+  // Its run is asked to stop and wait (PAUSED, or QUEUED again) rather than end.
+  bool stopping_to_wait() const { return rec.pause_requested || !preempted_by.empty() || resumed_while_pausing; }
   double run_seconds = 0, run_tokens = 0;  // over the steps this daemon ran
   long run_steps = 0;
   StepStats last;

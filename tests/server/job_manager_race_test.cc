@@ -1,7 +1,8 @@
 // Calls that race a job's state changes, on the job manager itself (no gRPC in between, so the
 // interleavings are forced rather than hoped for): a delete while a push to a yielded job is being
 // spooled, a resume or pause after a cancel, a resume while pausing, and watchers that see every
-// change once and in the order made. Found by a control-plane race hunt (2026-12-07).
+// change once and in the order made (a watch begun on a pause's answer among them). Found by
+// control-plane race hunts (2026-12-07).
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -11,15 +12,6 @@
 
 namespace mt::server::testing {
 namespace {
-
-JobManager::Options options(const std::string& dir) {
-  JobManager::Options o;
-  o.state_dir = dir;
-  o.data_root = dir + "/data";
-  o.budgets.host = 8ull << 30;
-  std::filesystem::create_directories(o.data_root);
-  return o;
-}
 
 std::string submit(JobManager& jobs, const v1::JobSpec& spec) {
   auto r = jobs.submit(spec);
@@ -55,41 +47,74 @@ struct Gate {
     open = true;
     cv.notify_all();
   }
-  std::function<Result<JobResult>(JobRunner&)> hook() {
-    return [this](JobRunner& r) {
-      std::unique_lock<std::mutex> l(mu);
-      cv.wait(l, [&] { return open; });
-      l.unlock();
-      return r.run();
-    };
+  Result<JobResult> run(JobRunner& r) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return open; });
+    l.unlock();
+    return r.run();
   }
-  // Declared after the job manager: a test that fails before release() still lets its worker end.
-  struct ReleasedAtExit {
-    Gate& gate;
-    ~ReleasedAtExit() { gate.release(); }
-  };
 };
 
-// The deleted job's id went back into the queue (unpark_if_fed) and the worker dereferenced a
-// null job when it popped it: the daemon died with SIGSEGV.
-TEST(ServerRace, DeletingAYieldedPushJobWhileAPushIsSpooledLeavesTheWorkerRunning) {
-  JobManager::Options o = options(fresh_dir("race_delete_push"));
-  JobManager* self = nullptr;
-  std::atomic<bool> armed{false};
-  Status deleted = Status::Ok();
-  o.after_push_spooled = [&](const std::string& id) {
-    if (!armed.exchange(false)) return;
-    auto r = self->remove(id, false);
-    deleted = r.ok() ? Status::Ok() : r.status();
-  };
+// A job manager started on the state directory `dir`, stopped (its worker joined) by stop() or at
+// the end of the test. `gated`: each run waits for gate.release(); after_push: Options'
+// after_push_spooled.
+struct Manager {
+  Gate gate;
+  std::function<void(const std::string&)> after_push;
   Metrics metrics;
-  JobManager jobs(o, metrics);
-  self = &jobs;
-  ASSERT_TRUE(jobs.start().ok());
+  JobManager jobs;
+  bool stopped = false;
+
+  explicit Manager(const std::string& dir, bool gated = false) : jobs(options(dir, gated), metrics) {
+    const Status started = jobs.start();
+    EXPECT_TRUE(started.ok()) << started.to_string();
+  }
+  ~Manager() { stop(); }
+  void stop() {
+    if (stopped) return;
+    stopped = true;
+    gate.release();  // a test that failed before releasing it still lets its worker end
+    jobs.begin_stop();
+    EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+  }
+
+ private:
+  JobManager::Options options(const std::string& dir, bool gated) {
+    JobManager::Options o;
+    o.state_dir = dir;
+    o.data_root = dir + "/data";
+    o.budgets.host = 8ull << 30;
+    std::filesystem::create_directories(o.data_root);
+    if (gated) o.run_job = [this](JobRunner& r) { return gate.run(r); };
+    o.after_push_spooled = [this](const std::string& id) {
+      if (after_push) after_push(id);
+    };
+    return o;
+  }
+};
+
+// A push job that starved and yielded the worker to a long job: {the push job, the long job}.
+std::pair<std::string, std::string> yielded_push_job(JobManager& jobs) {
   const std::string starved = submit(jobs, tiny_spec(3, "push"));
   wait_for(jobs, starved, [](const v1::Job& j) { return j.waiting_for_data(); });
   const std::string other = submit(jobs, tiny_spec(100000));
   wait_for(jobs, starved, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_QUEUED && j.queue_position() == -1; });
+  return {starved, other};
+}
+
+// The deleted job's id went back into the queue (unpark_if_fed) and the worker dereferenced a
+// null job when it popped it: the daemon died with SIGSEGV.
+TEST(ServerRace, DeletingAYieldedPushJobWhileAPushIsSpooledLeavesTheWorkerRunning) {
+  Manager m(fresh_dir("race_delete_push"));
+  std::atomic<bool> armed{false};
+  Status deleted = Status::Ok();
+  m.after_push = [&](const std::string& id) {
+    if (!armed.exchange(false)) return;
+    auto r = m.jobs.remove(id, false);
+    deleted = r.ok() ? Status::Ok() : r.status();
+  };
+  JobManager& jobs = m.jobs;
+  const auto [starved, other] = yielded_push_job(jobs);
 
   armed = true;
   const std::vector<uint32_t> batch(4 * 33 * 2, 7);  // two full batches: enough to rejoin the queue
@@ -104,20 +129,14 @@ TEST(ServerRace, DeletingAYieldedPushJobWhileAPushIsSpooledLeavesTheWorkerRunnin
   const std::string after = submit(jobs, tiny_spec(2));
   EXPECT_EQ(wait_for(jobs, after, ended).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_FALSE(jobs.get(starved).ok());
-  jobs.begin_stop();
-  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
 }
 
 // A yielded push job that a push feeds is back in the queue, no longer waiting for data, and its
 // watchers hear of it (it said waiting_for_data, with no event, until the job ahead ended).
 TEST(ServerRace, AFedYieldedJobStopsWaitingAndItsWatchersHearOfIt) {
-  Metrics metrics;
-  JobManager jobs(options(fresh_dir("race_unpark")), metrics);
-  ASSERT_TRUE(jobs.start().ok());
-  const std::string starved = submit(jobs, tiny_spec(3, "push"));
-  wait_for(jobs, starved, [](const v1::Job& j) { return j.waiting_for_data(); });
-  const std::string other = submit(jobs, tiny_spec(100000));
-  wait_for(jobs, starved, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_QUEUED && j.queue_position() == -1; });
+  Manager m(fresh_dir("race_unpark"));
+  JobManager& jobs = m.jobs;
+  const auto [starved, other] = yielded_push_job(jobs);
   std::mutex mu;
   std::vector<v1::JobEvent> seen;
   auto token = jobs.watch(starved, [&](const v1::JobEvent& ev) {
@@ -140,8 +159,6 @@ TEST(ServerRace, AFedYieldedJobStopsWaitingAndItsWatchersHearOfIt) {
   }
   jobs.unwatch(*token);
   ASSERT_TRUE(jobs.cancel(other).ok());
-  jobs.begin_stop();
-  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
 }
 
 // A submit answered with an error leaves no directory behind that a restart would load and run
@@ -149,36 +166,23 @@ TEST(ServerRace, AFedYieldedJobStopsWaitingAndItsWatchersHearOfIt) {
 TEST(ServerRace, ASubmitThatFailsLeavesNoJobForARestart) {
   const std::string dir = fresh_dir("race_failed_submit");
   {
-    Metrics metrics;
-    JobManager jobs(options(dir), metrics);
-    ASSERT_TRUE(jobs.start().ok());
+    Manager m(dir);
     std::filesystem::create_directories(dir + "/jobs/job-000001/job.json.tmp");
-    auto r = jobs.submit(tiny_spec(3));
+    auto r = m.jobs.submit(tiny_spec(3));
     ASSERT_FALSE(r.ok());
     EXPECT_FALSE(std::filesystem::exists(dir + "/jobs/job-000001"));
-    jobs.begin_stop();
-    EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
   }
-  Metrics metrics;
-  JobManager again(options(dir), metrics);
-  ASSERT_TRUE(again.start().ok());
-  auto listed = again.list(v1::ListJobsRequest());
+  Manager again(dir);
+  auto listed = again.jobs.list(v1::ListJobsRequest());
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->jobs_size(), 0);
-  again.begin_stop();
-  EXPECT_TRUE(again.shutdown(std::chrono::seconds(30)));
 }
 
 // A cancel that was answered CANCELLED is what the job ends in: a resume or pause after it is
 // refused, never answered QUEUED (or accepted) for a job that will not be queued (or pause) again.
 TEST(ServerRace, AResumeOrPauseAfterAnAcknowledgedCancelIsRefused) {
-  Gate gate;
-  JobManager::Options o = options(fresh_dir("race_cancel_resume"));
-  o.run_job = gate.hook();
-  Metrics metrics;
-  JobManager jobs(o, metrics);
-  const Gate::ReleasedAtExit released{gate};
-  ASSERT_TRUE(jobs.start().ok());
+  Manager m(fresh_dir("race_cancel_resume"), /*gated=*/true);
+  JobManager& jobs = m.jobs;
   const std::string id = submit(jobs, tiny_spec(50));
   wait_for(jobs, id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
 
@@ -198,25 +202,18 @@ TEST(ServerRace, AResumeOrPauseAfterAnAcknowledgedCancelIsRefused) {
   const Status again = jobs.pause(id, [](const Status&, const v1::Job&) { ADD_FAILURE() << "a refused pause was answered"; });
   EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.to_string();
 
-  gate.release();
+  m.gate.release();
   EXPECT_EQ(wait_for(jobs, id, ended).state(), v1::JOB_STATE_CANCELLED);
   for (int i = 0; i < 500 && !paused_answers; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(paused_answers, 1);
   EXPECT_EQ(pause_answer.code(), StatusCode::kFailedPrecondition);  // the pause asked before the cancel
-  jobs.begin_stop();
-  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
 }
 
 // A resume while pausing sends the job back to the queue; Job.preemptions counts only the runs
 // stopped for a higher-priority job, and the job still ends bit for bit at its last step.
 TEST(ServerRace, AResumeWhilePausingIsNoPreemption) {
-  Gate gate;
-  JobManager::Options o = options(fresh_dir("race_resume_pausing"));
-  o.run_job = gate.hook();
-  Metrics metrics;
-  JobManager jobs(o, metrics);
-  const Gate::ReleasedAtExit released{gate};
-  ASSERT_TRUE(jobs.start().ok());
+  Manager m(fresh_dir("race_resume_pausing"), /*gated=*/true);
+  JobManager& jobs = m.jobs;
   const std::string id = submit(jobs, tiny_spec(4));
   wait_for(jobs, id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_RUNNING; });
   std::atomic<int> answered{0};
@@ -229,15 +226,13 @@ TEST(ServerRace, AResumeWhilePausingIsNoPreemption) {
   auto resumed = jobs.resume(id);
   ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
   EXPECT_EQ(resumed->state(), v1::JOB_STATE_QUEUED);
-  gate.release();
+  m.gate.release();
   const v1::Job done = wait_for(jobs, id, ended);
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.reason();
   EXPECT_EQ(done.step(), 4);
   EXPECT_EQ(done.preemptions(), 0);
   EXPECT_EQ(answered, 1);
   EXPECT_EQ(told, v1::JOB_STATE_QUEUED);
-  jobs.begin_stop();
-  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
 }
 
 // A job queued behind a running one, paused and resumed over and over while watches begin at
@@ -245,9 +240,8 @@ TEST(ServerRace, AResumeWhilePausingIsNoPreemption) {
 // (a change the first event already shows, delivered again, or two changes delivered crossed,
 // would put two equal states side by side).
 TEST(ServerRace, WatchesSeeEachPauseAndResumeOnceAndInOrder) {
-  Metrics metrics;
-  JobManager jobs(options(fresh_dir("race_watch_order")), metrics);
-  ASSERT_TRUE(jobs.start().ok());
+  Manager m(fresh_dir("race_watch_order"));
+  JobManager& jobs = m.jobs;
   const std::string running = submit(jobs, tiny_spec(1000000));
   wait_for(jobs, running, [](const v1::Job& j) { return j.step() >= 1; });
   v1::JobSpec queued_spec = tiny_spec(3);
@@ -285,8 +279,7 @@ TEST(ServerRace, WatchesSeeEachPauseAndResumeOnceAndInOrder) {
   done = true;
   watcher.join();
   ASSERT_TRUE(jobs.cancel(running).ok());
-  jobs.begin_stop();
-  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));
+  m.stop();
   for (uint64_t t : tokens) jobs.unwatch(t);
   std::lock_guard<std::mutex> l(mu);
   ASSERT_GT(seen.size(), 10u);
@@ -296,6 +289,39 @@ TEST(ServerRace, WatchesSeeEachPauseAndResumeOnceAndInOrder) {
         ADD_FAILURE() << "watch " << w << " saw " << v1::JobState_Name(seen[w][i]) << " twice in a row at event " << i;
         break;
       }
+}
+
+// The answer to a pause comes after the PAUSED event has gone out: a client that starts a watch
+// on that answer (the Python client's test did) sees PAUSED once, from the watch's first event,
+// and no second PAUSED after it. The watch begins inside the answer itself, so the order is checked
+// deterministically rather than by a race.
+TEST(ServerWatch, AWatchBegunOnAPausesAnswerSeesPausedOnce) {
+  Manager m(fresh_dir("watch_pause_answer"));
+  JobManager& jobs = m.jobs;
+  const std::string id = submit(jobs, tiny_spec(100000));
+  ASSERT_GE(wait_for(jobs, id, [](const v1::Job& j) { return j.step() >= 2; }, 30).step(), 2);
+
+  std::mutex mu;
+  std::vector<v1::JobState> seen;
+  std::vector<uint64_t> tokens;
+  std::atomic<bool> answered{false};
+  ASSERT_TRUE(jobs.pause(id, [&](const Status& st, const v1::Job& j) {
+                    EXPECT_TRUE(st.ok()) << st.to_string();
+                    EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED);
+                    auto t = jobs.watch(id, [&](const v1::JobEvent& ev) {
+                      std::lock_guard<std::mutex> l(mu);
+                      seen.push_back(ev.state());
+                    });
+                    EXPECT_TRUE(t.ok());
+                    if (t.ok()) tokens.push_back(*t);
+                    answered = true;
+                  }).ok());
+  for (int i = 0; i < 3000 && !answered; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(answered);
+  m.stop();  // the worker, and what it delivers, has ended
+  for (uint64_t t : tokens) jobs.unwatch(t);
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(seen, std::vector<v1::JobState>{v1::JOB_STATE_PAUSED});
 }
 
 }  // namespace

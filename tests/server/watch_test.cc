@@ -1,11 +1,7 @@
 // WatchJob from_start: a watch that begins after the job has stepped (or ended) still gets every
 // step and evaluation, once each and in order, then the job's state; the daemon keeps a bounded
 // history (EventHistory) and a plain watch is as before.
-#include <atomic>
-#include <mutex>
-
 #include "server/event_history.h"
-#include "server/job_manager.h"
 #include "server/watch_backlog.h"
 #include "tests/server/server_fixture.h"
 
@@ -141,51 +137,6 @@ TEST(WatchBacklog, ASlowClientLosesStepsNeverAChangeOfState) {
   EXPECT_EQ(b.size(), 4u);  // bounded all the same; the newest kept
   EXPECT_EQ(drain(b), (std::vector<S>{v1::JOB_STATE_PAUSED, v1::JOB_STATE_QUEUED, v1::JOB_STATE_PAUSED,
                                       v1::JOB_STATE_QUEUED}));
-}
-
-// The answer to a pause comes after the PAUSED event has gone out: a client that starts a watch
-// on that answer (the Python client's test did) sees PAUSED once, from the watch's first event,
-// and no second PAUSED after it. The watch begins inside the answer itself, so the order is checked
-// deterministically rather than by a race.
-TEST(ServerWatch, AWatchBegunOnAPausesAnswerSeesPausedOnce) {
-  const std::string dir = fresh_dir("watch_pause_answer");
-  Metrics metrics;
-  JobManager::Options o;
-  o.state_dir = dir;
-  o.data_root = dir + "/data";
-  o.budgets.host = 8ull << 30;
-  JobManager jobs(o, metrics);
-  std::filesystem::create_directories(o.data_root);
-  const Status started = jobs.start();
-  ASSERT_TRUE(started.ok()) << started.to_string();
-  auto sub = jobs.submit(tiny_spec(100000));
-  ASSERT_TRUE(sub.ok()) << sub.status().to_string();
-  const std::string id = sub->job().id();
-  for (int i = 0; i < 3000 && jobs.get(id)->step() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_GE(jobs.get(id)->step(), 2);
-
-  std::mutex mu;
-  std::vector<v1::JobState> seen;
-  std::vector<uint64_t> tokens;
-  std::atomic<bool> answered{false};
-  ASSERT_TRUE(jobs.pause(id, [&](const Status& st, const v1::Job& j) {
-                    EXPECT_TRUE(st.ok()) << st.to_string();
-                    EXPECT_EQ(j.state(), v1::JOB_STATE_PAUSED);
-                    auto t = jobs.watch(id, [&](const v1::JobEvent& ev) {
-                      std::lock_guard<std::mutex> l(mu);
-                      seen.push_back(ev.state());
-                    });
-                    EXPECT_TRUE(t.ok());
-                    if (t.ok()) tokens.push_back(*t);
-                    answered = true;
-                  }).ok());
-  for (int i = 0; i < 3000 && !answered; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(answered);
-  jobs.begin_stop();
-  EXPECT_TRUE(jobs.shutdown(std::chrono::seconds(30)));  // the worker, and what it emits, has ended
-  for (uint64_t t : tokens) jobs.unwatch(t);
-  std::lock_guard<std::mutex> l(mu);
-  EXPECT_EQ(seen, std::vector<v1::JobState>{v1::JOB_STATE_PAUSED});
 }
 
 }  // namespace
