@@ -70,7 +70,7 @@ std::vector<Case> reference_cases() {
     for (bool docs : {false, true}) {
       for (int T : {1, 17, 64, 333, 517})
         for (auto [H, KVH] : {std::pair{4, 2}, std::pair{8, 1}, std::pair{2, 2}}) cases.push_back({2, T, H, KVH, D, docs});
-      cases.push_back({2, 2048, 4, 2, D, docs});
+      if (!cudatest::emulated()) cases.push_back({2, 2048, 4, 2, D, docs});  // 517 tiles alike
     }
   return cases;
 }

@@ -38,6 +38,10 @@
 
 namespace mt::cudatest {
 
+// The device is the CUDA emulation on the CPU (tests/cuda_emu), ~10^4 times slower than a GPU:
+// a test's longest shape, where it adds no code path to its shorter ones, is for real devices.
+inline bool emulated() { return ::mt::cuda_describe().find("emulat") != std::string::npos; }
+
 template <typename T>
 class DeviceBuf {
  public:

@@ -1,0 +1,149 @@
+// The part of cuBLASLt that kernels/cuda/gemm.cu calls, on the CPU for the CUDA emulation:
+// D = alpha op(A) op(B) + beta C in column-major storage, fp32 or bf16 operands, fp32
+// accumulation (products summed in k order), one "algorithm". Arguments cuBLASLt would refuse
+// (a leading dimension below the rows, an unknown type or attribute) are refused the same way.
+#include <cublasLt.h>
+
+#include <cstring>
+#include <vector>
+
+namespace {
+
+struct Layout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct Desc {
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+};
+
+template <typename Opaque, typename T>
+T* fields(Opaque* o) {
+  static_assert(sizeof(T) <= sizeof(o->data));
+  return reinterpret_cast<T*>(o->data);
+}
+
+float load(const void* p, cudaDataType_t t, size_t i) {
+  if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+void store(void* p, cudaDataType_t t, size_t i, float v) {
+  if (t == CUDA_R_32F) static_cast<float*>(p)[i] = v;
+  else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+}
+
+// op(X)[r, c] of a column-major matrix read through its layout.
+std::vector<float> operand(const void* p, const Layout& l, cublasOperation_t op) {
+  const uint64_t R = op == CUBLAS_OP_N ? l.rows : l.cols, C = op == CUBLAS_OP_N ? l.cols : l.rows;
+  std::vector<float> m(R * C);  // row-major R x C, for contiguous dot products below
+  for (uint64_t r = 0; r < R; ++r)
+    for (uint64_t c = 0; c < C; ++c)
+      m[r * C + c] = op == CUBLAS_OP_N ? load(p, l.type, c * uint64_t(l.ld) + r) : load(p, l.type, r * uint64_t(l.ld) + c);
+  return m;
+}
+
+bool valid(const Layout* l) {
+  return l && (l->type == CUDA_R_32F || l->type == CUDA_R_16BF) && l->ld >= int64_t(l->rows) && l->rows > 0 &&
+         l->cols > 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = reinterpret_cast<cublasLtHandle_t>(new char(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete reinterpret_cast<char*>(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = new cublasLtMatmulDescOpaque_t{};
+  *fields<cublasLtMatmulDescOpaque_t, Desc>(*d) = Desc{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t bytes) {
+  Desc* f = fields<cublasLtMatmulDescOpaque_t, Desc>(d);
+  if (bytes != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (attr == CUBLASLT_MATMUL_DESC_TRANSA) std::memcpy(&f->ta, buf, bytes);
+  else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) std::memcpy(&f->tb, buf, bytes);
+  else return CUBLAS_STATUS_NOT_SUPPORTED;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+  *l = new cublasLtMatrixLayoutOpaque_t{};
+  *fields<cublasLtMatrixLayoutOpaque_t, Layout>(*l) = Layout{type, rows, cols, ld};
+  return valid(fields<cublasLtMatrixLayoutOpaque_t, Layout>(*l)) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = new cublasLtMatmulPreferenceOpaque_t{};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* found) {
+  *found = 0;
+  if (requested < 1 || !op) return CUBLAS_STATUS_INVALID_VALUE;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+  const Desc& o = *fields<cublasLtMatmulDescOpaque_t, Desc>(op);
+  const Layout &a = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(la), &b = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lb);
+  const Layout &c = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lc), &d = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(ld);
+  const uint64_t M = o.ta == CUBLAS_OP_N ? a.rows : a.cols, K = o.ta == CUBLAS_OP_N ? a.cols : a.rows;
+  const uint64_t Kb = o.tb == CUBLAS_OP_N ? b.rows : b.cols, N = o.tb == CUBLAS_OP_N ? b.cols : b.rows;
+  if (K != Kb || c.rows != M || c.cols != N || d.rows != M || d.cols != N || a.type != b.type)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  const std::vector<float> opa = operand(A, a, o.ta);  // M x K
+  std::vector<float> opbt(N * K);                      // op(B)^T: N x K
+  {
+    const std::vector<float> opb = operand(B, b, o.tb);  // K x N
+    for (uint64_t k = 0; k < K; ++k)
+      for (uint64_t n = 0; n < N; ++n) opbt[n * K + k] = opb[k * N + n];
+  }
+  for (uint64_t n = 0; n < N; ++n)
+    for (uint64_t m = 0; m < M; ++m) {
+      float acc = 0.f;
+      for (uint64_t k = 0; k < K; ++k) acc += opa[m * K + k] * opbt[n * K + k];
+      const float prior = be == 0.f ? 0.f : be * load(C, c.type, n * uint64_t(c.ld) + m);  // beta 0: C unread
+      store(D, d.type, n * uint64_t(d.ld) + m, al * acc + prior);
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,157 @@
+// CUDA emulation on the CPU, for testing our kernels where no GPU is: force-included (-include)
+// before every kernels/cuda/*.cu that tests/cuda_emu/host_compile.py has rewritten into C++ and
+// before the CUDA tests compiled against them. Each CUDA thread of a block is a fiber; blocks run
+// one after another. Barriers (__syncthreads, __syncwarp) and warp collectives (shuffles, ballot)
+// are real rendezvous points, and whatever CUDA leaves undefined and a kernel might rely on by
+// accident — a collective whose mask names a lane that has exited, a lane outside the mask read
+// by a shuffle, threads waiting at different barriers, dynamic shared memory beyond what was
+// requested — stops the process with the kernel, block and thread named. Device memory is host
+// memory (under ASan, every access out of an allocation is caught), dynamic shared memory starts
+// as NaN, launches run at once on the calling thread (streams are in order by construction).
+// WMMA fragments hold the whole 16x16 tile in every lane, so kernels must not assume a fragment
+// layout (ours probe it). What this cannot find: data races between threads (a fiber runs until it
+// waits), timing, and anything of cuBLAS or cuDNN. It checks indexing, bounds, the choice of
+// barriers and the arithmetic — not speed.
+#pragma once
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+namespace mt_emu {
+
+struct ThreadState {
+  uint3 thread_idx;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+  int lane;
+};
+namespace detail {
+extern thread_local const ThreadState* current_state;
+[[noreturn]] void outside_kernel();
+}  // namespace detail
+// The state of the CUDA thread running now (the current fiber's).
+inline const ThreadState& self() {
+  const ThreadState* s = detail::current_state;
+  if (!s) detail::outside_kernel();
+  return *s;
+}
+inline int lane_id() { return self().lane; }
+
+void sync_threads();
+void sync_warp(unsigned mask);
+// Publishes `bits` for this lane, waits for the lanes of `mask`, returns lane `src`'s bits.
+uint64_t warp_exchange(unsigned mask, uint64_t bits, int src);
+// The same rendezvous; returns the lanes of `mask` whose pred is true (ballot, any, all).
+unsigned warp_vote(unsigned mask, bool pred);
+void* dynamic_shared(size_t bytes_used_by_caller = 0);
+// A warp-wide operation every lane computes alike (WMMA's mma_sync): the first lane of a warp to
+// make its n-th call computes and puts the result; the others find it (their operands compared:
+// lanes that pass different ones stop the process). One computation per warp, not per lane.
+bool warp_memo_find(const void* in, size_t in_bytes, void* out, size_t out_bytes);
+void warp_memo_put(const void* in, size_t in_bytes, const void* out, size_t out_bytes);
+
+struct Config {
+  Config(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = nullptr) : grid(g), block(b), smem(s), stream(st) {}
+  dim3 grid, block;
+  size_t smem;
+  cudaStream_t stream;
+};
+// Runs `body` (the kernel call) once per thread of every block; sets the thread's last error the
+// way a real launch does (a bad configuration fails without running anything).
+void launch(const Config& c, const void* kernel, const char* name, const std::function<void()>& body);
+
+// The thread's last error (cudaGetLastError's), and cudaFuncSetAttribute's shared-memory limit.
+void set_last_error(cudaError_t e);
+cudaError_t take_last_error();
+cudaError_t peek_last_error();
+cudaError_t set_max_dynamic_shared(const void* kernel, int bytes);
+
+template <typename T>
+T shuffle(unsigned mask, T v, int src) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  const uint64_t got = warp_exchange(mask, bits, src);
+  T r;
+  std::memcpy(&r, &got, sizeof(T));
+  return r;
+}
+
+}  // namespace mt_emu
+
+#define threadIdx (::mt_emu::self().thread_idx)
+#define blockIdx (::mt_emu::self().block_idx)
+#define blockDim (::mt_emu::self().block_dim)
+#define gridDim (::mt_emu::self().grid_dim)
+#define warpSize 32
+
+// cuda_runtime.h's typed overload is nvcc's alone.
+template <typename F>
+cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+inline void __syncthreads() { ::mt_emu::sync_threads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::mt_emu::sync_warp(mask); }
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  const int lane = ::mt_emu::lane_id(), base = lane & ~(width - 1);
+  return ::mt_emu::shuffle(mask, v, base + (src & (width - 1)));
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const int lane = ::mt_emu::lane_id(), base = lane & ~(width - 1), src = lane ^ lane_mask;
+  return ::mt_emu::shuffle(mask, v, src >= base + width ? lane : src);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const int lane = ::mt_emu::lane_id(), base = lane & ~(width - 1), src = lane + int(delta);
+  return ::mt_emu::shuffle(mask, v, src >= base + width ? lane : src);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const int lane = ::mt_emu::lane_id(), base = lane & ~(width - 1), src = lane - int(delta);
+  return ::mt_emu::shuffle(mask, v, src < base ? lane : src);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return ::mt_emu::warp_vote(mask, pred != 0); }
+inline int __any_sync(unsigned mask, int pred) { return ::mt_emu::warp_vote(mask, pred != 0) != 0; }
+inline int __all_sync(unsigned mask, int pred) { return ::mt_emu::warp_vote(mask, pred != 0) == mask; }
+
+// Device math the host headers lack.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+
+#include "tests/cuda_emu/wmma_emu.h"

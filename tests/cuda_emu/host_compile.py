@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Rewrites a .cu file into C++ a host compiler takes with tests/cuda_emu/cuda_emu.h included first:
+
+  kernel<T><<<grid, block, smem, stream>>>(a, b);
+    -> ::mt_emu::launch(::mt_emu::Config(grid, block, smem, stream), (const void*)&kernel<T>,
+                        "kernel<T>", [&]() { kernel<T>(a, b); });
+  (the address is nullptr where smem is absent or 0)
+  extern __shared__ __align__(16) float smem[];
+    -> float* smem = static_cast<float*>(::mt_emu::dynamic_shared());
+
+Everything else is kept, and so are the line numbers (a `#line` names the .cu file), so compiler
+errors and sanitizer reports point into the original source.
+
+Usage: host_compile.py IN.cu OUT.cc
+"""
+import re
+import sys
+
+SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def callee_start(src, end):
+    """Start of the kernel expression ending just before `end` (a name, maybe with <...> args)."""
+    i = end
+    while i > 0 and src[i - 1].isspace():
+        i -= 1
+    if src[i - 1] == ">":
+        depth = 0
+        while i > 0:
+            i -= 1
+            if src[i] == ">":
+                depth += 1
+            elif src[i] == "<":
+                depth -= 1
+                if depth == 0:
+                    break
+    while i > 0 and (src[i - 1].isalnum() or src[i - 1] in "_:"):
+        i -= 1
+    return i
+
+
+def closing_paren(src, open_at):
+    depth = 0
+    for i in range(open_at, len(src)):
+        if src[i] == "(":
+            depth += 1
+        elif src[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise SystemExit("unbalanced parentheses after a launch")
+
+
+def top_level_split(text):
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur]
+
+
+def flat(text):
+    return " ".join(text.split())
+
+
+def rewrite_launches(src):
+    out, pos = [], 0
+    while True:
+        at = src.find("<<<", pos)
+        if at < 0:
+            out.append(src[pos:])
+            return "".join(out)
+        start = callee_start(src, at)
+        callee = src[start:at]
+        close = src.find(">>>", at)
+        config = src[at + 3 : close]
+        open_paren = src.index("(", close)
+        end = closing_paren(src, open_paren)
+        args = src[open_paren + 1 : end]
+        name = flat(callee)
+        lost = callee.count("\n") + config.count("\n") + src[close:open_paren].count("\n")
+        out.append(src[pos:start])
+        # The kernel's address keys its shared-memory attribute; only launches with dynamic shared
+        # memory need it (and a template deduced from the call's arguments has no address to take).
+        smem = top_level_split(config)[2].strip() if len(top_level_split(config)) > 2 else "0"
+        address = "nullptr" if smem == "0" else f"(const void*)&{name}"
+        out.append(
+            f'::mt_emu::launch(::mt_emu::Config({flat(config)}), {address}, "{name}", '
+            f"[&]() {{ {name}({args}); }})" + "\n" * lost
+        )
+        pos = end + 1
+
+
+def main():
+    src_path, out_path = sys.argv[1], sys.argv[2]
+    with open(src_path) as f:
+        src = f.read()
+    src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = static_cast<{m.group(1)}*>(::mt_emu::dynamic_shared());", src)
+    src = rewrite_launches(src)
+    with open(out_path, "w") as f:
+        f.write(f'#line 1 "{src_path}"\n' + src)
+
+
+if __name__ == "__main__":
+    main()

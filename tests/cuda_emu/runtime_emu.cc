@@ -1,0 +1,183 @@
+// The CUDA runtime API our kernels, their tests and engine/backend/cuda call, for the emulation:
+// one device (an H100-like description), device memory is host memory (its use counted, so
+// cudaMemGetInfo answers as a device would), every copy, fill and kernel runs at once on the
+// calling thread, so streams are in order and events complete when recorded; events still keep
+// the time they were recorded at.
+#include <cublas_api.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "tests/cuda_emu/cuda_emu.h"
+
+namespace {
+
+constexpr size_t kDeviceBytes = size_t(80) << 30;
+
+std::mutex g_mu;
+std::unordered_map<void*, size_t> g_device;  // live cudaMalloc'ed blocks
+size_t g_device_used = 0;
+thread_local int g_current_device = 0;
+
+struct Event {
+  std::chrono::steady_clock::time_point at{};
+  bool recorded = false;
+};
+
+cudaError_t fail_with(cudaError_t e) {
+  mt_emu::set_last_error(e);
+  return e;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaGetLastError() { return mt_emu::take_last_error(); }
+cudaError_t cudaPeekAtLastError() { return mt_emu::peek_last_error(); }
+const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)"; }
+const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "error (CUDA emulation)"; }
+const char* cublasGetStatusString(cublasStatus_t) { return "cuBLAS status (emulated cuBLASLt)"; }
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  return attr == cudaFuncAttributeMaxDynamicSharedMemorySize ? mt_emu::set_max_dynamic_shared(func, value)
+                                                             : cudaSuccess;
+}
+
+// ---- devices ----------------------------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  if (d != 0) return fail_with(cudaErrorInvalidDevice);
+  g_current_device = d;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = g_current_device;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDeviceFlags(unsigned) { return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d != 0) return fail_with(cudaErrorInvalidDevice);
+  *p = cudaDeviceProp{};
+  std::strncpy(p->name, "CUDA emulation (tests/cuda_emu)", sizeof p->name - 1);
+  p->major = 9;
+  p->minor = 0;
+  p->totalGlobalMem = kDeviceBytes;
+  p->multiProcessorCount = 132;
+#pragma push_macro("warpSize")
+#undef warpSize
+  p->warpSize = 32;
+#pragma pop_macro("warpSize")
+  p->maxThreadsPerBlock = 1024;
+  p->sharedMemPerBlock = 48 * 1024;
+  p->sharedMemPerBlockOptin = 227 * 1024;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *total = kDeviceBytes;
+  *free_bytes = kDeviceBytes - g_device_used;
+  return cudaSuccess;
+}
+
+// ---- memory -----------------------------------------------------------------------------------
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  *p = nullptr;
+  if (bytes > kDeviceBytes - g_device_used) return fail_with(cudaErrorMemoryAllocation);
+  // 256-byte aligned as cudaMalloc's; exactly `bytes` long, so ASan sees an overrun by one byte.
+  if (posix_memalign(p, 256, bytes == 0 ? 1 : bytes) != 0) {
+    *p = nullptr;
+    return fail_with(cudaErrorMemoryAllocation);
+  }
+  std::memset(*p, 0xff, bytes);  // as cuda_test_util's poison: uninitialised reads show as NaN
+  g_device[*p] = bytes;
+  g_device_used += bytes;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const auto it = g_device.find(p);
+  if (it == g_device.end()) return fail_with(cudaErrorInvalidValue);
+  g_device_used -= it->second;
+  g_device.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  *p = std::malloc(bytes == 0 ? 1 : bytes);
+  return *p ? cudaSuccess : fail_with(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
+cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  if (bytes) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+
+// ---- streams and events -----------------------------------------------------------------------
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = reinterpret_cast<cudaStream_t>(new char(0));
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<char*>(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new Event);
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<Event*>(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  auto* ev = reinterpret_cast<Event*>(e);
+  ev->at = std::chrono::steady_clock::now();
+  ev->recorded = true;
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto *a = reinterpret_cast<Event*>(start), *b = reinterpret_cast<Event*>(end);
+  if (!a->recorded || !b->recorded) return fail_with(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
+}
+
+}  // extern "C"

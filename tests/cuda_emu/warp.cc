@@ -1,0 +1,78 @@
+// Barriers and warp-wide operations of the CUDA emulation (cuda_emu.h): __syncthreads and
+// __syncwarp, the shuffles' and votes' rendezvous, the per-warp memo of WMMA products, and
+// dynamic shared memory.
+#include <cstring>
+
+#include "tests/cuda_emu/block.h"
+
+namespace mt_emu {
+
+void sync_threads() { wait_at(Wait::kBlock); }
+
+void sync_warp(unsigned mask) {
+  Fiber& f = fiber();
+  if (!(mask >> (f.tid & 31) & 1u)) fail("__syncwarp or a warp collective by a lane not in its mask");
+  f.mask = mask;
+  wait_at(Wait::kWarp);
+}
+
+namespace {
+// Publishes this lane's bits, waits for the lanes of `mask`, and returns the warp's bank to read
+// them from; *wait_again: the caller must sync_warp(mask) after reading (part of a warp).
+const uint64_t* rendezvous(unsigned mask, uint64_t bits, bool* wait_again) {
+  Block& b = block();
+  Fiber& f = fiber();
+  const int w = f.tid / 32;
+  const bool whole = mask == lanes_of_warp(b, w);
+  uint64_t* bank = b.slots.data() + (whole ? f.parity : 2) * b.fibers.size() + size_t(32 * w);
+  bank[f.tid & 31] = bits;
+  sync_warp(mask);
+  if (whole) f.parity ^= 1u;
+  *wait_again = !whole;
+  return bank;
+}
+}  // namespace
+
+uint64_t warp_exchange(unsigned mask, uint64_t bits, int src) {
+  if (src < 0 || src > 31 || !(mask >> src & 1u)) fail("a shuffle reads a lane outside its mask");
+  bool again = false;
+  const uint64_t got = rendezvous(mask, bits, &again)[src];
+  if (again) sync_warp(mask);
+  return got;
+}
+
+unsigned warp_vote(unsigned mask, bool pred) {
+  bool again = false;
+  const uint64_t* bank = rendezvous(mask, pred ? 1 : 0, &again);
+  unsigned votes = 0;
+  for (int l = 0; l < 32; ++l)
+    if ((mask >> l & 1u) && bank[l]) votes |= 1u << l;
+  if (again) sync_warp(mask);
+  return votes;
+}
+
+bool warp_memo_find(const void* in, size_t in_bytes, void* out, size_t out_bytes) {
+  Fiber& f = fiber();
+  auto& memo = block().memo[size_t(f.tid / 32)];
+  const auto it = memo.find(f.memo_calls++);
+  if (it == memo.end()) return false;
+  if (it->second.in.size() != in_bytes || std::memcmp(it->second.in.data(), in, in_bytes) != 0)
+    fail("lanes of one warp pass different operands to a warp-wide matrix operation");
+  std::memcpy(out, it->second.out.data(), out_bytes);
+  if (--it->second.readers_left == 0) memo.erase(it);
+  return true;
+}
+
+void warp_memo_put(const void* in, size_t in_bytes, const void* out, size_t out_bytes) {
+  Block& b = block();
+  Fiber& f = fiber();
+  const int w = f.tid / 32, lanes = __builtin_popcount(lanes_of_warp(b, w));
+  if (lanes == 1) return;
+  const auto* i = static_cast<const unsigned char*>(in);
+  const auto* o = static_cast<const unsigned char*>(out);
+  b.memo[size_t(w)].emplace(f.memo_calls - 1, Block::Memo{{i, i + in_bytes}, {o, o + out_bytes}, lanes - 1});
+}
+
+void* dynamic_shared(size_t) { return block().shared.data(); }
+
+}  // namespace mt_emu
