@@ -8,6 +8,15 @@
 //    differ by) — it moves these five losses by at most 1.1e-4 relative (2.4e-7: 2.2e-5);
 //    the bound is 4x that. (It does not separate bf16 from fp32 — their gap here is 4e-4 by
 //    step 5 —: the op tests in bf16_ops_test.cc check every rounding point.)
+//  * bf16 mixtures of experts (Moe/Bf16_*): within 3e-3 relative. Routing is discontinuous:
+//    once the bf16 ulp flips above have moved the weights, a token near a tie between two
+//    experts goes to the other one, and each such move shifts the loss by ~1e-4. Measured under
+//    the CUDA emulation (tests/cuda_emu, 2026-12-07): the fp32 MoE cases agree to 1.1e-7; in
+//    bf16 the experts' token counts of Bf16_qwen3_moe are the same on both backends at step 0
+//    and not at step 1, and the gap reaches 7.6e-4 by step 5 (Bf16_gpt_oss_compact; 7.1e-4
+//    Bf16_qwen3_moe). Open: Bf16_qwen3_moe's step-0 loss already differs by 1.9e-5 (dense bf16
+//    cases: 1e-9; Bf16_gpt_oss_compact: 5e-10), though the MoE ops round at the same points as
+//    the CPU's (bf16_moe_ops_test.cc). 3e-3 is 4x the measured gap; the GPU run replaces it.
 //  * bf16 with cuDNN attention (Cudnn/*): within 2e-3 relative. cuDNN also rounds the softmax
 //    probabilities and dS to bf16 as tensor-core operands (attention_cudnn_test.cc), which the
 //    CPU table does not: per element up to 2^-8 of each term, averaged over the keys. 2e-3 is an
@@ -146,7 +155,8 @@ TEST_P(CudaStreaming, LossesMatchCpuBackend) {
   const size_t n = GetParam().moe ? 10u : 5u;  // an MoE's aux losses follow its losses
   ASSERT_EQ(cpu.size(), n);
   ASSERT_EQ(gpu.size(), n);
-  const double rtol = GetParam().cudnn ? 2e-3 : GetParam().precision == Precision::kBf16 ? 5e-4 : 1e-4;  // the header
+  const bool bf16 = GetParam().precision == Precision::kBf16;
+  const double rtol = GetParam().cudnn ? 2e-3 : bf16 && GetParam().moe ? 3e-3 : bf16 ? 5e-4 : 1e-4;  // the header
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], rtol * std::fabs(cpu[i])) << "step " << i;
   EXPECT_LT(gpu[GetParam().moe ? n - 2 : n - 1], gpu.front()) << "training lowers the loss";
 }
