@@ -69,7 +69,8 @@ std::vector<Case> reference_cases() {
   for (int D : {64, 128})
     for (bool docs : {false, true}) {
       for (int T : {1, 17, 64, 333, 517})
-        for (auto [H, KVH] : {std::pair{4, 2}, std::pair{8, 1}, std::pair{2, 2}}) cases.push_back({2, T, H, KVH, D, docs});
+        for (auto [H, KVH] : {std::pair{4, 2}, std::pair{8, 1}, std::pair{2, 2}})
+          if (!cudatest::emulated() || T < 333 || H == 4) cases.push_back({2, T, H, KVH, D, docs});
       if (!cudatest::emulated()) cases.push_back({2, 2048, 4, 2, D, docs});  // 517 tiles alike
     }
   return cases;
@@ -100,6 +101,7 @@ TEST(CudaAttentionMma, MatchesSimtKernel) {
   for (int D : {64, 128})
     for (bool docs : {false, true})
       for (const Case c : {Case{2, 333, 4, 2, D, docs}, Case{2, 517, 8, 1, D, docs}}) {
+        if (cudatest::emulated() && (D == 128) != docs) continue;  // each D and each layout once
         SCOPED_TRACE(c.str());
         const Inputs in(c);
         const Outputs simt = run(c, in, cuda::AttentionKernel::kSimt);
