@@ -145,7 +145,7 @@ void run_block(Block& b) {
   b.live = n;
   b.at_block = 0;
   b.memo.assign(size_t(warps), {});
-  std::fill(b.shared.begin(), b.shared.end(), 0xff);  // NaN in fp32 and bf16
+  if (b.shared) std::memset(b.shared.get(), 0xff, b.shared_bytes);  // NaN in fp32 and bf16
   Fiber* first = next_ready(b);
   become(first);
   jump(b.scheduler, first->ctx);  // back when no fiber is ready
@@ -193,6 +193,8 @@ void fail(const char* what) {
   std::abort();
 }
 
+void device_error(const char* what) { fail(what); }
+
 void wait_at(Wait w) {
   Fiber& f = fiber();
   f.wait = w;
@@ -217,7 +219,12 @@ void launch(const Config& c, const void* kernel, const char* name, const std::fu
   const int n = int(c.block.x * c.block.y * c.block.z);
   b.fibers.resize(size_t(n));
   b.slots.resize(3 * size_t(n));
-  b.shared.resize(c.smem);
+  if (c.smem > 0) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 128, c.smem) != 0) fail("no host memory for the block's shared memory");
+    b.shared.reset(static_cast<unsigned char*>(p));
+    b.shared_bytes = c.smem;
+  }
   for (int t = 0; t < n; ++t) {
     ThreadState& s = b.fibers[size_t(t)].state;
     s.thread_idx = make_uint3(unsigned(t) % c.block.x, unsigned(t) / c.block.x % c.block.y,

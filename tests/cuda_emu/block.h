@@ -2,6 +2,8 @@
 // now, as fibers, and where each waits.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <functional>
 #include <unordered_map>
 #include <vector>
@@ -39,7 +41,9 @@ struct Block {
   // cannot reach its next-but-one exchange before every lane has read this one, so one barrier
   // is enough); bank 2 takes those of part of a warp, which wait again after reading.
   std::vector<uint64_t> slots;
-  std::vector<unsigned char> shared;  // dynamic shared memory
+  // Dynamic shared memory: exactly the launch's bytes (ASan sees an overrun), 128-byte aligned.
+  std::unique_ptr<unsigned char, void (*)(void*)> shared{nullptr, std::free};
+  size_t shared_bytes = 0;
   struct Memo {
     std::vector<unsigned char> in, out;
     int readers_left;

@@ -7,7 +7,9 @@
 // by a shuffle, threads waiting at different barriers, dynamic shared memory beyond what was
 // requested — stops the process with the kernel, block and thread named. Device memory is host
 // memory (under ASan, every access out of an allocation is caught), dynamic shared memory starts
-// as NaN, launches run at once on the calling thread (streams are in order by construction).
+// as NaN (static __shared__ arrays are thread_local statics: they start as the previous block
+// left them, so a read before a write there goes unseen), launches run at once on the calling
+// thread (streams are in order by construction).
 // WMMA fragments hold the whole 16x16 tile in every lane, so kernels must not assume a fragment
 // layout (ours probe it). What this cannot find: data races between threads (a fiber runs until it
 // waits), timing, and anything of cuBLAS or cuDNN. It checks indexing, bounds, the choice of
@@ -74,6 +76,10 @@ struct Config {
 // Runs `body` (the kernel call) once per thread of every block; sets the thread's last error the
 // way a real launch does (a bad configuration fails without running anything).
 void launch(const Config& c, const void* kernel, const char* name, const std::function<void()>& body);
+
+// Stops the process naming the kernel, block and thread: what a GPU would fault on or leave
+// undefined (wmma_emu.h's alignment rules).
+[[noreturn]] void device_error(const char* what);
 
 // The thread's last error (cudaGetLastError's), and cudaFuncSetAttribute's shared-memory limit.
 void set_last_error(cudaError_t e);

@@ -28,6 +28,20 @@ struct Event {
   bool recorded = false;
 };
 
+struct Stream {};
+
+// A stream or event handle: a host object behind the runtime's opaque pointer.
+template <typename Obj, typename Handle>
+cudaError_t create(Handle* h) {
+  *h = reinterpret_cast<Handle>(new Obj);
+  return cudaSuccess;
+}
+template <typename Obj, typename Handle>
+cudaError_t destroy(Handle h) {
+  delete reinterpret_cast<Obj*>(h);
+  return cudaSuccess;
+}
+
 cudaError_t fail_with(cudaError_t e) {
   mt_emu::set_last_error(e);
   return e;
@@ -144,27 +158,15 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { re
 
 // ---- streams and events -----------------------------------------------------------------------
 
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  *s = reinterpret_cast<cudaStream_t>(new char(0));
-  return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<char*>(s);
-  return cudaSuccess;
-}
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return create<Stream>(s); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return create<Stream>(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { return destroy<Stream>(s); }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new Event);
-  return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete reinterpret_cast<Event*>(e);
-  return cudaSuccess;
-}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return create<Event>(e); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return create<Event>(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return destroy<Event>(e); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
   auto* ev = reinterpret_cast<Event*>(e);
   ev->at = std::chrono::steady_clock::now();

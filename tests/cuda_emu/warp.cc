@@ -73,6 +73,10 @@ void warp_memo_put(const void* in, size_t in_bytes, const void* out, size_t out_
   b.memo[size_t(w)].emplace(f.memo_calls - 1, Block::Memo{{i, i + in_bytes}, {o, o + out_bytes}, lanes - 1});
 }
 
-void* dynamic_shared(size_t) { return block().shared.data(); }
+void* dynamic_shared(size_t) {
+  Block& b = block();
+  if (!b.shared) fail("dynamic shared memory used by a launch that requested none");
+  return b.shared.get();
+}
 
 }  // namespace mt_emu

@@ -6,6 +6,8 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <cstdint>
+
 namespace nvcuda::wmma {
 
 struct matrix_a {};
@@ -25,6 +27,14 @@ struct fragment {
   const T& at(int r, int c) const { return x[r * cols + c]; }
 };
 
+// WMMA's rules for a tile in memory: its address 256-bit aligned, its leading dimension a
+// multiple of 16 bytes (8 bf16 or 4 floats).
+template <typename T>
+void check_tile(const T* p, unsigned ld) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0) ::mt_emu::device_error("a WMMA tile address not 256-bit aligned");
+  if ((ld * sizeof(T)) % 16 != 0) ::mt_emu::device_error("a WMMA leading dimension not a multiple of 16 bytes");
+}
+
 inline float to_float(float v) { return v; }
 inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
@@ -37,18 +47,21 @@ template <typename Use, int M, int N, int K, typename T, typename L>
 void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ld) {
   using F = fragment<Use, M, N, K, T, L>;
   constexpr bool col = std::is_same_v<L, col_major>;
+  check_tile(p, ld);
   for (int r = 0; r < F::rows; ++r)
     for (int c = 0; c < F::cols; ++c) f.at(r, c) = col ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c];
 }
 
 template <int M, int N, int K, typename T>
 void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ld, layout_t layout) {
+  check_tile(p, ld);
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c) f.at(r, c) = layout == mem_col_major ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c];
 }
 
 template <int M, int N, int K, typename T>
 void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ld, layout_t layout) {
+  check_tile(p, ld);
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c) (layout == mem_col_major ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c]) = f.at(r, c);
 }
