@@ -1,6 +1,7 @@
 // The emulation's scheduler (see cuda_emu.h): a block's CUDA threads are fibers run in turn,
 // each until it waits at a barrier or returns, and then it hands the thread over to the next
-// ready fiber itself (no trip through the scheduler). A barrier opens when its last lane
+// ready fiber itself (no trip through the scheduler). Blocks run last first, every other one
+// with its threads in reverse order. A barrier opens when its last lane
 // arrives; nothing ready while some thread still waits is a deadlock on a GPU too (or undefined
 // behaviour) and stops the process naming the kernel and the thread. Also: the launch's checks,
 // the thread's last error, and cudaFuncSetAttribute's shared-memory limits.
@@ -62,8 +63,11 @@ void make_ready(Block& b, Fiber& f) {
 }
 
 void release_block_barrier(Block& b) {
-  for (Fiber& f : b.fibers)
+  const int n = int(b.fibers.size());
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[size_t(b.reverse ? n - 1 - i : i)];
     if (f.wait == Wait::kBlock) make_ready(b, f);
+  }
   b.at_block = 0;
 }
 
@@ -77,10 +81,12 @@ void arrive(Block& b, Fiber& f) {
     if (m & b.exited[size_t(w)]) fail("a warp collective's mask names a lane that has exited");
     b.waiting[size_t(w)] |= bit;
     if ((b.waiting[size_t(w)] & m) != m) return;
-    for (int l = 0; l < 32; ++l) {
+    for (int i = 0; i < 32; ++i) {
+      const int l = b.reverse ? 31 - i : i;
       if (!(m >> l & 1u)) continue;
       Fiber& o = b.fibers[size_t(32 * w + l)];
       if (o.mask != m) fail("lanes of one warp wait at warp barriers with different masks");
+      if (o.op != f.op) fail("lanes of one warp meet in different warp collectives (e.g. __syncwarp and a shuffle)");
       make_ready(b, o);
     }
     b.waiting[size_t(w)] &= ~m;
@@ -138,7 +144,7 @@ void run_block(Block& b) {
     make_context(f.ctx, stack_of(t, n), kStackBytes, fiber_main);
   }
   b.ready.resize(size_t(n));
-  for (int t = 0; t < n; ++t) b.ready[size_t(t)] = t;
+  for (int t = 0; t < n; ++t) b.ready[size_t(t)] = b.reverse ? n - 1 - t : t;
   b.head = 0;
   b.waiting.assign(size_t(warps), 0u);
   b.exited.assign(size_t(warps), 0u);
@@ -146,10 +152,15 @@ void run_block(Block& b) {
   b.at_block = 0;
   b.memo.assign(size_t(warps), {});
   if (b.shared) std::memset(b.shared.get(), 0xff, b.shared_bytes);  // NaN in fp32 and bf16
+  b.statics.clear();
   Fiber* first = next_ready(b);
   become(first);
   jump(b.scheduler, first->ctx);  // back when no fiber is ready
-  if (b.live == 0) return;
+  if (b.live == 0) {
+    for (const auto& m : b.memo)
+      if (!m.empty()) fail("a warp-wide matrix operation (WMMA) that not every lane of its warp made");
+    return;
+  }
   for (Fiber& f : b.fibers)
     if (f.wait == Wait::kWarp || f.wait == Wait::kBlock) {
       become(&f);
@@ -235,12 +246,16 @@ void launch(const Config& c, const void* kernel, const char* name, const std::fu
     b.fibers[size_t(t)].tid = t;
   }
   g_block = &b;
-  for (unsigned z = 0; z < c.grid.z; ++z)
-    for (unsigned y = 0; y < c.grid.y; ++y)
-      for (unsigned x = 0; x < c.grid.x; ++x) {
-        for (Fiber& f : b.fibers) f.state.block_idx = make_uint3(x, y, z);
-        run_block(b);
-      }
+  // Blocks last first, and every other block's threads highest first (started and released so):
+  // a kernel that reads what another thread or block writes without a barrier between them sees
+  // it unwritten in one order or the other (one fixed order would hide it).
+  const uint64_t blocks = uint64_t(c.grid.x) * c.grid.y * c.grid.z;
+  for (uint64_t i = blocks; i-- > 0;) {
+    const auto x = unsigned(i % c.grid.x), y = unsigned(i / c.grid.x % c.grid.y), z = unsigned(i / c.grid.x / c.grid.y);
+    for (Fiber& f : b.fibers) f.state.block_idx = make_uint3(x, y, z);
+    b.reverse = i % 2 == 1;
+    run_block(b);
+  }
   g_block = nullptr;
   become(nullptr);
 }

@@ -14,16 +14,25 @@
 namespace mt_emu {
 
 enum class Wait { kRunnable, kWarp, kBlock, kDone };
+// Lanes meeting at a warp barrier must be in the same kind of collective (PTX: the same
+// shuffle mode; a __syncwarp does not pair with a shuffle).
+enum Collective { kSyncWarp = 1, kShuffle, kVote };
 
 struct Fiber {
   Context ctx;
   ThreadState state;
   Wait wait = Wait::kRunnable;
   unsigned mask = 0;        // the lanes a warp barrier waits for
+  int op = 0;               // which kind of warp collective it waits in (Collective)
   unsigned parity = 0;      // which bank this lane's next whole-warp exchange uses
   uint64_t memo_calls = 0;  // warp_memo calls made
   int tid = 0;
 };
+
+struct Free {
+  void operator()(void* p) const { std::free(p); }
+};
+using HostBytes = std::unique_ptr<unsigned char, Free>;
 
 struct Block {
   const char* kernel = "";
@@ -42,8 +51,10 @@ struct Block {
   // is enough); bank 2 takes those of part of a warp, which wait again after reading.
   std::vector<uint64_t> slots;
   // Dynamic shared memory: exactly the launch's bytes (ASan sees an overrun), 128-byte aligned.
-  std::unique_ptr<unsigned char, void (*)(void*)> shared{nullptr, std::free};
+  HostBytes shared;
   size_t shared_bytes = 0;
+  std::unordered_map<const char*, HostBytes> statics;  // static __shared__ arrays, by site
+  bool reverse = false;  // this block runs and releases its threads highest first
   struct Memo {
     std::vector<unsigned char> in, out;
     int readers_left;
@@ -56,6 +67,8 @@ Fiber& fiber();  // the CUDA thread running now
 [[noreturn]] void fail(const char* what);
 // This thread waits (at a barrier: `w`), and runs again when the barrier opens.
 void wait_at(Wait w);
+// A warp barrier for the lanes of `mask`, in a collective of kind `op`.
+void warp_barrier(unsigned mask, int op);
 // The lanes warp w of the block has (all 32 but in a short last warp).
 unsigned lanes_of_warp(const Block& b, int w);
 

@@ -1,6 +1,6 @@
 // The part of cuBLASLt that kernels/cuda/gemm.cu calls, on the CPU for the CUDA emulation:
 // D = alpha op(A) op(B) + beta C in column-major storage, fp32 or bf16 operands, fp32
-// accumulation (products summed in k order), one "algorithm". Arguments cuBLASLt would refuse
+// accumulation (in blocks of 16 products), one "algorithm". Arguments cuBLASLt would refuse
 // (a leading dimension below the rows, an unknown type or attribute) are refused the same way.
 #include <cublasLt.h>
 
@@ -138,8 +138,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   }
   for (uint64_t n = 0; n < N; ++n)
     for (uint64_t m = 0; m < M; ++m) {
+      // Blocks of 16 summed apart, then added: not the CPU reference's k order, so a tolerance
+      // tuned here does not rest on the two sharing one order (cuBLAS's is neither).
       float acc = 0.f;
-      for (uint64_t k = 0; k < K; ++k) acc += opa[m * K + k] * opbt[n * K + k];
+      for (uint64_t k0 = 0; k0 < K; k0 += 16) {
+        float part = 0.f;
+        for (uint64_t k = k0; k < K && k < k0 + 16; ++k) part += opa[m * K + k] * opbt[n * K + k];
+        acc += part;
+      }
       const float prior = be == 0.f ? 0.f : be * load(C, c.type, n * uint64_t(c.ld) + m);  // beta 0: C unread
       store(D, d.type, n * uint64_t(d.ld) + m, al * acc + prior);
     }

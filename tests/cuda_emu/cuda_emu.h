@@ -1,19 +1,23 @@
 // CUDA emulation on the CPU, for testing our kernels where no GPU is: force-included (-include)
 // before every kernels/cuda/*.cu that tests/cuda_emu/host_compile.py has rewritten into C++ and
-// before the CUDA tests compiled against them. Each CUDA thread of a block is a fiber; blocks run
-// one after another. Barriers (__syncthreads, __syncwarp) and warp collectives (shuffles, ballot)
-// are real rendezvous points, and whatever CUDA leaves undefined and a kernel might rely on by
-// accident — a collective whose mask names a lane that has exited, a lane outside the mask read
-// by a shuffle, threads waiting at different barriers, dynamic shared memory beyond what was
-// requested — stops the process with the kernel, block and thread named. Device memory is host
-// memory (under ASan, every access out of an allocation is caught), dynamic shared memory starts
-// as NaN (static __shared__ arrays are thread_local statics: they start as the previous block
-// left them, so a read before a write there goes unseen), launches run at once on the calling
-// thread (streams are in order by construction).
-// WMMA fragments hold the whole 16x16 tile in every lane, so kernels must not assume a fragment
-// layout (ours probe it). What this cannot find: data races between threads (a fiber runs until it
-// waits), timing, and anything of cuBLAS or cuDNN. It checks indexing, bounds, the choice of
-// barriers and the arithmetic — not speed.
+// before the CUDA tests compiled against them.
+//  * Each CUDA thread of a block is a fiber; blocks run one after another, last first, every
+//    other one with its threads highest first (so a read of another thread's or block's write
+//    without a barrier between them meets it unwritten in one order or the other).
+//  * Barriers (__syncthreads, __syncwarp) and warp collectives (shuffles, votes) are real
+//    rendezvous points. What CUDA leaves undefined — a collective whose mask names an exited
+//    lane, a shuffle reading outside its mask, lanes at different barriers, in different kinds
+//    of collective or with different masks — stops the process naming the kernel, block, thread.
+//  * Device memory is host memory (under ASan every access out of an allocation is caught);
+//    shared memory (dynamic, and the static arrays host_compile.py rewrites) is allocated per
+//    block to its exact size and starts as NaN. Launches run at once on the calling thread with
+//    their arguments evaluated once (streams are in order by construction).
+//  * WMMA fragments hold the whole 16x16 tile in every lane (kernels must not assume a layout;
+//    ours probe it); a store writes each lane's share only.
+// What this cannot find: data races between threads (a fiber runs until it waits), a missing
+// stream or event dependency (everything is in order here), host and device pointers confused
+// (both are host memory), timing, and anything of cuDNN or NCCL. It checks indexing, bounds,
+// the choice of barriers and the arithmetic — not speed.
 #pragma once
 
 #define __global__
@@ -61,6 +65,13 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src);
 // The same rendezvous; returns the lanes of `mask` whose pred is true (ballot, any, all).
 unsigned warp_vote(unsigned mask, bool pred);
 void* dynamic_shared(size_t bytes_used_by_caller = 0);
+// A static __shared__ array of the block (host_compile.py rewrites the declaration): its own
+// per block and per declaration `site`, exactly `bytes` long, filled with 0xff at block start.
+void* static_shared_bytes(const char* site, size_t bytes, size_t align);
+template <typename A>
+A& static_shared(const char* site) {
+  return *static_cast<A*>(static_shared_bytes(site, sizeof(A), alignof(A)));
+}
 // A warp-wide operation every lane computes alike (WMMA's mma_sync): the first lane of a warp to
 // make its n-th call computes and puts the result; the others find it (their operands compared:
 // lanes that pass different ones stop the process). One computation per warp, not per lane.
@@ -154,6 +165,7 @@ inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }

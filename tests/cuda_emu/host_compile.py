@@ -3,19 +3,27 @@
 
   kernel<T><<<grid, block, smem, stream>>>(a, b);
     -> ::mt_emu::launch(::mt_emu::Config(grid, block, smem, stream), (const void*)&kernel<T>,
-                        "kernel<T>", [&]() { kernel<T>(a, b); });
-  (the address is nullptr where smem is absent or 0)
+                        "kernel<T>", [mt_emu_args = std::make_tuple(a, b)]() {
+                          std::apply([](auto... v) { kernel<T>(v...); }, mt_emu_args); });
+  (the arguments evaluated once, on the host, as CUDA does; the address is nullptr where smem
+  is absent or 0)
   extern __shared__ __align__(16) float smem[];
     -> float* smem = static_cast<float*>(::mt_emu::dynamic_shared());
+  __shared__ float red[32];
+    -> auto& red = ::mt_emu::static_shared<float[32]>("file.cu:27");
+  (each block gets its own, exactly sized and poisoned: ASan sees overruns, NaN shows reads
+  before writes)
 
-Everything else is kept, and so are the line numbers (a `#line` names the .cu file), so compiler
+Everything else is kept, and so are the line numbers (a `#line` names the .cu file by its path
+in the repository, so ccache's results do not depend on where the checkout is), so compiler
 errors and sanitizer reports point into the original source.
 
-Usage: host_compile.py IN.cu OUT.cc
+Usage: host_compile.py IN.cu OUT.cc NAME (NAME: the .cu's path to print, e.g. kernels/cuda/x.cu)
 """
 import re
 import sys
 
+STATIC_SHARED = re.compile(r"(?<!extern )__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:]*)\s+(\w+)\s*\[([^\]]+)\]\s*;")
 SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
 
 
@@ -93,19 +101,28 @@ def rewrite_launches(src):
         address = "nullptr" if smem == "0" else f"(const void*)&{name}"
         out.append(
             f'::mt_emu::launch(::mt_emu::Config({flat(config)}), {address}, "{name}", '
-            f"[&]() {{ {name}({args}); }})" + "\n" * lost
+            f"[mt_emu_args = std::make_tuple({args})]() {{ "
+            f"std::apply([](auto... v) {{ {name}(v...); }}, mt_emu_args); }})" + "\n" * lost
         )
         pos = end + 1
 
 
+def rewrite_static_shared(src, name):
+    def one(m):
+        line = src.count("\n", 0, m.start()) + 1
+        return f'auto& {m.group(2)} = ::mt_emu::static_shared<{m.group(1)}[{m.group(3)}]>("{name}:{line}");'
+    return STATIC_SHARED.sub(one, src)
+
+
 def main():
-    src_path, out_path = sys.argv[1], sys.argv[2]
+    src_path, out_path, name = sys.argv[1], sys.argv[2], sys.argv[3]
     with open(src_path) as f:
         src = f.read()
+    src = rewrite_static_shared(src, name)
     src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = static_cast<{m.group(1)}*>(::mt_emu::dynamic_shared());", src)
     src = rewrite_launches(src)
     with open(out_path, "w") as f:
-        f.write(f'#line 1 "{src_path}"\n' + src)
+        f.write(f'#line 1 "{name}"\n#include <tuple>\n#line 1 "{name}"\n' + src)
 
 
 if __name__ == "__main__":

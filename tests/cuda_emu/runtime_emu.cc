@@ -53,8 +53,20 @@ extern "C" {
 
 cudaError_t cudaGetLastError() { return mt_emu::take_last_error(); }
 cudaError_t cudaPeekAtLastError() { return mt_emu::peek_last_error(); }
-const char* cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)"; }
-const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "error (CUDA emulation)"; }
+// The names of the errors the emulation and the tests produce; others by number.
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    default: return "cudaError (emulated; see its number)";
+  }
+}
+const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : cudaGetErrorName(e); }
 const char* cublasGetStatusString(cublasStatus_t) { return "cuBLAS status (emulated cuBLASLt)"; }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {

@@ -59,11 +59,16 @@ void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned
     for (int c = 0; c < N; ++c) f.at(r, c) = layout == mem_col_major ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c];
 }
 
+// Each lane writes its share only (element e by lane e % 32), so a lane that reads the tile back
+// before the warp has synchronised sees another lane's part unwritten, as on the device.
 template <int M, int N, int K, typename T>
 void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ld, layout_t layout) {
   check_tile(p, ld);
-  for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c) (layout == mem_col_major ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c]) = f.at(r, c);
+  const int lane = ::mt_emu::lane_id();
+  for (int e = lane; e < M * N; e += 32) {
+    const int r = e / N, c = e % N;
+    (layout == mem_col_major ? p[size_t(c) * ld + r] : p[size_t(r) * ld + c]) = f.at(r, c);
+  }
 }
 
 template <int M, int N, int K, typename TA, typename LA, typename LB>
