@@ -15,8 +15,9 @@
 //  * WMMA fragments hold the whole 16x16 tile in every lane (kernels must not assume a layout;
 //    ours probe it); a store writes each lane's share only.
 // What this cannot find: data races between threads (a fiber runs until it waits), a missing
-// stream or event dependency (everything is in order here), host and device pointers confused
-// (both are host memory), timing, and anything of cuDNN or NCCL. It checks indexing, bounds,
+// stream or event dependency (everything is in order here), a kernel dereferencing a host
+// pointer (both are host memory; copies and fills do check their sides, runtime_emu.cc),
+// timing, and anything of cuDNN or NCCL. It checks indexing, bounds,
 // the choice of barriers and the arithmetic — not speed.
 #pragma once
 

@@ -60,6 +60,25 @@ TEST(CudaEmulator, ALaunchBeyondTheSharedMemoryLimitFailsWithoutRunning) {
   EXPECT_FALSE(ran);
 }
 
+TEST(CudaEmulator, ACopyWhosePointersAreNotWhereItsKindSaysIsRefused) {
+  std::vector<float> host(8, 1.f), pageable(8, 0.f);
+  float* dev = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaMalloc(reinterpret_cast<void**>(&dev), 8 * sizeof(float)));
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(dev, host.data(), 8 * sizeof(float), cudaMemcpyHostToDevice));
+  EXPECT_EQ(cudaErrorInvalidValue, cudaMemcpy(pageable.data(), host.data(), 32, cudaMemcpyHostToDevice));
+  EXPECT_EQ(cudaErrorInvalidValue, cudaMemcpy(host.data(), dev, 32, cudaMemcpyDeviceToDevice));
+  EXPECT_EQ(cudaErrorInvalidValue, cudaMemcpy(dev, host.data(), 9 * sizeof(float), cudaMemcpyHostToDevice))
+      << "past the allocation";
+  EXPECT_EQ(cudaErrorInvalidValue, cudaMemset(pageable.data(), 0, 32));
+  float* pinned = nullptr;  // mapped host memory is reachable from the device
+  ASSERT_EQ(cudaSuccess, cudaHostAlloc(reinterpret_cast<void**>(&pinned), 32, 0));
+  EXPECT_EQ(cudaSuccess, cudaMemcpy(pinned, dev, 32, cudaMemcpyDeviceToDevice));
+  EXPECT_EQ(pinned[7], 1.f);
+  (void)cudaGetLastError();
+  cudaFreeHost(pinned);
+  cudaFree(dev);
+}
+
 TEST(CudaEmulatorDeathTest, WhatCudaLeavesUndefinedStopsTheProcessNamingIt) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(launch(dim3(1), dim3(32), 0,

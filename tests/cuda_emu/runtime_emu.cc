@@ -1,6 +1,7 @@
 // The CUDA runtime API our kernels, their tests and engine/backend/cuda call, for the emulation:
 // one device (an H100-like description), device memory is host memory (its use counted, so
-// cudaMemGetInfo answers as a device would), every copy, fill and kernel runs at once on the
+// cudaMemGetInfo answers as a device would; a copy or fill whose pointers are not on the side
+// its kind names is refused, as the device would fault), every copy, fill and kernel runs at once on the
 // calling thread, so streams are in order and events complete when recorded; events still keep
 // the time they were recorded at.
 #include <cublas_api.h>
@@ -10,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
+#include <map>
 
 #include "tests/cuda_emu/cuda_emu.h"
 
@@ -19,7 +20,8 @@ namespace {
 constexpr size_t kDeviceBytes = size_t(80) << 30;
 
 std::mutex g_mu;
-std::unordered_map<void*, size_t> g_device;  // live cudaMalloc'ed blocks
+std::map<const char*, size_t> g_device;  // live cudaMalloc'ed blocks, by address
+std::map<const char*, size_t> g_pinned;  // cudaHostAlloc'ed and registered host memory (mapped)
 size_t g_device_used = 0;
 thread_local int g_current_device = 0;
 
@@ -45,6 +47,39 @@ cudaError_t destroy(Handle h) {
 cudaError_t fail_with(cudaError_t e) {
   mt_emu::set_last_error(e);
   return e;
+}
+
+// Whether [p, p + bytes) lies in one block of `blocks`.
+bool within(const std::map<const char*, size_t>& blocks, const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const char* c = static_cast<const char*>(p);
+  auto it = blocks.upper_bound(c);
+  if (it == blocks.begin()) return false;
+  --it;
+  return c >= it->first && c + bytes <= it->first + it->second;
+}
+bool on_device(const void* p, size_t bytes) { return within(g_device, p, bytes); }
+// What a kernel or a device-side copy may touch: device memory, or mapped (pinned) host memory.
+bool device_reachable(const void* p, size_t bytes) { return on_device(p, bytes) || within(g_pinned, p, bytes); }
+// A copy's kind names where each side is: device and host memory are one here, so a pageable
+// host pointer passed as a device one (or a device pointer as a host one) is refused, as the
+// device would fault on it.
+bool sides_match(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToDevice: return device_reachable(dst, bytes) && !on_device(src, bytes);
+    case cudaMemcpyDeviceToHost: return !on_device(dst, bytes) && device_reachable(src, bytes);
+    case cudaMemcpyDeviceToDevice: return device_reachable(dst, bytes) && device_reachable(src, bytes);
+    case cudaMemcpyHostToHost: return !on_device(dst, bytes) && !on_device(src, bytes);
+    default: return true;  // cudaMemcpyDefault: either
+  }
+}
+void add_pinned(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_pinned[static_cast<const char*>(p)] = bytes;
+}
+void remove_pinned(void* p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_pinned.erase(static_cast<const char*>(p));
 }
 
 }  // namespace
@@ -127,14 +162,14 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     return fail_with(cudaErrorMemoryAllocation);
   }
   std::memset(*p, 0xff, bytes);  // as cuda_test_util's poison: uninitialised reads show as NaN
-  g_device[*p] = bytes;
+  g_device[static_cast<const char*>(*p)] = bytes;
   g_device_used += bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   std::lock_guard<std::mutex> lock(g_mu);
-  const auto it = g_device.find(p);
+  const auto it = g_device.find(static_cast<const char*>(p));
   if (it == g_device.end()) return fail_with(cudaErrorInvalidValue);
   g_device_used -= it->second;
   g_device.erase(it);
@@ -145,25 +180,39 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaM
 cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
   *p = std::malloc(bytes == 0 ? 1 : bytes);
-  return *p ? cudaSuccess : fail_with(cudaErrorMemoryAllocation);
+  if (!*p) return fail_with(cudaErrorMemoryAllocation);
+  add_pinned(*p, bytes);
+  return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 cudaError_t cudaFreeHost(void* p) {
+  remove_pinned(p);
   std::free(p);
   return cudaSuccess;
 }
-cudaError_t cudaHostRegister(void*, size_t, unsigned) { return cudaSuccess; }
-cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
+  add_pinned(p, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void* p) {
+  remove_pinned(p);
+  return cudaSuccess;
+}
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  if (bytes) std::memmove(dst, src, bytes);
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  if (!sides_match(dst, src, bytes, kind)) return fail_with(cudaErrorInvalidValue);
+  std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
   return cudaMemcpy(dst, src, bytes, kind);
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-  if (bytes) std::memset(p, value, bytes);
+  if (bytes == 0) return cudaSuccess;
+  if (!device_reachable(p, bytes)) return fail_with(cudaErrorInvalidValue);
+  std::memset(p, value, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
