@@ -65,7 +65,7 @@ void sync_warp(unsigned mask);
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src);
 // The same rendezvous; returns the lanes of `mask` whose pred is true (ballot, any, all).
 unsigned warp_vote(unsigned mask, bool pred);
-void* dynamic_shared(size_t bytes_used_by_caller = 0);
+void* dynamic_shared();
 // A static __shared__ array of the block (host_compile.py rewrites the declaration): its own
 // per block and per declaration `site`, exactly `bytes` long, filled with 0xff at block start.
 void* static_shared_bytes(const char* site, size_t bytes, size_t align);

@@ -89,7 +89,7 @@ void* static_shared_bytes(const char* site, size_t bytes, size_t align) {
   return mem.get();
 }
 
-void* dynamic_shared(size_t) {
+void* dynamic_shared() {
   Block& b = block();
   if (!b.shared) fail("dynamic shared memory used by a launch that requested none");
   return b.shared.get();
