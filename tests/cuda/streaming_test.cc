@@ -67,6 +67,8 @@ struct Case {
   // A mixture of experts' fixture (tests/fixtures/moe): its config and weights (their routing is
   // clear of near ties, so the two backends' rounding picks the same experts).
   const char* moe = nullptr;
+  // bf16 uploads from the shadow, or converted from the masters into pinned staging per slot.
+  Bf16Uploads uploads = Bf16Uploads::kShadow;
 };
 
 ModelConfig case_config(const Case& c) {
@@ -101,6 +103,7 @@ std::vector<double> run(const Case& c, bool cuda, int steps) {
   const TrainOptions opt = options(c.layout, c.precision);
   StreamingOptions so;
   so.placement = c.placement;
+  so.bf16_uploads = c.uploads;
   std::unique_ptr<Backend> backend;
   const cudatest::AttentionKernelScope kernel(c.cudnn ? cuda::AttentionKernel::kCudnn : cuda::attention_kernel());
   const uint64_t cudnn_calls = cuda::cudnn_attention_calls();
@@ -184,7 +187,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Bf16_untied_device", false, false, CheckpointPlacement::kDevice, MemoryLayout::kExact, Precision::kBf16},
         Case{"Bf16_tied_qwen_host_ckpt", true, true, CheckpointPlacement::kHost, MemoryLayout::kExact,
              Precision::kBf16},
-        Case{"Bf16_compact", false, true, CheckpointPlacement::kAuto, MemoryLayout::kCompact, Precision::kBf16}),
+        Case{"Bf16_compact", false, true, CheckpointPlacement::kAuto, MemoryLayout::kCompact, Precision::kBf16},
+        Case{"Bf16_convert_uploads_host_ckpt", false, true, CheckpointPlacement::kHost, MemoryLayout::kExact,
+             Precision::kBf16, false, false, nullptr, nullptr, Bf16Uploads::kConvert}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // bf16 with attention through cuDNN, one document per row and packed documents (ragged rows).

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "tests/cuda_emu/block.h"
+#include "tests/cuda_emu/streams.h"
 
 namespace mt_emu {
 
@@ -217,12 +218,18 @@ unsigned lanes_of_warp(const Block& b, int w) {
   return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
 }
 
+// A launch's configuration is checked when it is made (a bad one fails without running, as
+// CUDA's does); the kernel runs when its stream gets to it (streams.h).
 void launch(const Config& c, const void* kernel, const char* name, const std::function<void()>& body) {
   if (g_block) fail("a kernel launched from a kernel");
   if (bad_config(c, kernel)) {
     g_last_error = cudaErrorInvalidConfiguration;
     return;
   }
+  enqueue(c.stream, [c, name, body] { run_kernel(c, name, body); }, true);
+}
+
+void run_kernel(const Config& c, const char* name, const std::function<void()>& body) {
   Block b;
   b.kernel = name;
   b.body = &body;

@@ -71,5 +71,7 @@ void wait_at(Wait w);
 void warp_barrier(unsigned mask, int op);
 // The lanes warp w of the block has (all 32 but in a short last warp).
 unsigned lanes_of_warp(const Block& b, int w);
+// Runs a launched kernel now, on this host thread (its stream has reached it).
+void run_kernel(const Config& c, const char* name, const std::function<void()>& body);
 
 }  // namespace mt_emu

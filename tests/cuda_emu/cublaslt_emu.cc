@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/cuda_emu/streams.h"
+
 namespace {
 
 struct Layout {
@@ -46,6 +48,31 @@ std::vector<float> operand(const void* p, const Layout& l, cublasOperation_t op)
 bool valid(const Layout* l) {
   return l && (l->type == CUDA_R_32F || l->type == CUDA_R_16BF) && l->ld >= int64_t(l->rows) && l->rows > 0 &&
          l->cols > 0;
+}
+
+// D = al op(A) op(B) + be C.
+void multiply(const Desc& o, const Layout& a, const void* A, const Layout& b, const void* B, const Layout& c,
+              const void* C, const Layout& d, void* D, float al, float be, uint64_t M, uint64_t N, uint64_t K) {
+  const std::vector<float> opa = operand(A, a, o.ta);  // M x K
+  std::vector<float> opbt(N * K);                      // op(B)^T: N x K
+  {
+    const std::vector<float> opb = operand(B, b, o.tb);  // K x N
+    for (uint64_t k = 0; k < K; ++k)
+      for (uint64_t n = 0; n < N; ++n) opbt[n * K + k] = opb[k * N + n];
+  }
+  for (uint64_t n = 0; n < N; ++n)
+    for (uint64_t m = 0; m < M; ++m) {
+      // Blocks of 16 summed apart, then added: not the CPU reference's k order, so a tolerance
+      // tuned here does not rest on the two sharing one order (cuBLAS's is neither).
+      float acc = 0.f;
+      for (uint64_t k0 = 0; k0 < K; k0 += 16) {
+        float part = 0.f;
+        for (uint64_t k = k0; k < K && k < k0 + 16; ++k) part += opa[m * K + k] * opbt[n * K + k];
+        acc += part;
+      }
+      const float prior = be == 0.f ? 0.f : be * load(C, c.type, n * uint64_t(c.ld) + m);  // beta 0: C unread
+      store(D, d.type, n * uint64_t(d.ld) + m, al * acc + prior);
+    }
 }
 
 }  // namespace
@@ -120,35 +147,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
-  const Desc& o = *fields<cublasLtMatmulDescOpaque_t, Desc>(op);
-  const Layout &a = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(la), &b = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lb);
-  const Layout &c = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lc), &d = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(ld);
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+  const Desc o = *fields<cublasLtMatmulDescOpaque_t, Desc>(op);
+  const Layout a = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(la), b = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lb);
+  const Layout c = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lc), d = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(ld);
   const uint64_t M = o.ta == CUBLAS_OP_N ? a.rows : a.cols, K = o.ta == CUBLAS_OP_N ? a.cols : a.rows;
   const uint64_t Kb = o.tb == CUBLAS_OP_N ? b.rows : b.cols, N = o.tb == CUBLAS_OP_N ? b.cols : b.rows;
   if (K != Kb || c.rows != M || c.cols != N || d.rows != M || d.cols != N || a.type != b.type)
     return CUBLAS_STATUS_INVALID_VALUE;
+  // alpha and beta are read now (host pointers); the product runs when the stream reaches it.
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  const std::vector<float> opa = operand(A, a, o.ta);  // M x K
-  std::vector<float> opbt(N * K);                      // op(B)^T: N x K
-  {
-    const std::vector<float> opb = operand(B, b, o.tb);  // K x N
-    for (uint64_t k = 0; k < K; ++k)
-      for (uint64_t n = 0; n < N; ++n) opbt[n * K + k] = opb[k * N + n];
-  }
-  for (uint64_t n = 0; n < N; ++n)
-    for (uint64_t m = 0; m < M; ++m) {
-      // Blocks of 16 summed apart, then added: not the CPU reference's k order, so a tolerance
-      // tuned here does not rest on the two sharing one order (cuBLAS's is neither).
-      float acc = 0.f;
-      for (uint64_t k0 = 0; k0 < K; k0 += 16) {
-        float part = 0.f;
-        for (uint64_t k = k0; k < K && k < k0 + 16; ++k) part += opa[m * K + k] * opbt[n * K + k];
-        acc += part;
-      }
-      const float prior = be == 0.f ? 0.f : be * load(C, c.type, n * uint64_t(c.ld) + m);  // beta 0: C unread
-      store(D, d.type, n * uint64_t(d.ld) + m, al * acc + prior);
-    }
+  mt_emu::enqueue(stream, [=] { multiply(o, a, A, b, B, c, C, d, D, al, be, M, N, K); }, true);
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -10,15 +10,16 @@
 //    of collective or with different masks — stops the process naming the kernel, block, thread.
 //  * Device memory is host memory (under ASan every access out of an allocation is caught);
 //    shared memory (dynamic, and the static arrays host_compile.py rewrites) is allocated per
-//    block to its exact size and starts as NaN. Launches run at once on the calling thread with
-//    their arguments evaluated once (streams are in order by construction).
+//    block to its exact size and starts as NaN. A launch's arguments are evaluated once, its
+//    configuration checked at once; the kernel runs when its stream gets to it (streams.h:
+//    as late as the host's waits allow, so a missing stream or event dependency, or a host
+//    touching a pinned buffer whose copy has not run, meets unwritten or overwritten data).
 //  * WMMA fragments hold the whole 16x16 tile in every lane (kernels must not assume a layout;
 //    ours probe it); a store writes each lane's share only.
-// What this cannot find: data races between threads (a fiber runs until it waits), a missing
-// stream or event dependency (everything is in order here), a kernel dereferencing a host
-// pointer (both are host memory; copies and fills do check their sides, runtime_emu.cc),
-// timing, and anything of cuDNN or NCCL. It checks indexing, bounds,
-// the choice of barriers and the arithmetic — not speed.
+// What this cannot find: data races between threads (a fiber runs until it waits), a kernel
+// dereferencing a host pointer (both are host memory; copies and fills do check their sides,
+// runtime_emu.cc), timing, and anything of cuDNN or NCCL. It checks indexing, bounds, the
+// choice of barriers, the streams' ordering and the arithmetic — not speed.
 #pragma once
 
 #define __global__

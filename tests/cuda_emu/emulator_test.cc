@@ -10,8 +10,10 @@ namespace {
 
 using mt_emu::Config;
 
+// Launched on the default stream and waited for.
 void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
   mt_emu::launch(Config(grid, block, smem), nullptr, "test_kernel", body);
+  cudaDeviceSynchronize();
 }
 
 TEST(CudaEmulator, WarpShufflesAndBlockBarriersComputeWhatCudaComputes) {

@@ -1,9 +1,9 @@
 // The CUDA runtime API our kernels, their tests and engine/backend/cuda call, for the emulation:
 // one device (an H100-like description), device memory is host memory (its use counted, so
 // cudaMemGetInfo answers as a device would; a copy or fill whose pointers are not on the side
-// its kind names is refused, as the device would fault), every copy, fill and kernel runs at once on the
-// calling thread, so streams are in order and events complete when recorded; events still keep
-// the time they were recorded at.
+// its kind names is refused, as the device would fault). Copies, fills and kernels are queued on
+// their streams and run when the host waits for them (streams.h), events time when their record
+// runs; a copy from or to pageable host memory synchronises as CUDA's does.
 #include <cublas_api.h>
 #include <cuda_runtime.h>
 
@@ -12,8 +12,11 @@
 #include <cstring>
 #include <mutex>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "tests/cuda_emu/cuda_emu.h"
+#include "tests/cuda_emu/streams.h"
 
 namespace {
 
@@ -24,25 +27,6 @@ std::map<const char*, size_t> g_device;  // live cudaMalloc'ed blocks, by addres
 std::map<const char*, size_t> g_pinned;  // cudaHostAlloc'ed and registered host memory (mapped)
 size_t g_device_used = 0;
 thread_local int g_current_device = 0;
-
-struct Event {
-  std::chrono::steady_clock::time_point at{};
-  bool recorded = false;
-};
-
-struct Stream {};
-
-// A stream or event handle: a host object behind the runtime's opaque pointer.
-template <typename Obj, typename Handle>
-cudaError_t create(Handle* h) {
-  *h = reinterpret_cast<Handle>(new Obj);
-  return cudaSuccess;
-}
-template <typename Obj, typename Handle>
-cudaError_t destroy(Handle h) {
-  delete reinterpret_cast<Obj*>(h);
-  return cudaSuccess;
-}
 
 cudaError_t fail_with(cudaError_t e) {
   mt_emu::set_last_error(e);
@@ -61,6 +45,7 @@ bool within(const std::map<const char*, size_t>& blocks, const void* p, size_t b
 bool on_device(const void* p, size_t bytes) { return within(g_device, p, bytes); }
 // What a kernel or a device-side copy may touch: device memory, or mapped (pinned) host memory.
 bool device_reachable(const void* p, size_t bytes) { return on_device(p, bytes) || within(g_pinned, p, bytes); }
+bool pageable(const void* p, size_t bytes) { return !device_reachable(p, bytes); }
 // A copy's kind names where each side is: device and host memory are one here, so a pageable
 // host pointer passed as a device one (or a device pointer as a host one) is refused, as the
 // device would fault on it.
@@ -142,7 +127,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->sharedMemPerBlockOptin = 227 * 1024;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  mt_emu::run_device();
+  return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
   std::lock_guard<std::mutex> lock(g_mu);
   *total = kDeviceBytes;
@@ -166,8 +154,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   g_device_used += bytes;
   return cudaSuccess;
 }
-cudaError_t cudaFree(void* p) {
-  if (!p) return cudaSuccess;
+// The block stays until the work queued before runs (cudaFree synchronises; cudaFreeAsync frees
+// in its stream's order), so a kernel still reading it would read freed memory (ASan).
+static cudaError_t free_now(void* p) {
   std::lock_guard<std::mutex> lock(g_mu);
   const auto it = g_device.find(static_cast<const char*>(p));
   if (it == g_device.end()) return fail_with(cudaErrorInvalidValue);
@@ -176,8 +165,19 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  if (!on_device(p, 1)) return fail_with(cudaErrorInvalidValue);
+  mt_emu::run_device();
+  return free_now(p);
+}
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  if (!p) return cudaSuccess;
+  if (!on_device(p, 1)) return fail_with(cudaErrorInvalidValue);
+  mt_emu::enqueue(s, [p] { free_now(p); }, false);
+  return cudaSuccess;
+}
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
   *p = std::malloc(bytes == 0 ? 1 : bytes);
   if (!*p) return fail_with(cudaErrorMemoryAllocation);
@@ -186,6 +186,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 cudaError_t cudaFreeHost(void* p) {
+  mt_emu::run_device();
   remove_pinned(p);
   std::free(p);
   return cudaSuccess;
@@ -195,51 +196,89 @@ cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
   return cudaSuccess;
 }
 cudaError_t cudaHostUnregister(void* p) {
+  mt_emu::run_device();
   remove_pinned(p);
   return cudaSuccess;
 }
 
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
   if (bytes == 0) return cudaSuccess;
   if (!sides_match(dst, src, bytes, kind)) return fail_with(cudaErrorInvalidValue);
-  std::memmove(dst, src, bytes);
+  if (pageable(src, bytes) && !pageable(dst, bytes)) {
+    // From pageable memory: the stream's earlier work first, then the source is staged at once.
+    mt_emu::run_stream(s);
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    mt_emu::enqueue(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, false);
+    return cudaSuccess;
+  }
+  mt_emu::enqueue(s, [dst, src, bytes] { std::memmove(dst, src, bytes); }, false);
+  if (pageable(dst, bytes)) mt_emu::run_stream(s);  // to pageable memory: returns when done
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+  if (e == cudaSuccess) mt_emu::run_stream(nullptr);
+  return e;
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (bytes == 0) return cudaSuccess;
   if (!device_reachable(p, bytes)) return fail_with(cudaErrorInvalidValue);
-  std::memset(p, value, bytes);
+  mt_emu::enqueue(s, [p, value, bytes] { std::memset(p, value, bytes); }, false);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  const cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr);
+  if (e == cudaSuccess) mt_emu::run_stream(nullptr);
+  return e;
+}
 
 // ---- streams and events -----------------------------------------------------------------------
 
-cudaError_t cudaStreamCreate(cudaStream_t* s) { return create<Stream>(s); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return create<Stream>(s); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { return destroy<Stream>(s); }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-
-cudaError_t cudaEventCreate(cudaEvent_t* e) { return create<Event>(e); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return create<Event>(e); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { return destroy<Event>(e); }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  auto* ev = reinterpret_cast<Event*>(e);
-  ev->at = std::chrono::steady_clock::now();
-  ev->recorded = true;
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = mt_emu::create_stream(true);
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = mt_emu::create_stream((flags & cudaStreamNonBlocking) == 0);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  mt_emu::destroy_stream(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  mt_emu::run_stream(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  mt_emu::stream_wait_event(s, e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = mt_emu::create_event();
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  mt_emu::destroy_event(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  mt_emu::record_event(e, s);
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return mt_emu::query_event(e); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  mt_emu::run_event(e);
+  return cudaSuccess;
+}
+// Both records must have run (cudaErrorNotReady otherwise, as CUDA answers).
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  const auto *a = reinterpret_cast<Event*>(start), *b = reinterpret_cast<Event*>(end);
-  if (!a->recorded || !b->recorded) return fail_with(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  std::chrono::steady_clock::time_point a, b;
+  if (!mt_emu::event_time(start, &a) || !mt_emu::event_time(end, &b)) return cudaErrorNotReady;  // not sticky
+  *ms = std::chrono::duration<float, std::milli>(b - a).count();
   return cudaSuccess;
 }
 
