@@ -155,8 +155,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
   const uint64_t Kb = o.tb == CUBLAS_OP_N ? b.rows : b.cols, N = o.tb == CUBLAS_OP_N ? b.cols : b.rows;
   if (K != Kb || c.rows != M || c.cols != N || d.rows != M || d.cols != N || a.type != b.type)
     return CUBLAS_STATUS_INVALID_VALUE;
+  const auto extent = [](const Layout& l) {
+    return (uint64_t(l.ld) * (l.cols - 1) + l.rows) * (l.type == CUDA_R_32F ? 4u : 2u);
+  };
+  mt_emu::check_device_range("cublasLtMatmul", "A", A, extent(a));
+  mt_emu::check_device_range("cublasLtMatmul", "B", B, extent(b));
+  mt_emu::check_device_range("cublasLtMatmul", "D", D, extent(d));
   // alpha and beta are read now (host pointers); the product runs when the stream reaches it.
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  if (be != 0.f) mt_emu::check_device_range("cublasLtMatmul", "C", C, extent(c));
   mt_emu::enqueue(stream, [=] { multiply(o, a, A, b, B, c, C, d, D, al, be, M, N, K); }, true);
   return CUBLAS_STATUS_SUCCESS;
 }

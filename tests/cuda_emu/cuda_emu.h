@@ -16,9 +16,12 @@
 //    touching a pinned buffer whose copy has not run, meets unwritten or overwritten data).
 //  * WMMA fragments hold the whole 16x16 tile in every lane (kernels must not assume a layout;
 //    ours probe it); a store writes each lane's share only.
+//  * A kernel's pointer arguments, and cuBLASLt's operands, must be device or mapped host
+//    memory (runtime_emu.cc keeps the allocations); a pageable host address stops the process.
 // What this cannot find: data races between threads (a fiber runs until it waits), a kernel
-// dereferencing a host pointer (both are host memory; copies and fills do check their sides,
-// runtime_emu.cc), timing, and anything of cuDNN or NCCL. It checks indexing, bounds, the
+// reaching host memory through a pointer held in a struct argument or in device memory (both
+// are host memory here; copies and fills do check their sides), timing, and anything of cuDNN
+// or NCCL. It checks indexing, bounds, the
 // choice of barriers, the streams' ordering and the arithmetic — not speed.
 #pragma once
 
@@ -37,6 +40,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <type_traits>
 
 namespace mt_emu {
@@ -89,6 +93,35 @@ struct Config {
 // Runs `body` (the kernel call) once per thread of every block; sets the thread's last error the
 // way a real launch does (a bad configuration fails without running anything).
 void launch(const Config& c, const void* kernel, const char* name, const std::function<void()>& body);
+
+// A kernel argument that is a pointer must be null or point into device memory or mapped host
+// memory (an allocation, or one past its end): a GPU faults on a pageable host address, so this
+// stops the process naming the kernel and the argument (runtime_emu.cc).
+void check_kernel_pointer(const char* kernel, int index, const void* p);
+// The same for a library call's operand of `bytes` (one allocation must hold it all).
+void check_device_range(const char* call, const char* operand, const void* p, size_t bytes);
+template <typename Tuple>
+void check_kernel_args(const char* kernel, const Tuple& args) {
+  std::apply(
+      [&](const auto&... a) {
+        int i = 0;
+        auto one = [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_pointer_v<V> && !std::is_function_v<std::remove_pointer_t<V>>)
+            check_kernel_pointer(kernel, i, static_cast<const void*>(v));
+          ++i;
+        };
+        (one(a), ...);
+      },
+      args);
+}
+// What host_compile.py makes of kernel<<<c>>>(args): the arguments, evaluated once, checked and
+// kept; `call` runs the kernel on them.
+template <typename Tuple, typename Call>
+void launch_kernel(const Config& c, const void* kernel, const char* name, Tuple args, Call call) {
+  check_kernel_args(name, args);
+  launch(c, kernel, name, [args = std::move(args), call] { std::apply(call, args); });
+}
 
 // Stops the process naming the kernel, block and thread: what a GPU would fault on or leave
 // undefined (wmma_emu.h's alignment rules).

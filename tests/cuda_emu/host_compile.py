@@ -2,11 +2,10 @@
 """Rewrites a .cu file into C++ a host compiler takes with tests/cuda_emu/cuda_emu.h included first:
 
   kernel<T><<<grid, block, smem, stream>>>(a, b);
-    -> ::mt_emu::launch(::mt_emu::Config(grid, block, smem, stream), (const void*)&kernel<T>,
-                        "kernel<T>", [mt_emu_args = std::make_tuple(a, b)]() {
-                          std::apply([](auto... v) { kernel<T>(v...); }, mt_emu_args); });
-  (the arguments evaluated once, on the host, as CUDA does; the address is nullptr where smem
-  is absent or 0)
+    -> ::mt_emu::launch_kernel(::mt_emu::Config(grid, block, smem, stream), (const void*)&kernel<T>,
+                               "kernel<T>", std::make_tuple(a, b), [](auto... v) { kernel<T>(v...); });
+  (the arguments evaluated once, on the host, as CUDA does, and pointers among them checked to
+  be device memory; the address is nullptr where smem is absent or 0)
   extern __shared__ __align__(16) float smem[];
     -> float* smem = static_cast<float*>(::mt_emu::dynamic_shared());
   __shared__ float red[32];
@@ -100,9 +99,8 @@ def rewrite_launches(src):
         smem = top_level_split(config)[2].strip() if len(top_level_split(config)) > 2 else "0"
         address = "nullptr" if smem == "0" else f"(const void*)&{name}"
         out.append(
-            f'::mt_emu::launch(::mt_emu::Config({flat(config)}), {address}, "{name}", '
-            f"[mt_emu_args = std::make_tuple({args})]() {{ "
-            f"std::apply([](auto... v) {{ {name}(v...); }}, mt_emu_args); }})" + "\n" * lost
+            f'::mt_emu::launch_kernel(::mt_emu::Config({flat(config)}), {address}, "{name}", '
+            f"std::make_tuple({args}), [](auto... v) {{ {name}(v...); }})" + "\n" * lost
         )
         pos = end + 1
 

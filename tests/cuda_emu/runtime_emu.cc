@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -46,6 +47,15 @@ bool on_device(const void* p, size_t bytes) { return within(g_device, p, bytes);
 // What a kernel or a device-side copy may touch: device memory, or mapped (pinned) host memory.
 bool device_reachable(const void* p, size_t bytes) { return on_device(p, bytes) || within(g_pinned, p, bytes); }
 bool pageable(const void* p, size_t bytes) { return !device_reachable(p, bytes); }
+// Whether p lies in a block of `blocks` or one past its end (an empty range's pointer).
+bool inside_or_end(const std::map<const char*, size_t>& blocks, const void* p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const char* c = static_cast<const char*>(p);
+  auto it = blocks.upper_bound(c);
+  if (it == blocks.begin()) return false;
+  --it;
+  return c <= it->first + it->second;
+}
 // A copy's kind names where each side is: device and host memory are one here, so a pageable
 // host pointer passed as a device one (or a device pointer as a host one) is refused, as the
 // device would fault on it.
@@ -68,6 +78,22 @@ void remove_pinned(void* p) {
 }
 
 }  // namespace
+
+void mt_emu::check_kernel_pointer(const char* kernel, int index, const void* p) {
+  if (!p || inside_or_end(g_device, p) || inside_or_end(g_pinned, p)) return;
+  std::fprintf(stderr,
+               "cuda_emu: kernel %s, argument %d: %p is neither device memory nor mapped host memory "
+               "(a GPU faults on it)\n",
+               kernel, index, p);
+  std::abort();
+}
+
+void mt_emu::check_device_range(const char* call, const char* operand, const void* p, size_t bytes) {
+  if (bytes == 0 || device_reachable(p, bytes)) return;
+  std::fprintf(stderr, "cuda_emu: %s, %s: [%p, +%zu bytes) is not inside one device or mapped host allocation\n",
+               call, operand, p, bytes);
+  std::abort();
+}
 
 extern "C" {
 
