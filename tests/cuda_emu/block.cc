@@ -207,6 +207,11 @@ void fail(const char* what) {
 
 void device_error(const char* what) { fail(what); }
 
+void check_launch_bounds(int max_threads, int) {
+  const dim3 b = self().block_dim;
+  if (int(b.x * b.y * b.z) > max_threads) fail("a block larger than the kernel's __launch_bounds__");
+}
+
 void wait_at(Wait w) {
   Fiber& f = fiber();
   f.wait = w;

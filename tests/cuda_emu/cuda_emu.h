@@ -17,7 +17,8 @@
 //  * WMMA fragments hold the whole 16x16 tile in every lane (kernels must not assume a layout;
 //    ours probe it); a store writes each lane's share only.
 //  * A kernel's pointer arguments, and cuBLASLt's operands, must be device or mapped host
-//    memory (runtime_emu.cc keeps the allocations); a pageable host address stops the process.
+//    memory (runtime_emu.cc keeps the allocations); a pageable host address stops the process,
+//    and so does a block larger than the kernel's __launch_bounds__.
 // What this cannot find: data races between threads (a fiber runs until it waits), a kernel
 // reaching host memory through a pointer held in a struct argument or in device memory (both
 // are host memory here; copies and fills do check their sides), timing, and anything of cuDNN
@@ -29,7 +30,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(...)
 #define __shared__ static thread_local
 
 #include <cuda_bf16.h>
@@ -64,6 +64,9 @@ inline const ThreadState& self() {
 }
 inline int lane_id() { return self().lane; }
 
+// A kernel's __launch_bounds__ (host_compile.py calls this first in its body): a block of more
+// threads than `max_threads` stops the process (a GPU refuses the launch).
+void check_launch_bounds(int max_threads, int min_blocks = 0);
 void sync_threads();
 void sync_warp(unsigned mask);
 // Publishes `bits` for this lane, waits for the lanes of `mask`, returns lane `src`'s bits.

@@ -103,6 +103,7 @@ TEST(CudaEmulatorDeathTest, WhatCudaLeavesUndefinedStopsTheProcessNamingIt) {
                "deadlock");
   EXPECT_DEATH(launch(dim3(1), dim3(32), 0, [] { (void)__shfl_sync(0x0000ffffu, 1, 20); }),
                "outside its mask|not in its mask");
+  EXPECT_DEATH(launch(dim3(1), dim3(64), 0, [] { mt_emu::check_launch_bounds(32); }), "__launch_bounds__");
   float host = 0.f;  // a kernel handed a pageable host address
   EXPECT_DEATH(mt_emu::launch_kernel(Config(dim3(1), dim3(1)), nullptr, "k", std::make_tuple(1, &host),
                                      [](int, float* p) { *p = 1.f; }),

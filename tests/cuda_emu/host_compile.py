@@ -12,6 +12,9 @@
     -> auto& red = ::mt_emu::static_shared<float[32]>("file.cu:27");
   (each block gets its own, exactly sized and poisoned: ASan sees overruns, NaN shows reads
   before writes)
+  __global__ void __launch_bounds__(256) kernel(...) {
+    -> __global__ void kernel(...) { ::mt_emu::check_launch_bounds(256);
+  (a block larger than the bound stops the process: a GPU refuses such a launch)
 
 Everything else is kept, and so are the line numbers (a `#line` names the .cu file by its path
 in the repository, so ccache's results do not depend on where the checkout is), so compiler
@@ -105,6 +108,24 @@ def rewrite_launches(src):
         pos = end + 1
 
 
+LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\(((?:[^()]|\([^()]*\))*)\)(\s*\w+\s*)\(")
+
+
+def rewrite_launch_bounds(src):
+    """`__launch_bounds__(N, ...) kernel(params) {` -> `kernel(params) { check(N);` on the same
+    lines: a launch with more threads per block than N stops (a GPU refuses it)."""
+    out, pos = [], 0
+    for m in LAUNCH_BOUNDS.finditer(src):
+        bound = top_level_split(m.group(1))[0]
+        params_end = closing_paren(src, m.end() - 1)
+        body = src.index("{", params_end)
+        out.append(src[pos : m.start()] + " " * len("__launch_bounds__") + m.group(2) + "(")
+        out.append(src[m.end() : body + 1] + f" ::mt_emu::check_launch_bounds({bound});")
+        pos = body + 1
+    out.append(src[pos:])
+    return "".join(out)
+
+
 def rewrite_static_shared(src, name):
     def one(m):
         line = src.count("\n", 0, m.start()) + 1
@@ -116,6 +137,7 @@ def main():
     src_path, out_path, name = sys.argv[1], sys.argv[2], sys.argv[3]
     with open(src_path) as f:
         src = f.read()
+    src = rewrite_launch_bounds(src)
     src = rewrite_static_shared(src, name)
     src = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = static_cast<{m.group(1)}*>(::mt_emu::dynamic_shared());", src)
     src = rewrite_launches(src)
