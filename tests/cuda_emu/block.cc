@@ -29,6 +29,7 @@ void outside_kernel() {
 namespace {
 
 constexpr size_t kStackBytes = 512 * 1024;
+constexpr size_t kGuardBytes = 4096;
 constexpr size_t kMaxDynamicShared = 227 * 1024;  // sm_90's opt-in limit per block
 constexpr size_t kDefaultDynamicShared = 48 * 1024;
 
@@ -52,6 +53,11 @@ char* stack_of(int i, int n) {
     void* p = mmap(nullptr, size_t(n) * kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (p == MAP_FAILED) fail("mmap of fiber stacks failed");
+    // The lowest page of each stack is a guard: a kernel overflowing its stack faults there
+    // instead of writing over the next thread's.
+    for (size_t i = 0; i < size_t(n); ++i)
+      if (mprotect(static_cast<char*>(p) + i * kStackBytes, kGuardBytes, PROT_NONE) != 0)
+        fail("mprotect of a fiber stack's guard page failed");
     g_stacks = static_cast<char*>(p);
     g_stack_count = size_t(n);
   }
@@ -173,7 +179,9 @@ void run_block(Block& b) {
 bool bad_config(const Config& c, const void* kernel) {
   const size_t threads = size_t(c.block.x) * c.block.y * c.block.z;
   if (threads == 0 || threads > 1024 || c.block.z > 64) return true;
-  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.y > 65535 || c.grid.z > 65535) return true;
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.grid.x > 0x7fffffffu || c.grid.y > 65535 ||
+      c.grid.z > 65535)
+    return true;
   if (c.smem > kMaxDynamicShared) return true;
   if (c.smem > kDefaultDynamicShared) {
     std::lock_guard<std::mutex> lock(g_attr_mu);
