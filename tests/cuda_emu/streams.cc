@@ -64,7 +64,9 @@ uint64_t g_order = 0;
 // waiting at once, and the not-ready answers given.
 uint64_t g_pending = 0, g_most_pending = 0, g_not_ready = 0;
 const QueuePtr g_legacy = std::make_shared<Queue>();
-std::set<std::weak_ptr<Queue>, std::owner_less<std::weak_ptr<Queue>>> g_all;  // every live stream
+// Every stream but the legacy one: created ones until destroyed (their work run first), each host
+// thread's per-thread default stream for good (its work still runs after the thread ends).
+std::set<QueuePtr> g_all;
 
 bool eager() { return order() == Order::kEager; }
 
@@ -138,8 +140,7 @@ void run_copies() {
     std::vector<QueuePtr> queues{g_legacy};
     {
       std::lock_guard<std::mutex> lock(g_mu);
-      for (const auto& w : g_all)
-        if (QueuePtr q = w.lock()) queues.push_back(q);
+      queues.insert(queues.end(), g_all.begin(), g_all.end());
     }
     for (const QueuePtr& q : queues)
       for (;;) {
@@ -180,8 +181,8 @@ void enqueue(cudaStream_t s, std::function<void()> work, bool kernel) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (q == g_legacy) {
-      for (const auto& w : g_all)
-        if (QueuePtr other = w.lock(); other && other->blocking) push_wait(q, other, other->queued);
+      for (const QueuePtr& other : g_all)
+        if (other->blocking) push_wait(q, other, other->queued);
     } else if (q->blocking) {
       push_wait(q, g_legacy, g_legacy->queued);
     }
@@ -222,8 +223,7 @@ void run_device() {
           q = c, seq = c->ops.front().seq, order = c->ops.front().order;
       };
       consider(g_legacy);
-      for (const auto& w : g_all)
-        if (QueuePtr c = w.lock()) consider(c);
+      for (const QueuePtr& c : g_all) consider(c);
     }
     if (!q) return;
     run_through(q, seq);

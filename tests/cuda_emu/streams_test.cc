@@ -6,6 +6,7 @@
 #include <cmath>
 #include <algorithm>
 #include <iterator>
+#include <thread>
 
 #include "tests/cuda_emu/streams.h"
 
@@ -141,6 +142,15 @@ TEST(CudaEmulatorStreams, TheDefaultStreamWaitsForBlockingStreamsOnly) {
   EXPECT_EQ(b.read(b.y), 2.f);
   cudaStreamDestroy(blocking);
   cudaStreamDestroy(non_blocking);
+}
+
+// A host thread's per-thread default stream outlives the thread: its work still runs.
+TEST(CudaEmulatorStreams, WorkOnAnEndedThreadsDefaultStreamStillRuns) {
+  Buffers b;
+  std::thread t([&] { fill_kernel(cudaStreamPerThread, b.x, 3.f); });
+  t.join();
+  cudaDeviceSynchronize();
+  EXPECT_EQ(b.read(b.x), 3.f);
 }
 
 // A kernel reads x on one stream; a copy overwrites x on another. Copies first, the copy runs
