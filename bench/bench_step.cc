@@ -25,6 +25,7 @@ struct StepArgs {
   bool doc_spread = false;  // documents of 1 .. 2 doc_len - 1 tokens (mean doc_len), new ones each step
   int layers = 0;        // > 0: the preset's shape with this many decoder layers
   std::string checkpoint_dir;  // --checkpoint-stall DIR: also the pause a checkpoint there costs
+  int peak_n = 0;  // --peak-n: the square GEMM the peak is measured with (0: 8192 on CUDA, 2048 on the CPU)
 };
 
 // --nvme DIR[,DIR] [--nvme-masters on] [--nvme-window N] [--nvme-io-threads N]: the NVMe tier.
@@ -69,6 +70,10 @@ Result<StepArgs> parse_step_args(const Flags& f) {
     return invalid_argument("--layers must be a whole number from 1 to " + std::to_string(ModelLimits::kLayers) +
                             " (0 or absent: the preset's)");
   a.layers = int(layers);
+  MT_ASSIGN_OR_RETURN(double peak_n, f.num("peak-n", 0));
+  if (!(peak_n >= 0 && peak_n <= 65536) || peak_n != double(int(peak_n)))
+    return invalid_argument("--peak-n must be a whole number up to 65536 (0 or absent: 8192 on CUDA, 2048 on the CPU)");
+  a.peak_n = int(peak_n);
   if (recompute != "on" && recompute != "off") return invalid_argument("--recompute must be on or off");
   a.opt.seq_len = int(T);
   a.opt.micro_batch = int(mb);
@@ -326,15 +331,17 @@ int run_step(const Flags& f) {
   const double fpt = model_flops_per_token(*cfg, opt.seq_len), achieved = fpt * tokens / step_s;
   // The peak this step is measured against: the GEMM of the device it ran on, in its precision.
   double peak = 0;
-  std::string peak_source = "cpu sgemm 2048";
+  const int cpu_n = args->peak_n > 0 ? args->peak_n : 2048;
+  std::string peak_source = "cpu sgemm " + std::to_string(cpu_n);
 #ifdef MEGATRAIN_HAVE_CUDA
   if (args->backend == "cuda") {
     const bool bf16 = opt.precision == Precision::kBf16;
-    peak = measure_device_gemm_flops(bf16, 8192, 3);
-    peak_source = std::string("cuda gemm ") + (bf16 ? "bf16" : "fp32") + " 8192";
+    const int n = args->peak_n > 0 ? args->peak_n : 8192;
+    peak = measure_device_gemm_flops(bf16, n, 3);
+    peak_source = std::string("cuda gemm ") + (bf16 ? "bf16 " : "fp32 ") + std::to_string(n);
   }
 #endif
-  if (peak <= 0) peak = measure_sgemm_flops(2048, 3);
+  if (peak <= 0) peak = measure_sgemm_flops(cpu_n, 3);
   Json out = Json::object({{"suite", "step"},
                      {"preset", args->model.empty() ? args->preset : args->model},
                      {"architecture", cfg->architecture},
@@ -373,7 +380,11 @@ int run_step(const Flags& f) {
   if (cfg->has_experts()) add_moe_keys(out, *cfg, measured, tokens / step_s, compute_elem_bytes(opt.precision));
   // Whether cuDNN ran at all: attention_kernel says what was asked, a refused shape falls back.
   if (args->backend == "cuda") {
-    out.set("cudnn_attention_calls", int64_t(cuda_cudnn_attention_calls()));
+    const uint64_t cudnn_calls = cuda_cudnn_attention_calls();
+    out.set("cudnn_attention_calls", int64_t(cudnn_calls));
+    if (cuda_attention_kernel_name() == "cudnn" && cudnn_calls == 0 && opt.precision == Precision::kBf16)
+      std::fprintf(stderr, "step: cuDNN attention was asked for but ran no call (%s): the step's attention ran on the "
+                   "fallback kernel\n", cuda_cudnn_describe().c_str());
     // Graph builds run inside steps (the first of each shape): their seconds are in the warmup
     // steps or, for a shape first met later, in a measured one.
     const CudnnBuildTotals b = cuda_cudnn_graph_builds();

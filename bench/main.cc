@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
       "         [--bf16-uploads shadow|convert] [--layers L] [--token-chunk N] [--nvme DIR[,DIR]]\n"
       "         [--checkpoint-stall DIR]  + the pause a checkpoint in DIR costs, between steps and beside them\n"
       "         [--doc-len N [--doc-spread on]]  rows packed with documents of N tokens (spread: 1 .. 2N-1)\n"
+      "         [--peak-n N]  the square GEMM the peak is measured with (8192 on CUDA, 2048 on the CPU)\n"
       "  uploads [--params 5e7 --threads T --link-gbps 50] bf16 uploads: AdamW shadow vs uploader conversion\n"
       "  packing [--mean 115 --sigma 0.8 --seq-len 2048 --examples 52002 --window 64]  packing efficiency of\n"
       "         log-normal example lengths, packed vs one example per row\n"

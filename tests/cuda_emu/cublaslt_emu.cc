@@ -1,8 +1,10 @@
-// The part of cuBLASLt that kernels/cuda/gemm.cu calls, on the CPU for the CUDA emulation:
+// The part of cuBLASLt that kernels/cuda/gemm.cu calls (and bench_cuda.cc's cublasGemmEx, its
+// reference), on the CPU for the CUDA emulation:
 // D = alpha op(A) op(B) + beta C in column-major storage, fp32 or bf16 operands, fp32
 // accumulation (in blocks of 16 products), one "algorithm". Arguments cuBLASLt would refuse
 // (a leading dimension below the rows, an unknown type or attribute) are refused the same way.
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include <cstring>
 #include <vector>
@@ -73,6 +75,26 @@ void multiply(const Desc& o, const Layout& a, const void* A, const Layout& b, co
       const float prior = be == 0.f ? 0.f : be * load(C, c.type, n * uint64_t(c.ld) + m);  // beta 0: C unread
       store(D, d.type, n * uint64_t(d.ld) + m, al * acc + prior);
     }
+}
+
+// Checks the operands (refused as cuBLASLt refuses them; outside device memory: stopped) and
+// queues D = alpha op(A) op(B) + beta C on the stream; alpha and beta are read now.
+cublasStatus_t matmul(const Desc& o, const void* alpha, const void* A, const Layout& a, const void* B, const Layout& b,
+                      const void* beta, const void* C, const Layout& c, void* D, const Layout& d, cudaStream_t stream) {
+  const uint64_t M = o.ta == CUBLAS_OP_N ? a.rows : a.cols, K = o.ta == CUBLAS_OP_N ? a.cols : a.rows;
+  const uint64_t Kb = o.tb == CUBLAS_OP_N ? b.rows : b.cols, N = o.tb == CUBLAS_OP_N ? b.cols : b.rows;
+  if (K != Kb || c.rows != M || c.cols != N || d.rows != M || d.cols != N || a.type != b.type)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const auto extent = [](const Layout& l) {
+    return (uint64_t(l.ld) * (l.cols - 1) + l.rows) * (l.type == CUDA_R_32F ? 4u : 2u);
+  };
+  mt_emu::check_device_range("cublasLtMatmul", "A", A, extent(a));
+  mt_emu::check_device_range("cublasLtMatmul", "B", B, extent(b));
+  mt_emu::check_device_range("cublasLtMatmul", "D", D, extent(d));
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  if (be != 0.f) mt_emu::check_device_range("cublasLtMatmul", "C", C, extent(c));
+  mt_emu::enqueue(stream, [=] { multiply(o, a, A, b, B, c, C, d, D, al, be, M, N, K); }, true);
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 }  // namespace
@@ -148,24 +170,40 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
-  const Desc o = *fields<cublasLtMatmulDescOpaque_t, Desc>(op);
-  const Layout a = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(la), b = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lb);
-  const Layout c = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lc), d = *fields<cublasLtMatrixLayoutOpaque_t, Layout>(ld);
-  const uint64_t M = o.ta == CUBLAS_OP_N ? a.rows : a.cols, K = o.ta == CUBLAS_OP_N ? a.cols : a.rows;
-  const uint64_t Kb = o.tb == CUBLAS_OP_N ? b.rows : b.cols, N = o.tb == CUBLAS_OP_N ? b.cols : b.rows;
-  if (K != Kb || c.rows != M || c.cols != N || d.rows != M || d.cols != N || a.type != b.type)
-    return CUBLAS_STATUS_INVALID_VALUE;
-  const auto extent = [](const Layout& l) {
-    return (uint64_t(l.ld) * (l.cols - 1) + l.rows) * (l.type == CUDA_R_32F ? 4u : 2u);
-  };
-  mt_emu::check_device_range("cublasLtMatmul", "A", A, extent(a));
-  mt_emu::check_device_range("cublasLtMatmul", "B", B, extent(b));
-  mt_emu::check_device_range("cublasLtMatmul", "D", D, extent(d));
-  // alpha and beta are read now (host pointers); the product runs when the stream reaches it.
-  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  if (be != 0.f) mt_emu::check_device_range("cublasLtMatmul", "C", C, extent(c));
-  mt_emu::enqueue(stream, [=] { multiply(o, a, A, b, B, c, C, d, D, al, be, M, N, K); }, true);
+  return matmul(*fields<cublasLtMatmulDescOpaque_t, Desc>(op), alpha, A, *fields<cublasLtMatrixLayoutOpaque_t, Layout>(la),
+                B, *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lb), beta, C,
+                *fields<cublasLtMatrixLayoutOpaque_t, Layout>(lc), D, *fields<cublasLtMatrixLayoutOpaque_t, Layout>(ld),
+                stream);
+}
+
+struct CublasHandle {
+  cudaStream_t stream = nullptr;
+};
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  *h = reinterpret_cast<cublasHandle_t>(new CublasHandle);
   return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  delete reinterpret_cast<CublasHandle*>(h);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+  reinterpret_cast<CublasHandle*>(h)->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+// C = alpha op(A) op(B) + beta C, column-major, fp32 scalars and accumulation.
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType_t at, int lda, const void* B,
+                            cudaDataType_t bt, int ldb, const void* beta, void* C, cudaDataType_t ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+  if (compute != CUBLAS_COMPUTE_32F || m <= 0 || n <= 0 || k <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+  const Desc o{ta, tb};
+  const Layout a{at, uint64_t(ta == CUBLAS_OP_N ? m : k), uint64_t(ta == CUBLAS_OP_N ? k : m), lda};
+  const Layout b{bt, uint64_t(tb == CUBLAS_OP_N ? k : n), uint64_t(tb == CUBLAS_OP_N ? n : k), ldb};
+  const Layout c{ct, uint64_t(m), uint64_t(n), ldc};
+  if (!valid(&a) || !valid(&b) || !valid(&c) || at != bt) return CUBLAS_STATUS_INVALID_VALUE;
+  return matmul(o, alpha, A, a, B, b, beta, C, c, C, c, reinterpret_cast<CublasHandle*>(h)->stream);
 }
 
 }  // extern "C"
