@@ -41,6 +41,24 @@ TEST(BenchStepMixedPrecision, RefusesUnknownPrecisionAndBadLayers) {
   }
 }
 
+// --peak-n sizes the GEMM the step's FLOP/s fraction is measured against (the CUDA emulation's
+// bench smoke needs a small one); the JSON names it, and a size that is no whole number is refused.
+TEST(BenchStep, PeakGemmSizeIsChosenAndNamed) {
+  const auto step = [](const std::string& n) {
+    return run_process({mt::testing_util::megatrain_bench(), "step", "--preset", "tiny", "--layers", "1", "--seq-len",
+                        "16", "--micro-batch", "1", "--steps", "1", "--warmup", "0", "--peak-n", n, "--json"});
+  };
+  const RunResult ok = step("128");
+  ASSERT_EQ(ok.rc, 0) << describe(ok);
+  ASSERT_EQ(ok.json_lines().size(), 1u) << describe(ok);
+  EXPECT_EQ(ok.json_lines()[0].find("peak_source")->as_string(), "cpu sgemm 128");
+  for (const char* bad : {"-1", "1.5", "100000"}) {
+    const RunResult r = step(bad);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_NE(r.err.find("--peak-n"), std::string::npos) << describe(r);
+  }
+}
+
 // Streaming always recomputes: --recompute defaults to on there, and only an explicit off (a
 // contradiction) is refused. The JSON says what ran.
 TEST(BenchStep, StreamingDefaultsToRecomputeAndRefusesOnlyOff) {
