@@ -21,8 +21,9 @@ Order order() {
     const std::string name = v ? v : "late";
     if (name == "late") return Order::kLate;
     if (name == "copies-first") return Order::kCopiesFirst;
+    if (name == "kernels-first") return Order::kKernelsFirst;
     if (name == "eager") return Order::kEager;
-    std::fprintf(stderr, "cuda_emu: MT_CUDA_EMU_ORDER=%s is not late, copies-first or eager\n", v);
+    std::fprintf(stderr, "cuda_emu: MT_CUDA_EMU_ORDER=%s is not late, copies-first, kernels-first or eager\n", v);
     std::abort();
   }();
   return o;
@@ -32,12 +33,15 @@ namespace {
 struct Queue;
 using QueuePtr = std::shared_ptr<Queue>;
 
+// A kernel (or library call), a copy (or fill, or free), or a marker (an event's record, a wait).
+enum class Kind { kKernel, kCopy, kMarker };
+
 // A queued piece of work, or (after set) a wait for another queue to reach a point.
 struct Op {
   uint64_t seq = 0;    // this queue's count, from 1
   uint64_t order = 0;  // the device's count: which was queued last
   std::function<void()> work;
-  bool kernel = false;  // a kernel (or library call), not a copy, fill, free or record
+  Kind kind = Kind::kMarker;
   QueuePtr after;  // a wait: `after` must have run through after_seq first
   uint64_t after_seq = 0;
 };
@@ -131,25 +135,26 @@ void run_through(const QueuePtr& q, uint64_t seq) {
   }
 }
 
-// Copies first: every queue whose next op is a copy, fill, free, record or a met wait runs it,
-// until none does (kernels wait to be needed). g_run held, g_mu not.
+std::vector<QueuePtr> all_queues() {  // g_mu not held
+  std::vector<QueuePtr> queues{g_legacy};
+  std::lock_guard<std::mutex> lock(g_mu);
+  queues.insert(queues.end(), g_all.begin(), g_all.end());
+  return queues;
+}
+
+// Copies first: every queue whose next op is a copy, a marker or a met wait runs it, until none
+// does (kernels wait to be needed). g_run held, g_mu not.
 void run_copies() {
-  if (order() != Order::kCopiesFirst) return;
   for (bool ran = true; ran;) {
     ran = false;
-    std::vector<QueuePtr> queues{g_legacy};
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      queues.insert(queues.end(), g_all.begin(), g_all.end());
-    }
-    for (const QueuePtr& q : queues)
+    for (const QueuePtr& q : all_queues())
       for (;;) {
         Op op;
         {
           std::lock_guard<std::mutex> lock(g_mu);
           if (q->ops.empty()) break;
           const Op& head = q->ops.front();
-          if (head.kernel || (head.after && head.after->done < head.after_seq)) break;
+          if (head.kind == Kind::kKernel || (head.after && head.after->done < head.after_seq)) break;
           op = std::move(q->ops.front());
           q->ops.pop_front();
         }
@@ -162,11 +167,61 @@ void run_copies() {
   }
 }
 
-// Runs q through seq, then (copies first) what copies can.
+// Kernels first: every queue whose next op is a kernel, a marker or a wait runs through it, what
+// it waits for first (copies run when a kernel needs them), until none does: a copy that reads
+// what a later kernel overwrites, with no wait between them, meets the overwritten data.
+void run_kernels() {
+  for (bool ran = true; ran;) {
+    ran = false;
+    for (const QueuePtr& q : all_queues()) {
+      uint64_t seq = 0;
+      {
+        std::lock_guard<std::mutex> lock(g_mu);
+        if (q->ops.empty() || q->ops.front().kind == Kind::kCopy) continue;
+        seq = q->ops.front().seq;
+      }
+      run_through(q, seq);
+      ran = true;
+    }
+  }
+}
+
+// The early half of the order, after a forced run or a new op. g_run held.
+void run_early() {
+  if (order() == Order::kCopiesFirst) run_copies();
+  if (order() == Order::kKernelsFirst) run_kernels();
+}
+
+// Runs q through seq, then what the order runs early.
 void run_now(const QueuePtr& q, uint64_t seq) {
   std::lock_guard<std::mutex> run(g_run);
   run_through(q, seq);
-  run_copies();
+  run_early();
+}
+
+// Queues the op on s and returns its place there.
+uint64_t enqueue_op(cudaStream_t s, std::function<void()> work, Kind kind) {
+  const QueuePtr q = queue_of(s);
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (q == g_legacy) {
+      for (const QueuePtr& other : g_all)
+        if (other->blocking) push_wait(q, other, other->queued);
+    } else if (q->blocking) {
+      push_wait(q, g_legacy, g_legacy->queued);
+    }
+    Op op;
+    op.work = std::move(work);
+    op.kind = kind;
+    push(q, std::move(op));
+    seq = q->queued;
+  }
+  if (order() == Order::kCopiesFirst || order() == Order::kKernelsFirst) {
+    std::unique_lock<std::mutex> run(g_run, std::try_to_lock);  // a busy runner runs them after
+    if (run.owns_lock()) run_early();
+  }
+  return seq;
 }
 
 }  // namespace
@@ -177,27 +232,7 @@ void enqueue(cudaStream_t s, std::function<void()> work, bool kernel) {
     work();
     return;
   }
-  const QueuePtr q = queue_of(s);
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (q == g_legacy) {
-      for (const QueuePtr& other : g_all)
-        if (other->blocking) push_wait(q, other, other->queued);
-    } else if (q->blocking) {
-      push_wait(q, g_legacy, g_legacy->queued);
-    }
-  }
-  Op op;
-  op.work = std::move(work);
-  op.kernel = kernel;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    push(q, std::move(op));
-  }
-  if (!kernel && order() == Order::kCopiesFirst) {
-    std::unique_lock<std::mutex> run(g_run, std::try_to_lock);  // a busy runner runs copies after
-    if (run.owns_lock()) run_copies();
-  }
+  enqueue_op(s, std::move(work), kernel ? Kind::kKernel : Kind::kCopy);
 }
 
 void run_stream(cudaStream_t s) {
@@ -227,7 +262,7 @@ void run_device() {
     }
     if (!q) return;
     run_through(q, seq);
-    run_copies();
+    run_early();
   }
 }
 
@@ -257,15 +292,16 @@ void record_event(cudaEvent_t e, cudaStream_t s) {
   auto at = std::make_shared<std::chrono::steady_clock::time_point>();
   auto work = [at] { *at = std::chrono::steady_clock::now(); };
   const QueuePtr q = queue_of(s);
+  uint64_t seq = 0;
   if (eager()) {
     work();
   } else {
-    enqueue(s, work, false);
+    seq = enqueue_op(s, work, Kind::kMarker);
   }
   std::lock_guard<std::mutex> lock(g_mu);
   EventState& ev = state_of(e);
   ev.queue = q;
-  ev.seq = eager() ? 0 : q->queued;
+  ev.seq = seq;
   ev.ran_at = at;
   ev.answered_not_ready = false;
 }

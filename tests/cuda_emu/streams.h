@@ -10,6 +10,8 @@
 //   copies-first  copies, fills and event records run as soon as their stream and waits let
 //                 them, kernels late: a copy overwriting what a queued kernel has yet to read
 //                 (a missing wait before reusing a buffer) shows, which `late` hides;
+//   kernels-first kernels run as soon as their stream lets them (the copies they wait for
+//                 then), other copies late: a copy reading what a later kernel overwrites shows;
 //   eager         everything at once on the calling thread, in the host's order.
 #pragma once
 #include <cuda_runtime.h>
@@ -19,7 +21,7 @@
 
 namespace mt_emu {
 
-enum class Order { kLate, kCopiesFirst, kEager };
+enum class Order { kLate, kCopiesFirst, kKernelsFirst, kEager };
 Order order();
 
 // Queues `work` (a kernel or library call, or else a copy, fill or free) on stream s (nullptr: the legacy default stream, ordered after every blocking

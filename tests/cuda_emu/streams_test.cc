@@ -98,7 +98,7 @@ TEST(CudaEmulatorStreams, APinnedSourceOverwrittenBeforeItsCopyRanIsWhatTheCopyR
 }
 
 TEST(CudaEmulatorStreams, AnEventAnswersNotReadyOnceThenItsWorkRuns) {
-  MT_REQUIRE_ORDER(Order::kLate, Order::kCopiesFirst);
+  MT_REQUIRE_ORDER(Order::kLate, Order::kCopiesFirst);  // (kernels first: the kernel has run)
   Buffers b;
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -181,6 +181,36 @@ TEST(CudaEmulatorStreams, CopiesFirstACopyOverwritingWhatAQueuedKernelReadsShows
   MT_REQUIRE_ORDER(Order::kCopiesFirst);
   EXPECT_EQ(read_then_overwrite(true), 1.f);
   EXPECT_EQ(read_then_overwrite(false), 2.f);
+}
+
+// A copy reads x on one stream; a kernel overwrites x on another. Kernels first, the kernel runs
+// before the queued copy unless the kernel's stream waits for the copy's.
+float copy_then_overwrite(bool wait) {
+  Buffers b;
+  *b.pinned = 1.f;
+  cudaMemcpy(b.x, b.pinned, sizeof(float), cudaMemcpyHostToDevice);
+  *b.pinned = 0.f;
+  cudaStream_t reader, writer;
+  cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking);
+  cudaEvent_t read;
+  cudaEventCreate(&read);
+  cudaMemcpyAsync(b.pinned, b.x, sizeof(float), cudaMemcpyDeviceToHost, reader);
+  cudaEventRecord(read, reader);
+  if (wait) cudaStreamWaitEvent(writer, read, 0);
+  fill_kernel(writer, b.x, 2.f);
+  cudaDeviceSynchronize();
+  const float got = *b.pinned;
+  cudaStreamDestroy(reader);
+  cudaStreamDestroy(writer);
+  cudaEventDestroy(read);
+  return got;
+}
+
+TEST(CudaEmulatorStreams, KernelsFirstAKernelOverwritingWhatAQueuedCopyReadsShows) {
+  MT_REQUIRE_ORDER(Order::kKernelsFirst);
+  EXPECT_EQ(copy_then_overwrite(true), 1.f);
+  EXPECT_EQ(copy_then_overwrite(false), 2.f);
 }
 
 }  // namespace
