@@ -14,6 +14,7 @@
 #include <mutex>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda_emu/cuda_emu.h"
@@ -34,14 +35,18 @@ cudaError_t fail_with(cudaError_t e) {
   return e;
 }
 
+// The block of `blocks` starting at or before p (start, length), or {nullptr, 0}.
+std::pair<const char*, size_t> block_at_or_before(const std::map<const char*, size_t>& blocks, const void* p) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = blocks.upper_bound(static_cast<const char*>(p));
+  if (it == blocks.begin()) return {nullptr, 0};
+  --it;
+  return *it;
+}
 // Whether [p, p + bytes) lies in one block of `blocks`.
 bool within(const std::map<const char*, size_t>& blocks, const void* p, size_t bytes) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  const char* c = static_cast<const char*>(p);
-  auto it = blocks.upper_bound(c);
-  if (it == blocks.begin()) return false;
-  --it;
-  return c >= it->first && c + bytes <= it->first + it->second;
+  const auto [start, length] = block_at_or_before(blocks, p);
+  return start && static_cast<const char*>(p) + bytes <= start + length;
 }
 bool on_device(const void* p, size_t bytes) { return within(g_device, p, bytes); }
 // What a kernel or a device-side copy may touch: device memory, or mapped (pinned) host memory.
@@ -49,12 +54,8 @@ bool device_reachable(const void* p, size_t bytes) { return on_device(p, bytes) 
 bool pageable(const void* p, size_t bytes) { return !device_reachable(p, bytes); }
 // Whether p lies in a block of `blocks` or one past its end (an empty range's pointer).
 bool inside_or_end(const std::map<const char*, size_t>& blocks, const void* p) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  const char* c = static_cast<const char*>(p);
-  auto it = blocks.upper_bound(c);
-  if (it == blocks.begin()) return false;
-  --it;
-  return c <= it->first + it->second;
+  const auto [start, length] = block_at_or_before(blocks, p);
+  return start && static_cast<const char*>(p) <= start + length;
 }
 // A copy's kind names where each side is: device and host memory are one here, so a pageable
 // host pointer passed as a device one (or a device pointer as a host one) is refused, as the

@@ -117,6 +117,14 @@ void push_wait(const QueuePtr& q, const QueuePtr& on, uint64_t seq) {  // g_mu h
   push(q, std::move(w));
 }
 
+// Runs op, popped from q, and marks q done through it. g_run held, g_mu not.
+void run_op(const QueuePtr& q, Op op) {
+  if (op.work) op.work();
+  std::lock_guard<std::mutex> lock(g_mu);
+  q->done = op.seq;
+  --g_pending;
+}
+
 // Runs q through `seq`; g_run held, g_mu not.
 void run_through(const QueuePtr& q, uint64_t seq) {
   for (;;) {
@@ -128,10 +136,7 @@ void run_through(const QueuePtr& q, uint64_t seq) {
       q->ops.pop_front();
     }
     if (op.after) run_through(op.after, op.after_seq);
-    if (op.work) op.work();
-    std::lock_guard<std::mutex> lock(g_mu);
-    q->done = op.seq;
-    --g_pending;
+    run_op(q, std::move(op));
   }
 }
 
@@ -158,10 +163,7 @@ void run_copies() {
           op = std::move(q->ops.front());
           q->ops.pop_front();
         }
-        if (op.work) op.work();
-        std::lock_guard<std::mutex> lock(g_mu);
-        q->done = op.seq;
-        --g_pending;
+        run_op(q, std::move(op));
         ran = true;
       }
   }
@@ -251,14 +253,12 @@ void run_device() {
   for (;;) {
     QueuePtr q;
     uint64_t seq = 0, order = 0;
+    const std::vector<QueuePtr> queues = all_queues();
     {
       std::lock_guard<std::mutex> lock(g_mu);
-      auto consider = [&](const QueuePtr& c) {
+      for (const QueuePtr& c : queues)
         if (!c->ops.empty() && c->ops.front().order > order)
           q = c, seq = c->ops.front().seq, order = c->ops.front().order;
-      };
-      consider(g_legacy);
-      for (const QueuePtr& c : g_all) consider(c);
     }
     if (!q) return;
     run_through(q, seq);

@@ -40,6 +40,27 @@ void fill_kernel(cudaStream_t s, float* dst, float v) {
   mt_emu::launch(Config(dim3(1), dim3(1), 0, s), nullptr, "fill", [=] { *dst = v; });
 }
 
+// Two non-blocking streams and an event: order() records it on `first` and, when asked, makes
+// `second` wait for it — the one dependency each race below is about.
+struct TwoStreams {
+  cudaStream_t first, second;
+  cudaEvent_t event;
+  TwoStreams() {
+    cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking);
+    cudaEventCreate(&event);
+  }
+  ~TwoStreams() {
+    cudaStreamDestroy(first);
+    cudaStreamDestroy(second);
+    cudaEventDestroy(event);
+  }
+  void order(bool wait) {
+    cudaEventRecord(event, first);
+    if (wait) cudaStreamWaitEvent(second, event, 0);
+  }
+};
+
 using mt_emu::Order;
 #define MT_REQUIRE_ORDER(...)                                                                   \
   do {                                                                                          \
@@ -51,21 +72,12 @@ using mt_emu::Order;
 // One stream writes x, another copies it to y: only cudaStreamWaitEvent orders the two.
 float cross_stream_read(bool wait) {
   Buffers b;
-  cudaStream_t producer, consumer;
-  cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking);
-  cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking);
-  cudaEvent_t written;
-  cudaEventCreate(&written);
-  fill_kernel(producer, b.x, 7.f);
-  cudaEventRecord(written, producer);
-  if (wait) cudaStreamWaitEvent(consumer, written, 0);
-  copy_kernel(consumer, b.y, b.x);
-  cudaStreamSynchronize(consumer);
-  const float y = b.read(b.y);
-  cudaStreamDestroy(producer);
-  cudaStreamDestroy(consumer);
-  cudaEventDestroy(written);
-  return y;
+  TwoStreams s;  // producer, consumer
+  fill_kernel(s.first, b.x, 7.f);
+  s.order(wait);
+  copy_kernel(s.second, b.y, b.x);
+  cudaStreamSynchronize(s.second);
+  return b.read(b.y);
 }
 
 TEST(CudaEmulatorStreams, AConsumerStreamWithoutItsWaitReadsUnwrittenData) {
@@ -159,22 +171,13 @@ float read_then_overwrite(bool wait) {
   Buffers b;
   *b.pinned = 1.f;
   cudaMemcpy(b.x, b.pinned, sizeof(float), cudaMemcpyHostToDevice);
-  cudaStream_t reader, writer;
-  cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
-  cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking);
-  cudaEvent_t read;
-  cudaEventCreate(&read);
-  copy_kernel(reader, b.y, b.x);
-  cudaEventRecord(read, reader);
-  if (wait) cudaStreamWaitEvent(writer, read, 0);
+  TwoStreams s;  // reader, writer
+  copy_kernel(s.first, b.y, b.x);
+  s.order(wait);
   *b.pinned = 2.f;
-  cudaMemcpyAsync(b.x, b.pinned, sizeof(float), cudaMemcpyHostToDevice, writer);
+  cudaMemcpyAsync(b.x, b.pinned, sizeof(float), cudaMemcpyHostToDevice, s.second);
   cudaDeviceSynchronize();
-  const float y = b.read(b.y);
-  cudaStreamDestroy(reader);
-  cudaStreamDestroy(writer);
-  cudaEventDestroy(read);
-  return y;
+  return b.read(b.y);
 }
 
 TEST(CudaEmulatorStreams, CopiesFirstACopyOverwritingWhatAQueuedKernelReadsShows) {
@@ -190,21 +193,12 @@ float copy_then_overwrite(bool wait) {
   *b.pinned = 1.f;
   cudaMemcpy(b.x, b.pinned, sizeof(float), cudaMemcpyHostToDevice);
   *b.pinned = 0.f;
-  cudaStream_t reader, writer;
-  cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking);
-  cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking);
-  cudaEvent_t read;
-  cudaEventCreate(&read);
-  cudaMemcpyAsync(b.pinned, b.x, sizeof(float), cudaMemcpyDeviceToHost, reader);
-  cudaEventRecord(read, reader);
-  if (wait) cudaStreamWaitEvent(writer, read, 0);
-  fill_kernel(writer, b.x, 2.f);
+  TwoStreams s;  // reader, writer
+  cudaMemcpyAsync(b.pinned, b.x, sizeof(float), cudaMemcpyDeviceToHost, s.first);
+  s.order(wait);
+  fill_kernel(s.second, b.x, 2.f);
   cudaDeviceSynchronize();
-  const float got = *b.pinned;
-  cudaStreamDestroy(reader);
-  cudaStreamDestroy(writer);
-  cudaEventDestroy(read);
-  return got;
+  return *b.pinned;
 }
 
 TEST(CudaEmulatorStreams, KernelsFirstAKernelOverwritingWhatAQueuedCopyReadsShows) {
