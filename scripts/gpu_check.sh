@@ -234,12 +234,14 @@ PEER=(--preset qwen2.5-7b --layers 4 --seq-len 2048 --micro-batch 1 --global-bat
 # DeepSpeed from carried files (bench/peers/fetch_deepspeed_wheels.sh), installed offline; its
 # CPUAdam then JIT-builds at first use (ninja, nvcc). Also gives peer (c) its CPUAdam.
 # Into a folder of ours on PYTHONPATH (the image's venv may be read-only), each package named,
-# without dependency resolution: the rest (torch, numpy, ...) is the image's.
+# without dependency resolution: the rest (torch, numpy, ...) is the image's. typing-extensions
+# too: the carried pydantic needs >= 4.16, newer than the image may have (a newer one only adds).
+# bench/peers/cpu_smoke.py runs the peers on a CPU first (PERF.md says how it was installed).
 if [ -d "$ROOT/third_party_src/wheels" ] && ! python3 -c "import deepspeed" 2>/dev/null; then
   export PYTHONPATH="$BUILD/pydeps${PYTHONPATH:+:$PYTHONPATH}"
   step install_deepspeed 150 - env DS_BUILD_OPS=0 python3 -m pip install --no-index --no-build-isolation --no-deps \
     --target "$BUILD/pydeps" --find-links "$ROOT/third_party_src/wheels" deepspeed hjson pydantic pydantic-core \
-    annotated-types typing-inspection
+    annotated-types typing-inspection typing-extensions
 fi
 step peer_torch_resident 150 "$OUT/peer_torch_resident.json" python3 bench/peers/torch_resident.py "${PEER[@]}"
 step peer_megatrain_official 180 "$OUT/peer_megatrain_official.json" python3 bench/peers/megatrain_official.py \

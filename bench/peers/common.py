@@ -14,6 +14,17 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULT = sys.stdout  # where the one result line goes: see keep_stdout_for_the_result
+
+
+def keep_stdout_for_the_result():
+    """stdout carries exactly one JSON line (scripts/gpu_check.sh saves it as the peer's .json);
+    whatever a library prints there, from Python or C (DeepSpeed's op builds, its logger), goes to
+    stderr instead."""
+    global RESULT
+    sys.stdout.flush()
+    RESULT = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
 
 
 def parse_args(peer, extra=None):
@@ -29,6 +40,7 @@ def parse_args(peer, extra=None):
     if extra:
         extra(p)
     a = p.parse_args()
+    keep_stdout_for_the_result()
     if a.global_batch % a.micro_batch:
         p.error("--global-batch must be a multiple of --micro-batch")
     return a
@@ -92,23 +104,44 @@ def emit(a, peer, cfg, params, step_s, loss, **fields):
         "loss": float(loss), "python": platform.python_version(),
     }
     out.update(fields)
-    print(json.dumps(out) if a.json else "\n".join(f"{k:24} {v}" for k, v in out.items()))
-    sys.stdout.flush()
+    print(json.dumps(out) if a.json else "\n".join(f"{k:24} {v}" for k, v in out.items()), file=RESULT, flush=True)
 
 
-def torch_on_cuda(peer):
-    """torch and transformers' AutoModelForCausalLM with a CUDA device, or fail() saying what is missing."""
+def torch_on_device(peer):
+    """torch, transformers' AutoModelForCausalLM and the device to run on, or fail() saying what is
+    missing. The device is CUDA unless MT_PEER_DEVICE=cpu asks for a smoke run on the host (a check
+    that the script, its model and its library's configuration work before a GPU lease is spent on
+    them: bench/peers/cpu_smoke.py; its times mean nothing)."""
     try:
         import torch
         from transformers import AutoModelForCausalLM
     except ImportError as e:
         fail(peer, f"cannot import torch/transformers: {e}")
-    if not torch.cuda.is_available():
+    device = os.environ.get("MT_PEER_DEVICE", "cuda")
+    if device not in ("cuda", "cpu"):
+        fail(peer, f"MT_PEER_DEVICE={device}: cuda or cpu")
+    if device == "cuda" and not torch.cuda.is_available():
         fail(peer, "no CUDA device")
-    return torch, AutoModelForCausalLM
+    return torch, AutoModelForCausalLM, device
+
+
+def start_timing(torch, device):
+    """The synchronisation a timed step needs; on CUDA the peak-memory count starts here."""
+    if device == "cpu":
+        return lambda: None
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.synchronize
+
+
+def device_report(torch, device):
+    """The JSON fields that depend on the device, read after the timed steps."""
+    if device == "cpu":
+        return {"device": "cpu", "smoke": True, "torch": torch.__version__}
+    return {"device": torch.cuda.get_device_name(), "device_peak_bytes": torch.cuda.max_memory_allocated(),
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
 
 
 def fail(peer, why):
     """A peer that cannot run says exactly why, as one JSON line, and exits 3 (not 1: not a crash)."""
-    print(json.dumps({"suite": "step", "peer": peer, "ok": False, "error": why}))
+    print(json.dumps({"suite": "step", "peer": peer, "ok": False, "error": why}), file=RESULT, flush=True)
     sys.exit(3)

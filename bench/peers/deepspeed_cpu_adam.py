@@ -18,12 +18,15 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 
 def unavailable(e):
     """As bench/peers/common.py fail(): why, as one JSON line on stdout (gpu_check logs its tail), and 3."""
     print(f"deepspeed_cpu_adam: cannot run here: {e}", file=sys.stderr)
     print(json.dumps({"suite": "adamw_peer", "peer": "deepspeed_cpu_adam", "ok": False,
-                      "error": f"{type(e).__name__}: {e}"[:500]}))
+                      "error": f"{type(e).__name__}: {e}"[:500]}), file=common.RESULT, flush=True)
     return 3
 
 
@@ -34,6 +37,7 @@ def main():
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    common.keep_stdout_for_the_result()
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     try:
@@ -82,7 +86,8 @@ def main():
         "seconds": t,
         "update_err_vs_float64": update_err,
     }
-    print(json.dumps(out) if a.json else "\n".join(f"{k:24} {v}" for k, v in out.items()))
+    print(json.dumps(out) if a.json else "\n".join(f"{k:24} {v}" for k, v in out.items()), file=common.RESULT,
+          flush=True)
     return 0
 
 

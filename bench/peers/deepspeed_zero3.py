@@ -18,7 +18,7 @@ import common  # noqa: E402
 
 def main():
     a = common.parse_args("deepspeed_zero3", lambda p: p.add_argument("--local_rank", type=int, default=0))
-    torch, AutoModelForCausalLM = common.torch_on_cuda("deepspeed_zero3")
+    torch, AutoModelForCausalLM, dev = common.torch_on_device("deepspeed_zero3")
     try:
         import deepspeed
     except ImportError as e:
@@ -62,10 +62,9 @@ def main():
             total += loss.detach() / micro
         return float(total)
 
-    torch.cuda.reset_peak_memory_stats()
-    step_s, loss = common.time_steps(a, step, torch.cuda.synchronize)
-    common.emit(a, "deepspeed_zero3", cfg, params, step_s, loss, deepspeed=deepspeed.__version__,
-                device_peak_bytes=torch.cuda.max_memory_allocated(), torch=torch.__version__, attention="sdpa")
+    step_s, loss = common.time_steps(a, step, common.start_timing(torch, dev))
+    common.emit(a, "deepspeed_zero3", cfg, params, step_s, loss, deepspeed=deepspeed.__version__, attention="sdpa",
+                **common.device_report(torch, dev))
 
 
 if __name__ == "__main__":

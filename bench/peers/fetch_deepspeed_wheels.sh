@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Peer (b) for a GPU machine without network: DeepSpeed's sdist and the dependencies the GPU
-# image lacks (hjson, pydantic and its parts; msgpack, ninja, py-cpuinfo, psutil, einops,
-# nvidia-ml-py, packaging, tqdm and torch are there), as files for its Python 3.12, into
-# third_party_src/wheels/ (git-ignored). Carry that folder; scripts/gpu_check.sh installs from
-# it offline (pip --no-index) before bench/peers/deepspeed_zero3.py runs.
+# image lacks (hjson, pydantic and its parts, a typing-extensions new enough for it; msgpack,
+# ninja, py-cpuinfo, psutil, einops, nvidia-ml-py, packaging, tqdm and torch are there), as
+# files for its Python 3.12, into third_party_src/wheels/ (git-ignored). Carry that folder;
+# scripts/gpu_check.sh installs from it offline (pip --no-index) before the peers run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=third_party_src/wheels

@@ -32,11 +32,16 @@ def main():
         common.fail("megatrain_official", "its sources are not here: copy ../shared/peers/megatrain-official to "
                     "third_party_src/megatrain-official and carry it, or pass --source")
     sys.path.insert(0, src)
-    torch, AutoModelForCausalLM = common.torch_on_cuda("megatrain_official")
+    torch, AutoModelForCausalLM, dev = common.torch_on_device("megatrain_official")
     try:
         from infinity import CPUMasterConfig, CPUMasterModel
     except ImportError as e:
         common.fail("megatrain_official", f"cannot import its infinity package from {src}: {e}")
+    if dev == "cpu":  # a smoke run: its CUDA calls on the host (cpu_cuda_shim.py)
+        import cpu_cuda_shim
+        from infinity.model import cpu_master
+
+        cpu_cuda_shim.install(cpu_master, torch)
     cfg = common.hf_config(a)
     torch.manual_seed(0)
     # dataset_path: its __post_init__ refuses a config without one (never read by CPUMasterModel).
@@ -74,11 +79,9 @@ def main():
         opt.zero_grad()
         return loss
 
-    torch.cuda.reset_peak_memory_stats()
-    step_s, loss = common.time_steps(a, step, torch.cuda.synchronize)
-    common.emit(a, "megatrain_official", cfg, params, step_s, loss, optimizer=optimizer,
-                sequences_per_pass=int(input_ids.shape[0]), device_peak_bytes=torch.cuda.max_memory_allocated(),
-                torch=torch.__version__, attention="sdpa")
+    step_s, loss = common.time_steps(a, step, common.start_timing(torch, dev))
+    common.emit(a, "megatrain_official", cfg, params, step_s, loss, optimizer=optimizer, attention="sdpa",
+                sequences_per_pass=int(input_ids.shape[0]), **common.device_report(torch, dev))
 
 
 if __name__ == "__main__":

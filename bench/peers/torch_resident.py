@@ -15,21 +15,21 @@ import common  # noqa: E402
 
 def main():
     a = common.parse_args("torch_resident", lambda p: p.add_argument("--recompute", action="store_true"))
-    torch, AutoModelForCausalLM = common.torch_on_cuda("torch_resident")
+    torch, AutoModelForCausalLM, dev = common.torch_on_device("torch_resident")
     cfg = common.hf_config(a)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").float().cuda()
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").float().to(dev)
     if a.recompute:
         model.gradient_checkpointing_enable()
     model.train()
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)
-    data = common.batches(a, cfg.vocab_size, "cuda")
+    data = common.batches(a, cfg.vocab_size, dev)
 
     def step():
         total = 0.0
         for x in data:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(dev, dtype=torch.bfloat16):
                 loss = model(input_ids=x, labels=x).loss / len(data)
             loss.backward()
             total += loss.detach()
@@ -38,11 +38,9 @@ def main():
         opt.zero_grad(set_to_none=True)
         return float(total)
 
-    torch.cuda.reset_peak_memory_stats()
-    step_s, loss = common.time_steps(a, step, torch.cuda.synchronize)
-    common.emit(a, "torch_resident", cfg, params, step_s, loss, recompute=a.recompute,
-                device_peak_bytes=torch.cuda.max_memory_allocated(), torch=torch.__version__,
-                cudnn=torch.backends.cudnn.version(), attention="sdpa")
+    step_s, loss = common.time_steps(a, step, common.start_timing(torch, dev))
+    common.emit(a, "torch_resident", cfg, params, step_s, loss, recompute=a.recompute, attention="sdpa",
+                **common.device_report(torch, dev))
 
 
 if __name__ == "__main__":
