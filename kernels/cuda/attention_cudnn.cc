@@ -82,8 +82,11 @@ Ragged ragged_inputs(fe::graph::Graph& g, const Key& k) {
           index("off_lse", kOffLse, k.b + 1, fe::DataType_t::INT64)};
 }
 
-std::shared_ptr<fe::graph::Graph> new_graph() {
+// sm: the compute capability the frontend checks the graph for (its nodes copy the graph's
+// context when added); 0 asks the current device.
+std::shared_ptr<fe::graph::Graph> new_graph(int sm) {
   auto g = std::make_shared<fe::graph::Graph>();
+  if (sm > 0) g->set_sm_version(sm);
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -110,9 +113,9 @@ Qkv qkv_inputs(fe::graph::Graph& g, const Views& v) {
           g.tensor(attrs("V", kV, v.qkv_dim(v.k.KVH), v.qkv_stride()))};
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
+std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k, int sm = 0) {
   const Views v{k};
-  auto g = new_graph();
+  auto g = new_graph(sm);
   auto [Q, K, V] = qkv_inputs(*g, v);
   auto opt = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale_of(k));
   set_mask(opt, k);
@@ -129,9 +132,9 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k) {
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k, int sm = 0) {
   const Views v{k};
-  auto g = new_graph();
+  auto g = new_graph(sm);
   auto [Q, K, V] = qkv_inputs(*g, v);
   auto O = g->tensor(attrs("O", kO, v.out_dim(), v.out_stride()));
   auto dO = g->tensor(attrs("dO", kDO, v.out_dim(), v.out_stride()));
@@ -322,6 +325,18 @@ size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
   const uint64_t dq_accum = qd * sizeof(float), sums = 2 * tokens * uint64_t(H) * sizeof(float);
   const uint64_t meta = meta_bytes(ragged::pow2_at_least(std::max(T, 1)));
   return size_t(dp + full_heads + dq_accum + sums + meta + (uint64_t(64) << 20));
+}
+
+std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm) {
+  try {
+    for (const RowCall& c : row_calls(s, docs))
+      for (const auto& g : {forward_graph(c.key, sm), backward_graph(c.key, sm)}) {
+        if (auto e = g->validate(); !e.is_good()) return e.get_message();
+      }
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
 }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -57,6 +57,13 @@ struct AttentionShape {
   AttentionOptions opt = {};  // sliding window (cuDNN's diagonal band) and score scale
 };
 
+// The cuDNN frontend's own checks (Graph::validate) of the graph pair every call of this shape and
+// these documents (host starts) needs, for a device of compute capability `sm` (90: sm_90),
+// without a device or a handle: "" when it accepts them all, else the first refusal. What the
+// library's engines decide (CudnnAttention::supports) still needs the device; this catches on
+// any machine a graph the frontend would refuse on the lease.
+std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm);
+
 class CudnnAttention {
  public:
   // Refuses, by name, a build without cuDNN, a runtime library older than the headers this

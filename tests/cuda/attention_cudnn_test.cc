@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
+#include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention.cuh"
@@ -229,6 +231,45 @@ TEST(CudaAttentionCudnn, TheReservedWorkspaceTakesTheRealShapes) {
   const DocumentSpans spans{starts.data(), starts.data(), int(starts.size()) - 1};
   EXPECT_TRUE(attn->supports({1, T, H, KVH, D}, &spans, &why)) << why;
   std::printf("workspace reserved %zu, used %zu\n", ws.size(), attn->workspace_used());
+}
+
+// The frontend's own checks of every graph pair the tests above and the step benches build, for
+// sm_90, on any machine (no device, no handle): a graph it would refuse on the lease fails here
+// first. The step shapes: qwen2.5-7b's heads (28/4, D 128) at 2K, 4K and 32K, dense and packed
+// (the bench's documents of 1..1023 tokens: buckets of 2^k documents of 2^j tokens); Gemma 3's
+// sliding windows with their scales (1b: D 256, 27b: D 128); llama's 32/8 at D 128; qwen3's 16/8 at D 128 and 64.
+TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
+  MT_REQUIRE_CUDNN();
+  auto check = [](const cuda::AttentionShape& s, const std::vector<int32_t>& starts, const std::string& what) {
+    const DocumentSpans spans{starts.data(), starts.data(), int(starts.size()) - 1};
+    const std::string why = cuda::cudnn_validate_graphs(s, starts.empty() ? nullptr : &spans, 90);
+    EXPECT_EQ(why, "") << what << " B=" << s.B << " T=" << s.T << " H=" << s.H << " KVH=" << s.KVH << " D=" << s.D
+                       << " window=" << s.opt.window;
+  };
+  for (const Case& c : cases()) {
+    if (c.T == 1) continue;  // refused by cuDNN's backward, by design (RefusesWhatItCannotRun)
+    const Inputs in(c);
+    check({c.B, c.T, c.H, c.KVH, c.D}, document_starts(in.p(), c.B, c.T), c.str());
+  }
+  for (int T : {2048, 4096, 32768}) {
+    check({1, T, 28, 4, 128}, {}, "qwen2.5-7b dense");
+    for (int len : {1, 7, 64, 1023}) {  // one row of documents of `len` tokens (the last shorter)
+      std::vector<int32_t> starts;
+      for (int t = 0; t < T; t += len) starts.push_back(t);
+      starts.push_back(T);
+      check({1, T, 28, 4, 128}, starts, "qwen2.5-7b packed, documents of " + std::to_string(len));
+    }
+  }
+  check({2, 4096, 32, 8, 128}, {}, "llama3-8b");
+  check({2, 4096, 16, 8, 128}, {}, "qwen3-8b");
+  check({2, 4096, 16, 8, 64}, {}, "qwen3, head_dim 64");
+  for (auto [H, KVH, D, window, scalar] : {std::tuple{4, 1, 256, 512, 256}, std::tuple{32, 16, 128, 1024, 168}}) {
+    cuda::AttentionShape gemma{2, 4096, H, KVH, D};  // gemma-3-1b, gemma-3-27b
+    gemma.opt.window = window, gemma.opt.scale = 1.0 / std::sqrt(double(scalar));
+    check(gemma, {}, "gemma-3 sliding window");
+  }
+  // The check can fail: a head_dim cuDNN has no SDPA for.
+  EXPECT_NE(cuda::cudnn_validate_graphs({1, 64, 4, 4, 1024}, nullptr, 90), "");
 }
 
 // The library found at run time (no device needed): CudnnAttention::create refuses one older
