@@ -24,6 +24,7 @@
 # third_party_src/cudnn_frontend/include); without them it builds without the cuDNN path.
 # Everything lands under $OUT (default ./gpu_check_out): summary.txt (one line per step with
 # its exit status and elapsed seconds), results.txt, *.log, tests_*.json (GoogleTest), bench_*.json.
+# `scripts/gpu_report.py $OUT` turns them into the tables docs/PERF.md records.
 # Every step runs under `timeout`; the script stops starting new steps after $BUDGET_S seconds
 # (default 450), and no step may run past $HARD_S seconds from the start (default 570: each
 # step's limit is cut to what is left), so that the whole run fits in 10 minutes. Exit status:

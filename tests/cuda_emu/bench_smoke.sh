@@ -73,4 +73,14 @@ run step_nvme "$B" "${TINY[@]}" --precision bf16 --nvme "$OUT/nvme" --nvme-maste
 run step_long "$B" "${STEP[@]}" --preset tiny --precision bf16 --seq-len 512 --micro-batch 1 --global-batch 1 \
   --device-gib 1
 run adamw "$B" adamw --params 1e5 --reps 1 --json
+# The report the session after a lease writes PERF.md from (scripts/gpu_report.py) reads every
+# line above: each suite's table must come out.
+if ! python3 "$ROOT/scripts/gpu_report.py" "$OUT" >"$OUT/report.md" 2>"$OUT/report.log"; then
+  echo "FAIL scripts/gpu_report.py $OUT" >&2 && cat "$OUT/report.log" >&2 && failed=1
+fi
+for section in "## Attention" "## Memory-bound kernels" "## Steps" "| MoE file" "| checkpoint file" "| gemm shape" \
+  "| link" "| pin" "| adamw"; do
+  grep -qF "$section" "$OUT/report.md" || { echo "FAIL report without '$section'" >&2 && failed=1; }
+done
+[ "$failed" = 0 ] && echo "ok   report ($(grep -c '^| ' "$OUT/report.md") table lines)"
 exit $failed
