@@ -141,7 +141,9 @@ log "cuDNN from ${CUDNN_LIB:-nowhere in the Python wheels (cuDNN attention is re
 PREBUILT=0
 if [ -f "$ROOT/.gpu_carry/bundle.tar.xz" ] && [ "$DRY" != 1 ]; then
   mkdir -p "$BUILD/prebuilt" && tar -C "$BUILD/prebuilt" -xJf "$ROOT/.gpu_carry/bundle.tar.xz"
-  export LD_LIBRARY_PATH="$BUILD/prebuilt/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The CUDA install's libraries after the wheels' cuDNN and NCCL: a libcudnn there (older, or
+  # not there at all) must not shadow the wheel's, which the binaries were checked against.
+  export LD_LIBRARY_PATH="$BUILD/prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/cuda/lib64:/usr/local/cuda/lib"
   if "$BUILD/prebuilt/bin/mt_cuda_tests" --gtest_list_tests >"$OUT/prebuilt_list.txt" 2>&1; then
     PREBUILT=1
     log "prebuilt binaries of commit $(cat "$BUILD/prebuilt/commit.txt") start here: no build"
