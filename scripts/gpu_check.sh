@@ -41,6 +41,11 @@
 #   ONLY="tests_rest bench_attention" scripts/gpu_check.sh /tmp/out   # only the steps named
 #   ONLY="install_deepspeed peer_torch_resident peer_megatrain_official peer_deepspeed_zero3" \
 #     scripts/gpu_check.sh /tmp/peers     # the peers alone, when a first call's budget ended before them
+#
+# The device tool brings back at most 8 files from its $OUT, and only what is there when the
+# command ends or is cut off: with GPU_CHECK_PACK=$OUT/gc.tgz the results directory is packed
+# into that one file after every step, so a run stopped at any point returns what it measured.
+#   GPU_CHECK_PACK=$OUT/gc.tgz scripts/gpu_check.sh /tmp/gc      # the lease's command
 set -uo pipefail
 
 ARG_OUT=${1:-}
@@ -60,6 +65,12 @@ START=$(date +%s)
 FAILED=0
 
 elapsed() { echo $(($(date +%s) - START)); }
+# The results so far as one file (GPU_CHECK_PACK, see the header), replaced whole after each step.
+pack() {
+  [ -n "${GPU_CHECK_PACK:-}" ] || return 0
+  tar -czf "$GPU_CHECK_PACK.part" --exclude="$(basename "$GPU_CHECK_PACK")*" -C "$OUT" . 2>/dev/null &&
+    mv -f "$GPU_CHECK_PACK.part" "$GPU_CHECK_PACK"
+}
 log() { echo "[gpu_check +$(elapsed)s] $*" | tee -a "$OUT/summary.txt"; }
 
 # step NAME LIMIT_S STDOUT_FILE CMD...: runs CMD under timeout, stdout to STDOUT_FILE (or the
@@ -93,6 +104,7 @@ step() {
   [ "$rc" -eq 124 ] && log "TIMEOUT $name after ${limit}s"
   log "done $name rc=$rc in $(($(date +%s) - t0))s"
   echo "$name $rc" >>"$OUT/results.txt"
+  pack
   return "$rc"
 }
 
@@ -110,6 +122,7 @@ step() {
   command -v nvcc >/dev/null && nvcc --version | tail -2
   cmake --version | head -1
 } >"$OUT/machine.txt" 2>&1
+pack
 
 GTEST_SRC=""
 for c in "${MEGATRAIN_GTEST_SOURCE:-}" "$ROOT/third_party_src/googletest" "$ROOT/.gtest" /usr/src/googletest; do
@@ -304,4 +317,5 @@ step peer_deepspeed_cpu_adam 120 "$OUT/peer_deepspeed_cpu_adam.json" python3 ben
   --params 1e8 --reps 5 --json
 
 log "finished in $(elapsed)s; failed=$FAILED"
+pack
 exit "$FAILED"
