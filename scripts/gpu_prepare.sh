@@ -4,7 +4,8 @@
 # source, the published MegaTrain's training code, the cuDNN frontend's headers, DeepSpeed's
 # sdist and wheels) and the prebuilt binaries (scripts/gpu_bundle.sh, from a release build at
 # HEAD). Checks that they fit the device tool's 64 MiB carry and prints the carry list to pass.
-#   scripts/gpu_prepare.sh          then: run(command="scripts/gpu_check.sh $OUT", carry=<printed list>)
+#   scripts/gpu_prepare.sh   then: run(command="GPU_CHECK_PACK=$OUT/gc.tgz scripts/gpu_check.sh /tmp/gc",
+#                                      carry=<the printed list>, timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p third_party_src
@@ -36,5 +37,6 @@ carry=(.gpu_carry third_party_src/googletest third_party_src/megatrain-official 
 du -sh "${carry[@]}" >&2
 total=$(du -scb "${carry[@]}" | tail -1 | cut -f1)
 [ "$total" -le $((64 << 20)) ] || { say "the carry is $((total >> 20)) MiB, past the tool's 64 MiB"; exit 1; }
-say "carry $((total >> 20)) MiB of 64; pass:"
+say "carry $((total >> 20)) MiB of 64. The device call (timeout_s 600): GPU_CHECK_PACK=\$OUT/gc.tgz scripts/gpu_check.sh /tmp/gc"
+say "with carry:"
 printf '%s\n' "${carry[@]}" | python3 -c 'import json, sys; print(json.dumps(sys.stdin.read().split()))'
