@@ -237,7 +237,9 @@ TEST(CudaAttentionCudnn, TheReservedWorkspaceTakesTheRealShapes) {
 // sm_90, on any machine (no device, no handle): a graph it would refuse on the lease fails here
 // first. The step shapes: qwen2.5-7b's heads (28/4, D 128) at 2K, 4K and 32K, dense and packed
 // (the bench's documents of 1..1023 tokens: buckets of 2^k documents of 2^j tokens); Gemma 3's
-// sliding windows with their scales (1b: D 256, 27b: D 128); llama's 32/8 at D 128; qwen3's 16/8 at D 128 and 64.
+// sliding windows with their scales (1b: D 256, 27b: D 128); llama's 32/8 at D 128; qwen3's 16/8
+// at D 128 and 64; qwen3-30b-a3b, gpt-oss-120b (with and without its 128-token window), phi-4 and
+// olmo-2.
 TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
   MT_REQUIRE_CUDNN();
   auto check = [](const cuda::AttentionShape& s, const std::vector<int32_t>& starts, const std::string& what) {
@@ -260,6 +262,14 @@ TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
     }
   }
   check({2, 4096, 32, 8, 128}, {}, "llama3-8b");
+  check({1, 4096, 32, 4, 128}, {}, "qwen3-30b-a3b");
+  check({1, 4096, 40, 10, 128}, {}, "phi-4");
+  check({1, 4096, 40, 40, 128}, {}, "olmo-2-13b");
+  for (int window : {0, 128}) {  // gpt-oss-120b: full and sliding-window layers alternate
+    cuda::AttentionShape gpt_oss{1, 4096, 64, 8, 64};
+    gpt_oss.opt.window = window;
+    check(gpt_oss, {}, "gpt-oss-120b");
+  }
   check({2, 4096, 16, 8, 128}, {}, "qwen3-8b");
   check({2, 4096, 16, 8, 64}, {}, "qwen3, head_dim 64");
   for (auto [H, KVH, D, window, scalar] : {std::tuple{4, 1, 256, 512, 256}, std::tuple{32, 16, 128, 1024, 168}}) {
