@@ -1,5 +1,6 @@
 // CudnnAttention (attention_cudnn.cuh) on the cuDNN frontend's graph API: the SDPA forward with
-// its statistics and the deterministic SDPA backward, one cached pair of graphs per shape.
+// its statistics and the deterministic SDPA backward, one cached pair of graphs per shape. What
+// needs the library (a handle, building and running a graph) goes through cudnn_runtime.h.
 #include "kernels/cuda/attention_cudnn.cuh"
 
 #include <cudnn.h>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 
 #include "kernels/cuda/attention_ragged.h"
+#include "kernels/cuda/cudnn_runtime.h"
 
 namespace mt::cuda {
 namespace {
@@ -163,15 +165,6 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const Key& k, int sm = 0) {
   return g;
 }
 
-// validate .. build_plans, the steps graph->build() takes; the first failure's message.
-fe::error_t build(fe::graph::Graph& g, cudnnHandle_t h) {
-  if (auto e = g.validate(); !e.is_good()) return e;
-  if (auto e = g.build_operation_graph(h); !e.is_good()) return e;
-  if (auto e = g.create_execution_plans({fe::HeurMode_t::A}); !e.is_good()) return e;
-  if (auto e = g.check_support(h); !e.is_good()) return e;
-  return g.build_plans(h);
-}
-
 std::string version_string(size_t v) {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
@@ -184,7 +177,7 @@ struct CudnnAttention::Impl {
     int64_t workspace = 0;  // the larger of the two graphs' workspaces
     std::string refused;    // empty when both built and fit the workspace
   };
-  cudnnHandle_t handle = nullptr;
+  cudnn_runtime::Handle* handle = nullptr;
   char* workspace = nullptr;
   size_t workspace_bytes = 0;
   size_t used = 0;
@@ -193,7 +186,7 @@ struct CudnnAttention::Impl {
 
   ~Impl() {
     plans.clear();  // the graphs were built with the handle: released first, as the frontend's samples do
-    if (handle) cudnnDestroy(handle);
+    cudnn_runtime::destroy(handle);
   }
 
   const Plans& plans_for(const Key& k) {
@@ -206,10 +199,10 @@ struct CudnnAttention::Impl {
     try {  // Graph::sdpa throws when no implementation fits the shape (a cuDNN version that has none)
       p.fwd = forward_graph(k);
       p.bwd = backward_graph(k);
-      e = build(*p.fwd, handle);
-      if (e.is_good()) e = build(*p.bwd, handle);
-      if (e.is_good()) e = p.fwd->get_workspace_size(wf);
-      if (e.is_good()) e = p.bwd->get_workspace_size(wb);
+      e = cudnn_runtime::build(*p.fwd, handle);
+      if (e.is_good()) e = cudnn_runtime::build(*p.bwd, handle);
+      if (e.is_good()) e = cudnn_runtime::workspace_size(*p.fwd, wf);
+      if (e.is_good()) e = cudnn_runtime::workspace_size(*p.bwd, wb);
     } catch (const std::exception& x) {
       e = {fe::error_code_t::GRAPH_NOT_SUPPORTED, x.what()};
     }
@@ -233,10 +226,9 @@ struct CudnnAttention::Impl {
   }
 
   // Runs `graph` with `pack` on `stream`, the ragged arrays (when any) after the graph's workspace.
-  CudaStatus run(const char* what, const fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack,
+  CudaStatus run(const char* what, fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack,
                  cudaStream_t stream) {
-    if (cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) return {"cudnnSetStream", int(cudaErrorUnknown), false};
-    fe::error_t e = graph.execute(handle, pack, workspace);
+    fe::error_t e = cudnn_runtime::execute(graph, handle, pack, workspace, stream);
     return e.is_good() ? CudaStatus{} : fail(what, e);
   }
 };
@@ -351,7 +343,8 @@ CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* wo
     return {refusal.c_str(), int(cudaErrorInsufficientDriver), false};
   }
   auto impl = std::make_unique<Impl>();
-  if (cudnnCreate(&impl->handle) != CUDNN_STATUS_SUCCESS) return {"cudnnCreate", int(cudaErrorInitializationError), false};
+  impl->handle = cudnn_runtime::create();
+  if (!impl->handle) return {"cudnnCreate", int(cudaErrorInitializationError), false};
   impl->workspace = static_cast<char*>(workspace);
   impl->workspace_bytes = workspace_bytes;
   out.reset(new CudnnAttention(std::move(impl)));

@@ -123,6 +123,7 @@ TEST(CudaAttentionCudnn, MatchesCpuReference) {
   Cudnn k(2, 2049);
   ASSERT_TRUE(k.attn);
   for (const Case& c : cases()) {
+    if (cudatest::emulated() && !c.docs && c.T > 1024) continue;  // the reference interpreter: O(T^2) a head
     SCOPED_TRACE(c.str());
     const Inputs in(c);
     const Outputs g = run_cudnn(k, c, in);
@@ -192,8 +193,10 @@ TEST(CudaAttentionCudnn, RefusesWhatItCannotRun) {
   const auto st = cuda::CudnnAttention::create(attn, nullptr, 0);
   ASSERT_TRUE(st.ok()) << cuda::describe(st);
   std::string why;
-  EXPECT_FALSE(attn->supports({2, 4096, 8, 1, 128}, nullptr, &why)) << "a deterministic backward without workspace";
-  EXPECT_NE(why.find("workspace"), std::string::npos) << why;
+  if (!cudatest::emulated()) {  // the workspace a graph asks for is the library's (emulated: none)
+    EXPECT_FALSE(attn->supports({2, 4096, 8, 1, 128}, nullptr, &why)) << "a deterministic backward without workspace";
+    EXPECT_NE(why.find("workspace"), std::string::npos) << why;
+  }
   EXPECT_FALSE(attn->supports({2, 64, 8, 1, 60}, nullptr, &why));
   EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
   const std::vector<int32_t> one_row = {0, 64};  // spans of one row for a batch of two

@@ -4,7 +4,8 @@
 # models, short sequences, the 64-wide peak GEMM), through megatrain-bench built against the
 # emulation. A lease is 15 minutes: a bench that crashes, refuses its flags or writes a line
 # that is not JSON must do so here first. Every line must parse; `"ok": false` is allowed only
-# for cuDNN, which the emulation lacks. Exit 0 when every bench passed.
+# for cuDNN in a build without its frontend (with it, tests/cuda_emu/cudnn_emu.cc runs the
+# graphs). Exit 0 when every bench passed.
 set -uo pipefail
 B=$1
 OUT=$2

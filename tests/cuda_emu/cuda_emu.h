@@ -21,8 +21,8 @@
 //    and so does a block larger than the kernel's __launch_bounds__.
 // What this cannot find: data races between threads (a fiber runs until it waits), a kernel
 // reaching host memory through a pointer held in a struct argument or in device memory (both
-// are host memory here; copies and fills do check their sides), timing, and anything of cuDNN
-// or NCCL. It checks indexing, bounds, the
+// are host memory here; copies and fills do check their sides), timing, NCCL, and cuDNN's own
+// engines (cudnn_emu.cc interprets its graphs). It checks indexing, bounds, the
 // choice of barriers, the streams' ordering and the arithmetic — not speed.
 #pragma once
 

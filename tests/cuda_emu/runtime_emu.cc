@@ -137,6 +137,36 @@ cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDeviceFlags(unsigned) { return cudaSuccess; }
+// Stream capture (CUDA graphs), which the cuDNN frontend's execute and destructors ask about: the
+// emulated streams never capture.
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode*) { return cudaSuccess; }
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, cudaStreamCaptureStatus* status, unsigned long long* id,
+                                     cudaGraph_t* graph, const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges,
+                                     size_t* n) {
+  if (status) *status = cudaStreamCaptureStatusNone;
+  if (id) *id = 0;
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (n) *n = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaUserObjectCreate(cudaUserObject_t*, void*, cudaHostFn_t, unsigned, unsigned) {
+  return fail_with(cudaErrorNotSupported);
+}
+cudaError_t cudaUserObjectRelease(cudaUserObject_t, unsigned) { return fail_with(cudaErrorNotSupported); }
+cudaError_t cudaGraphRetainUserObject(cudaGraph_t, cudaUserObject_t, unsigned, unsigned) {
+  return fail_with(cudaErrorNotSupported);
+}
+// What the cuDNN frontend asks of the device (its sm version): the emulated device is sm_90.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
+    default: return cudaErrorInvalidValue;
+  }
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (d != 0) return fail_with(cudaErrorInvalidDevice);
   *p = cudaDeviceProp{};

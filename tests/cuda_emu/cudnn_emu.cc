@@ -1,0 +1,222 @@
+// cuDNN on the emulated device (kernels/cuda/cudnn_runtime.h): CudnnAttention's graphs are
+// validated by the frontend (for the emulated sm_90) and run by a reference interpreter of the
+// frontend's own description of them (Graph::serialize: the SDPA node's attributes and every
+// tensor's dims, strides and ragged offsets, as cuDNN receives them), enqueued on the call's
+// stream like a kernel. So the cuDNN path's plumbing — the variant packs, the row calls, the
+// ragged index arrays and their place in the workspace, the op table's dispatch, the streaming
+// executor's use of it — runs on a machine without a GPU, against the CPU reference.
+// What this does not check is cuDNN itself: its engines, workspace sizes (reported as 0) and
+// rounding (the interpreter keeps P and dS in fp32; cuDNN rounds them to bf16, within the
+// tests' stated slack). An attribute it does not model (bias, dropout, ALiBi, bottom-right
+// alignment) is refused, never ignored.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cudnn_runtime.h"
+#include "tests/cuda_emu/streams.h"
+
+namespace mt::cuda::cudnn_runtime {
+
+struct Handle {};
+
+Handle* create() { return new Handle; }
+void destroy(Handle* h) { delete h; }
+fe::error_t build(fe::graph::Graph& g, Handle*) { return g.validate(); }
+fe::error_t workspace_size(fe::graph::Graph&, int64_t& bytes) {
+  bytes = 0;
+  return {fe::error_code_t::OK, ""};
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// One tensor of the graph bound to its device memory: element (b, h, s, d) of a [b, h, s, d] view.
+struct View {
+  char* base = nullptr;
+  bool fp32 = false;
+  int64_t dim[4] = {}, stride[4] = {};
+  const int64_t* ragged = nullptr;  // per-b element offsets, replacing the batch stride
+  int64_t at(int64_t b, int64_t h, int64_t s, int64_t d) const {
+    return (ragged ? ragged[b] : b * stride[0]) + h * stride[1] + s * stride[2] + d * stride[3];
+  }
+  float get(int64_t i) const {
+    return fp32 ? reinterpret_cast<const float*>(base)[i] : __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[i]);
+  }
+  void put(int64_t i, float v) const {
+    if (fp32) reinterpret_cast<float*>(base)[i] = v;
+    else reinterpret_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16(v);
+  }
+};
+
+// The SDPA node's semantics, from its JSON.
+struct Sdpa {
+  bool backward = false;
+  float scale = 1;
+  bool causal = false;        // right_bound 0, top-left aligned: key j <= query i
+  int64_t left_bound = 0;     // > 0: key j > i - left_bound
+  bool padding = false;
+  const int32_t* seq_q = nullptr;
+  const int32_t* seq_kv = nullptr;
+  View q, k, v, o, stats, dout, dq, dk, dv;
+  bool allowed(int64_t i, int64_t j) const {
+    return (!causal || j <= i) && (left_bound <= 0 || i - j < left_bound);
+  }
+};
+
+fe::error_t refuse(const std::string& why) {
+  return {fe::error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: " + why};
+}
+
+// Binds tensor `uid` of the graph to its pointer in the pack (and its ragged offsets').
+fe::error_t bind_tensor(const json& g, int64_t uid, std::unordered_map<int64_t, void*>& pack, View& out) {
+  for (const json& t : g["tensors"]) {
+    if (t["uid"].get<int64_t>() != uid) continue;
+    if (!pack.count(uid)) return refuse("tensor " + std::to_string(uid) + " has no pointer in the pack");
+    out.base = static_cast<char*>(pack[uid]);
+    out.fp32 = t["data_type"].is_string() && t["data_type"] == "FLOAT";
+    if (t["dim"].size() != 4) return refuse("a tensor of " + std::to_string(t["dim"].size()) + " dims");
+    for (int i = 0; i < 4; ++i) out.dim[i] = t["dim"][i], out.stride[i] = t["stride"][i];
+    if (t.contains("ragged_offset_uid") && !t["ragged_offset_uid"].is_null()) {
+      const int64_t r = t["ragged_offset_uid"];
+      if (!pack.count(r)) return refuse("ragged offsets " + std::to_string(r) + " have no pointer");
+      out.ragged = static_cast<const int64_t*>(pack[r]);
+    }
+    return {fe::error_code_t::OK, ""};
+  }
+  return refuse("no tensor of uid " + std::to_string(uid));
+}
+
+fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sdpa& a) {
+  if (g["nodes"].size() != 1) return refuse("a graph of " + std::to_string(g["nodes"].size()) + " nodes");
+  const json& n = g["nodes"][0];
+  a.backward = n["tag"] == "SDPA_BWD";
+  if (!a.backward && n["tag"] != "SDPA") return refuse("a " + n["tag"].get<std::string>() + " node");
+  if (n.value("alibi_mask", false) || !n["dropout_probability"].is_null()) return refuse("ALiBi or dropout");
+  if (n["diagonal_alignment"] != "TOP_LEFT") return refuse("diagonal alignment other than top-left");
+  if (!n["attn_scale_value"].is_string()) return refuse("a scale that is not a value");
+  const uint32_t bits = uint32_t(std::stoul(n["attn_scale_value"].get<std::string>(), nullptr, 16));
+  std::memcpy(&a.scale, &bits, sizeof bits);
+  if (!n["right_bound"].is_null()) {
+    if (n["right_bound"] != 0) return refuse("a right bound other than 0");
+    a.causal = true;
+  }
+  if (!n["left_bound"].is_null()) a.left_bound = n["left_bound"];
+  a.padding = n.value("padding_mask", false);
+  const json& in = n["inputs"];
+  const json& out = n["outputs"];
+  for (const auto& [name, uid] : in.items())
+    if (name != "Q" && name != "K" && name != "V" && name != "O" && name != "dO" && name != "Stats" &&
+        name != "SEQ_LEN_Q" && name != "SEQ_LEN_KV")
+      return refuse("input " + name);
+  if (a.padding) {
+    if (!in.contains("SEQ_LEN_Q") || !in.contains("SEQ_LEN_KV")) return refuse("a padding mask without lengths");
+    a.seq_q = static_cast<const int32_t*>(pack.at(in["SEQ_LEN_Q"].get<int64_t>()));
+    a.seq_kv = static_cast<const int32_t*>(pack.at(in["SEQ_LEN_KV"].get<int64_t>()));
+  }
+  fe::error_t e{fe::error_code_t::OK, ""};
+  auto take = [&](const json& ports, const char* port, View& v) {
+    if (e.is_good()) e = ports.contains(port) ? bind_tensor(g, ports[port], pack, v) : refuse(std::string("no ") + port);
+  };
+  take(in, "Q", a.q), take(in, "K", a.k), take(in, "V", a.v);
+  if (a.backward) {
+    take(in, "O", a.o), take(in, "dO", a.dout), take(in, "Stats", a.stats);
+    take(out, "dQ", a.dq), take(out, "dK", a.dk), take(out, "dV", a.dv);
+  } else {
+    take(out, "O", a.o), take(out, "Stats", a.stats);
+  }
+  return e;
+}
+
+// Row i's scaled scores against keys [0, skv) that the mask allows (-inf elsewhere).
+void scores(const Sdpa& a, int64_t b, int64_t h, int64_t hk, int64_t i, int64_t skv, std::vector<float>& s) {
+  const int64_t D = a.q.dim[3];
+  s.assign(size_t(skv), -INFINITY);
+  for (int64_t j = 0; j < skv; ++j) {
+    if (!a.allowed(i, j)) continue;
+    float dot = 0;
+    for (int64_t d = 0; d < D; ++d) dot += a.q.get(a.q.at(b, h, i, d)) * a.k.get(a.k.at(b, hk, j, d));
+    s[size_t(j)] = dot * a.scale;
+  }
+}
+
+void forward(const Sdpa& a) {
+  const int64_t B = a.q.dim[0], H = a.q.dim[1], KVH = a.k.dim[1], D = a.q.dim[3];
+  std::vector<float> s, o(static_cast<size_t>(D));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t sq = a.padding ? a.seq_q[b] : a.q.dim[2], skv = a.padding ? a.seq_kv[b] : a.k.dim[2];
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t hk = h / (H / KVH);
+        scores(a, b, h, hk, i, skv, s);
+        float m = -INFINITY, l = 0;
+        for (float x : s) m = std::max(m, x);
+        std::fill(o.begin(), o.end(), 0.f);
+        for (int64_t j = 0; j < skv; ++j) {
+          if (s[size_t(j)] == -INFINITY) continue;
+          const float p = std::exp(s[size_t(j)] - m);
+          l += p;
+          for (int64_t d = 0; d < D; ++d) o[size_t(d)] += p * a.v.get(a.v.at(b, hk, j, d));
+        }
+        for (int64_t d = 0; d < D; ++d) a.o.put(a.o.at(b, h, i, d), o[size_t(d)] / l);
+        a.stats.put(a.stats.at(b, h, i, 0), m + std::log(l));
+      }
+  }
+}
+
+void backward(const Sdpa& a) {
+  const int64_t B = a.q.dim[0], H = a.q.dim[1], KVH = a.k.dim[1], D = a.q.dim[3], G = H / KVH;
+  std::vector<float> s, dq(static_cast<size_t>(D));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t sq = a.padding ? a.seq_q[b] : a.q.dim[2], skv = a.padding ? a.seq_kv[b] : a.k.dim[2];
+    for (int64_t hk = 0; hk < KVH; ++hk) {
+      std::vector<float> dk(static_cast<size_t>(skv * D)), dv(static_cast<size_t>(skv * D));  // summed over the group's heads
+      for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
+        for (int64_t i = 0; i < sq; ++i) {
+          scores(a, b, h, hk, i, skv, s);
+          const float lse = a.stats.get(a.stats.at(b, h, i, 0));
+          float Di = 0;
+          for (int64_t d = 0; d < D; ++d) Di += a.dout.get(a.dout.at(b, h, i, d)) * a.o.get(a.o.at(b, h, i, d));
+          std::fill(dq.begin(), dq.end(), 0.f);
+          for (int64_t j = 0; j < skv; ++j) {
+            if (s[size_t(j)] == -INFINITY) continue;
+            const float p = std::exp(s[size_t(j)] - lse);
+            float dp = 0;
+            for (int64_t d = 0; d < D; ++d) dp += a.dout.get(a.dout.at(b, h, i, d)) * a.v.get(a.v.at(b, hk, j, d));
+            const float ds = p * (dp - Di);
+            for (int64_t d = 0; d < D; ++d) {
+              dq[size_t(d)] += ds * a.k.get(a.k.at(b, hk, j, d));
+              dk[size_t(j * D + d)] += ds * a.q.get(a.q.at(b, h, i, d));
+              dv[size_t(j * D + d)] += p * a.dout.get(a.dout.at(b, h, i, d));
+            }
+          }
+          for (int64_t d = 0; d < D; ++d) a.dq.put(a.dq.at(b, h, i, d), dq[size_t(d)] * a.scale);
+        }
+      for (int64_t j = 0; j < skv; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          a.dk.put(a.dk.at(b, hk, j, d), dk[size_t(j * D + d)] * a.scale);
+          a.dv.put(a.dv.at(b, hk, j, d), dv[size_t(j * D + d)]);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+fe::error_t execute(fe::graph::Graph& g, Handle*, std::unordered_map<int64_t, void*>& pack, void*,
+                    cudaStream_t stream) {
+  json j;
+  g.serialize(j);
+  auto a = std::make_shared<Sdpa>();
+  if (auto e = describe(j, pack, *a); !e.is_good()) return e;
+  // The ragged arrays and the operands are read when the stream gets here, as cuDNN's kernels would.
+  mt_emu::enqueue(stream, [a] { a->backward ? backward(*a) : forward(*a); }, true);
+  return {fe::error_code_t::OK, ""};
+}
+
+}  // namespace mt::cuda::cudnn_runtime
