@@ -93,6 +93,7 @@ fe::error_t bind_tensor(const json& g, int64_t uid, std::unordered_map<int64_t, 
 }
 
 fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sdpa& a) {
+  if (g["context"]["io_data_type"] != "BFLOAT16") return refuse("inputs and outputs other than bf16");
   if (g["nodes"].size() != 1) return refuse("a graph of " + std::to_string(g["nodes"].size()) + " nodes");
   const json& n = g["nodes"][0];
   a.backward = n["tag"] == "SDPA_BWD";
@@ -210,10 +211,14 @@ void backward(const Sdpa& a) {
 
 fe::error_t execute(fe::graph::Graph& g, Handle*, std::unordered_map<int64_t, void*>& pack, void*,
                     cudaStream_t stream) {
-  json j;
-  g.serialize(j);
   auto a = std::make_shared<Sdpa>();
-  if (auto e = describe(j, pack, *a); !e.is_good()) return e;
+  try {  // a description this does not expect (a field's type) is a refusal, not a crash
+    json j;
+    g.serialize(j);
+    if (auto e = describe(j, pack, *a); !e.is_good()) return e;
+  } catch (const std::exception& x) {
+    return refuse(x.what());
+  }
   // The ragged arrays and the operands are read when the stream gets here, as cuDNN's kernels would.
   mt_emu::enqueue(stream, [a] { a->backward ? backward(*a) : forward(*a); }, true);
   return {fe::error_code_t::OK, ""};
