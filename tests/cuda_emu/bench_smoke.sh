@@ -29,8 +29,13 @@ if not lines:
 bad = []
 for l in lines:
     j = json.loads(l)  # a line that is not JSON fails here
-    if j.get("ok") is False and j.get("kernel") != "cudnn":
+    # cuDNN may refuse only in a build without it ("cuDNN: not in this build ..."); with the
+    # frontend, cudnn_emu.cc runs its graphs and a refusal is a failure.
+    built = not j.get("cudnn", "").startswith("cuDNN: not in this build")
+    if j.get("ok") is False and (j.get("kernel") != "cudnn" or built):
         bad.append(j.get("error", l[:200]))
+    if j.get("suite") == "step" and j.get("attention_kernel") == "cudnn" and built and not j.get("cudnn_attention_calls"):
+        bad.append("a step on cuDNN attention made no cuDNN call (it fell back)")
 if bad:
     sys.exit("not ok: " + "; ".join(bad))
 # cuDNN's lines are the only ones allowed to fail, and only they may make the exit status 1.
