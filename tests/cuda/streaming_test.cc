@@ -229,7 +229,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"Bf16_gemma2_documents", true, false, CheckpointPlacement::kDevice, MemoryLayout::kExact,
                            Precision::kBf16, false, true, "gemma2"},
                       Case{"Cudnn_bf16_mistral_documents", false, false, CheckpointPlacement::kDevice,
-                           MemoryLayout::kExact, Precision::kBf16, true, true, "mistral"}),
+                           MemoryLayout::kExact, Precision::kBf16, true, true, "mistral"},
+                      // cuDNN with a window on every other layer and the 1/sqrt(20) score scale
+                      Case{"Cudnn_bf16_gemma3_documents", true, false, CheckpointPlacement::kDevice,
+                           MemoryLayout::kExact, Precision::kBf16, true, true, "gemma3"}),
     [](const auto& info) { return std::string(info.param.name); });
 }  // namespace
 }  // namespace mt
@@ -254,7 +257,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gpt_oss", false, false, CheckpointPlacement::kDevice, MemoryLayout::kExact, Precision::kFp32,
                            false, false, nullptr, "gpt_oss"},
                       Case{"Bf16_gpt_oss_compact", false, false, CheckpointPlacement::kAuto, MemoryLayout::kCompact,
-                           Precision::kBf16, false, false, nullptr, "gpt_oss"}),
+                           Precision::kBf16, false, false, nullptr, "gpt_oss"},
+                      // cuDNN attention in the layer-major MoE schedule (this fixture's head_dim is 8,
+                      // which cuDNN takes; the others' 12 it refuses)
+                      Case{"Cudnn_bf16_qwen2_moe", false, false, CheckpointPlacement::kDevice, MemoryLayout::kExact,
+                           Precision::kBf16, true, false, nullptr, "qwen2_moe"}),
     [](const auto& info) { return std::string(info.param.name); });
 }  // namespace
 }  // namespace mt
