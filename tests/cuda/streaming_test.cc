@@ -22,9 +22,13 @@
 //    3e-3 is 4x the measured gap; the GPU run replaces it.
 //  * bf16 with cuDNN attention (Cudnn/*): within 2e-3 relative. cuDNN also rounds the softmax
 //    probabilities and dS to bf16 as tensor-core operands (attention_cudnn_test.cc), which the
-//    CPU table does not: per element up to 2^-8 of each term, averaged over the keys. 2e-3 is an
-//    estimate of 4x that effect on these losses, to be replaced by the measured gap after the
-//    first GPU run (docs/PERF.md).
+//    CPU table does not: per element up to 2^-8 of each term, averaged over the keys. On the
+//    emulated device, whose cuDNN interpreter (tests/cuda_emu/cudnn_emu.cc) rounds P and dS where
+//    cuDNN does, the dense cases' largest gap is 2.2e-4 and Cudnn_bf16_qwen2_moe's 6.3e-4
+//    (2026-12-07); the GPU run measures the real one (docs/PERF.md). An MoE's load-balancing
+//    loss is compared within 1.5e-2 on cuDNN: it moves in steps as tokens change experts (one
+//    token of the 240 routed per layer here changing experts moves it by a few 1e-4 relative), and the rounding
+//    of P moves more of them; measured 4.9e-3 under the emulation.
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -163,7 +167,12 @@ TEST_P(CudaStreaming, LossesMatchCpuBackend) {
   ASSERT_EQ(gpu.size(), n);
   const bool bf16 = GetParam().precision == Precision::kBf16;
   const double rtol = GetParam().cudnn ? 2e-3 : bf16 && GetParam().moe ? 3e-3 : bf16 ? 5e-4 : 1e-4;  // the header
-  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], rtol * std::fabs(cpu[i])) << "step " << i;
+  const double aux_rtol = GetParam().cudnn && GetParam().moe ? 1.5e-2 : rtol;  // the header, too
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const bool aux = GetParam().moe && i % 2 == 1;
+    EXPECT_NEAR(gpu[i], cpu[i], (aux ? aux_rtol : rtol) * std::fabs(cpu[i]))
+        << (aux ? "aux loss, step " : "step ") << i / (GetParam().moe ? 2 : 1);
+  }
   EXPECT_LT(gpu[GetParam().moe ? n - 2 : n - 1], gpu.front()) << "training lowers the loss";
 }
 
