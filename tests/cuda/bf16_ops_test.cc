@@ -401,5 +401,55 @@ TEST_F(CudaBf16Ops, SlidingWindowAttentionOnEveryKernel) {
       }
 }
 
+// gpt-oss's attention block on every kernel, as layers.cc composes it: attention (with a window
+// of 7 keys, or none, as its layers alternate), the sinks folded into out and lse; back, the
+// sinks' backward before attention's on the folded out and lse (the CPU's, to isolate the
+// backward). The tolerances of SlidingWindowAttentionOnEveryKernel; the sinks' gradient, a sum
+// over every row, within 1e-3 (simt) or 2e-2 (bf16 P) of its values plus their rms. cuDNN must
+// take the calls itself: the sinks are its output's post-op, not a refusal.
+TEST_F(CudaBf16Ops, AttentionWithSinksOnEveryKernel) {
+  const int B = 2, T = 96, H = 4, KVH = 2, D = 64;
+  const size_t rows = size_t(B) * T, nqkv = rows * size_t(H + 2 * KVH) * D, nout = rows * H * D, nlse = size_t(B) * H * T;
+  const auto qkv = rnd16(nqkv, 71, -2, 2), dout = rnd16(nout, 72), sinks = rnd16(size_t(H), 73, -1, 1);
+  for (const cuda::AttentionKernel kernel :
+       {cuda::AttentionKernel::kSimt, cuda::AttentionKernel::kTensorCore, cuda::AttentionKernel::kCudnn})
+    for (const int window : {7, 0}) {
+      SCOPED_TRACE(testing::Message() << cuda::attention_kernel_name(kernel) << " window " << window);
+      const cudatest::AttentionKernelScope scope(kernel);
+      CudaBackendOptions o;
+      o.attention_workspace_bytes = cuda_attention_workspace_bytes(B, T, H, KVH, D);
+      auto b = make_cuda_backend(o);
+      ASSERT_TRUE(b.ok()) << b.status().to_string();
+      const AttentionOptions opt{window, 0};
+      const Documents none(nullptr);
+      std::vector<bf16> out(nout), dqkv(nqkv);
+      std::vector<float> lse(nlse), dsinks(size_t(H), 0.f);
+      cpu().attention_forward(out.data(), lse.data(), qkv.data(), none, opt, B, T, H, KVH, D);
+      cpu().attention_sinks_forward(out.data(), lse.data(), sinks.data(), B, T, H, D);
+      cpu().attention_sinks_backward(dsinks.data(), dout.data(), out.data(), lse.data(), sinks.data(), B, T, H, D);
+      cpu().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), none, opt, B, T, H, KVH, D);
+      DeviceBuf<bf16> gqkv(qkv), gdout(dout), gsinks(sinks), gout(nout), gout_ref(out), gdqkv(nqkv);
+      DeviceBuf<float> glse(nlse), glse_ref(lse), gdsinks(std::vector<float>(size_t(H), 0.f));
+      settle();
+      const uint64_t cudnn_before = cuda::cudnn_attention_calls();
+      const Ops<bf16>& ops = (*b)->ops<bf16>();
+      ops.attention_forward(gout.get(), glse.get(), gqkv.get(), none, opt, B, T, H, KVH, D);
+      ops.attention_sinks_forward(gout.get(), glse.get(), gsinks.get(), B, T, H, D);
+      ops.attention_sinks_backward(gdsinks.get(), gdout.get(), gout_ref.get(), glse_ref.get(), gsinks.get(), B, T, H, D);
+      ops.attention_backward(gdqkv.get(), gdout.get(), gqkv.get(), gout_ref.get(), glse_ref.get(), none, opt, B, T, H,
+                             KVH, D);
+      ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
+      EXPECT_TRUE((*b)->error().ok()) << (*b)->error().to_string();
+      if (kernel == cuda::AttentionKernel::kCudnn && cuda::cudnn_built()) {
+        EXPECT_GT(cuda::cudnn_attention_calls(), cudnn_before) << "cuDNN refused: " << cuda_attention_warning();
+      }
+      const bool simt = kernel == cuda::AttentionKernel::kSimt;
+      expect_f32_near(glse.download(), lse, simt ? 1e-5 : 1e-3, "lse with sinks (fp32)");
+      expect_bf16_near(gout.download(), out, 2, simt ? 1.0 / 1024 : 1.0 / 128, "out with sinks");
+      expect_f32_near(gdsinks.download(), dsinks, simt ? 1e-3 : 2e-2, "dsinks (fp32)");
+      expect_bf16_near(gdqkv.download(), dqkv, 2, simt ? 1.0 / 1024 : 1.0 / 64, "dqkv under sinks");
+    }
+}
+
 }  // namespace
 }  // namespace mt
