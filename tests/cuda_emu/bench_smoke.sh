@@ -60,14 +60,14 @@ run attention_target "$B" attention --dtype bf16 --kernel all --heads 4 --kv-hea
   --max-seq 64 --reps 1 --json
 run kernels "$B" kernels --preset tiny --tokens 64 --reps 1 --json
 run step_bf16_cudnn MEGATRAIN_ATTENTION=cudnn "$B" "${TINY[@]}" --precision bf16
-run step_noclip "$B" "${TINY[@]}" --precision bf16 --grad-clip 1e9
-run step_speculative "$B" "${TINY[@]}" --precision bf16 --grad-clip 1e9 --speculative-updates auto
-run step_compact "$B" "${TINY[@]}" --precision bf16 --layout compact --layers 2
+run step_noclip MEGATRAIN_ATTENTION=cudnn "$B" "${TINY[@]}" --precision bf16 --grad-clip 1e9
+run step_speculative MEGATRAIN_ATTENTION=cudnn "$B" "${TINY[@]}" --precision bf16 --grad-clip 1e9 --speculative-updates auto
+run step_compact MEGATRAIN_ATTENTION=cudnn "$B" "${TINY[@]}" --precision bf16 --layout compact --layers 2
 run step_moe "$B" "${STEP[@]}" "${MOE[@]}" --seq-len 64 --micro-batch 1 --global-batch 4
 run step_moe_small_batch "$B" "${STEP[@]}" "${MOE[@]}" --seq-len 8 --micro-batch 1 --global-batch 1
 run step_qwen3_moe "$B" "${STEP[@]}" --model "$ROOT/tests/fixtures/moe/qwen3_moe" --precision bf16 --layout compact \
   --seq-len 64 --micro-batch 1 --global-batch 2
-run step_packed "$B" "${TINY[@]}" --precision bf16 --doc-len 16 --doc-spread on
+run step_packed MEGATRAIN_ATTENTION=cudnn "$B" "${TINY[@]}" --precision bf16 --doc-len 16 --doc-spread on
 run gemm "$B" gemm --tokens 16 --reps 1 --json
 run link "$B" link --mib 4 --reps 2 --json
 run step_fp32 "$B" "${TINY[@]}" --precision fp32
