@@ -178,6 +178,60 @@ def host(by):
     return (["## GEMM, link, pinning, AdamW", ""] + out) if out else []
 
 
+# The issues' targets (25: attention, kernels, the full-depth step, the peers; 26: the stall,
+# AdamW; 28: the H2D of an MoE step) and the first lease's (link, GEMM), for the lines present.
+PEER_TARGET = {"torch_resident": 1.0, "deepspeed_zero3": 2.5, "megatrain_official": 1.5}
+
+
+def targets(by, ours):
+    rows = []
+
+    def check(what, value, want, ok):
+        rows.append((what, value, want, "met" if ok else "**not met**"))
+
+    for j in by.get("attention", []):
+        if (j.get("kernel"), j.get("seq"), j.get("heads"), j.get("kv_heads"), j.get("head_dim")) == ("cudnn", 4096, 28, 4,
+                                                                                                     128):
+            ok = j.get("ok", True)
+            check("cuDNN attention forward, T 4096, 28/4 heads, D 128", j.get("fwd_tflops") if ok else "refused",
+                  ">= 450 TFLOP/s", ok and j["fwd_tflops"] >= 450)
+            check("cuDNN attention backward, same", j.get("bwd_tflops") if ok else "refused", ">= 350 TFLOP/s",
+                  ok and j["bwd_tflops"] >= 350)
+    for j in by.get("kernels", []):
+        check(f"{j.get('kernel')} against a device copy", j.get("of_copy"), ">= 0.7", (j.get("of_copy") or 0) >= 0.7)
+    for j in ours:
+        name, tf = j["_file"], tflops_6nt(j)
+        if j.get("preset") == "qwen2.5-7b" and j.get("layers") == 28:
+            check(f"{name}: model TFLOP/s (6·N·T)", tf, ">= 450", tf >= 450)
+            device = tf * j["step_seconds"] / j["compute_seconds"] if j.get("compute_seconds") else 0
+            check(f"{name}: device compute alone (6·N·T)", device, ">= 500", device >= 500)
+        if j.get("speculative_updates") not in (None, "off") and j.get("preset") == "qwen2.5-7b":
+            frac = j.get("stall_seconds", 0) / j["step_seconds"]
+            check(f"{name}: stall / step", frac, "<= 0.05", frac <= 0.05)
+        if "h2d_over_routed_ideal" in j:
+            check(f"{name}: H2D / (routed experts + dense)", j["h2d_over_routed_ideal"], "<= 1.1",
+                  j["h2d_over_routed_ideal"] <= 1.1)
+    for p in by.get("peer", []):
+        mine = [o for o in ours if same_shape(o, p)]
+        if p.get("ok") is False or not mine or p.get("peer") not in PEER_TARGET:
+            continue
+        ratio = max(o["tokens_per_second"] for o in mine) / p["tokens_per_second"]
+        want = PEER_TARGET[p["peer"]]
+        check(f"tokens/s against {p['peer']}", ratio, f">= {want}x", ratio >= want)
+    for j in by.get("adamw", []):
+        check(f"{j['_file']}: AdamW against an all-thread copy of its bytes", j.get("bandwidth_fraction"), ">= 0.8",
+              (j.get("bandwidth_fraction") or 0) >= 0.8)
+        exact = [c["params_per_second"] for c in by.get("adamw_peer", []) if c.get("params_per_second")]
+        if exact:
+            check(f"{j['_file']}: AdamW against DeepSpeed's CPUAdam", j["params_per_second"] / exact[0], ">= 1.0x",
+                  j["params_per_second"] >= exact[0])
+    for j in by.get("link", []):
+        check("link H2D against plain cudaMemcpyAsync", j.get("h2d_vs_baseline"), ">= 0.9", (j.get("h2d_vs_baseline") or 0) >= 0.9)
+    for j in by.get("gemm", []):
+        check(f"GEMM {j.get('shape')} against cuBLAS", j.get("vs_cublas"), ">= 0.85", (j.get("vs_cublas") or 0) >= 0.85)
+    return (["## Targets", ""] + table(["what", "measured", "target", ""], rows)) if rows else []
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.splitlines()[0])
@@ -202,6 +256,7 @@ def main():
     out += steps(ours) if ours else []
     out += peers(ours, by["peer"]) if "peer" in by else []
     out += host(by)
+    out += targets(by, ours)
     print("\n".join(out))
     return 0
 

@@ -84,7 +84,7 @@ run adamw "$B" adamw --params 1e5 --reps 1 --json
 if ! python3 "$ROOT/scripts/gpu_report.py" "$OUT" >"$OUT/report.md" 2>"$OUT/report.log"; then
   echo "FAIL scripts/gpu_report.py $OUT" >&2 && cat "$OUT/report.log" >&2 && failed=1
 fi
-for section in "## Attention" "## Memory-bound kernels" "## Steps" "| MoE file" "| checkpoint file" "| gemm shape" \
+for section in "## Attention" "## Memory-bound kernels" "## Steps" "| MoE file" "| checkpoint file" "| gemm shape" "## Targets" \
   "| link" "| pin" "| adamw"; do
   grep -qF "$section" "$OUT/report.md" || { echo "FAIL report without '$section'" >&2 && failed=1; }
 done
