@@ -95,13 +95,12 @@ fe::error_t bind_tensor(const json& g, int64_t uid, std::unordered_map<int64_t, 
   return refuse("no tensor of uid " + std::to_string(uid));
 }
 
-fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sdpa& a) {
-  if (g["context"]["io_data_type"] != "BFLOAT16") return refuse("inputs and outputs other than bf16");
-  if (g["nodes"].size() != 1) return refuse("a graph of " + std::to_string(g["nodes"].size()) + " nodes");
-  const json& n = g["nodes"][0];
+// The SDPA node's scale, mask and statistics; what it does not model is refused.
+fe::error_t describe_node(const json& n, Sdpa& a) {
   a.backward = n["tag"] == "SDPA_BWD";
   if (!a.backward && n["tag"] != "SDPA") return refuse("a " + n["tag"].get<std::string>() + " node");
   if (n.value("alibi_mask", false) || !n["dropout_probability"].is_null()) return refuse("ALiBi or dropout");
+  if (n.value("stats_use_log2", false)) return refuse("statistics in log2");
   if (n["diagonal_alignment"] != "TOP_LEFT") return refuse("diagonal alignment other than top-left");
   if (!n["attn_scale_value"].is_string()) return refuse("a scale that is not a value");
   const uint32_t bits = uint32_t(std::stoul(n["attn_scale_value"].get<std::string>(), nullptr, 16));
@@ -112,6 +111,15 @@ fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sd
   }
   if (!n["left_bound"].is_null()) a.left_bound = n["left_bound"];
   a.padding = n.value("padding_mask", false);
+  return {fe::error_code_t::OK, ""};
+}
+
+// The node and its tensors, bound to the pack's pointers.
+fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sdpa& a) {
+  if (g["context"]["io_data_type"] != "BFLOAT16") return refuse("inputs and outputs other than bf16");
+  if (g["nodes"].size() != 1) return refuse("a graph of " + std::to_string(g["nodes"].size()) + " nodes");
+  const json& n = g["nodes"][0];
+  if (auto e = describe_node(n, a); !e.is_good()) return e;
   const json& in = n["inputs"];
   const json& out = n["outputs"];
   for (const auto& [name, uid] : in.items())
