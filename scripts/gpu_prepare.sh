@@ -4,8 +4,9 @@
 # source, the published MegaTrain's training code, the cuDNN frontend's headers, DeepSpeed's
 # sdist and wheels) and the prebuilt binaries (scripts/gpu_bundle.sh, from a release build at
 # HEAD). Checks that they fit the device tool's 64 MiB carry and prints the carry list to pass.
-#   scripts/gpu_prepare.sh   then: run(command="GPU_CHECK_PACK=$OUT/gc.tgz scripts/gpu_check.sh /tmp/gc",
-#                                      carry=<the printed list>, timeout_s=600)
+#   [PEERS_PYTHON=/tmp/peers/bin/python] scripts/gpu_prepare.sh
+#   then: run(command="GPU_CHECK_PACK=$OUT/gc.tgz scripts/gpu_check.sh /tmp/gc",
+#             carry=<the printed list>, timeout_s=600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p third_party_src
@@ -24,6 +25,12 @@ if [ ! -f third_party_src/cudnn_frontend/include/cudnn_frontend.h ]; then
 fi
 compgen -G "third_party_src/wheels/deepspeed-*.tar.gz" >/dev/null || { say "DeepSpeed (peer b)"; bench/peers/fetch_deepspeed_wheels.sh >/dev/null; }
 
+# The peers on this CPU first, when a Python with torch, transformers and deepspeed is named
+# (bench/peers/cpu_smoke.py says how to make one): ~90 s, and a peer that fails here would fail there.
+if [ -n "${PEERS_PYTHON:-}" ]; then
+  say "the peers on this CPU (bench/peers/cpu_smoke.py)"
+  "$PEERS_PYTHON" bench/peers/cpu_smoke.py >&2 || { say "a peer failed on the CPU: fix it before the lease"; exit 1; }
+fi
 say "release build of mt_cuda_tests and megatrain-bench at $(git rev-parse --short HEAD)"
 cmake --preset release >"${TMPDIR:-/tmp}/gpu_prepare_configure.log" 2>&1
 grep -q "cuDNN attention ON" "${TMPDIR:-/tmp}/gpu_prepare_configure.log" ||
