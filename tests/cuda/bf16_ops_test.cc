@@ -351,10 +351,37 @@ TEST_F(CudaBf16Ops, ScaleInPlaceIsBitExact) {
   expect_bits(g.download(), ref, "scale_inplace");
 }
 
+// What the attention tests below share: every kernel the CUDA table can run, a backend whose
+// workspace fits the shape (cuDNN's included), each kernel's tolerances against the CPU table
+// (the SIMT one within AttentionForwardBackward's bounds, the tensor-core and cuDNN ones — a
+// bf16 P matrix — within attention_cases.h's kOut / kGrad of the tensor's rms), and the check
+// that cuDNN took the calls itself rather than falling back.
+constexpr cuda::AttentionKernel kEveryAttentionKernel[] = {cuda::AttentionKernel::kSimt,
+                                                           cuda::AttentionKernel::kTensorCore,
+                                                           cuda::AttentionKernel::kCudnn};
+
+Result<std::unique_ptr<Backend>> attention_backend(int B, int T, int H, int KVH, int D) {
+  CudaBackendOptions o;
+  o.attention_workspace_bytes = cuda_attention_workspace_bytes(B, T, H, KVH, D);
+  return make_cuda_backend(o);
+}
+
+struct AttentionTolerance {
+  double lse, out, dqkv;  // fp32 relative; bf16 ulps (2) plus this fraction of the rms
+};
+AttentionTolerance tolerance_of(cuda::AttentionKernel kernel) {
+  if (kernel == cuda::AttentionKernel::kSimt) return {1e-5, 1.0 / 1024, 1.0 / 1024};
+  return {1e-3, 1.0 / 128, 1.0 / 64};
+}
+
+void expect_cudnn_took_the_calls(cuda::AttentionKernel kernel, uint64_t calls_before) {
+  if (kernel == cuda::AttentionKernel::kCudnn && cuda::cudnn_built()) {
+    EXPECT_GT(cuda::cudnn_attention_calls(), calls_before) << "cuDNN refused: " << cuda_attention_warning();
+  }
+}
+
 // Sliding windows (shorter than a document, spanning tiles) with a non-default scale, packed
-// documents or not, on every attention kernel: the SIMT one within the bounds of
-// AttentionForwardBackward, the tensor-core and cuDNN ones (a bf16 P matrix) within
-// attention_cases.h's kOut / kGrad of the tensor's rms. cuDNN must take the calls itself.
+// documents or not, on every attention kernel, within each kernel's tolerances (above).
 TEST_F(CudaBf16Ops, SlidingWindowAttentionOnEveryKernel) {
   const int B = 2, T = 150, H = 4, KVH = 2, D = 64;
   const size_t rows = size_t(B) * T, nqkv = rows * size_t(H + 2 * KVH) * D, nout = rows * H * D, nlse = size_t(B) * H * T;
@@ -363,16 +390,13 @@ TEST_F(CudaBf16Ops, SlidingWindowAttentionOnEveryKernel) {
     for (int t = 0; t < T; ++t) pos.push_back(b == 0 ? t : t < 70 ? t : t - 70);  // row 1: documents of 70, 80
   const std::vector<int32_t> starts = document_starts(pos.data(), B, T);
   const auto qkv = rnd16(nqkv, 61, -2, 2), dout = rnd16(nout, 62);
-  for (const cuda::AttentionKernel kernel :
-       {cuda::AttentionKernel::kSimt, cuda::AttentionKernel::kTensorCore, cuda::AttentionKernel::kCudnn})
+  for (const cuda::AttentionKernel kernel : kEveryAttentionKernel)
     for (const AttentionOptions opt : {AttentionOptions{7, 0}, AttentionOptions{64, 0.1}})
       for (const bool docs : {false, true}) {
         SCOPED_TRACE(testing::Message() << cuda::attention_kernel_name(kernel) << " window " << opt.window << " scale "
                                         << opt.scale << (docs ? " documents" : ""));
         const cudatest::AttentionKernelScope scope(kernel);
-        CudaBackendOptions o;
-        o.attention_workspace_bytes = cuda_attention_workspace_bytes(B, T, H, KVH, D);
-        auto b = make_cuda_backend(o);
+        auto b = attention_backend(B, T, H, KVH, D);
         ASSERT_TRUE(b.ok()) << b.status().to_string();
         DeviceBuf<int32_t> gpos(pos), gstarts(starts);
         const DocumentSpans spans{starts.data(), gstarts.get(), int(starts.size()) - 1};
@@ -391,13 +415,11 @@ TEST_F(CudaBf16Ops, SlidingWindowAttentionOnEveryKernel) {
                                H, KVH, D);
         ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
         EXPECT_TRUE((*b)->error().ok()) << (*b)->error().to_string();
-        if (kernel == cuda::AttentionKernel::kCudnn && cuda::cudnn_built()) {
-          EXPECT_GT(cuda::cudnn_attention_calls(), cudnn_before) << "cuDNN refused: " << cuda_attention_warning();
-        }
-        const bool simt = kernel == cuda::AttentionKernel::kSimt;
-        expect_f32_near(glse.download(), lse, simt ? 1e-5 : 1e-3, "lse (fp32)");
-        expect_bf16_near(gout.download(), out, 2, simt ? 1.0 / 1024 : 1.0 / 128, "out");
-        expect_bf16_near(gdqkv.download(), dqkv, 2, simt ? 1.0 / 1024 : 1.0 / 64, "dqkv");
+        expect_cudnn_took_the_calls(kernel, cudnn_before);
+        const AttentionTolerance tol = tolerance_of(kernel);
+        expect_f32_near(glse.download(), lse, tol.lse, "lse (fp32)");
+        expect_bf16_near(gout.download(), out, 2, tol.out, "out");
+        expect_bf16_near(gdqkv.download(), dqkv, 2, tol.dqkv, "dqkv");
       }
 }
 
@@ -411,14 +433,11 @@ TEST_F(CudaBf16Ops, AttentionWithSinksOnEveryKernel) {
   const int B = 2, T = 96, H = 4, KVH = 2, D = 64;
   const size_t rows = size_t(B) * T, nqkv = rows * size_t(H + 2 * KVH) * D, nout = rows * H * D, nlse = size_t(B) * H * T;
   const auto qkv = rnd16(nqkv, 71, -2, 2), dout = rnd16(nout, 72), sinks = rnd16(size_t(H), 73, -1, 1);
-  for (const cuda::AttentionKernel kernel :
-       {cuda::AttentionKernel::kSimt, cuda::AttentionKernel::kTensorCore, cuda::AttentionKernel::kCudnn})
+  for (const cuda::AttentionKernel kernel : kEveryAttentionKernel)
     for (const int window : {7, 0}) {
       SCOPED_TRACE(testing::Message() << cuda::attention_kernel_name(kernel) << " window " << window);
       const cudatest::AttentionKernelScope scope(kernel);
-      CudaBackendOptions o;
-      o.attention_workspace_bytes = cuda_attention_workspace_bytes(B, T, H, KVH, D);
-      auto b = make_cuda_backend(o);
+      auto b = attention_backend(B, T, H, KVH, D);
       ASSERT_TRUE(b.ok()) << b.status().to_string();
       const AttentionOptions opt{window, 0};
       const Documents none(nullptr);
@@ -440,14 +459,13 @@ TEST_F(CudaBf16Ops, AttentionWithSinksOnEveryKernel) {
                              KVH, D);
       ASSERT_EQ(cudaSuccess, cudaDeviceSynchronize());
       EXPECT_TRUE((*b)->error().ok()) << (*b)->error().to_string();
-      if (kernel == cuda::AttentionKernel::kCudnn && cuda::cudnn_built()) {
-        EXPECT_GT(cuda::cudnn_attention_calls(), cudnn_before) << "cuDNN refused: " << cuda_attention_warning();
-      }
+      expect_cudnn_took_the_calls(kernel, cudnn_before);
+      const AttentionTolerance tol = tolerance_of(kernel);
       const bool simt = kernel == cuda::AttentionKernel::kSimt;
-      expect_f32_near(glse.download(), lse, simt ? 1e-5 : 1e-3, "lse with sinks (fp32)");
-      expect_bf16_near(gout.download(), out, 2, simt ? 1.0 / 1024 : 1.0 / 128, "out with sinks");
+      expect_f32_near(glse.download(), lse, tol.lse, "lse with sinks (fp32)");
+      expect_bf16_near(gout.download(), out, 2, tol.out, "out with sinks");
       expect_f32_near(gdsinks.download(), dsinks, simt ? 1e-3 : 2e-2, "dsinks (fp32)");
-      expect_bf16_near(gdqkv.download(), dqkv, 2, simt ? 1.0 / 1024 : 1.0 / 64, "dqkv under sinks");
+      expect_bf16_near(gdqkv.download(), dqkv, 2, tol.dqkv, "dqkv under sinks");
     }
 }
 
