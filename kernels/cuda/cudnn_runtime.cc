@@ -33,7 +33,8 @@ fe::error_t workspace_size(fe::graph::Graph& g, int64_t& bytes) { return g.get_w
 
 fe::error_t execute(fe::graph::Graph& g, Handle* h, std::unordered_map<int64_t, void*>& pack, void* workspace,
                     cudaStream_t stream) {
-  if (cudnnSetStream(h->h, stream) != CUDNN_STATUS_SUCCESS) return {fe::error_code_t::CUDNN_BACKEND_API_FAILED, "cudnnSetStream"};
+  if (cudnnSetStream(h->h, stream) != CUDNN_STATUS_SUCCESS)
+    return {fe::error_code_t::CUDNN_BACKEND_API_FAILED, "cudnnSetStream"};
   return g.execute(h->h, pack, workspace);
 }
 

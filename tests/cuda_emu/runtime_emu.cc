@@ -158,15 +158,6 @@ cudaError_t cudaUserObjectRelease(cudaUserObject_t, unsigned) { return fail_with
 cudaError_t cudaGraphRetainUserObject(cudaGraph_t, cudaUserObject_t, unsigned, unsigned) {
   return fail_with(cudaErrorNotSupported);
 }
-// What the cuDNN frontend asks of the device (its sm version): the emulated device is sm_90.
-cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-  switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
-    case cudaDevAttrMultiProcessorCount: *value = 132; return cudaSuccess;
-    default: return cudaErrorInvalidValue;
-  }
-}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (d != 0) return fail_with(cudaErrorInvalidDevice);
   *p = cudaDeviceProp{};
@@ -183,6 +174,17 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->sharedMemPerBlock = 48 * 1024;
   p->sharedMemPerBlockOptin = 227 * 1024;
   return cudaSuccess;
+}
+// What the cuDNN frontend asks of the device (its sm version), from the properties above.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int d) {
+  cudaDeviceProp p;
+  if (const cudaError_t e = cudaGetDeviceProperties(&p, d); e != cudaSuccess) return e;
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; return cudaSuccess;
+    default: return fail_with(cudaErrorInvalidValue);
+  }
 }
 cudaError_t cudaDeviceSynchronize() {
   mt_emu::run_device();
