@@ -27,8 +27,8 @@
 //    cuDNN does, the dense cases' largest gap is 2.2e-4 and Cudnn_bf16_qwen2_moe's 6.3e-4
 //    (2026-12-07); the GPU run measures the real one (docs/PERF.md). An MoE's load-balancing
 //    loss is compared within 1.5e-2 on cuDNN: it moves in steps as tokens change experts (one
-//    token of the 240 routed per layer here changing experts moves it by a few 1e-4 relative), and the rounding
-//    of P moves more of them; measured 4.9e-3 under the emulation.
+//    token of the 240 routed per layer here changing experts moves it by a few 1e-4 relative),
+//    and the rounding of P moves more of them; measured 4.9e-3 under the emulation.
 #include <gtest/gtest.h>
 
 #include <ostream>

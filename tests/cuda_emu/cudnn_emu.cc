@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,8 @@ struct View {
     return (ragged ? ragged[b] : b * stride[0]) + h * stride[1] + s * stride[2] + d * stride[3];
   }
   float get(int64_t i) const {
-    return fp32 ? reinterpret_cast<const float*>(base)[i] : __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[i]);
+    if (fp32) return reinterpret_cast<const float*>(base)[i];
+    return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[i]);
   }
   void put(int64_t i, float v) const {
     if (fp32) reinterpret_cast<float*>(base)[i] = v;
@@ -122,10 +124,9 @@ fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sd
   if (auto e = describe_node(n, a); !e.is_good()) return e;
   const json& in = n["inputs"];
   const json& out = n["outputs"];
+  static const std::set<std::string> kModelled = {"Q", "K", "V", "O", "dO", "Stats", "SEQ_LEN_Q", "SEQ_LEN_KV"};
   for (const auto& [name, uid] : in.items())
-    if (name != "Q" && name != "K" && name != "V" && name != "O" && name != "dO" && name != "Stats" &&
-        name != "SEQ_LEN_Q" && name != "SEQ_LEN_KV")
-      return refuse("input " + name);
+    if (!kModelled.count(name)) return refuse("input " + name);
   if (a.padding) {
     if (!in.contains("SEQ_LEN_Q") || !in.contains("SEQ_LEN_KV")) return refuse("a padding mask without lengths");
     a.seq_q = static_cast<const int32_t*>(pack.at(in["SEQ_LEN_Q"].get<int64_t>()));
@@ -133,7 +134,8 @@ fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sd
   }
   fe::error_t e{fe::error_code_t::OK, ""};
   auto take = [&](const json& ports, const char* port, View& v) {
-    if (e.is_good()) e = ports.contains(port) ? bind_tensor(g, ports[port], pack, v) : refuse(std::string("no ") + port);
+    if (!e.is_good()) return;
+    e = ports.contains(port) ? bind_tensor(g, ports[port], pack, v) : refuse(std::string("no ") + port);
   };
   take(in, "Q", a.q), take(in, "K", a.k), take(in, "V", a.v);
   if (a.backward) {
@@ -145,77 +147,102 @@ fe::error_t describe(const json& g, std::unordered_map<int64_t, void*>& pack, Sd
   return e;
 }
 
-// Row i's scaled scores against keys [0, skv) that the mask allows (-inf elsewhere).
-void scores(const Sdpa& a, int64_t b, int64_t h, int64_t hk, int64_t i, int64_t skv, std::vector<float>& s) {
-  const int64_t D = a.q.dim[3];
-  s.assign(size_t(skv), -INFINITY);
-  for (int64_t j = 0; j < skv; ++j) {
-    if (!a.allowed(i, j)) continue;
-    float dot = 0;
-    for (int64_t d = 0; d < D; ++d) dot += a.q.get(a.q.at(b, h, i, d)) * a.k.get(a.k.at(b, hk, j, d));
-    s[size_t(j)] = dot * a.scale;
-  }
+// Rows [0, n) of head h of batch entry b, as floats, row after row: [n][D].
+std::vector<float> load(const View& t, int64_t b, int64_t h, int64_t n) {
+  const int64_t D = t.dim[3];
+  std::vector<float> x(static_cast<size_t>(n * D));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) x[size_t(i * D + d)] = t.get(t.at(b, h, i, d));
+  return x;
+}
+// x (rows of D) times `scale` into head h of batch entry b.
+void store(const View& t, int64_t b, int64_t h, const std::vector<float>& x, float scale = 1) {
+  const int64_t D = t.dim[3];
+  for (size_t e = 0; e < x.size(); ++e) t.put(t.at(b, h, int64_t(e) / D, int64_t(e) % D), x[e] * scale);
+}
+float dot(const float* x, const float* y, int64_t D) {
+  float s = 0;
+  for (int64_t d = 0; d < D; ++d) s += x[d] * y[d];
+  return s;
 }
 
-void forward(const Sdpa& a) {
-  const int64_t B = a.q.dim[0], H = a.q.dim[1], KVH = a.k.dim[1], D = a.q.dim[3];
-  std::vector<float> s, o(static_cast<size_t>(D));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t sq = a.padding ? a.seq_q[b] : a.q.dim[2], skv = a.padding ? a.seq_kv[b] : a.k.dim[2];
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < sq; ++i) {
-        const int64_t hk = h / (H / KVH);
-        scores(a, b, h, hk, i, skv, s);
-        float m = -INFINITY, l = 0;
-        for (float x : s) m = std::max(m, x);
-        std::fill(o.begin(), o.end(), 0.f);
-        for (int64_t j = 0; j < skv; ++j) {
-          if (s[size_t(j)] == -INFINITY) continue;
-          const float p = std::exp(s[size_t(j)] - m);
-          l += p;  // the sum of P in fp32, P @ V of P in bf16
-          for (int64_t d = 0; d < D; ++d) o[size_t(d)] += bf16(p) * a.v.get(a.v.at(b, hk, j, d));
-        }
-        for (int64_t d = 0; d < D; ++d) a.o.put(a.o.at(b, h, i, d), o[size_t(d)] / l);
-        a.stats.put(a.stats.at(b, h, i, 0), m + std::log(l));
+// One batch entry's lengths and one KV head's keys and values, which a group of query heads shares.
+struct KvHead {
+  int64_t b, hk, sq, skv, D;
+  std::vector<float> k, v;
+  KvHead(const Sdpa& a, int64_t b_, int64_t hk_)
+      : b(b_), hk(hk_), sq(a.padding ? a.seq_q[b_] : a.q.dim[2]), skv(a.padding ? a.seq_kv[b_] : a.k.dim[2]),
+        D(a.q.dim[3]), k(load(a.k, b_, hk_, skv)), v(load(a.v, b_, hk_, skv)) {}
+  const float* key(int64_t j) const { return &k[size_t(j * D)]; }
+  const float* value(int64_t j) const { return &v[size_t(j * D)]; }
+};
+
+// Query qi's (row i's) scaled scores against the keys the mask allows (-inf elsewhere).
+void scores(const Sdpa& a, const KvHead& kv, const float* qi, int64_t i, std::vector<float>& s) {
+  s.assign(size_t(kv.skv), -INFINITY);
+  for (int64_t j = 0; j < kv.skv; ++j)
+    if (a.allowed(i, j)) s[size_t(j)] = dot(qi, kv.key(j), kv.D) * a.scale;
+}
+
+void forward_head(const Sdpa& a, const KvHead& kv, int64_t h) {
+  const int64_t D = kv.D;
+  const std::vector<float> q = load(a.q, kv.b, h, kv.sq);
+  std::vector<float> s, o(q.size(), 0.f);
+  for (int64_t i = 0; i < kv.sq; ++i) {
+    scores(a, kv, &q[size_t(i * D)], i, s);
+    float m = -INFINITY, l = 0;
+    for (float x : s) m = std::max(m, x);
+    for (int64_t j = 0; j < kv.skv; ++j) {
+      if (s[size_t(j)] == -INFINITY) continue;
+      const float p = std::exp(s[size_t(j)] - m);
+      l += p;  // the sum of P in fp32, P @ V of P in bf16
+      for (int64_t d = 0; d < D; ++d) o[size_t(i * D + d)] += bf16(p) * kv.value(j)[d];
+    }
+    for (int64_t d = 0; d < D; ++d) o[size_t(i * D + d)] /= l;
+    a.stats.put(a.stats.at(kv.b, h, i, 0), m + std::log(l));
+  }
+  store(a.o, kv.b, h, o);
+}
+
+// Query head h's dQ; its dK and dV added to the group's.
+void backward_head(const Sdpa& a, const KvHead& kv, int64_t h, std::vector<float>& dk, std::vector<float>& dv) {
+  const int64_t D = kv.D;
+  const std::vector<float> q = load(a.q, kv.b, h, kv.sq), o = load(a.o, kv.b, h, kv.sq),
+                           dout = load(a.dout, kv.b, h, kv.sq);
+  std::vector<float> s, dq(q.size(), 0.f);
+  for (int64_t i = 0; i < kv.sq; ++i) {
+    const float *qi = &q[size_t(i * D)], *doi = &dout[size_t(i * D)];
+    scores(a, kv, qi, i, s);
+    const float lse = a.stats.get(a.stats.at(kv.b, h, i, 0)), Di = dot(doi, &o[size_t(i * D)], D);
+    for (int64_t j = 0; j < kv.skv; ++j) {
+      if (s[size_t(j)] == -INFINITY) continue;
+      const float p = std::exp(s[size_t(j)] - lse);
+      const float ds = bf16(p * (dot(doi, kv.value(j), D) - Di)), pb = bf16(p);
+      for (int64_t d = 0; d < D; ++d) {
+        dq[size_t(i * D + d)] += ds * kv.key(j)[d];
+        dk[size_t(j * D + d)] += ds * qi[d];
+        dv[size_t(j * D + d)] += pb * doi[d];
       }
-  }
-}
-
-void backward(const Sdpa& a) {
-  const int64_t B = a.q.dim[0], H = a.q.dim[1], KVH = a.k.dim[1], D = a.q.dim[3], G = H / KVH;
-  std::vector<float> s, dq(static_cast<size_t>(D));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t sq = a.padding ? a.seq_q[b] : a.q.dim[2], skv = a.padding ? a.seq_kv[b] : a.k.dim[2];
-    for (int64_t hk = 0; hk < KVH; ++hk) {
-      std::vector<float> dk(static_cast<size_t>(skv * D)), dv(static_cast<size_t>(skv * D));  // summed over the group's heads
-      for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
-        for (int64_t i = 0; i < sq; ++i) {
-          scores(a, b, h, hk, i, skv, s);
-          const float lse = a.stats.get(a.stats.at(b, h, i, 0));
-          float Di = 0;
-          for (int64_t d = 0; d < D; ++d) Di += a.dout.get(a.dout.at(b, h, i, d)) * a.o.get(a.o.at(b, h, i, d));
-          std::fill(dq.begin(), dq.end(), 0.f);
-          for (int64_t j = 0; j < skv; ++j) {
-            if (s[size_t(j)] == -INFINITY) continue;
-            const float p = std::exp(s[size_t(j)] - lse);
-            float dp = 0;
-            for (int64_t d = 0; d < D; ++d) dp += a.dout.get(a.dout.at(b, h, i, d)) * a.v.get(a.v.at(b, hk, j, d));
-            const float ds = bf16(p * (dp - Di)), pb = bf16(p);
-            for (int64_t d = 0; d < D; ++d) {
-              dq[size_t(d)] += ds * a.k.get(a.k.at(b, hk, j, d));
-              dk[size_t(j * D + d)] += ds * a.q.get(a.q.at(b, h, i, d));
-              dv[size_t(j * D + d)] += pb * a.dout.get(a.dout.at(b, h, i, d));
-            }
-          }
-          for (int64_t d = 0; d < D; ++d) a.dq.put(a.dq.at(b, h, i, d), dq[size_t(d)] * a.scale);
-        }
-      for (int64_t j = 0; j < skv; ++j)
-        for (int64_t d = 0; d < D; ++d) {
-          a.dk.put(a.dk.at(b, hk, j, d), dk[size_t(j * D + d)] * a.scale);
-          a.dv.put(a.dv.at(b, hk, j, d), dv[size_t(j * D + d)]);
-        }
     }
   }
+  store(a.dq, kv.b, h, dq, a.scale);
+}
+
+// Every (batch entry, KV head), then the query heads of its group.
+void run(const Sdpa& a) {
+  const int64_t B = a.q.dim[0], KVH = a.k.dim[1], G = a.q.dim[1] / KVH;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t hk = 0; hk < KVH; ++hk) {
+      const KvHead kv(a, b, hk);
+      std::vector<float> dk(kv.k.size(), 0.f), dv(kv.v.size(), 0.f);  // summed over the group's heads
+      for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+        if (a.backward) backward_head(a, kv, h, dk, dv);
+        else forward_head(a, kv, h);
+      }
+      if (!a.backward) continue;
+      store(a.dk, b, hk, dk, a.scale);
+      store(a.dv, b, hk, dv);
+    }
 }
 
 }  // namespace
@@ -231,7 +258,7 @@ fe::error_t execute(fe::graph::Graph& g, Handle*, std::unordered_map<int64_t, vo
     return refuse(x.what());
   }
   // The ragged arrays and the operands are read when the stream gets here, as cuDNN's kernels would.
-  mt_emu::enqueue(stream, [a] { a->backward ? backward(*a) : forward(*a); }, true);
+  mt_emu::enqueue(stream, [a] { run(*a); }, true);
   return {fe::error_code_t::OK, ""};
 }
 
