@@ -27,8 +27,9 @@ using Tensor = std::shared_ptr<fe::graph::Tensor_attributes>;
 // Tensor uids of the variant packs.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKV, kOffQkv, kOffOut, kOffLse };
 
-// What a graph depends on. Dense: b = B, s = T. Ragged (one row's documents): b and s are the
-// bucketed document count and longest document, T the row length (the lse's head stride).
+// What a graph depends on. Dense: b = B, s = T (T: the lse's head stride). Ragged (one row's
+// documents): b and s are the bucketed document count and longest document, T the row length
+// (the backward's maximum total of tokens).
 struct Key {
   int b, s, T, H, KVH, D;
   bool ragged;
@@ -53,7 +54,9 @@ struct MetaLayout {
 };
 size_t meta_bytes(int b) { return MetaLayout(b).bytes(); }
 
-// The views of one graph: qkv rows [q (H*D) | k (KVH*D) | v (KVH*D)], out rows (H*D), lse [.., H, T].
+// The views of one graph: qkv rows [q (H*D) | k (KVH*D) | v (KVH*D)], out rows (H*D), and the
+// statistics: dense, our lse [B, H, T] (packed BHSD, which cuDNN < 9.26 requires of a non-ragged
+// Stats input); ragged, token-major (attention_ragged.h: stats_index).
 struct Views {
   const Key& k;
   int64_t row() const { return int64_t(k.H + 2 * k.KVH) * k.D; }
@@ -63,7 +66,10 @@ struct Views {
   std::vector<int64_t> out_dim() const { return {k.b, k.H, k.s, k.D}; }
   std::vector<int64_t> out_stride() const { return {k.s * orow(), k.D, orow(), 1}; }
   std::vector<int64_t> lse_dim() const { return {k.b, k.H, k.s, 1}; }
-  std::vector<int64_t> lse_stride() const { return {int64_t(k.H) * k.T, k.T, 1, 1}; }
+  std::vector<int64_t> lse_stride() const {
+    if (k.ragged) return {int64_t(k.H) * k.s, 1, k.H, 1};
+    return {int64_t(k.H) * k.T, k.T, 1, 1};
+  }
 };
 
 fe::graph::Tensor_attributes attrs(const char* name, Uid uid, std::vector<int64_t> dim, std::vector<int64_t> stride) {
@@ -175,7 +181,7 @@ struct CudnnAttention::Impl {
   struct Plans {
     std::shared_ptr<fe::graph::Graph> fwd, bwd;
     int64_t workspace = 0;  // the larger of the two graphs' workspaces
-    std::string refused;    // empty when both built and fit the workspace
+    std::string refused;    // empty when both built
   };
   cudnn_runtime::Handle* handle = nullptr;
   char* workspace = nullptr;
@@ -210,13 +216,7 @@ struct CudnnAttention::Impl {
     build_nanos.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                        std::chrono::steady_clock::now() - t0).count()));
     p.workspace = (std::max(wf, wb) + 255) / 256 * 256;  // the ragged arrays follow, aligned
-    const size_t meta = k.ragged ? meta_bytes(k.b) : 0;
-    if (!e.is_good())
-      p.refused = "cuDNN cannot run this attention: " + e.get_message();
-    else if (size_t(p.workspace) + meta > workspace_bytes)
-      p.refused = "cuDNN attention wants " + std::to_string(size_t(p.workspace) + meta) +
-                  " bytes of workspace, beyond the " + std::to_string(workspace_bytes) + " reserved";
-    if (p.refused.empty()) used = std::max(used, size_t(p.workspace) + meta);
+    if (!e.is_good()) p.refused = "cuDNN cannot run this attention: " + e.get_message();
     return plans.emplace(k, std::move(p)).first->second;
   }
 
@@ -225,10 +225,10 @@ struct CudnnAttention::Impl {
     return {error.c_str(), int(cudaErrorNotSupported), false};
   }
 
-  // Runs `graph` with `pack` on `stream`, the ragged arrays (when any) after the graph's workspace.
-  CudaStatus run(const char* what, fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack,
+  // Runs `graph` with `pack` and the graph's workspace `ws` on `stream`.
+  CudaStatus run(const char* what, fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& pack, char* ws,
                  cudaStream_t stream) {
-    fe::error_t e = cudnn_runtime::execute(graph, handle, pack, workspace, stream);
+    fe::error_t e = cudnn_runtime::execute(graph, handle, pack, ws, stream);
     return e.is_good() ? CudaStatus{} : fail(what, e);
   }
 };
@@ -250,10 +250,24 @@ std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* doc
   return calls;
 }
 
+// The caller's workspace, carved per call: packed rows' token-major statistics first (the whole
+// micro-batch's, at one place for every row call and the transposes), then the graph's own
+// workspace, then (ragged calls) the index arrays.
+size_t stats_bytes(const AttentionShape& s, const DocumentSpans* docs) {
+  return docs ? round_up(size_t(s.B) * size_t(s.T) * size_t(s.H) * sizeof(float), 256) : 0;
+}
+struct Carved {
+  float* stats;  // nullptr for the dense call
+  char* graph;
+};
+Carved carve(Impl& im, const AttentionShape& s, const DocumentSpans* docs) {
+  return {docs ? reinterpret_cast<float*>(im.workspace) : nullptr, im.workspace + stats_bytes(s, docs)};
+}
+
 // The pack entries of a ragged row call: writes its index arrays after the graph's workspace.
-CudaStatus ragged_pack(Impl& im, const RowCall& c, const AttentionShape& s, const DocumentSpans& docs,
+CudaStatus ragged_pack(Impl& im, const RowCall& c, const AttentionShape& s, const DocumentSpans& docs, char* graph_ws,
                        std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
-  char* meta = im.workspace + im.plans_for(c.key).workspace;
+  char* meta = graph_ws + im.plans_for(c.key).workspace;
   const MetaLayout m(c.key.b);
   auto* seq = reinterpret_cast<int32_t*>(meta);
   int64_t* off[3];
@@ -277,7 +291,7 @@ void put_qkv(std::unordered_map<int64_t, void*>& pack, const __nv_bfloat16* base
   pack[v] = b + int64_t(s.H + s.KVH) * s.D;
 }
 
-// Element offsets of the call's first token in qkv, out and lse (the dense call's are 0).
+// Element offsets of the call's first token in qkv, out and the statistics (the dense call's are 0).
 ragged::RowBase row_base(const RowCall& c, const AttentionShape& s) {
   return c.row < 0 ? ragged::RowBase{0, 0, 0} : ragged::row_base(c.row, {s.T, s.H, s.KVH, s.D});
 }
@@ -315,8 +329,10 @@ size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
       KVH < H ? 2 * std::max(qd, uint64_t(T) * row * uint64_t(H / KVH)) * sizeof(float) : 0;
   // The fp32 dQ accumulator of a non-deterministic or ordered-dQ backward, and the softmax sums.
   const uint64_t dq_accum = qd * sizeof(float), sums = 2 * tokens * uint64_t(H) * sizeof(float);
+  // Packed rows' token-major statistics (stats_bytes), at the workspace's start.
+  const uint64_t stats = round_up(tokens * uint64_t(H) * sizeof(float), 256);
   const uint64_t meta = meta_bytes(ragged::pow2_at_least(std::max(T, 1)));
-  return size_t(dp + full_heads + dq_accum + sums + meta + (uint64_t(64) << 20));
+  return size_t(dp + full_heads + dq_accum + sums + stats + meta + (uint64_t(64) << 20));
 }
 
 std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm) {
@@ -366,9 +382,16 @@ bool CudnnAttention::supports(const AttentionShape& s, const DocumentSpans* docs
   if (docs && (int64_t(s.H) * s.T) % 4)
     return refuse("cuDNN attention of packed documents needs heads x seq_len a multiple of 4 (16-byte aligned "
                   "statistics per row), not " + std::to_string(s.H) + " x " + std::to_string(s.T));
+  const size_t stats = stats_bytes(s, docs);
   for (const RowCall& c : row_calls(s, docs)) {
     const Impl::Plans& p = impl_->plans_for(c.key);
     if (!p.refused.empty()) return refuse(p.refused);
+    const size_t need = stats + size_t(p.workspace) + (c.key.ragged ? meta_bytes(c.key.b) : 0);
+    if (need > impl_->workspace_bytes)
+      return refuse("cuDNN attention wants " + std::to_string(need) + " bytes of workspace (" + std::to_string(stats) +
+                    " of them token-major statistics), beyond the " + std::to_string(impl_->workspace_bytes) +
+                    " reserved");
+    impl_->used = std::max(impl_->used, need);
   }
   return true;
 }
@@ -376,13 +399,15 @@ bool CudnnAttention::supports(const AttentionShape& s, const DocumentSpans* docs
 CudaStatus CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const AttentionShape& s,
                                    const DocumentSpans* docs, cudaStream_t stream) {
   Impl& im = *impl_;
+  const Carved ws = carve(im, s, docs);
   for (const RowCall& c : row_calls(s, docs)) {
     const ragged::RowBase at = row_base(c, s);
-    std::unordered_map<int64_t, void*> pack = {{kO, out + at.out}, {kStats, lse + at.lse}};
+    std::unordered_map<int64_t, void*> pack = {{kO, out + at.out}, {kStats, (docs ? ws.stats : lse) + at.lse}};
     put_qkv(pack, qkv + at.qkv, s, kQ, kK, kV);
-    if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, pack, stream));
-    MT_CUDA_TRY(im.run("cuDNN SDPA forward", *im.plans_for(c.key).fwd, pack, stream));
+    if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, ws.graph, pack, stream));
+    MT_CUDA_TRY(im.run("cuDNN SDPA forward", *im.plans_for(c.key).fwd, pack, ws.graph, stream));
   }
+  if (docs) MT_CUDA_TRY(cudnn_stats_to_head_major(lse, ws.stats, s.B, s.T, s.H, stream));
   calls.fetch_add(1);
   return {};
 }
@@ -391,15 +416,18 @@ CudaStatus CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* do
                                     const __nv_bfloat16* out, const float* lse, const AttentionShape& s,
                                     const DocumentSpans* docs, cudaStream_t stream) {
   Impl& im = *impl_;
+  const Carved ws = carve(im, s, docs);
+  if (docs) MT_CUDA_TRY(cudnn_stats_to_token_major(ws.stats, lse, s.B, s.T, s.H, stream));
+  float* stats = docs ? ws.stats : const_cast<float*>(lse);
   for (const RowCall& c : row_calls(s, docs)) {
     const ragged::RowBase at = row_base(c, s);
     std::unordered_map<int64_t, void*> pack = {{kO, const_cast<__nv_bfloat16*>(out) + at.out},
                                                {kDO, const_cast<__nv_bfloat16*>(dout) + at.out},
-                                               {kStats, const_cast<float*>(lse) + at.lse}};
+                                               {kStats, stats + at.lse}};
     put_qkv(pack, qkv + at.qkv, s, kQ, kK, kV);
     put_qkv(pack, dqkv + at.qkv, s, kDQ, kDK, kDV);
-    if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, pack, stream));
-    MT_CUDA_TRY(im.run("cuDNN SDPA backward", *im.plans_for(c.key).bwd, pack, stream));
+    if (docs) MT_CUDA_TRY(ragged_pack(im, c, s, *docs, ws.graph, pack, stream));
+    MT_CUDA_TRY(im.run("cuDNN SDPA backward", *im.plans_for(c.key).bwd, pack, ws.graph, stream));
   }
   calls.fetch_add(1);
   return {};

@@ -3,9 +3,10 @@
 // in the same [B, H, T] layout as our kernels, dqkv overwritten — with the backward built
 // deterministic (bit-reproducible, as resume and streaming = resident need).
 //  * One document per row: one dense call over [B, H, T, D] views of the fused qkv rows.
-//  * Packed documents: each row's documents become one ragged batch (cuDNN's THD layout:
-//    per-document lengths and ragged offsets, never a T x T mask), one call per row, so the
-//    statistics keep the [H, T] layout of that row.
+//  * Packed documents: each row's documents become ragged batches (cuDNN's THD layout:
+//    per-document lengths and ragged offsets, never a T x T mask), calls of one row each, their
+//    statistics token-major in the workspace ([B, T, H], the layout NVIDIA tests for ragged
+//    Stats) and transposed to ours after the forward and before the backward.
 // Graphs are built once per shape (a row's document count and longest document rounded up to
 // powers of two, so a few graphs serve every batch) and cached; a shape cuDNN cannot run, or
 // whose workspace exceeds the one the caller reserved, is refused with the reason, and the
@@ -34,8 +35,8 @@ size_t cudnn_runtime_version();
 
 // Device memory to reserve for the graphs of one micro-batch of B rows of T tokens: the dP
 // matrix of the deterministic backward (cuDNN < 9.25 keeps it whole on sm_90: B x H x T^2 bf16,
-// nothing past 48 GiB), GQA's full-head dK/dV, the dQ accumulator and softmax sums, the ragged
-// index arrays, and a fixed margin. A graph that asks for more is refused (and the call falls
+// nothing past 48 GiB), GQA's full-head dK/dV, the dQ accumulator and softmax sums, packed
+// rows' token-major statistics (B x T x H fp32), the ragged index arrays, and a fixed margin. A graph that asks for more is refused (and the call falls
 // back to our kernels): the planner's count stays an upper bound of what the device holds.
 size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D);
 
@@ -100,5 +101,10 @@ class CudnnAttention {
 CudaStatus cudnn_ragged_meta(int32_t* seq, int64_t* off_qkv, int64_t* off_out, int64_t* off_lse,
                              const int32_t* starts, int first, int count, int batch, int row, const AttentionShape& s,
                              cudaStream_t stream);
+// Packed rows' statistics between cuDNN's token-major [B, T, H] (attention_ragged.h:
+// stats_index) and our [B, H, T] lse (attention_cudnn_meta.cu): after the forward, before the
+// backward.
+CudaStatus cudnn_stats_to_head_major(float* lse, const float* stats, int B, int T, int H, cudaStream_t stream);
+CudaStatus cudnn_stats_to_token_major(float* stats, const float* lse, int B, int T, int H, cudaStream_t stream);
 
 }  // namespace mt::cuda

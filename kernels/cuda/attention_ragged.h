@@ -2,8 +2,8 @@
 // consecutive documents (one a row unless its dP would outgrow a dense row's, row_calls),
 // padded with empty ones to a power-of-two batch, each with its length and the element offsets
 // of its first token — relative to the row's own base pointers in the fused qkv rows, the out
-// rows and the row's [H, T] lse. Host and device functions (the index kernel,
-// attention_cudnn_meta.cu, and the CPU tests compute the same).
+// rows and the row's token-major statistics (stats_index). Host and device functions (the index
+// and transpose kernels, attention_cudnn_meta.cu, and the CPU tests compute the same).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -30,22 +30,33 @@ struct Geometry {
 // Entries past the documents are empty documents at the row's end; entry `batch` ends the arrays.
 struct Entry {
   int32_t seq;  // the document's length (meaningful for i < batch)
-  int64_t qkv, out, lse;
+  int64_t qkv, out, lse;  // lse: into the row's token-major [T, H] statistics (stats_index)
 };
 MT_HOST_DEVICE inline Entry entry(const int32_t* starts, int first, int count, int row, Geometry g, int i) {
   const int d = i < count ? i : count;
   const int64_t t0 = int64_t(starts[first + d]) - int64_t(row) * g.T;  // the document's first token in its row
   const int32_t seq = i < count ? starts[first + i + 1] - starts[first + i] : 0;
-  return {seq, t0 * g.qkv_row(), t0 * g.out_row(), t0};
+  return {seq, t0 * g.qkv_row(), t0 * g.out_row(), t0 * g.H};
 }
 
-// Element offsets of row b's first token in qkv, out and lse.
+// Element offsets of row b's first token in qkv, out and the token-major statistics.
 struct RowBase {
   int64_t qkv, out, lse;
 };
 inline RowBase row_base(int row, Geometry g) {
   const int64_t t = int64_t(row) * g.T;
-  return {t * g.qkv_row(), t * g.out_row(), int64_t(row) * g.H * g.T};
+  return {t * g.qkv_row(), t * g.out_row(), t * g.H};
+}
+
+// Packed rows hand cuDNN their statistics token-major, [B, T, H] (a token's heads contiguous,
+// stride {H*S, 1, H, 1} with offsets t0*H): the layout TransformerEngine and PyTorch declare
+// for ragged Stats and NVIDIA tests. The head-major ragged layout ours would need ([H, T] a
+// row, offsets t0) is little exercised, and its backward read was broken up to cuDNN 9.26
+// (cudnn-frontend PR #462). Element i of the token-major array is element stats_index(i) of
+// our [B, H, T] lse.
+MT_HOST_DEVICE inline int64_t stats_index(int64_t i, int T, int H) {
+  const int64_t token = i / H, h = i % H;
+  return (token / T * H + h) * T + token % T;
 }
 
 inline int pow2_at_least(int n) {

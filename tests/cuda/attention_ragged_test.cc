@@ -2,11 +2,14 @@
 // CPU — no device needed: for random packings, each row becomes calls of its consecutive
 // documents whose batch and sequence length bound them and whose dP (the deterministic
 // backward's workspace) stays within a dense row's, and cuDNN's addressing through the offsets (a document's
-// token j, head h, element d at base + offset + j * row stride + h * D + d; its statistic at
-// lse base + offset + h * T + j) lands on exactly the elements our kernels use for that token.
+// token j, head h, element d at base + offset + j * row stride + h * D + d; its statistic
+// token-major at stats base + offset + j * H + h, transposed by stats_index) lands on exactly the
+// elements our kernels use for that token.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_ragged.h"
@@ -78,7 +81,7 @@ TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
           if (i < c.batch) {
             EXPECT_EQ(e.seq, 0);
           }
-          EXPECT_EQ(e.lse, st[size_t(c.first + c.count)] - int64_t(c.row) * T);
+          EXPECT_EQ(e.lse, (st[size_t(c.first + c.count)] - int64_t(c.row) * T) * g.H);
           continue;
         }
         const int start = st[size_t(c.first + i)];
@@ -89,11 +92,29 @@ TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
           for (int h : {0, g.H - 1}) {
             EXPECT_EQ(base.qkv + e.qkv + j * g.qkv_row() + h * g.D, tok * g.qkv_row() + h * g.D);
             EXPECT_EQ(base.out + e.out + j * g.out_row() + h * g.D, tok * g.out_row() + h * g.D);
-            EXPECT_EQ(base.lse + e.lse + int64_t(h) * T + j, (int64_t(b) * g.H + h) * T + t);  // lse [B, H, T]
+            const int64_t stat = base.lse + e.lse + int64_t(j) * g.H + h;  // token-major [B, T, H]
+            EXPECT_EQ(stat, tok * g.H + h);
+            EXPECT_EQ(stats_index(stat, T, g.H), (int64_t(b) * g.H + h) * T + t);  // our lse [B, H, T]
           }
         }
       }
     }
+  }
+}
+
+// stats_index is a permutation of B x T x H: the transposes between cuDNN's token-major
+// statistics and our lse write every element once.
+TEST(CudnnRagged, StatsIndexIsAPermutation) {
+  for (auto [B, T, H] : {std::tuple{1, 1, 1}, std::tuple{2, 7, 3}, std::tuple{3, 33, 28}}) {
+    const int64_t n = int64_t(B) * T * H;
+    std::vector<int> hits(size_t(n), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = stats_index(i, T, H);
+      ASSERT_GE(j, 0);
+      ASSERT_LT(j, n);
+      ++hits[size_t(j)];
+    }
+    EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), n) << B << " x " << T << " x " << H;
   }
 }
 
