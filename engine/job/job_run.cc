@@ -169,12 +169,15 @@ Status JobRun::check_processes_agree() {
 
 // What the run trains, on what data and devices, from which step; and what computes.
 void JobRun::log_start() const {
-  // A resume continues this run; init.from another run's checkpoint starts this one at its step.
-  const std::string at_step = !state_.step        ? ""
-                              : resumed_.empty() ? ", starting at step " + std::to_string(state_.step) + " of " + spec_.init.from
-                                                 : ", resuming at step " + std::to_string(state_.step);
+  // A resume continues this run; init.from another run's checkpoint starts this one at its step;
+  // a new run says whose weights it starts from.
+  const std::string weights = initial_weights(spec_);
+  const std::string start = !resumed_.empty() ? ", resuming at step " + std::to_string(state_.step)
+                            : state_.step     ? ", starting at step " + std::to_string(state_.step) + " of " + spec_.init.from
+                            : weights.empty() ? ", weights from init.seed " + std::to_string(spec_.init.seed)
+                                              : ", weights from " + weights;
   log(LogLevel::kInfo, "model " + cfg_.architecture + " (" + std::to_string(cfg_.num_params()) + " params), data " +
-                           data_->describe() + at_step);
+                           data_->describe() + start);
   if (spec_.data.source == "text" && cfg_.vocab_size != 256)
     log(LogLevel::kWarning, "data.source text feeds bytes (ids 0..255) to a model of " + std::to_string(cfg_.vocab_size) +
                                 " tokens: its tokenizer is not used. For the model's own ids, give the text as jsonl "

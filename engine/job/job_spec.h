@@ -14,7 +14,7 @@ namespace mt {
 struct ModelSpec {
   std::string preset;     // a built-in preset name, or
   std::string hf_config;  // a config.json path (random init), or
-  std::string hf_model;   // an HF model directory (config + safetensors)
+  std::string hf_model;   // an HF model directory (config + safetensors): its weights unless init.from
 };
 
 struct InitSpec {

@@ -88,14 +88,18 @@ Status check_same_tokenizer(const JobSpec& spec, const TrainerState& saved, cons
 
 }  // namespace
 
+// hf_model names a model's config and its weights: a run of it from random weights was a silent
+// surprise (a defect hunt found it).
+std::string initial_weights(const JobSpec& spec) {
+  return !spec.init.from.empty() ? checkpoints_of_run(spec.init.from) : spec.model.hf_model;
+}
+
 // The run's first state: fresh, from an HF directory, resumed from its own checkpoint, or from
 // another run's (continued, or its weights alone); `resumed` names the job's own checkpoint it
 // resumes. A checkpoint's trainer_state.json is checked before its tensors are read.
 Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, const std::string& ckpt_root,
                                 Executor& ex, std::string& resumed, const std::string& tokenizer) {
-  std::string from;
-  if (is_training_checkpoint(ckpt_root)) from = ckpt_root;
-  else if (!spec.init.from.empty()) from = checkpoints_of_run(spec.init.from);
+  const std::string from = is_training_checkpoint(ckpt_root) ? ckpt_root : initial_weights(spec);
   if (from.empty()) {
     init_weights(cfg, ex.store(), spec.init.seed);
     return TrainerState{};
@@ -107,7 +111,7 @@ Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, con
   }
   MT_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(from));
   const bool resume = from == ckpt_root;
-  if (!resume && spec.init.weights_only) {  // its weights as a model directory's: a new run
+  if (!resume && (spec.init.weights_only || spec.init.from.empty())) {  // its weights alone: a new run
     MT_RETURN_IF_ERROR(load_checkpoint(dir, cfg, ex.store(), CheckpointParts::kWeights).status());
     return TrainerState{};
   }

@@ -11,6 +11,10 @@
 
 namespace mt {
 
+// Where a run that does not resume takes its weights: init.from's checkpoints or directory, else
+// model.hf_model's directory (hf_config names the architecture alone); empty: init.seed's.
+std::string initial_weights(const JobSpec& spec);
+
 // `ckpt_root` holds the job's own checkpoints; `resumed` is set to the one it resumes, if any.
 // `tokenizer` is the data's data_tokenizer_fingerprint: a checkpoint trained on a tokenizer that
 // tokenizes otherwise is refused (before its tensors are read) when both have one.
