@@ -10,8 +10,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -187,6 +189,7 @@ struct CudnnAttention::Impl {
   char* workspace = nullptr;
   size_t workspace_bytes = 0;
   size_t used = 0;
+  bool pad_documents = false;  // packed rows' batching (cudnn_pads_documents), fixed at create
   std::map<Key, Plans> plans;
   std::string error;  // the last failure's message (CudaStatus::call points here)
 
@@ -242,10 +245,10 @@ struct RowCall {
   Key key;
   int row, first, count;  // row b (-1: the dense call), its documents starts[first .. first + count)
 };
-std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* docs) {
+std::vector<RowCall> row_calls(const AttentionShape& s, const DocumentSpans* docs, bool pad) {
   if (!docs) return {{Key{s.B, s.T, s.T, s.H, s.KVH, s.D, false, s.opt.window, s.opt.scale}, -1, 0, 0}};
   std::vector<RowCall> calls;
-  for (const ragged::RowCall& r : ragged::row_calls(s.B, s.T, *docs))
+  for (const ragged::RowCall& r : ragged::row_calls(s.B, s.T, *docs, pad))
     calls.push_back({Key{r.batch, r.seq, s.T, s.H, s.KVH, s.D, true, s.opt.window, s.opt.scale}, r.row, r.first, r.count});
   return calls;
 }
@@ -306,10 +309,26 @@ CudnnGraphBuilds cudnn_graph_builds() { return {builds.load(), double(build_nano
 
 size_t cudnn_runtime_version() { return cudnnGetVersion(); }
 
+namespace {
+// MEGATRAIN_CUDNN_PAD_DOCUMENTS: "0" or "1" forces the batching of packed rows; else unset.
+std::optional<bool> forced_padding() {
+  const char* v = std::getenv("MEGATRAIN_CUDNN_PAD_DOCUMENTS");
+  if (v && std::string(v) == "0") return false;
+  if (v && std::string(v) == "1") return true;
+  return std::nullopt;
+}
+}  // namespace
+
+bool cudnn_pads_documents() { return forced_padding().value_or(cudnnGetVersion() >= 92500); }
+
 std::string cudnn_describe() {
+  const std::string batching = cudnn_pads_documents() ? "padded with empty documents to powers of two"
+                                                      : "of exactly their documents (no empty ones before 9.25)";
   return "cuDNN " + version_string(cudnnGetVersion()) + " (built against " + version_string(CUDNN_VERSION) +
          ", frontend " + std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
-         std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." + std::to_string(CUDNN_FRONTEND_PATCH_VERSION) + ")";
+         std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." + std::to_string(CUDNN_FRONTEND_PATCH_VERSION) +
+         "; packed rows in batches " + batching + (forced_padding() ? ", forced by MEGATRAIN_CUDNN_PAD_DOCUMENTS" : "") +
+         ")";
 }
 
 size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
@@ -335,9 +354,9 @@ size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
   return size_t(dp + full_heads + dq_accum + sums + stats + meta + (uint64_t(64) << 20));
 }
 
-std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm) {
+std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents) {
   try {
-    for (const RowCall& c : row_calls(s, docs))
+    for (const RowCall& c : row_calls(s, docs, pad_documents))
       for (const auto& g : {forward_graph(c.key, sm), backward_graph(c.key, sm)}) {
         if (auto e = g->validate(); !e.is_good()) return e.get_message();
       }
@@ -350,7 +369,8 @@ std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes) {
+CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes,
+                                  std::optional<bool> pad_documents) {
   static std::string refusal;
   if (cudnnGetVersion() < CUDNN_VERSION) {
     refusal = "cuDNN runtime " + version_string(cudnnGetVersion()) + " is older than the headers it was built with (" +
@@ -363,6 +383,7 @@ CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* wo
   if (!impl->handle) return {"cudnnCreate", int(cudaErrorInitializationError), false};
   impl->workspace = static_cast<char*>(workspace);
   impl->workspace_bytes = workspace_bytes;
+  impl->pad_documents = pad_documents.value_or(cudnn_pads_documents());
   out.reset(new CudnnAttention(std::move(impl)));
   return {};
 }
@@ -383,7 +404,7 @@ bool CudnnAttention::supports(const AttentionShape& s, const DocumentSpans* docs
     return refuse("cuDNN attention of packed documents needs heads x seq_len a multiple of 4 (16-byte aligned "
                   "statistics per row), not " + std::to_string(s.H) + " x " + std::to_string(s.T));
   const size_t stats = stats_bytes(s, docs);
-  for (const RowCall& c : row_calls(s, docs)) {
+  for (const RowCall& c : row_calls(s, docs, impl_->pad_documents)) {
     const Impl::Plans& p = impl_->plans_for(c.key);
     if (!p.refused.empty()) return refuse(p.refused);
     const size_t need = stats + size_t(p.workspace) + (c.key.ragged ? meta_bytes(c.key.b) : 0);
@@ -400,7 +421,7 @@ CudaStatus CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bf
                                    const DocumentSpans* docs, cudaStream_t stream) {
   Impl& im = *impl_;
   const Carved ws = carve(im, s, docs);
-  for (const RowCall& c : row_calls(s, docs)) {
+  for (const RowCall& c : row_calls(s, docs, im.pad_documents)) {
     const ragged::RowBase at = row_base(c, s);
     std::unordered_map<int64_t, void*> pack = {{kO, out + at.out}, {kStats, (docs ? ws.stats : lse) + at.lse}};
     put_qkv(pack, qkv + at.qkv, s, kQ, kK, kV);
@@ -419,7 +440,7 @@ CudaStatus CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* do
   const Carved ws = carve(im, s, docs);
   if (docs) MT_CUDA_TRY(cudnn_stats_to_token_major(ws.stats, lse, s.B, s.T, s.H, stream));
   float* stats = docs ? ws.stats : const_cast<float*>(lse);
-  for (const RowCall& c : row_calls(s, docs)) {
+  for (const RowCall& c : row_calls(s, docs, im.pad_documents)) {
     const ragged::RowBase at = row_base(c, s);
     std::unordered_map<int64_t, void*> pack = {{kO, const_cast<__nv_bfloat16*>(out) + at.out},
                                                {kDO, const_cast<__nv_bfloat16*>(dout) + at.out},
@@ -434,5 +455,6 @@ CudaStatus CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* do
 }
 
 size_t CudnnAttention::workspace_used() const { return impl_->used; }
+bool CudnnAttention::pads_documents() const { return impl_->pad_documents; }
 
 }  // namespace mt::cuda

@@ -7,8 +7,9 @@
 //    per-document lengths and ragged offsets, never a T x T mask), calls of one row each, their
 //    statistics token-major in the workspace ([B, T, H], the layout NVIDIA tests for ragged
 //    Stats) and transposed to ours after the forward and before the backward.
-// Graphs are built once per shape (a row's document count and longest document rounded up to
-// powers of two, so a few graphs serve every batch) and cached; a shape cuDNN cannot run, or
+// Graphs are built once per shape (a call's document count, rounded up to a power of two where
+// cuDNN takes empty documents, and its longest document rounded up to one, so few graphs serve
+// every batch) and cached; a shape cuDNN cannot run, or
 // whose workspace exceeds the one the caller reserved, is refused with the reason, and the
 // caller falls back to our own kernels. Without the cuDNN frontend at build time every call is
 // refused by name (attention_cudnn_stub.cc).
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kernels/attention.h"
@@ -32,6 +34,11 @@ bool cudnn_built();
 std::string cudnn_describe();
 // The runtime library's version as cudnnGetVersion() (e.g. 91900), 0 without cuDNN.
 size_t cudnn_runtime_version();
+// Whether packed rows' calls pad their batch with empty documents to a power of two (few graphs)
+// or hold exactly their documents (attention_ragged.h: batch_for): padded from cuDNN 9.25, the
+// first to take zero-length sequences. MEGATRAIN_CUDNN_PAD_DOCUMENTS=0 or 1 forces it (the
+// lease's check of what an older library does with them). cudnn_describe() names the choice.
+bool cudnn_pads_documents();
 
 // Device memory to reserve for the graphs of one micro-batch of B rows of T tokens: the dP
 // matrix of the deterministic backward (cuDNN < 9.25 keeps it whole on sm_90: B x H x T^2 bf16,
@@ -63,14 +70,18 @@ struct AttentionShape {
 // without a device or a handle: "" when it accepts them all, else the first refusal. What the
 // library's engines decide (CudnnAttention::supports) still needs the device; this catches on
 // any machine a graph the frontend would refuse on the lease.
-std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm);
+// `pad_documents`: which batching of packed rows (cudnn_pads_documents) to check.
+std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents);
 
 class CudnnAttention {
  public:
   // Refuses, by name, a build without cuDNN, a runtime library older than the headers this
   // was built with (a mismatch fails at run time, not at link), or a failed cudnnCreate.
   // `workspace` (device, `workspace_bytes`) is the caller's, used on the stream of each call.
-  static CudaStatus create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes);
+  // `pad_documents`: the batching of packed rows for this instance's life; unset, the runtime's
+  // (cudnn_pads_documents), which tests override to run both.
+  static CudaStatus create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes,
+                           std::optional<bool> pad_documents = std::nullopt);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
@@ -87,6 +98,8 @@ class CudnnAttention {
                       cudaStream_t stream);
   // The largest workspace any graph built so far asked for (benches report it).
   size_t workspace_used() const;
+  // The batching of packed rows chosen at create.
+  bool pads_documents() const;
 
   struct Impl;
 

@@ -10,16 +10,17 @@ bool cudnn_built() { return false; }
 uint64_t cudnn_attention_calls() { return 0; }
 CudnnGraphBuilds cudnn_graph_builds() { return {}; }
 size_t cudnn_runtime_version() { return 0; }
+bool cudnn_pads_documents() { return false; }
 std::string cudnn_describe() {
   return "cuDNN: not in this build (needs the cuDNN frontend headers: scripts/install_deps.sh, and libcudnn)";
 }
 size_t cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
-std::string cudnn_validate_graphs(const AttentionShape&, const DocumentSpans*, int) { return cudnn_describe(); }
+std::string cudnn_validate_graphs(const AttentionShape&, const DocumentSpans*, int, bool) { return cudnn_describe(); }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 
-CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>&, void*, size_t) {
+CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>&, void*, size_t, std::optional<bool>) {
   return {"cuDNN attention (this build has no cuDNN frontend)", int(cudaErrorNotSupported), false};
 }
 bool CudnnAttention::supports(const AttentionShape&, const DocumentSpans*, std::string* why) {
@@ -35,5 +36,6 @@ CudaStatus CudnnAttention::backward(__nv_bfloat16*, const __nv_bfloat16*, const 
   return {"cuDNN SDPA backward (not in this build)", int(cudaErrorNotSupported), false};
 }
 size_t CudnnAttention::workspace_used() const { return 0; }
+bool CudnnAttention::pads_documents() const { return false; }
 
 }  // namespace mt::cuda

@@ -1,9 +1,10 @@
 // The ragged (THD) layout CudnnAttention hands cuDNN for packed documents: calls of a row's
 // consecutive documents (one a row unless its dP would outgrow a dense row's, row_calls),
-// padded with empty ones to a power-of-two batch, each with its length and the element offsets
-// of its first token — relative to the row's own base pointers in the fused qkv rows, the out
-// rows and the row's token-major statistics (stats_index). Host and device functions (the index
-// and transpose kernels, attention_cudnn_meta.cu, and the CPU tests compute the same).
+// batched exactly or padded with empty ones to a power of two (batch_for), each with its length
+// and the element offsets of its first token — relative to the row's own base pointers in the
+// fused qkv rows, the out rows and the row's token-major statistics (stats_index). Host and
+// device functions (the index and transpose kernels, attention_cudnn_meta.cu, and the CPU tests
+// compute the same).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -27,7 +28,8 @@ struct Geometry {
 
 // Entry i (0 <= i <= batch) of row `row`'s arrays, whose documents are starts[first ..
 // first + count) (tokens b*T + t of the micro-batch; starts[first + count] is the row's end).
-// Entries past the documents are empty documents at the row's end; entry `batch` ends the arrays.
+// Entries past the documents (batch_for's padding) are empty documents at the call's end; entry
+// `batch` ends the arrays.
 struct Entry {
   int32_t seq;  // the document's length (meaningful for i < batch)
   int64_t qkv, out, lse;  // lse: into the row's token-major [T, H] statistics (stats_index)
@@ -77,8 +79,14 @@ inline int64_t dp_elems(int b, int s) {
 // batch), at least 2 (cuDNN's backward refuses s = 1 for q and kv), at most T.
 inline int seq_for(int longest, int T) { return std::min(std::max(pow2_at_least(longest), 2), T); }
 
-// One call: its graph's batch (documents rounded up to a power of two) and sequence length
-// (seq_for), and which documents it holds — consecutive ones of one row.
+// A call's batch for n documents. Padded with empty documents (length 0) to a power of two, a
+// few graphs serve every batch; but cuDNN takes zero-length sequences only from 9.25 (NVIDIA
+// gates them there: cudnn-frontend test_sdpa_edge_cases.py; issue #943 saw NaN rows on 9.22),
+// so below it the batch is exactly the documents (a graph per document count).
+inline int batch_for(int n, bool pad) { return pad ? pow2_at_least(n) : n; }
+
+// One call: its graph's batch (batch_for) and sequence length (seq_for), and which documents it
+// holds — consecutive ones of one row.
 struct RowCall {
   int batch, seq, row, first, count;
 };
@@ -86,7 +94,7 @@ struct RowCall {
 // exceeds a dense row's (dp_elems(1, T); for short rows 16 tiles of 128 x 128, which the
 // workspace's fixed margin holds) unless it holds a single document. Without grouping a row of
 // one long document and many short ones (batch ~ documents, seq ~ T) would need ~T^3.
-inline std::vector<RowCall> row_calls(int B, int T, const DocumentSpans& docs) {
+inline std::vector<RowCall> row_calls(int B, int T, const DocumentSpans& docs, bool pad) {
   const int64_t cap = std::max(dp_elems(1, T), dp_elems(16, 128));
   std::vector<RowCall> calls;
   int i = 0;
@@ -97,10 +105,10 @@ inline std::vector<RowCall> row_calls(int B, int T, const DocumentSpans& docs) {
       int longest = 0;
       for (; i < docs.count && docs.starts[i] < end; ++i) {
         const int l = std::max(longest, docs.starts[i + 1] - docs.starts[i]);
-        if (i > first && dp_elems(pow2_at_least(i - first + 1), seq_for(l, T)) > cap) break;
+        if (i > first && dp_elems(batch_for(i - first + 1, pad), seq_for(l, T)) > cap) break;
         longest = l;
       }
-      calls.push_back({pow2_at_least(i - first), seq_for(longest, T), b, first, i - first});
+      calls.push_back({batch_for(i - first, pad), seq_for(longest, T), b, first, i - first});
     }
   }
   return calls;

@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -38,12 +40,14 @@ using namespace attn_cases;
 
 #define MT_REQUIRE_CUDNN() MT_REQUIRE_CUDNN_BUILD()
 
-// One CudnnAttention with its workspace, sized for the largest case here.
+// One CudnnAttention with its workspace, sized for the largest case here; `pad`: its batching of
+// packed rows (unset: the runtime's, cudnn_pads_documents).
 struct Cudnn {
   DeviceBuf<char> workspace;
   std::unique_ptr<cuda::CudnnAttention> attn;
-  Cudnn(int B, int T) : workspace(cuda::cudnn_attention_workspace_bytes(B, T, 8, 1, 128)) {
-    const auto st = cuda::CudnnAttention::create(attn, workspace.get(), workspace.size());
+  Cudnn(int B, int T, std::optional<bool> pad = std::nullopt)
+      : workspace(cuda::cudnn_attention_workspace_bytes(B, T, 8, 1, 128)) {
+    const auto st = cuda::CudnnAttention::create(attn, workspace.get(), workspace.size(), pad);
     EXPECT_TRUE(st.ok()) << cuda::describe(st);
   }
 };
@@ -117,6 +121,23 @@ std::vector<Case> cases() {
   return out;
 }
 
+// cuDNN's forward and backward of case `c` against the CPU reference in double.
+void expect_matches_cpu(Cudnn& k, const Case& c) {
+  SCOPED_TRACE(c.str());
+  const Inputs in(c);
+  const Outputs g = run_cudnn(k, c, in);
+  if (::testing::Test::HasFailure()) return;
+  const Slack slack = rounding_slack(c, in, g.out, g.lse);
+  std::vector<double> out(c.nout()), lse(c.nlse()), dqkv(c.nqkv());
+  cpu::attention_forward(out.data(), lse.data(), in.qkv.d.data(), in.p(), c.B, c.T, c.H, c.KVH, c.D);
+  expect_close(g.out, out, kOut, "out", 0, at_out(c), slack.out);
+  expect_close(g.lse, lse, kLse, "lse", 0, at_lse(c));
+  const auto out_b = g.out_d();  // the backward's operands: the bf16 output cuDNN stored
+  cpu::attention_backward(dqkv.data(), in.dout.d.data(), in.qkv.d.data(), out_b.data(), g.lse_d().data(), in.p(),
+                          c.B, c.T, c.H, c.KVH, c.D);
+  expect_close(g.dqkv, dqkv, kGrad, "dqkv", 0, at_qkv(c), slack.dqkv);
+}
+
 TEST(CudaAttentionCudnn, MatchesCpuReference) {
   MT_REQUIRE_CUDA();
   MT_REQUIRE_CUDNN();
@@ -124,20 +145,27 @@ TEST(CudaAttentionCudnn, MatchesCpuReference) {
   ASSERT_TRUE(k.attn);
   for (const Case& c : cases()) {
     if (cudatest::emulated() && !c.docs && c.T > 1024) continue;  // the reference interpreter: O(T^2) a head
-    SCOPED_TRACE(c.str());
-    const Inputs in(c);
-    const Outputs g = run_cudnn(k, c, in);
-    if (HasFailure()) break;
-    const Slack slack = rounding_slack(c, in, g.out, g.lse);
-    std::vector<double> out(c.nout()), lse(c.nlse()), dqkv(c.nqkv());
-    cpu::attention_forward(out.data(), lse.data(), in.qkv.d.data(), in.p(), c.B, c.T, c.H, c.KVH, c.D);
-    expect_close(g.out, out, kOut, "out", 0, at_out(c), slack.out);
-    expect_close(g.lse, lse, kLse, "lse", 0, at_lse(c));
-    const auto out_b = g.out_d();  // the backward's operands: the bf16 output cuDNN stored
-    cpu::attention_backward(dqkv.data(), in.dout.d.data(), in.qkv.d.data(), out_b.data(), g.lse_d().data(), in.p(),
-                            c.B, c.T, c.H, c.KVH, c.D);
-    expect_close(g.dqkv, dqkv, kGrad, "dqkv", 0, at_qkv(c), slack.dqkv);
+    expect_matches_cpu(k, c);
     if (HasFailure()) break;  // the first failing shape, fully described, is enough
+  }
+}
+
+// Packed rows in calls of exactly their documents and padded with empty ones to a power of two
+// (attention_ragged.h: batch_for). Emulated, both; on a device, the runtime's choice — which
+// MEGATRAIN_CUDNN_PAD_DOCUMENTS=1 forces to padding, as scripts/gpu_check.sh does once to record
+// what cuDNN < 9.25 does with empty documents.
+TEST(CudaAttentionCudnn, PackedRowsUnderEitherBatching) {
+  MT_REQUIRE_CUDA();
+  MT_REQUIRE_CUDNN();
+  const std::vector<bool> batchings =
+      cudatest::emulated() ? std::vector<bool>{false, true} : std::vector<bool>{cuda::cudnn_pads_documents()};
+  for (bool pad : batchings) {
+    SCOPED_TRACE(pad ? "padded to powers of two" : "exactly the documents");
+    Cudnn k(2, 517, pad);
+    ASSERT_TRUE(k.attn);
+    EXPECT_EQ(k.attn->pads_documents(), pad);
+    for (const Case& c : {Case{2, 333, 4, 2, 64, true}, Case{2, 517, 8, 1, 128, true}}) expect_matches_cpu(k, c);
+    if (HasFailure()) return;
   }
 }
 
@@ -247,9 +275,12 @@ TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
   MT_REQUIRE_CUDNN();
   auto check = [](const cuda::AttentionShape& s, const std::vector<int32_t>& starts, const std::string& what) {
     const DocumentSpans spans{starts.data(), starts.data(), int(starts.size()) - 1};
-    const std::string why = cuda::cudnn_validate_graphs(s, starts.empty() ? nullptr : &spans, 90);
-    EXPECT_EQ(why, "") << what << " B=" << s.B << " T=" << s.T << " H=" << s.H << " KVH=" << s.KVH << " D=" << s.D
-                       << " window=" << s.opt.window;
+    for (bool pad : {false, true}) {  // packed rows batched exactly or padded (batch_for)
+      const std::string why = cuda::cudnn_validate_graphs(s, starts.empty() ? nullptr : &spans, 90, pad);
+      EXPECT_EQ(why, "") << what << " B=" << s.B << " T=" << s.T << " H=" << s.H << " KVH=" << s.KVH
+                         << " D=" << s.D << " window=" << s.opt.window << (pad ? " padded" : " exact");
+      if (starts.empty()) break;  // the dense call has no batching to choose
+    }
   };
   for (const Case& c : cases()) {
     const Inputs in(c);
@@ -281,15 +312,21 @@ TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
     check(gemma, {}, "gemma-3 sliding window");
   }
   // The check can fail: a head_dim cuDNN has no SDPA for.
-  EXPECT_NE(cuda::cudnn_validate_graphs({1, 64, 4, 4, 1024}, nullptr, 90), "");
+  EXPECT_NE(cuda::cudnn_validate_graphs({1, 64, 4, 4, 1024}, nullptr, 90, false), "");
 }
 
 // The library found at run time (no device needed): CudnnAttention::create refuses one older
-// than the headers; this process's is named in every bench JSON.
+// than the headers; this process's is named in every bench JSON, with its batching of packed
+// rows (empty documents only from 9.25).
 TEST(CudaAttentionCudnn, RuntimeLibraryIsNamed) {
   MT_REQUIRE_CUDNN();
   EXPECT_GE(cuda::cudnn_runtime_version(), 90000u);
   EXPECT_NE(cuda::cudnn_describe().find("built against"), std::string::npos) << cuda::cudnn_describe();
+  EXPECT_NE(cuda::cudnn_describe().find(cuda::cudnn_pads_documents() ? "padded" : "exactly"), std::string::npos)
+      << cuda::cudnn_describe();
+  if (!std::getenv("MEGATRAIN_CUDNN_PAD_DOCUMENTS")) {
+    EXPECT_EQ(cuda::cudnn_pads_documents(), cuda::cudnn_runtime_version() >= 92500);
+  }
   std::printf("%s\n", cuda::cudnn_describe().c_str());
 }
 

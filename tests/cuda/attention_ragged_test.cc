@@ -1,6 +1,7 @@
 // The ragged layout CudnnAttention gives cuDNN (kernels/cuda/attention_ragged.h), checked on the
-// CPU — no device needed: for random packings, each row becomes calls of its consecutive
-// documents whose batch and sequence length bound them and whose dP (the deterministic
+// CPU — no device needed: for random packings, under both batchings (padded with empty
+// documents to a power of two, or exactly the documents: batch_for), each row becomes calls of
+// its consecutive documents whose batch and sequence length bound them and whose dP (the deterministic
 // backward's workspace) stays within a dense row's, and cuDNN's addressing through the offsets (a document's
 // token j, head h, element d at base + offset + j * row stride + h * D + d; its statistic
 // token-major at stats base + offset + j * H + h, transposed by stats_index) lands on exactly the
@@ -31,7 +32,10 @@ std::vector<int32_t> random_positions(std::mt19937& rng, int B, int T) {
   return pos;
 }
 
-TEST(CudnnRagged, RowCallsBoundTheirDocuments) {
+class CudnnRaggedBatching : public ::testing::TestWithParam<bool> {};  // true: padded to powers of two
+
+TEST_P(CudnnRaggedBatching, RowCallsBoundTheirDocuments) {
+  const bool pad = GetParam();
   std::mt19937 rng(3);
   for (int trial = 0; trial < 40; ++trial) {
     const int B = 1 + int(rng() % 4), T = 1 + int(rng() % (trial % 4 ? 70 : 400));  // some rows split
@@ -39,15 +43,19 @@ TEST(CudnnRagged, RowCallsBoundTheirDocuments) {
     const auto st = document_starts(pos.data(), B, T);
     ASSERT_FALSE(st.empty());
     const DocumentSpans docs{st.data(), nullptr, int(st.size()) - 1};
-    const auto calls = row_calls(B, T, docs);
+    const auto calls = row_calls(B, T, docs, pad);
     ASSERT_GE(calls.size(), size_t(B));
     int next = 0;
     for (const RowCall& c : calls) {
       EXPECT_EQ(c.first, next) << "rows take the documents in order";
       next += c.count;
       EXPECT_GE(c.count, 1);
-      EXPECT_GE(c.batch, c.count);
-      EXPECT_EQ(c.batch & (c.batch - 1), 0) << "batch " << c.batch << " is a power of two";
+      if (pad) {
+        EXPECT_GE(c.batch, c.count);
+        EXPECT_EQ(c.batch & (c.batch - 1), 0) << "batch " << c.batch << " is a power of two";
+      } else {
+        EXPECT_EQ(c.batch, c.count) << "no empty documents";
+      }
       EXPECT_LE(c.seq, T);
       EXPECT_GE(c.seq, std::min(T, 2)) << "cuDNN's backward refuses s = 1";
       EXPECT_TRUE(c.count == 1 || dp_elems(c.batch, c.seq) <= std::max(dp_elems(1, T), dp_elems(16, 128)))
@@ -62,7 +70,7 @@ TEST(CudnnRagged, RowCallsBoundTheirDocuments) {
   }
 }
 
-TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
+TEST_P(CudnnRaggedBatching, OffsetsAddressTheTokensOurKernelsUse) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 40; ++trial) {
     const int B = 1 + int(rng() % 3), T = 1 + int(rng() % 50);
@@ -70,7 +78,7 @@ TEST(CudnnRagged, OffsetsAddressTheTokensOurKernelsUse) {
     const auto pos = random_positions(rng, B, T);
     const auto st = document_starts(pos.data(), B, T);
     const DocumentSpans docs{st.data(), nullptr, int(st.size()) - 1};
-    for (const RowCall& c : row_calls(B, T, docs)) {
+    for (const RowCall& c : row_calls(B, T, docs, GetParam())) {
       const RowBase base = row_base(c.row, g);
       int64_t prev_qkv = -1;
       for (int i = 0; i <= c.batch; ++i) {
@@ -120,13 +128,13 @@ TEST(CudnnRagged, StatsIndexIsAPermutation) {
 
 // A row of one long document and many short ones: one call would be batch ~ documents by seq ~ T
 // (dP ~ T^3); the calls split it so that only a lone document reaches a dense row's dP.
-TEST(CudnnRagged, ALongDocumentAmongShortOnesIsSplitOff) {
+TEST_P(CudnnRaggedBatching, ALongDocumentAmongShortOnesIsSplitOff) {
   const int T = 4096;
   std::vector<int32_t> starts = {0, 3000};
   for (int t = 3007; t < T; t += 7) starts.push_back(t);
   starts.push_back(T);
   const DocumentSpans docs{starts.data(), nullptr, int(starts.size()) - 1};
-  const auto calls = row_calls(1, T, docs);
+  const auto calls = row_calls(1, T, docs, GetParam());
   ASSERT_GE(calls.size(), 2u);
   EXPECT_EQ(calls[0].count, 1) << "the long document alone";
   EXPECT_EQ(calls[0].seq, T);
@@ -138,6 +146,9 @@ TEST(CudnnRagged, ALongDocumentAmongShortOnesIsSplitOff) {
   EXPECT_EQ(held, docs.count);
   EXPECT_LE(most, dp_elems(1, T));
 }
+
+INSTANTIATE_TEST_SUITE_P(CudnnRagged, CudnnRaggedBatching, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Padded" : "Exact"; });
 
 }  // namespace
 }  // namespace mt
