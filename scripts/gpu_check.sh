@@ -108,6 +108,20 @@ step() {
   pack
   return "$rc"
 }
+# record_ldd FILE...: what the dynamic loader finds for each (ldd.txt), and in the summary the
+# lines that decide whether cuDNN runs: for our binaries libcudnn, libnvrtc (the frontend's
+# runtime-compiled engines) and anything not found; for cuDNN's own engine libraries (which it
+# dlopens, so ldd of ours does not list them) what they cannot find.
+record_ldd() {
+  local f pattern
+  for f in "$@"; do
+    [ -e "$f" ] || continue
+    { echo "== $f"; ldd "$f" 2>&1; } >>"$OUT/ldd.txt"
+    pattern='cudnn|nvrtc|not found'
+    [[ $(basename "$f") == libcudnn_* ]] && pattern='not found'
+    ldd "$f" 2>&1 | grep -E "$pattern" | while read -r l; do log "ldd $(basename "$f"): $l"; done
+  done
+}
 # informational NAME LIMIT_S STDOUT_FILE CMD...: as step, but a failure is recorded (results.txt,
 # the log, its JSON) without failing the run: what the run learns about a library, not a check.
 informational() {
@@ -194,6 +208,9 @@ export MEGATRAIN_SOURCE_DIR="$ROOT"  # the tests' fixtures (tests/fixtures/famil
 export MEGATRAIN_REQUIRE_CUDNN=1     # a build without cuDNN fails its cuDNN tests here instead of skipping them
 
 # --- 2. tests ---------------------------------------------------------------------------
+# The libraries each binary will load, first: a cuDNN refusal from a missing library is then
+# named before any test runs (the bench, when not built yet, after build_bench).
+[ "$DRY" = 1 ] || record_ldd "$T" "$B" ${CUDNN_LIB:+"$CUDNN_LIB"/libcudnn_*.so.9}
 # The op table test first (issue 27: every Ops<T> method of the fp32 and bf16 tables against the
 # CPU reference in double, tests/cuda/ops_table_test.cc); the later filters leave it out.
 OPS_TABLE='*OpsTable*'
@@ -203,11 +220,13 @@ step tests_ops_table 60 - "$T" --gtest_filter="$OPS_TABLE" --gtest_output="json:
 MOE='CudaMoe.*'
 step tests_moe 60 - "$T" --gtest_filter="$MOE" --gtest_output="json:$OUT/tests_moe.json"
 CUDNN_TESTS='*Cudnn*'
-step tests_cudnn 240 - "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
+# cuDNN's own error log on stderr (the step's log, not its JSON): a refusal names itself.
+CUDNN_LOG=(env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr)
+step tests_cudnn 240 - "${CUDNN_LOG[@]}" "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
 # Packed rows run in batches of exactly their documents below cuDNN 9.25 (NVIDIA gates zero-length
 # sequences there). Once more padded with empty documents, to record what this library does with
 # them (a few graph pairs: seconds).
-informational tests_cudnn_padded 40 - env MEGATRAIN_CUDNN_PAD_DOCUMENTS=1 "$T" \
+informational tests_cudnn_padded 40 - "${CUDNN_LOG[@]}" MEGATRAIN_CUDNN_PAD_DOCUMENTS=1 "$T" \
   --gtest_filter='CudaAttentionCudnn.PackedRowsUnderEitherBatching' --gtest_output="json:$OUT/tests_cudnn_padded.json"
 step tests_issue18 150 - "$T" --gtest_filter="$ISSUE18" --gtest_output="json:$OUT/tests_issue18.json"
 BF16='*Bf16*:*MixedPrecision*:CudaAttention.*:*AttentionMma*'
@@ -215,7 +234,10 @@ step tests_bf16_attention 150 - "$T" --gtest_filter="$BF16-$OPS_TABLE:$MOE" --gt
 step tests_rest 150 - "$T" --gtest_filter="-$OPS_TABLE:$MOE:$CUDNN_TESTS:$ISSUE18:$BF16" --gtest_output="json:$OUT/tests_rest.json"
 
 # --- 3. benchmarks ------------------------------------------------------------------------
-[ "$PREBUILT" = 1 ] || step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
+if [ "$PREBUILT" != 1 ]; then
+  step build_bench 180 - cmake --build "$BUILD" -j "$JOBS" --target megatrain-bench
+  [ "$DRY" = 1 ] || record_ldd "$B"
+fi
 # Attention first: cuDNN, the tensor-core kernel and simt side by side up to 8K (fp32: simt),
 # the issue-25 target shape (T = 4096, 28 query / 4 kv heads, head_dim 128), then cuDNN and the
 # tensor-core kernel at long T.

@@ -379,8 +379,12 @@ CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* wo
     return {refusal.c_str(), int(cudaErrorInsufficientDriver), false};
   }
   auto impl = std::make_unique<Impl>();
-  impl->handle = cudnn_runtime::create();
-  if (!impl->handle) return {"cudnnCreate", int(cudaErrorInitializationError), false};
+  std::string why;
+  impl->handle = cudnn_runtime::create(why);
+  if (!impl->handle) {
+    refusal = "cudnnCreate: " + why;
+    return {refusal.c_str(), int(cudaErrorInitializationError), false};
+  }
   impl->workspace = static_cast<char*>(workspace);
   impl->workspace_bytes = workspace_bytes;
   impl->pad_documents = pad_documents.value_or(cudnn_pads_documents());

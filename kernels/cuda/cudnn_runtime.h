@@ -8,6 +8,7 @@
 #include <cudnn_frontend.h>
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 
 namespace mt::cuda::cudnn_runtime {
@@ -15,10 +16,12 @@ namespace mt::cuda::cudnn_runtime {
 namespace fe = cudnn_frontend;
 
 struct Handle;
-// nullptr when the library cannot start (no device, a driver it does not take).
-Handle* create();
+// nullptr when the library cannot start (no device, a driver it does not take), with cuDNN's
+// words in `why`: the status's name and the library's last error message.
+Handle* create(std::string& why);
 void destroy(Handle* h);
-// validate .. build_plans, the steps graph->build() takes; the first failure's message.
+// validate .. build_plans, the steps graph->build() takes; the first failure's message (with
+// the library's last error message, where it has one).
 fe::error_t build(fe::graph::Graph& g, Handle* h);
 fe::error_t workspace_size(fe::graph::Graph& g, int64_t& bytes);
 // Enqueues the graph on `stream` with the tensors of `pack` (uid -> device pointer).

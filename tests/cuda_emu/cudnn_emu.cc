@@ -26,7 +26,7 @@ namespace mt::cuda::cudnn_runtime {
 
 struct Handle {};
 
-Handle* create() { return new Handle; }
+Handle* create(std::string&) { return new Handle; }
 void destroy(Handle* h) { delete h; }
 fe::error_t build(fe::graph::Graph& g, Handle*) { return g.validate(); }
 fe::error_t workspace_size(fe::graph::Graph&, int64_t& bytes) {
