@@ -64,7 +64,9 @@ Result<Totals> run(const TokenizeOptions& o) {
   }
   MT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, open_tokenizer(o.tokenizer));
   MT_ASSIGN_OR_RETURN(LineFormat fmt, make_line_format(tok, o.tokenizer, o.format, o.chat_template));
-  MT_ASSIGN_OR_RETURN(ShardSetWriter writer, ShardSetWriter::create(o.out, tok->vocab_size(), o.tokenizer, o.shard_tokens));
+  MT_ASSIGN_OR_RETURN(const std::string tokenization, tokenization_fingerprint(*tok, fmt));
+  MT_ASSIGN_OR_RETURN(ShardSetWriter writer,
+                      ShardSetWriter::create(o.out, tok->vocab_size(), o.tokenizer, o.shard_tokens, tokenization));
   ThreadPool pool(o.threads);
   ByteProgress progress("tokenize", total_bytes);
   Totals t;

@@ -22,4 +22,10 @@ struct LineFormat {
 Result<LineFormat> make_line_format(std::shared_ptr<const Tokenizer> tok, const std::string& tokenizer_name,
                                     const std::string& format, const std::string& chat_template);
 
+// What a tokenizer and its format do to text, as 16 hex digits: the tokenizer's description,
+// every id's text, the ids of a probe text of many scripts and the EOS its examples end with.
+// Equal for a copy or a re-saved file; other merges, pre-tokenizers, normalizers or EOS differ.
+// A checkpoint records its data's (jsonl), a shard set's manifest the one that made its ids.
+Result<std::string> tokenization_fingerprint(const Tokenizer& tok, const LineFormat& format);
+
 }  // namespace mt

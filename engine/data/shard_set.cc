@@ -35,8 +35,8 @@ Result<std::vector<std::string>> mts_names(const std::string& dir) {
   return out;
 }
 
-Json manifest_json(const std::vector<ShardEntry>& shards, int vocab, const std::string& tokenizer, uint64_t documents,
-                   uint64_t tokens, uint64_t trained) {
+Json manifest_json(const std::vector<ShardEntry>& shards, int vocab, const std::string& tokenizer,
+                   const std::string& tokenization, uint64_t documents, uint64_t tokens, uint64_t trained) {
   Json::Array list;
   for (const auto& s : shards)
     list.push_back(Json::object({{"file", fs::path(s.path).filename().string()},
@@ -44,14 +44,16 @@ Json manifest_json(const std::vector<ShardEntry>& shards, int vocab, const std::
                                  {"tokens", int64_t(s.tokens)},
                                  {"bytes", int64_t(s.bytes)},
                                  {"checksum", hex64(s.checksum)}}));
-  return Json::object({{"format", kFormat},
-                       {"version", kManifestVersion},
-                       {"vocab", int64_t(vocab)},
-                       {"tokenizer", tokenizer},
-                       {"documents", int64_t(documents)},
-                       {"tokens", int64_t(tokens)},
-                       {"trained_tokens", int64_t(trained)},
-                       {"shards", Json::array(std::move(list))}});
+  Json m = Json::object({{"format", kFormat},
+                         {"version", kManifestVersion},
+                         {"vocab", int64_t(vocab)},
+                         {"tokenizer", tokenizer},
+                         {"documents", int64_t(documents)},
+                         {"tokens", int64_t(tokens)},
+                         {"trained_tokens", int64_t(trained)},
+                         {"shards", Json::array(std::move(list))}});
+  if (!tokenization.empty()) m.set("tokenization", tokenization);  // optional: older manifests lack it
+  return m;
 }
 
 Result<uint64_t> count_field(const Json& entry, const char* key, const std::function<Status(const std::string&)>& bad) {
@@ -81,15 +83,20 @@ Result<ShardEntry> parse_entry(const Json& e, const std::string& dir,
   return s;
 }
 
+Result<Json> manifest_json_of(const std::string& path) {
+  MT_ASSIGN_OR_RETURN(const std::string text, read_data_file(path, kMaxManifestBytes));
+  auto json = Json::parse(text);
+  if (!json.ok()) return data_loss("'" + path + "': " + json.status().message());
+  return json;
+}
+
 Result<std::vector<ShardEntry>> read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kShardManifest).string();
   auto bad = [&](const std::string& what) { return data_loss("'" + path + "': " + what); };
-  MT_ASSIGN_OR_RETURN(const std::string text, read_data_file(path, kMaxManifestBytes));
-  auto json = Json::parse(text);
-  if (!json.ok()) return bad(json.status().message());
-  const Json* format = json->find("format");
-  const Json* version = json->find("version");
-  const Json* shards = json->find("shards");
+  MT_ASSIGN_OR_RETURN(const Json json, manifest_json_of(path));
+  const Json* format = json.find("format");
+  const Json* version = json.find("version");
+  const Json* shards = json.find("shards");
   if (!format || !format->is_string() || format->as_string() != kFormat)
     return bad("not a token shard manifest (its \"format\" is not \"" + std::string(kFormat) + "\")");
   if (!version || !version->is_integer() || version->as_int() != kManifestVersion)
@@ -124,12 +131,13 @@ Status check_listing(const std::string& dir, const std::vector<ShardEntry>& list
 
 }  // namespace
 
-ShardSetWriter::ShardSetWriter(std::string dir, int vocab, std::string tokenizer, uint64_t shard_tokens)
-    : dir_(std::move(dir)), tokenizer_(std::move(tokenizer)), vocab_(vocab), shard_tokens_(shard_tokens),
-      shard_(vocab) {}
+ShardSetWriter::ShardSetWriter(std::string dir, int vocab, std::string tokenizer, uint64_t shard_tokens,
+                               std::string tokenization)
+    : dir_(std::move(dir)), tokenizer_(std::move(tokenizer)), tokenization_(std::move(tokenization)), vocab_(vocab),
+      shard_tokens_(shard_tokens), shard_(vocab) {}
 
 Result<ShardSetWriter> ShardSetWriter::create(const std::string& dir, int vocab, std::string tokenizer,
-                                              uint64_t shard_tokens) {
+                                              uint64_t shard_tokens, std::string tokenization) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return invalid_argument("'" + dir + "': " + ec.message());
@@ -141,7 +149,7 @@ Result<ShardSetWriter> ShardSetWriter::create(const std::string& dir, int vocab,
     return invalid_argument("'" + dir + "' already holds token shards (" + present.front() +
                             ") without a manifest, a tokenize run's that did not finish; remove them or choose an "
                             "empty directory");
-  return ShardSetWriter(dir, vocab, std::move(tokenizer), shard_tokens);
+  return ShardSetWriter(dir, vocab, std::move(tokenizer), shard_tokens, std::move(tokenization));
 }
 
 Status ShardSetWriter::add(const TokenizedExample& ex) {
@@ -166,7 +174,7 @@ Status ShardSetWriter::finish() {
   if (written_.empty()) return data_loss("no example to write: every input tokenized to nothing");
   // Each shard's rename is already durable (replace_file_durable): the manifest vouches for them last.
   const std::string path = (fs::path(dir_) / kShardManifest).string();
-  const Json m = manifest_json(written_, vocab_, tokenizer_, documents_, tokens_, trained_);
+  const Json m = manifest_json(written_, vocab_, tokenizer_, tokenization_, documents_, tokens_, trained_);
   return replace_file_durable(path, path + ".tmp", m.dump(2) + "\n");
 }
 
@@ -186,6 +194,17 @@ Result<ShardListing> list_shards(const std::string& path) {
   MT_ASSIGN_OR_RETURN(std::vector<ShardEntry> listed, read_manifest(path));
   MT_RETURN_IF_ERROR(check_listing(path, listed));
   return ShardListing{std::move(listed), true};
+}
+
+ShardTokenizer shard_set_tokenizer(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {};
+  const auto json = manifest_json_of((fs::path(path) / kShardManifest).string());
+  if (!json.ok()) return {};
+  const Json* name = json->find("tokenizer");
+  const Json* tokenization = json->find("tokenization");
+  if (!tokenization || !tokenization->is_string()) return {};
+  return {name && name->is_string() ? name->as_string() : "", tokenization->as_string()};
 }
 
 Status check_manifest_entry(const ShardEntry& listed, const TokenShard& opened) {

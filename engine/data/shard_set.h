@@ -20,9 +20,10 @@ inline constexpr char kShardManifest[] = "manifest.json";
 class ShardSetWriter {
  public:
   // Creates `dir`, or refuses one that already holds shards or a manifest (a second run would mix
-  // two corpora). `tokenizer` names what tokenized the examples, for the manifest.
+  // two corpora). `tokenizer` names what tokenized the examples and `tokenization` is what it does
+  // (jsonl_examples.h: tokenization_fingerprint), for the manifest.
   static Result<ShardSetWriter> create(const std::string& dir, int vocab, std::string tokenizer,
-                                       uint64_t shard_tokens);
+                                       uint64_t shard_tokens, std::string tokenization = {});
   Status add(const TokenizedExample& ex);
   // The last shard, then the manifest: durably, each renamed into place after its bytes are synced.
   Status finish();
@@ -33,10 +34,10 @@ class ShardSetWriter {
   uint64_t trained_tokens() const { return trained_; }  // loss mask 1
 
  private:
-  ShardSetWriter(std::string dir, int vocab, std::string tokenizer, uint64_t shard_tokens);
+  ShardSetWriter(std::string dir, int vocab, std::string tokenizer, uint64_t shard_tokens, std::string tokenization);
   Status flush();
 
-  std::string dir_, tokenizer_;
+  std::string dir_, tokenizer_, tokenization_;
   int vocab_;
   uint64_t shard_tokens_;
   ShardWriter shard_;
@@ -51,6 +52,14 @@ struct ShardListing {
   bool from_manifest = false;
 };
 Result<ShardListing> list_shards(const std::string& path);
+
+// The tokenizer a shard set's manifest names and its tokenization fingerprint; empty where
+// unknown: `path` one shard file, a directory without a readable manifest (list_shards says why),
+// or a manifest written before the fingerprint was recorded.
+struct ShardTokenizer {
+  std::string name, tokenization;
+};
+ShardTokenizer shard_set_tokenizer(const std::string& path);
 
 // A shard opened from a listing equals its manifest entry (counts, size, checksum).
 Status check_manifest_entry(const ShardEntry& listed, const TokenShard& opened);

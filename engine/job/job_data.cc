@@ -5,6 +5,7 @@
 #include "engine/base/hash.h"
 #include "engine/data/example_set.h"
 #include "engine/data/jsonl_examples.h"
+#include "engine/data/shard_set.h"
 #include "engine/data/tokenize_files.h"
 #include "engine/job/job.h"
 
@@ -58,69 +59,43 @@ Result<std::unique_ptr<DataSource>> open_source(const DataSpec& d, int vocab) {
   return invalid_argument("data.source = '" + d.source + "' needs a provider (push data is served by the daemon)");
 }
 
-void mix(uint64_t& h, std::string_view bytes) {
-  const uint64_t n = bytes.size();  // lengths delimit the pieces
-  h = fnv1a64(bytes, fnv1a64(std::string_view(reinterpret_cast<const char*>(&n), sizeof n), h));
-}
-
-// Text of many kinds (scripts, digits, whitespace runs, contractions, emoji, code, markup), whose
-// ids tell apart tokenizers of one vocabulary with other merges, pre-tokenizers or normalizers.
-constexpr std::string_view kProbe =
-    "Hello, World! It's 2026-12-06: 3.14159 x 42 = 131.95...\t\n  spaces   and\ttabs.\r\n"
-    "Ünïcödé naïve café — 日本語, русский, 🙂👍🏽 def f(x):\n    return x**2  # I'll see you're they've\n"
-    "</s><s><|im_end|><|endoftext|> ▁x";
-
-// What a tokenizer does: its description, every id's text, the ids of kProbe, and the EOS its
-// examples end with.
-Result<uint64_t> tokenization_fingerprint(const Tokenizer& tok, int32_t eos_id) {
-  uint64_t h = 0;
-  mix(h, tok.describe());
-  std::string text;
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    text.clear();
-    MT_RETURN_IF_ERROR(tok.decode(&id, 1, text));
-    mix(h, text);
-  }
-  std::vector<int32_t> ids;
-  MT_RETURN_IF_ERROR(tok.encode(kProbe, ids));
-  ids.push_back(eos_id);
-  mix(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t)));
-  return h;
-}
-
-// The formatter `d` names (its description names the tokenizer), and what it does; errors name `field`.
-struct Tokenization {
-  LineFormat format;
-  uint64_t fingerprint = 0;
+// The tokenizer `d`'s ids come from, named as an error names it, and what it does (empty where
+// unknown: ids given as such, a single shard file, a manifest older than the record). jsonl:
+// data.tokenizer with its format; shards: the one `megatrain tokenize` recorded in the manifest.
+struct DataTokenizer {
+  std::string name, fingerprint;
 };
-Result<Tokenization> tokenization_of(const DataSpec& d, const std::string& field) {
+Result<DataTokenizer> data_tokenizer(const DataSpec& d, const std::string& field) {
+  if (d.source == "shards") {
+    const ShardTokenizer s = shard_set_tokenizer(d.path);
+    return DataTokenizer{"the tokenizer '" + s.name + "' that made " + field + ".path's shards", s.tokenization};
+  }
+  if (d.source != "jsonl") return DataTokenizer{};
   const std::string name = d.tokenizer.empty() ? "byte" : d.tokenizer;
   auto tok = open_tokenizer(name);
   if (!tok.ok()) return tok.status().with_context(field + ".tokenizer");
   auto format = make_line_format(*tok, name, d.format, d.chat_template);
   if (!format.ok()) return format.status().with_context(field);
-  Tokenization t{*format, 0};
-  MT_ASSIGN_OR_RETURN(t.fingerprint, tokenization_fingerprint(**tok, t.format.eos_id));
-  return t;
+  MT_ASSIGN_OR_RETURN(std::string fingerprint, tokenization_fingerprint(**tok, *format));
+  return DataTokenizer{field + ".tokenizer '" + d.tokenizer + "' (" + format->description + ")", fingerprint};
 }
 }  // namespace
 
 Status check_eval_tokenizer(const JobSpec& spec) {
   const DataSpec &d = spec.data, &e = spec.eval.data;
-  if (!spec.eval.enabled || d.source != "jsonl" || e.source != "jsonl") return Status::Ok();
-  if (d.tokenizer == e.tokenizer) return Status::Ok();
-  MT_ASSIGN_OR_RETURN(Tokenization train, tokenization_of(d, "data"));
-  MT_ASSIGN_OR_RETURN(Tokenization held, tokenization_of(e, "eval.data"));
-  if (train.fingerprint == held.fingerprint) return Status::Ok();
-  return invalid_argument("eval.data.tokenizer '" + e.tokenizer + "' (" + held.format.description +
-                          ") does not tokenize as data.tokenizer '" + d.tokenizer + "' (" + train.format.description +
-                          ") does: the held-out loss would be measured in other token ids");
+  if (!spec.eval.enabled) return Status::Ok();
+  if (d.source == "jsonl" && e.source == "jsonl" && d.tokenizer == e.tokenizer) return Status::Ok();
+  MT_ASSIGN_OR_RETURN(const DataTokenizer held, data_tokenizer(e, "eval.data"));
+  if (held.fingerprint.empty()) return Status::Ok();
+  MT_ASSIGN_OR_RETURN(const DataTokenizer train, data_tokenizer(d, "data"));
+  if (train.fingerprint.empty() || train.fingerprint == held.fingerprint) return Status::Ok();
+  return invalid_argument(held.name + " does not tokenize as " + train.name +
+                          " does: the held-out loss would be measured in other token ids");
 }
 
 Result<std::string> data_tokenizer_fingerprint(const DataSpec& d) {
-  if (d.source != "jsonl") return std::string();
-  MT_ASSIGN_OR_RETURN(Tokenization t, tokenization_of(d, "data"));
-  return hex64(t.fingerprint);
+  MT_ASSIGN_OR_RETURN(const DataTokenizer t, data_tokenizer(d, "data"));
+  return t.fingerprint;
 }
 
 Result<std::unique_ptr<DataSource>> make_data_source(const DataSpec& data, int vocab) {

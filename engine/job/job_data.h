@@ -11,13 +11,13 @@ namespace mt {
 // The spec's training data source; push data comes from the hook (the daemon's spool).
 Result<std::unique_ptr<DataSource>> open_job_data(const JobSpec& spec, const JobHooks& hooks, int vocab);
 
-// eval.data and data both jsonl: the held-out examples are tokenized by the training data's
-// tokenizer (the same ids for the same text: vocabulary and description), else the held-out loss
-// measures other ids. Other sources name no tokenizer and are not compared.
+// The held-out examples' ids come from a tokenizer that tokenizes as the training data's does
+// (jsonl's data.tokenizer, or the one a shard set's manifest records), else the held-out loss
+// measures other ids. Sources of ids given as such name no tokenizer and are not compared.
 Status check_eval_tokenizer(const JobSpec& spec);
 
-// What the training data's tokenizer does (jsonl: its ids for every token and a probe text, its
-// EOS), as hex; empty for sources that read token ids. A run goes on from a checkpoint only
+// What the training data's tokenizer does (jsonl_examples.h: tokenization_fingerprint; for shards
+// their manifest's record), as hex; empty where unknown. A run goes on from a checkpoint only
 // with the same: other ids for the same text would train the embedding rows on other tokens.
 Result<std::string> data_tokenizer_fingerprint(const DataSpec& d);
 

@@ -75,12 +75,14 @@ Status check_resumable(const JobSpec& spec, const ModelConfig& cfg, const Traine
 }
 
 // Other ids for the same text would train the embedding rows on other tokens. Compared when both
-// the checkpoint's data and this run's have a tokenizer (jsonl); pre-tokenized data names none.
+// the checkpoint's data and this run's have a known tokenizer (jsonl, or shards whose manifest
+// records it); ids given as such name none.
 Status check_same_tokenizer(const JobSpec& spec, const TrainerState& saved, const std::string& tokenizer,
                             const std::string& what) {
   if (saved.tokenizer.empty() || tokenizer.empty() || saved.tokenizer == tokenizer) return Status::Ok();
-  const std::string name = spec.data.tokenizer.empty() ? "byte" : spec.data.tokenizer;
-  return invalid_argument("data.tokenizer '" + name + "' does not tokenize as the tokenizer " + what +
+  const std::string name = spec.data.source == "shards" ? "the tokenizer that made data.path's shards"
+                           : "data.tokenizer '" + (spec.data.tokenizer.empty() ? "byte" : spec.data.tokenizer) + "'";
+  return invalid_argument(name + " does not tokenize as the tokenizer " + what +
                           " was trained with did (other ids for the same text: the model would learn other tokens). "
                           "Use that tokenizer, or start a new run from its weights (init.weights_only: true) if the "
                           "change is meant");

@@ -4,6 +4,8 @@
 #include <random>
 
 #include "engine/data/example_set.h"
+#include "engine/data/jsonl_examples.h"
+#include "engine/data/shard_set.h"
 #include "engine/text/tokenizer.h"
 #include "engine/job/job.h"
 #include "tests/cli/cli_fixture.h"
@@ -147,6 +149,12 @@ TEST(SftCli, TokenizeChatsWithAHuggingFaceTokenizer) {
     ASSERT_TRUE((*tokenizer)->decode(trained.data(), trained.size(), text).ok());
     EXPECT_EQ(text, "answer number " + std::to_string(i) + "<|im_end|>") << "example " << i;
   }
+  // The manifest records what tokenized them, as a run on the same jsonl would fingerprint it.
+  auto shared = open_tokenizer(tok);
+  auto format = make_line_format(*shared, tok, "auto", "chatml");
+  ASSERT_TRUE(format.ok()) << format.status().to_string();
+  EXPECT_EQ(shard_set_tokenizer(dir + "/shards").tokenization, *tokenization_fingerprint(**shared, *format));
+  EXPECT_EQ(shard_set_tokenizer(dir + "/shards").name, tok);
   if (!HasFailure()) fs::remove_all(dir);
 }
 

@@ -1,12 +1,18 @@
 // Where a new run takes its weights from (job_start.h: initial_weights): init.from, else the
-// directory model.hf_model names, else the seed. A defect hunt found hf_model's weights never
-// read: the run trained the architecture from random weights and said nothing.
+// directory model.hf_model names, else the seed; and the tokenizer of pre-tokenized shards,
+// compared with the one its weights and its held-out set were tokenized with. A defect hunt found
+// hf_model's weights never read (the run trained from random weights and said nothing) and
+// shards never compared (their manifest named a tokenizer nobody read).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
+#include "engine/data/jsonl_examples.h"
+#include "engine/data/shard_set.h"
 #include "engine/io/checkpoint.h"
 #include "engine/job/job.h"
+#include "engine/job/job_data.h"
 #include "tests/engine/job/tiny_job.h"
 #include "tests/engine/temp_dir.h"
 
@@ -87,6 +93,92 @@ TEST(JobStart, HfModelNamingACheckpointTakesItsWeightsAlone) {
   const FirstStep from_b = first_step(other, d / "other");
   EXPECT_EQ(from_b.loss, first_step(with_model(base, b.hf, ""), d / "b").loss);
   EXPECT_NE(from_b.loss, hf.loss);
+}
+
+// The gpt2 fixture's tokenizer in `dir` (EOS from its tokenizer_config.json), its merges reversed
+// when `reversed`: the same vocabulary, other ids for the same text.
+std::string gpt2_tokenizer(const std::string& dir, bool reversed) {
+  fs::create_directories(dir);
+  if (reversed) std::ofstream(dir + "/tokenizer.json") << testing_util::gpt2_tokenizer_reversed_merges();
+  else fs::copy_file(testing_util::gpt2_tokenizer_json(), dir + "/tokenizer.json");
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
+  return dir;
+}
+
+const char* const kLines[] = {R"({"prompt": "say one", "completion": " it is one"})",
+                              R"({"prompt": "say two", "completion": " it is two"})"};
+
+// `lines` tokenized by `tokenizer` into a shard set at `out`, as megatrain tokenize writes it.
+void write_shards(const std::string& tokenizer, const std::string& out) {
+  auto tok = open_tokenizer(tokenizer);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto fmt = make_line_format(*tok, tokenizer, "auto", "auto");
+  ASSERT_TRUE(fmt.ok()) << fmt.status().to_string();
+  auto w = ShardSetWriter::create(out, (*tok)->vocab_size(), tokenizer, 1 << 20, *tokenization_fingerprint(**tok, *fmt));
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(w->add(*fmt->format.line(kLines[i % 2])).ok());
+  ASSERT_TRUE(w->finish().ok());
+}
+
+JobSpec jsonl_spec(const TempDir& d, const std::string& tokenizer) {
+  JobSpec s = testing_util::tiny_spec("resident", 4);
+  s.model.preset.clear();
+  ModelConfig c = *preset_config("tiny");
+  c.vocab_size = 4096;
+  c.raw = Json();
+  std::ofstream(d / "config.json") << model_config_to_json(c).dump(2);
+  s.model.hf_config = d / "config.json";
+  s.data.source = "jsonl";
+  s.data.path = d / "sft.jsonl";
+  std::ofstream(s.data.path) << kLines[0] << "\n" << kLines[1] << "\n";
+  s.data.tokenizer = tokenizer;
+  return s;
+}
+
+JobSpec on_shards(JobSpec s, const std::string& shards) {
+  s.data.source = "shards";
+  s.data.path = shards;
+  s.data.tokenizer.clear();
+  return s;
+}
+
+// A run continued from a checkpoint trained on one tokenizer's ids, now on shards another made.
+TEST(JobStart, ShardsOfAnotherTokenizerDoNotContinueARun) {
+  TempDir d("mt-start-shards");
+  const std::string a = gpt2_tokenizer(d / "tok-a", false), b = gpt2_tokenizer(d / "tok-b", true);
+  write_shards(a, d / "shards-a");
+  write_shards(b, d / "shards-b");
+  ASSERT_TRUE(testing_util::run_stopped_at(jsonl_spec(d, a), d / "run", 2).ok());
+  JobSpec continued = on_shards(jsonl_spec(d, a), d / "shards-b");
+  continued.init.from = d / "run/checkpoints";
+  auto refused = JobRunner(continued, d / "continued-b", {}).run();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("the tokenizer that made data.path's shards does not tokenize as"),
+            std::string::npos) << refused.status().to_string();
+  continued.data.path = d / "shards-a";  // the same tokenizer's shards: it goes on
+  auto same = JobRunner(continued, d / "continued-a", {}).run();
+  EXPECT_TRUE(same.ok()) << same.status().to_string();
+  EXPECT_EQ(*data_tokenizer_fingerprint(continued.data), *data_tokenizer_fingerprint(jsonl_spec(d, a).data));
+}
+
+// A held-out set in shards of another tokenizer than the training data's, either way round.
+TEST(JobStart, AHeldOutSetInShardsOfAnotherTokenizerIsRefused) {
+  TempDir d("mt-start-eval-shards");
+  const std::string a = gpt2_tokenizer(d / "tok-a", false), b = gpt2_tokenizer(d / "tok-b", true);
+  write_shards(a, d / "shards-a");
+  write_shards(b, d / "shards-b");
+  JobSpec spec = jsonl_spec(d, a);
+  spec.eval.enabled = true;
+  spec.eval.data = on_shards(spec, d / "shards-b").data;
+  EXPECT_NE(check_eval_tokenizer(spec).message().find("that made eval.data.path's shards does not tokenize as data.tokenizer"),
+            std::string::npos) << check_eval_tokenizer(spec).to_string();
+  spec.eval.data.path = d / "shards-a";
+  EXPECT_TRUE(check_eval_tokenizer(spec).ok()) << check_eval_tokenizer(spec).to_string();
+  JobSpec reversed = on_shards(spec, d / "shards-b");  // training on shards, held out in jsonl
+  reversed.eval.data = jsonl_spec(d, a).data;
+  EXPECT_EQ(check_eval_tokenizer(reversed).code(), StatusCode::kInvalidArgument);
+  reversed.data.path = d / "shards-a";
+  EXPECT_TRUE(check_eval_tokenizer(reversed).ok()) << check_eval_tokenizer(reversed).to_string();
 }
 
 }  // namespace
