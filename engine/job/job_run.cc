@@ -127,6 +127,8 @@ Status JobRun::open_held_out() {
 Status JobRun::open_state() {
   MT_ASSIGN_OR_RETURN(const std::string tokenizer, data_tokenizer_fingerprint(spec_.data));
   MT_ASSIGN_OR_RETURN(state_, initialise(spec_, cfg_, ckpt_root_, *ex_, resumed_, tokenizer));
+  if (resumed_.empty())
+    if (const std::string w = initial_model_warning(spec_, cfg_); !w.empty()) log(LogLevel::kWarning, w);
   const DataStart start = data_start(spec_, state_, resumed_, data_->describe());
   if (!start.warning.empty()) log(LogLevel::kWarning, start.warning);
   state_.data_cursor = start.cursor;

@@ -43,16 +43,21 @@ Json model_keys(const ModelConfig& cfg) {
   return j;
 }
 
-// The model a checkpoint was trained as (its config.json, read by this build) against the one
-// this spec names now: the spec hashes the path of model.hf_config, not the file, so a file
-// edited between runs (rope_theta, hidden_act) would go on silently as another model. Older
-// checkpoints without config.json are not compared.
-Status check_same_model(const ModelConfig& cfg, const std::string& dir) {
+// Where the model `dir`'s config.json describes (read by this build) differs from `cfg`, key by
+// key and numbers by value (a file re-saved, keys sorted, 8.0 written 8, is the same); empty
+// when they agree or `dir` has none (older checkpoints).
+Result<std::string> model_changes(const ModelConfig& cfg, const std::string& dir) {
   Result<ModelConfig> saved = load_model_config(dir);
-  if (saved.status().code() == StatusCode::kNotFound) return Status::Ok();
+  if (saved.status().code() == StatusCode::kNotFound) return std::string();
   MT_RETURN_IF_ERROR(saved.status());
-  // Compared key by key, numbers by value: a file re-saved (keys sorted, 8.0 written 8) is the same.
-  const std::string changed = spec_differences(model_keys(*saved), model_keys(cfg));
+  return spec_differences(model_keys(*saved), model_keys(cfg));
+}
+
+// The model a checkpoint was trained as against the one this spec names now: the spec hashes
+// the path of model.hf_config, not the file, so a file edited between runs (rope_theta,
+// hidden_act) would go on silently as another model.
+Status check_same_model(const ModelConfig& cfg, const std::string& dir) {
+  MT_ASSIGN_OR_RETURN(const std::string changed, model_changes(cfg, dir));
   if (changed.empty()) return Status::Ok();
   return invalid_argument("checkpoint '" + dir + "' was trained as another model than the spec's config names now: " +
                           changed + " (a key the file leaves out takes this build's default: write the checkpoint's "
@@ -125,6 +130,17 @@ Result<TrainerState> initialise(const JobSpec& spec, const ModelConfig& cfg, con
   if (resume) resumed = dir;
   ex.set_steps_done(st.step);
   return st;
+}
+
+std::string initial_model_warning(const JobSpec& spec, const ModelConfig& cfg) {
+  const std::string from = initial_weights(spec);
+  if (from.empty()) return "";
+  const auto dir = is_training_checkpoint(from) ? resolve_checkpoint(from) : Result<std::string>(from);
+  const auto changed = dir.ok() ? model_changes(cfg, *dir) : Result<std::string>(std::string());
+  if (!changed.ok() || changed->empty()) return "";
+  return "the weights of " + *dir + " were trained as another model than the one this run trains (" + *changed +
+         "): the run trains its spec's model from them (meant when extending the context, say; else name that "
+         "model's config)";
 }
 
 // Where the data starts. A resume continues at its checkpoint's position, over data that changed

@@ -15,6 +15,11 @@ namespace mt {
 // model.hf_model's directory (hf_config names the architecture alone); empty: init.seed's.
 std::string initial_weights(const JobSpec& spec);
 
+// A new run's warning when its weights (initial_weights) come with a config.json that describes
+// another model than the spec's — a RoPE base, norm epsilon or activation the weights were not
+// trained with — naming each key "was -> now"; empty when they agree. A resume is refused instead.
+std::string initial_model_warning(const JobSpec& spec, const ModelConfig& cfg);
+
 // `ckpt_root` holds the job's own checkpoints; `resumed` is set to the one it resumes, if any.
 // `tokenizer` is the data's data_tokenizer_fingerprint: a checkpoint trained on a tokenizer that
 // tokenizes otherwise is refused (before its tensors are read) when both have one.

@@ -28,8 +28,8 @@ struct FirstStep {
   long steps_run = 0;
   std::string log;
 };
-FirstStep first_step(JobSpec spec, const std::string& dir) {
-  spec.steps = 1;
+FirstStep first_step(JobSpec spec, const std::string& dir, long steps = 1) {
+  spec.steps = steps;
   FirstStep out;
   JobHooks hooks;
   hooks.on_log = [&](LogLevel, const std::string& m) { out.log += m + "\n"; };
@@ -93,6 +93,26 @@ TEST(JobStart, HfModelNamingACheckpointTakesItsWeightsAlone) {
   const FirstStep from_b = first_step(other, d / "other");
   EXPECT_EQ(from_b.loss, first_step(with_model(base, b.hf, ""), d / "b").loss);
   EXPECT_NE(from_b.loss, hf.loss);
+}
+
+// Weights trained as one model, trained on as another (a config.json's RoPE base edited, say, to
+// extend the context): meant at times, so a warning naming the keys, not a refusal.
+TEST(JobStart, WeightsOfAnotherModelConfigAreTrainedOnWithAWarning) {
+  TempDir d("mt-start-config");
+  const TrainedModel m = trained_model(d);
+  Json config = *Json::parse(*read_file(m.hf + "/config.json"));
+  config.set("rope_theta", 500000);
+  std::ofstream(d / "rope.json") << config.dump(2);
+  JobSpec spec = with_model(testing_util::tiny_spec("resident", 4), "", d / "rope.json");
+  for (const std::string& from : {m.hf, d / "trained-a/checkpoints"}) {  // a model directory; a run continued
+    spec.init.from = from;
+    const FirstStep run = first_step(spec, d / ("run-" + std::to_string(from.size())), 4);
+    EXPECT_NE(run.log.find("were trained as another model than the one this run trains (rope_theta 10000 -> 500000)"),
+              std::string::npos) << from << ":\n" << run.log;
+  }
+  spec.model = with_model(spec, m.hf, "").model;  // its own config: nothing to say
+  spec.init.from.clear();
+  EXPECT_EQ(first_step(spec, d / "same").log.find("another model"), std::string::npos);
 }
 
 // The gpt2 fixture's tokenizer in `dir` (EOS from its tokenizer_config.json), its merges reversed
