@@ -285,7 +285,8 @@ Status check_keys_apply(const std::string& f, const DataSpec& d) {
                             "lines {\"text\": ...})"
                           : "jsonl reads it (shards hold the ids megatrain tokenize made)"},
       {"format", d.format != def.format, jsonl, "jsonl reads it"},
-      {"chat_template", d.chat_template != def.chat_template, jsonl, "jsonl reads it"},
+      {"chat_template", d.chat_template != def.chat_template, jsonl && (d.format == "auto" || d.format == "messages"),
+       "jsonl reads it, for messages rows (format messages or auto): text and prompt_completion rows have no chat"},
       {"packing", d.packing != def.packing, examples, "jsonl and shards read it"},
       {"long_examples", d.long_examples != def.long_examples, examples, "jsonl and shards read it"},
       {"epochs", d.epochs != def.epochs, examples, "jsonl and shards read it"},
@@ -369,7 +370,12 @@ Status validate(const JobSpec& s) {
     return invalid_argument("slots = " + std::to_string(s.slots) + " must be in 2.." + std::to_string(kMaxSlots));
   if (s.expert_slots < 1 || s.expert_slots > kMaxSlots)
     return invalid_argument("expert_slots = " + std::to_string(s.expert_slots) + " must be in 1.." + std::to_string(kMaxSlots));
-  if (s.link_gbps < 0) return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) + " must be >= 0");
+  // The CPU backend sleeps out each copy's emulated time, uninterruptibly: at 1e-6 GB/s a tiny
+  // model's step outlived a cancel and the shutdown timeout (a defect hunt), and 1e-300 overflowed.
+  if (s.link_gbps != 0 && !(s.link_gbps >= JobSpec::kMinLinkGbps && s.link_gbps <= JobSpec::kMaxLinkGbps))
+    return invalid_argument("link_gbps = " + std::to_string(s.link_gbps) +
+                            " must be 0 (no emulated link) or in 0.001..10000 GB/s (the CPU backend's emulated link; "
+                            "0.001 is 1 MB/s)");
   if (s.init.weights_only && s.init.from.empty())
     return invalid_argument("init.weights_only needs init.from: the checkpoint or model directory whose weights to take");
   MT_RETURN_IF_ERROR(validate_data("data", s.data));

@@ -95,6 +95,7 @@ struct JobSpec {
   int slots = 2;                   // streaming weight slots (K >= 2)
   int expert_slots = 2;            // a mixture of experts: the device slots experts stream through
   double link_gbps = 0;            // CPU backend: emulated link bandwidth per direction, 0 = off
+  static constexpr double kMinLinkGbps = 1e-3, kMaxLinkGbps = 1e4;
   std::string checkpoint_placement = "auto";  // auto | device | host (layer-input checkpoints)
   // off | auto | on (engine/exec/planner.h Speculation): streaming updates before the step's
   // norm is known, exact either way; not part of job_spec_hash.

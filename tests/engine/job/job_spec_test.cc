@@ -28,6 +28,9 @@ TEST(JobSpec, NumbersThatOverflowTheirFieldAreRefusedByName) {
       {R"("seq_len": 2000000)", "seq_len"},
       // Bounded, so a spec cannot make a job allocate without bound (issue 11.6).
       {R"("slots": 1000000)", "slots"},
+      {R"("link_gbps": 1e-6)", "link_gbps"},  // a step's emulated copies outlived cancel and shutdown
+      {R"("link_gbps": 1e-300)", "link_gbps"},
+      {R"("link_gbps": -1)", "link_gbps"},
       {R"("data": {"active_vocab": 1000000})", "data.active_vocab"},
       {R"("data": {"branching": 1000000})", "data.branching"},
   });
@@ -50,8 +53,14 @@ TEST(JobSpec, DataKeysTheSourceDoesNotReadAreRefused) {
       {R"("eval": {"data": {"source": "text", "path": "a.txt", "format": "messages"}})",
        "eval.data.format does not apply"},
   });
-  for (const char* ok : {R"({"source": "jsonl", "path": "a.jsonl", "tokenizer": "byte", "format": "text", "epochs": 1,
+  // A chat template a format without chats would ignore (a defect hunt found it silently unused).
+  for (const char* format : {"text", "prompt_completion"})
+    testing_util::expect_spec_refusals({{(R"("data": {"source": "jsonl", "path": "a.jsonl", "tokenizer": "byte", "format": ")" +
+                                          std::string(format) + R"(", "chat_template": "chatml"})").c_str(),
+                                         "data.chat_template does not apply"}});
+  for (const char* ok : {R"({"source": "jsonl", "path": "a.jsonl", "tokenizer": "byte", "format": "messages", "epochs": 1,
                               "packing": false, "long_examples": "truncate", "chat_template": "chatml"})",
+                         R"({"source": "jsonl", "path": "a.jsonl", "tokenizer": "byte", "chat_template": "chatml"})",
                          R"({"source": "shards", "path": "s", "epochs": 2, "packing": false})",
                          R"({"source": "tokens", "path": "a.bin", "dtype": "uint32"})",
                          R"({"source": "synthetic", "active_vocab": 8, "branching": 2})"}) {
