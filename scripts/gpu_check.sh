@@ -223,7 +223,7 @@ CUDNN_TESTS='*Cudnn*'
 # cuDNN's own error log on stderr (the step's log, not its JSON): a refusal names itself.
 CUDNN_LOG=(env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr)
 step tests_cudnn 240 - "${CUDNN_LOG[@]}" "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
-# Packed rows run in batches of exactly their documents below cuDNN 9.25 (NVIDIA gates zero-length
+# Packed rows run in power-of-two batches of exactly their documents below cuDNN 9.25 (NVIDIA gates zero-length
 # sequences there). Once more padded with empty documents, to record what this library does with
 # them (a few graph pairs: seconds).
 informational tests_cudnn_padded 40 - "${CUDNN_LOG[@]}" MEGATRAIN_CUDNN_PAD_DOCUMENTS=1 "$T" \

@@ -323,7 +323,7 @@ bool cudnn_pads_documents() { return forced_padding().value_or(cudnnGetVersion()
 
 std::string cudnn_describe() {
   const std::string batching = cudnn_pads_documents() ? "padded with empty documents to powers of two"
-                                                      : "of exactly their documents (no empty ones before 9.25)";
+                                                      : "of exactly their documents, powers of two (no empty ones before 9.25)";
   return "cuDNN " + version_string(cudnnGetVersion()) + " (built against " + version_string(CUDNN_VERSION) +
          ", frontend " + std::to_string(CUDNN_FRONTEND_MAJOR_VERSION) + "." +
          std::to_string(CUDNN_FRONTEND_MINOR_VERSION) + "." + std::to_string(CUDNN_FRONTEND_PATCH_VERSION) +

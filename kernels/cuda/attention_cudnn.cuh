@@ -7,9 +7,9 @@
 //    per-document lengths and ragged offsets, never a T x T mask), calls of one row each, their
 //    statistics token-major in the workspace ([B, T, H], the layout NVIDIA tests for ragged
 //    Stats) and transposed to ours after the forward and before the backward.
-// Graphs are built once per shape (a call's document count, rounded up to a power of two where
-// cuDNN takes empty documents, and its longest document rounded up to one, so few graphs serve
-// every batch) and cached; a shape cuDNN cannot run, or
+// Graphs are built once per shape (a call's document count, a power of two — padded with empty
+// documents where cuDNN takes them, else a group split into power-of-two calls — and its longest
+// document rounded up to one, so few graphs serve every batch) and cached; a shape cuDNN cannot run, or
 // whose workspace exceeds the one the caller reserved, is refused with the reason, and the
 // caller falls back to our own kernels. Without the cuDNN frontend at build time every call is
 // refused by name (attention_cudnn_stub.cc).
@@ -34,8 +34,8 @@ bool cudnn_built();
 std::string cudnn_describe();
 // The runtime library's version as cudnnGetVersion() (e.g. 91900), 0 without cuDNN.
 size_t cudnn_runtime_version();
-// Whether packed rows' calls pad their batch with empty documents to a power of two (few graphs)
-// or hold exactly their documents (attention_ragged.h: batch_for): padded from cuDNN 9.25, the
+// Whether packed rows' calls pad their batch with empty documents to a power of two or hold
+// exactly their documents, in power-of-two calls (attention_ragged.h: push_group): padded from cuDNN 9.25, the
 // first to take zero-length sequences. MEGATRAIN_CUDNN_PAD_DOCUMENTS=0 or 1 forces it (the
 // lease's check of what an older library does with them). cudnn_describe() names the choice.
 bool cudnn_pads_documents();

@@ -82,7 +82,8 @@ inline int seq_for(int longest, int T) { return std::min(std::max(pow2_at_least(
 // A call's batch for n documents. Padded with empty documents (length 0) to a power of two, a
 // few graphs serve every batch; but cuDNN takes zero-length sequences only from 9.25 (NVIDIA
 // gates them there: cudnn-frontend test_sdpa_edge_cases.py; issue #943 saw NaN rows on 9.22),
-// so below it the batch is exactly the documents (a graph per document count).
+// so below it the batch is exactly the documents (batch_for(n, false) = n; row_calls then splits
+// a group into power-of-two batches, so as few graphs serve it as padding would need).
 inline int batch_for(int n, bool pad) { return pad ? pow2_at_least(n) : n; }
 
 // One call: its graph's batch (batch_for) and sequence length (seq_for), and which documents it
@@ -90,6 +91,30 @@ inline int batch_for(int n, bool pad) { return pad ? pow2_at_least(n) : n; }
 struct RowCall {
   int batch, seq, row, first, count;
 };
+
+inline int longest_of(const DocumentSpans& docs, int first, int count) {
+  int l = 0;
+  for (int i = first; i < first + count; ++i) l = std::max(l, docs.starts[i + 1] - docs.starts[i]);
+  return l;
+}
+
+// A group of `count` consecutive documents as calls: padded, one; exactly (no empty documents),
+// one per power of two in count (13 documents: 8, 4 and 1), each sequence its own longest
+// document's: the graphs stay the few of powers-of-two batches and lengths, not one pair per
+// document count a packing happens to produce (each built mid-step).
+inline void push_group(std::vector<RowCall>& calls, const DocumentSpans& docs, int T, int row, int first, int count,
+                       bool pad) {
+  if (pad) {
+    calls.push_back({batch_for(count, true), seq_for(longest_of(docs, first, count), T), row, first, count});
+    return;
+  }
+  for (int part = pow2_at_least(count); part >= 1; part /= 2) {
+    if (!(count & part)) continue;
+    calls.push_back({part, seq_for(longest_of(docs, first, part), T), row, first, part});
+    first += part;
+  }
+}
+
 // The calls of B rows of T tokens: each row's documents in order, grouped so that no call's dP
 // exceeds a dense row's (dp_elems(1, T); for short rows 16 tiles of 128 x 128, which the
 // workspace's fixed margin holds) unless it holds a single document. Without grouping a row of
@@ -108,7 +133,7 @@ inline std::vector<RowCall> row_calls(int B, int T, const DocumentSpans& docs, b
         if (i > first && dp_elems(batch_for(i - first + 1, pad), seq_for(l, T)) > cap) break;
         longest = l;
       }
-      calls.push_back({batch_for(i - first, pad), seq_for(longest, T), b, first, i - first});
+      push_group(calls, docs, T, b, first, i - first, pad);
     }
   }
   return calls;

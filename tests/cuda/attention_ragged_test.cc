@@ -1,6 +1,6 @@
 // The ragged layout CudnnAttention gives cuDNN (kernels/cuda/attention_ragged.h), checked on the
 // CPU — no device needed: for random packings, under both batchings (padded with empty
-// documents to a power of two, or exactly the documents: batch_for), each row becomes calls of
+// documents to a power of two, or exactly the documents in power-of-two calls: push_group), each row becomes calls of
 // its consecutive documents whose batch and sequence length bound them and whose dP (the deterministic
 // backward's workspace) stays within a dense row's, and cuDNN's addressing through the offsets (a document's
 // token j, head h, element d at base + offset + j * row stride + h * D + d; its statistic
@@ -50,12 +50,12 @@ TEST_P(CudnnRaggedBatching, RowCallsBoundTheirDocuments) {
       EXPECT_EQ(c.first, next) << "rows take the documents in order";
       next += c.count;
       EXPECT_GE(c.count, 1);
-      if (pad) {
-        EXPECT_GE(c.batch, c.count);
-        EXPECT_EQ(c.batch & (c.batch - 1), 0) << "batch " << c.batch << " is a power of two";
-      } else {
+      EXPECT_GE(c.batch, c.count);
+      EXPECT_EQ(c.batch & (c.batch - 1), 0) << "batch " << c.batch << " is a power of two: few graphs";
+      if (!pad) {
         EXPECT_EQ(c.batch, c.count) << "no empty documents";
       }
+      EXPECT_EQ(c.seq, seq_for(longest_of(docs, c.first, c.count), T)) << "its own longest document's";
       EXPECT_LE(c.seq, T);
       EXPECT_GE(c.seq, std::min(T, 2)) << "cuDNN's backward refuses s = 1";
       EXPECT_TRUE(c.count == 1 || dp_elems(c.batch, c.seq) <= std::max(dp_elems(1, T), dp_elems(16, 128)))
