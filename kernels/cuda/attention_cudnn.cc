@@ -123,7 +123,8 @@ Qkv qkv_inputs(fe::graph::Graph& g, const Views& v) {
           g.tensor(attrs("V", kV, v.qkv_dim(v.k.KVH), v.qkv_stride()))};
 }
 
-std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k, int sm = 0) {
+std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k, int sm = 0,
+                                                CudnnGraphFault fault = CudnnGraphFault::kNone) {
   const Views v{k};
   auto g = new_graph(sm);
   auto [Q, K, V] = qkv_inputs(*g, v);
@@ -137,6 +138,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const Key& k, int sm = 0) {
   }
   auto [O, Stats] = g->sdpa(Q, K, V, opt);
   O->set_output(true).set_uid(kO).set_dim(v.out_dim()).set_stride(v.out_stride());
+  if (fault == CudnnGraphFault::kOutputRows) O->set_dim({k.b, k.H, k.s + 1, k.D});
   Stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(v.lse_dim()).set_stride(v.lse_stride());
   if (k.ragged) O->set_ragged_offset(r.off_out), Stats->set_ragged_offset(r.off_lse);
   return g;
@@ -354,12 +356,26 @@ size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
   return size_t(dp + full_heads + dq_accum + sums + stats + meta + (uint64_t(64) << 20));
 }
 
-std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents) {
+namespace {
+// validate(), then the lowering build_operation_graph does before any engine is asked: the
+// composite SDPA node expanded (masks, softmax, GQA's full-head dK/dV, the backward's softmax
+// sums) and every backend tensor, operation and the operation graph finalized by libcudnn.
+// From cuDNN 9.8 an operation graph takes no handle, so none of it needs a device (the next
+// step, the engines' heuristics, does); an older library gets validate() only.
+std::string validate_and_lower(fe::graph::Graph& g) {
+  if (auto e = g.validate(); !e.is_good()) return e.get_message();
+  if (CUDNN_VERSION < 90800 || cudnnGetVersion() < 90800) return "";
+  fe::error_t e = g.build_operation_graph(nullptr);
+  return e.is_good() ? "" : "lowering (build_operation_graph without a handle): " + e.get_message();
+}
+}  // namespace
+
+std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents,
+                                  CudnnGraphFault fault) {
   try {
     for (const RowCall& c : row_calls(s, docs, pad_documents))
-      for (const auto& g : {forward_graph(c.key, sm), backward_graph(c.key, sm)}) {
-        if (auto e = g->validate(); !e.is_good()) return e.get_message();
-      }
+      for (const auto& g : {forward_graph(c.key, sm, fault), backward_graph(c.key, sm)})
+        if (std::string why = validate_and_lower(*g); !why.empty()) return why;
   } catch (const std::exception& x) {
     return x.what();
   }

@@ -65,13 +65,21 @@ struct AttentionShape {
   AttentionOptions opt = {};  // sliding window (cuDNN's diagonal band) and score scale
 };
 
+// A fault planted in the graphs cudnn_validate_graphs builds, for the test of the check itself:
+// kOutputRows declares the forward's O one row longer than the queries (validate() accepts it;
+// cuDNN's matmul rejects it when the graph is lowered).
+enum class CudnnGraphFault { kNone, kOutputRows };
+
 // The cuDNN frontend's own checks (Graph::validate) of the graph pair every call of this shape and
-// these documents (host starts) needs, for a device of compute capability `sm` (90: sm_90),
-// without a device or a handle: "" when it accepts them all, else the first refusal. What the
-// library's engines decide (CudnnAttention::supports) still needs the device; this catches on
-// any machine a graph the frontend would refuse on the lease.
+// these documents (host starts) needs, for a device of compute capability `sm` (90: sm_90), then
+// their lowering (Graph::build_operation_graph without a handle, cuDNN >= 9.8: the composite
+// SDPA expanded into its matmuls, masks, softmax and GQA reductions, every backend descriptor
+// finalized by libcudnn), without a device: "" when all pass, else the first refusal. What the
+// library's engines decide (heuristics, CudnnAttention::supports) still needs the device; this
+// catches on any machine a graph the frontend or the backend would refuse on the lease.
 // `pad_documents`: which batching of packed rows (cudnn_pads_documents) to check.
-std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents);
+std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents,
+                                  CudnnGraphFault fault = CudnnGraphFault::kNone);
 
 class CudnnAttention {
  public:

@@ -15,7 +15,9 @@ std::string cudnn_describe() {
   return "cuDNN: not in this build (needs the cuDNN frontend headers: scripts/install_deps.sh, and libcudnn)";
 }
 size_t cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
-std::string cudnn_validate_graphs(const AttentionShape&, const DocumentSpans*, int, bool) { return cudnn_describe(); }
+std::string cudnn_validate_graphs(const AttentionShape&, const DocumentSpans*, int, bool, CudnnGraphFault) {
+  return cudnn_describe();
+}
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;

@@ -265,8 +265,8 @@ TEST(CudaAttentionCudnn, TheReservedWorkspaceTakesTheRealShapes) {
 }
 
 // The frontend's own checks of every graph pair the tests above and the step benches build, for
-// sm_90, on any machine (no device, no handle): a graph it would refuse on the lease fails here
-// first. The step shapes: qwen2.5-7b's heads (28/4, D 128) at 2K, 4K and 32K, dense and packed
+// sm_90, and their lowering to cuDNN's backend descriptors, on any machine (no device, no
+// handle): a graph the frontend or the backend would refuse on the lease fails here first. The step shapes: qwen2.5-7b's heads (28/4, D 128) at 2K, 4K and 32K, dense and packed
 // (the bench's documents of 1..1023 tokens: buckets of 2^k documents of 2^j tokens); Gemma 3's
 // sliding windows with their scales (1b: D 256, 27b: D 128); llama's 32/8 at D 128; qwen3's 16/8
 // at D 128 and 64; qwen3-30b-a3b, gpt-oss-120b (with and without its 128-token window), phi-4 and
@@ -313,6 +313,14 @@ TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
   }
   // The check can fail: a head_dim cuDNN has no SDPA for.
   EXPECT_NE(cuda::cudnn_validate_graphs({1, 64, 4, 4, 1024}, nullptr, 90, false), "");
+  // And past validate(): an output whose dims validate() never compares, refused by cuDNN's
+  // matmul when the graph is lowered (cuDNN >= 9.8 lowers without a handle).
+  if (cuda::cudnn_runtime_version() >= 90800) {
+    const std::string why =
+        cuda::cudnn_validate_graphs({1, 64, 4, 4, 128}, nullptr, 90, false, cuda::CudnnGraphFault::kOutputRows);
+    EXPECT_NE(why.find("lowering"), std::string::npos) << why;
+    EXPECT_NE(why.find("CUDNN_STATUS_BAD_PARAM"), std::string::npos) << why;
+  }
 }
 
 // The library found at run time (no device needed): CudnnAttention::create refuses one older
