@@ -295,7 +295,7 @@ Result<v1::SubmitJobResponse> JobManager::submit(const v1::JobSpec& proto) {
   MT_RETURN_IF_ERROR(check_spec_inputs(job->spec));
   auto cfg = resolve_model(job->spec);
   if (!cfg.ok()) return invalid_argument("model: " + cfg.status().message());
-  MT_RETURN_IF_ERROR(check_unset_tokenizers(job->spec, cfg->vocab_size));  // at submit, not when it starts
+  MT_RETURN_IF_ERROR(check_data_fits_model(job->spec, cfg->vocab_size));  // at submit, not when it starts
   auto plan = plan_job(job->spec, *cfg, opt_.budgets);
   if (!plan.ok()) return plan.status();
   if (!plan->fits) return resource_exhausted("the job does not fit this server: " + plan->reason);

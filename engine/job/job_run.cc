@@ -88,7 +88,7 @@ Status JobRun::open(uint64_t device_budget, uint64_t host_budget) {
     return invalid_argument("memory.offload = nvme needs memory.nvme_paths: the directories (on NVMe drives) that "
                             "hold the tier's files");
   MT_ASSIGN_OR_RETURN(cfg_, resolve_model(spec_));
-  MT_RETURN_IF_ERROR(check_unset_tokenizers(spec_, cfg_.vocab_size));  // before any memory is taken
+  MT_RETURN_IF_ERROR(check_data_fits_model(spec_, cfg_.vocab_size));  // before any memory is taken
   MT_RETURN_IF_ERROR(check_eval_tokenizer(spec_));
   MT_ASSIGN_OR_RETURN(nodes_, join_nodes(spec_));
   // Before any work: the one process that begins checkpoints holds the run's directory (two runs

@@ -342,9 +342,18 @@ Status check_unset_tokenizer(const std::string& field, const DataSpec& d, int vo
                           "a tokenizer.json), or set tokenizer: byte");
 }
 
-Status check_unset_tokenizers(const JobSpec& s, int vocab) {
-  MT_RETURN_IF_ERROR(check_unset_tokenizer("data.tokenizer", s.data, vocab));
-  return s.eval.enabled ? check_unset_tokenizer("eval.data.tokenizer", s.eval.data, vocab) : Status::Ok();
+namespace {
+Status check_source_fits_model(const std::string& field, const DataSpec& d, int vocab) {
+  MT_RETURN_IF_ERROR(check_unset_tokenizer(field + ".tokenizer", d, vocab));
+  if (d.eod_id < vocab) return Status::Ok();
+  return invalid_argument(field + ".eod_id = " + std::to_string(d.eod_id) + " is outside the model's vocabulary of " +
+                          std::to_string(vocab) + " tokens");
+}
+}  // namespace
+
+Status check_data_fits_model(const JobSpec& s, int vocab) {
+  MT_RETURN_IF_ERROR(check_source_fits_model("data", s.data, vocab));
+  return s.eval.enabled ? check_source_fits_model("eval.data", s.eval.data, vocab) : Status::Ok();
 }
 
 Result<JobSpec> job_spec_from_json(const Json& j) {

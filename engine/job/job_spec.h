@@ -131,8 +131,10 @@ Status validate(const JobSpec& s);
 // A jsonl source with no tokenizer reads bytes: refused for a model whose vocabulary is not 256
 // (it would train on byte ids without saying so). `field` names the tokenizer in the message.
 Status check_unset_tokenizer(const std::string& field, const DataSpec& d, int vocab);
-// Both of a job's sources (data, and eval.data when evaluating), named as the spec names them.
-Status check_unset_tokenizers(const JobSpec& s, int vocab);
+// What a job's sources (data, and eval.data when evaluating) need of the model, named as the spec
+// names them: check_unset_tokenizer, and an eod_id inside its vocabulary. At submit, not when the
+// job starts.
+Status check_data_fits_model(const JobSpec& s, int vocab);
 // The fields that define the training trajectory (what job_spec_hash hashes; a checkpoint keeps
 // them so that a resume refused for a different spec can say which fields differ).
 Json job_spec_hashed_json(const JobSpec& s);

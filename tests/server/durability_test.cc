@@ -360,6 +360,13 @@ TEST(ServerBadInput, AJsonlSourceWithoutATokenizerIsRefusedAtSubmitForAWideVocab
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("data.tokenizer is not set"), std::string::npos) << st.error_message();
   EXPECT_NE(st.error_message().find("128256"), std::string::npos) << st.error_message();
+  // So is an eod_id past the model's vocabulary (a defect hunt saw it fail only at the start).
+  v1::JobSpec eod = tiny_spec(2);
+  eod.mutable_data()->set_eod_id(256);  // the tiny preset has 256 tokens
+  const grpc::Status past = submit_status(*s.stub, eod);
+  EXPECT_EQ(past.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << past.error_message();
+  EXPECT_NE(past.error_message().find("data.eod_id = 256 is outside the model's vocabulary of 256"), std::string::npos)
+      << past.error_message();
 }
 
 // A record that cannot be written when the job ends (here a directory squats job.json.tmp; in
