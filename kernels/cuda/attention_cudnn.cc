@@ -382,6 +382,75 @@ std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* 
   return "";
 }
 
+namespace {
+std::string graph_name(const char* pass, const Key& k) {
+  return std::string(pass) + " b=" + std::to_string(k.b) + " s=" + std::to_string(k.s) + " T=" + std::to_string(k.T) +
+         " H=" + std::to_string(k.H) + "/" + std::to_string(k.KVH) + " D=" + std::to_string(k.D) +
+         (k.ragged ? " ragged" : " dense") + (k.window ? " window=" + std::to_string(k.window) : "");
+}
+
+// Lowered for the described device (no handle), then cuDNN's heuristics and check_support:
+// the steps CudnnAttention's build takes (cudnn_runtime::build) but its last, build_plans.
+CudnnEngineCheck check_engines(fe::graph::Graph& g, const std::shared_ptr<fe::DeviceProperties>& device) {
+  CudnnEngineCheck r;
+  g.set_device_properties(device);
+  fe::error_t e = g.validate();
+  if (e.is_good()) e = g.build_operation_graph();
+  if (!e.is_good()) {
+    r.refused = "lowering: " + e.get_message();
+    return r;
+  }
+  e = g.create_execution_plans({fe::HeurMode_t::A});
+  if (!e.is_good()) {
+    const bool no_driver = e.get_message().find("libcuda == nullptr") != std::string::npos;
+    r.refused = std::string(no_driver ? "no libcuda.so.1 (the driver or the CUDA toolkit's stub), so no "
+                                        "runtime-compiled engine; " : "") + "heuristics: " + e.get_message();
+    return r;
+  }
+  for (int64_t i = 0; i < g.get_execution_plan_count(); ++i)
+    if (std::string name; g.get_plan_name_at_index(i, name).is_good()) r.engines.push_back(name);
+  e = g.check_support();
+  if (!e.is_good()) r.refused = "check_support: " + e.get_message();
+  return r;
+}
+}  // namespace
+
+std::string cudnn_check_engines(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents,
+                                const std::string& device_json, std::map<std::string, CudnnEngineCheck>& checked) {
+  if (CUDNN_VERSION < 91100 || cudnnGetVersion() < 91100)
+    return "cuDNN " + version_string(cudnnGetVersion()) + ": deviceless heuristics need cuDNN >= 9.11";
+  auto device = std::make_shared<fe::DeviceProperties>();
+  if (fe::error_t e = device->deserialize(std::vector<uint8_t>(device_json.begin(), device_json.end())); !e.is_good())
+    return "the device description: " + e.get_message();
+  std::string first;
+  try {
+    for (const RowCall& c : row_calls(s, docs, pad_documents))
+      for (const char* pass : {"forward", "backward"}) {
+        const std::string name = graph_name(pass, c.key);
+        if (checked.count(name)) continue;
+        auto g = pass[0] == 'f' ? forward_graph(c.key, sm) : backward_graph(c.key, sm);
+        const CudnnEngineCheck& r = checked[name] = check_engines(*g, device);
+        if (first.empty() && !r.refused.empty()) first = name + ": " + r.refused;
+      }
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return first;
+}
+
+std::string cudnn_describe_device(int device, std::string& json) {
+  if (CUDNN_VERSION < 91100 || cudnnGetVersion() < 91100)
+    return "cuDNN " + version_string(cudnnGetVersion()) + ": device properties serialize from cuDNN 9.11";
+  fe::DeviceProperties p;
+  fe::error_t e = p.set_device_id(device).build();
+  std::vector<uint8_t> bytes;
+  if (e.is_good()) e = p.serialize(bytes);
+  if (!e.is_good()) return "cudnn_frontend::DeviceProperties of device " + std::to_string(device) + ": " + e.get_message();
+  json.assign(bytes.begin(), bytes.end());
+  while (!json.empty() && json.back() == '\0') json.pop_back();
+  return "";
+}
+
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;
 

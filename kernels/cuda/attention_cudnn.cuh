@@ -19,9 +19,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/status.cuh"
@@ -74,12 +76,33 @@ enum class CudnnGraphFault { kNone, kOutputRows };
 // these documents (host starts) needs, for a device of compute capability `sm` (90: sm_90), then
 // their lowering (Graph::build_operation_graph without a handle, cuDNN >= 9.8: the composite
 // SDPA expanded into its matmuls, masks, softmax and GQA reductions, every backend descriptor
-// finalized by libcudnn), without a device: "" when all pass, else the first refusal. What the
-// library's engines decide (heuristics, CudnnAttention::supports) still needs the device; this
-// catches on any machine a graph the frontend or the backend would refuse on the lease.
+// finalized by libcudnn), without a device: "" when all pass, else the first refusal. The
+// engines' answer for a described device is cudnn_check_engines' (below); building the plans
+// (CudnnAttention::supports) needs the device. This catches on any machine a graph the frontend
+// or the backend would refuse on the lease.
 // `pad_documents`: which batching of packed rows (cudnn_pads_documents) to check.
 std::string cudnn_validate_graphs(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents,
                                   CudnnGraphFault fault = CudnnGraphFault::kNone);
+
+// What cuDNN's engines answer for one graph on a described device (cudnn_check_engines).
+struct CudnnEngineCheck {
+  std::vector<std::string> engines;  // the engine configs heuristics (mode A) offered, by name
+  std::string refused;               // empty when check_support found one the device can run
+};
+// The graph pair of every call of this shape and these documents (as cudnn_validate_graphs), taken
+// past lowering without a device: cuDNN's heuristics (mode A, as CudnnAttention builds) and
+// check_support for the device `device_json` describes (cudnn_frontend::DeviceProperties'
+// serialization, cuDNN >= 9.11; tests/fixtures/cudnn/), compute capability `sm`. Each graph goes
+// into `checked` under its name ("forward b=1 s=4096 ..."), once: a name already there is not
+// asked again. "" when every graph has an engine, else the first refusal with cuDNN's message.
+// cuDNN offers its runtime-compiled engines (its SDPA on sm_90) only where libcuda.so.1 loads: a
+// machine without a driver needs the CUDA toolkit's stub loaded first (the CPU test does). The
+// plans themselves are not built: that loads each kernel into the driver (cuLibraryLoadData).
+std::string cudnn_check_engines(const AttentionShape& s, const DocumentSpans* docs, int sm, bool pad_documents,
+                                const std::string& device_json, std::map<std::string, CudnnEngineCheck>& checked);
+// The serialization of device `device`'s properties (cudnn_frontend::DeviceProperties, cuDNN >=
+// 9.11) into `json`: "" on success, else why not (no device, an older library, no cuDNN).
+std::string cudnn_describe_device(int device, std::string& json);
 
 class CudnnAttention {
  public:

@@ -18,6 +18,11 @@ size_t cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
 std::string cudnn_validate_graphs(const AttentionShape&, const DocumentSpans*, int, bool, CudnnGraphFault) {
   return cudnn_describe();
 }
+std::string cudnn_check_engines(const AttentionShape&, const DocumentSpans*, int, bool, const std::string&,
+                                std::map<std::string, CudnnEngineCheck>&) {
+  return cudnn_describe();
+}
+std::string cudnn_describe_device(int, std::string&) { return cudnn_describe(); }
 
 CudnnAttention::CudnnAttention(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnAttention::~CudnnAttention() = default;

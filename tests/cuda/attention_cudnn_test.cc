@@ -12,13 +12,17 @@
 // wrong mask, offset or document length is far outside it. Outputs start as NaN (DeviceBuf), so
 // an element cuDNN never wrote fails. Every failure names its tensor and (b, h, t, d).
 // Skips without a device, and (by name) in a build without the cuDNN frontend.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -27,6 +31,7 @@
 #include "kernels/cuda/attention_cudnn.cuh"
 #include "tests/cuda/attention_cases.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/test_paths.h"
 
 namespace mt {
 namespace {
@@ -264,19 +269,67 @@ TEST(CudaAttentionCudnn, TheReservedWorkspaceTakesTheRealShapes) {
   std::printf("workspace reserved %zu, used %zu\n", ws.size(), attn->workspace_used());
 }
 
+// cuDNN's heuristics and check_support for an sm_90 device without one (cudnn_check_engines):
+// tests/fixtures/cudnn/sm90_h100_sxm.json describes an H100 SXM (its "_source" names where each
+// value comes from; scripts/gpu_check.sh records a real device's to replace it). cuDNN offers its
+// runtime-compiled engines (the SDPA on sm_90) only where libcuda.so.1 loads: without a driver,
+// the CUDA toolkit's stub is loaded (RTLD_LOCAL; cuDNN's own dlopen by name then finds it), which
+// answers the engines' queries and fails only what needs a device (loading a kernel: build_plans,
+// not asked here). Unavailable (an older cuDNN, no driver and no stub), the graphs are lowered only.
+struct Sm90Engines {
+  std::string json, unavailable;
+  Sm90Engines() {
+    std::ifstream in(testing_util::fixture_source_dir() + "/tests/fixtures/cudnn/sm90_h100_sxm.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    json = text.str();
+    if (json.empty()) unavailable = "no tests/fixtures/cudnn/sm90_h100_sxm.json";
+    if (cuda::cudnn_runtime_version() < 91100) unavailable = "cuDNN < 9.11 has no deviceless heuristics";
+    if (unavailable.empty() && !driver_or_stub()) unavailable = "no libcuda.so.1 and no CUDA toolkit stub to load";
+    if (!unavailable.empty()) std::printf("engines not checked: %s\n", unavailable.c_str());
+  }
+  bool ready() const { return unavailable.empty(); }
+  static bool driver_or_stub() {
+    if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) return true;
+    const char* home = std::getenv("CUDA_HOME");
+    for (const std::string& dir : {std::string(home ? home : "/usr/local/cuda") + "/lib64",
+                                   std::string("/usr/local/cuda/targets/x86_64-linux/lib")})
+      if (dlopen((dir + "/stubs/libcuda.so").c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        std::printf("libcuda.so.1: the CUDA toolkit's stub in %s/stubs\n", dir.c_str());
+        return true;
+      }
+    return false;
+  }
+  // One line per graph: its engine configs by name, or cuDNN's refusal.
+  void report(const std::map<std::string, cuda::CudnnEngineCheck>& checked) const {
+    if (!ready()) return;
+    for (const auto& [name, r] : checked) {
+      std::string engines;
+      for (const std::string& e : r.engines) engines += (engines.empty() ? "" : " ") + e;
+      std::printf("%s: %s\n", name.c_str(), r.refused.empty() ? ("engines " + engines).c_str() : r.refused.c_str());
+    }
+    std::printf("%zu graphs have an engine for the described sm_90 (or are named above)\n", checked.size());
+  }
+};
+
 // The frontend's own checks of every graph pair the tests above and the step benches build, for
-// sm_90, and their lowering to cuDNN's backend descriptors, on any machine (no device, no
-// handle): a graph the frontend or the backend would refuse on the lease fails here first. The step shapes: qwen2.5-7b's heads (28/4, D 128) at 2K, 4K and 32K, dense and packed
+// sm_90, their lowering to cuDNN's backend descriptors, and cuDNN's heuristics and check_support
+// for the described H100 (Sm90Engines), on any machine (no device, no handle): a graph the
+// frontend, the backend or every engine would refuse on the lease fails here first. The step shapes: qwen2.5-7b's heads (28/4, D 128) at 2K, 4K and 32K, dense and packed
 // (the bench's documents of 1..1023 tokens: buckets of 2^k documents of 2^j tokens); Gemma 3's
 // sliding windows with their scales (1b: D 256, 27b: D 128); llama's 32/8 at D 128; qwen3's 16/8
 // at D 128 and 64; qwen3-30b-a3b, gpt-oss-120b (with and without its 128-token window), phi-4 and
 // olmo-2.
 TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
   MT_REQUIRE_CUDNN();
-  auto check = [](const cuda::AttentionShape& s, const std::vector<int32_t>& starts, const std::string& what) {
+  const Sm90Engines engines;
+  std::map<std::string, cuda::CudnnEngineCheck> checked;  // every graph's engines, asked once
+  auto check = [&](const cuda::AttentionShape& s, const std::vector<int32_t>& starts, const std::string& what) {
     const DocumentSpans spans{starts.data(), starts.data(), int(starts.size()) - 1};
     for (bool pad : {false, true}) {  // packed rows batched exactly or padded (batch_for)
-      const std::string why = cuda::cudnn_validate_graphs(s, starts.empty() ? nullptr : &spans, 90, pad);
+      const DocumentSpans* docs = starts.empty() ? nullptr : &spans;
+      std::string why = cuda::cudnn_validate_graphs(s, docs, 90, pad);
+      if (why.empty() && engines.ready()) why = cuda::cudnn_check_engines(s, docs, 90, pad, engines.json, checked);
       EXPECT_EQ(why, "") << what << " B=" << s.B << " T=" << s.T << " H=" << s.H << " KVH=" << s.KVH
                          << " D=" << s.D << " window=" << s.opt.window << (pad ? " padded" : " exact");
       if (starts.empty()) break;  // the dense call has no batching to choose
@@ -311,6 +364,7 @@ TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
     gemma.opt.window = window, gemma.opt.scale = 1.0 / std::sqrt(double(scalar));
     check(gemma, {}, "gemma-3 sliding window");
   }
+  engines.report(checked);
   // The check can fail: a head_dim cuDNN has no SDPA for.
   EXPECT_NE(cuda::cudnn_validate_graphs({1, 64, 4, 4, 1024}, nullptr, 90, false), "");
   // And past validate(): an output whose dims validate() never compares, refused by cuDNN's
@@ -320,6 +374,35 @@ TEST(CudaAttentionCudnn, TheFrontendAcceptsEveryGraphForSm90) {
         cuda::cudnn_validate_graphs({1, 64, 4, 4, 128}, nullptr, 90, false, cuda::CudnnGraphFault::kOutputRows);
     EXPECT_NE(why.find("lowering"), std::string::npos) << why;
     EXPECT_NE(why.find("CUDNN_STATUS_BAD_PARAM"), std::string::npos) << why;
+  }
+  // And past lowering: the same device with 48 KiB of shared memory a block (no opt-in beyond),
+  // where cuDNN's heuristics offer no SDPA engine and say why.
+  if (engines.ready()) {
+    std::string small = engines.json;
+    small.replace(small.find("232448"), 6, "49152");
+    std::map<std::string, cuda::CudnnEngineCheck> none;
+    const std::string why = cuda::cudnn_check_engines({1, 128, 4, 4, 128}, nullptr, 90, false, small, none);
+    EXPECT_NE(why.find("heuristics"), std::string::npos) << why;
+    EXPECT_NE(why.find("SHARED_MEMORY_INSUFFICIENT"), std::string::npos) << why;
+  }
+}
+
+// The real device's description for cuDNN's deviceless heuristics (cudnn_describe_device), also
+// written to $MEGATRAIN_CUDNN_DEVICE_JSON when set: scripts/gpu_check.sh records it, so that a
+// lease's values replace those tests/fixtures/cudnn/sm90_h100_sxm.json was written from.
+TEST(CudaAttentionCudnn, DescribesTheDeviceForDevicelessHeuristics) {
+  MT_REQUIRE_CUDA();
+  MT_REQUIRE_CUDNN();
+  if (cudatest::emulated()) GTEST_SKIP() << "the emulated device is not one cuDNN can describe";
+  if (cuda::cudnn_runtime_version() < 91100) GTEST_SKIP() << "cuDNN < 9.11 serializes no device properties";
+  std::string json;
+  ASSERT_EQ(cuda::cudnn_describe_device(0, json), "");
+  EXPECT_NE(json.find("multiProcessorCount"), std::string::npos) << json;
+  std::printf("%s\n", json.c_str());
+  if (const char* path = std::getenv("MEGATRAIN_CUDNN_DEVICE_JSON")) {
+    std::ofstream out(path);
+    out << json << "\n";
+    EXPECT_TRUE(out.good()) << path;
   }
 }
 
