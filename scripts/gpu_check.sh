@@ -5,7 +5,8 @@
 #   2. the op table test (issue 27: every op of both CUDA tables against the CPU reference), the
 #      MoE kernels' and attention sinks' tests (against the CPU reference, determinism), the
 #      cuDNN attention tests (issue 25: cuDNN SDPA against the CPU reference and the
-#      simt kernel, dense and ragged, and the streaming executor on it; the packed ones once more
+#      simt kernel, dense and ragged, and the streaming executor on it; the device's serialized
+#      cuDNN description, cudnn_device_properties.json; the packed ones once more
 #      with empty padding documents, informational: what cuDNN < 9.25 does with them), then the issue-18 CUDA
 #      tests (points 2-7: faults and DEVICE_LOST, copy accounting from
 #      two threads, device binding, device budget, stalls, multi-chunk bf16 copies), then the
@@ -223,6 +224,11 @@ CUDNN_TESTS='*Cudnn*'
 # cuDNN's own error log on stderr (the step's log, not its JSON): a refusal names itself.
 CUDNN_LOG=(env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr)
 step tests_cudnn 240 - "${CUDNN_LOG[@]}" "$T" --gtest_filter="$CUDNN_TESTS" --gtest_output="json:$OUT/tests_cudnn.json"
+# The device's own description for cuDNN's deviceless heuristics (cudnn_frontend::DeviceProperties,
+# serialized): its values replace those tests/fixtures/cudnn/sm90_h100_sxm.json was written from
+# (the CPU test's heuristics for sm_90). Seconds; informational (cuDNN < 9.11 has none to give).
+informational cudnn_device 30 - env MEGATRAIN_CUDNN_DEVICE_JSON="$OUT/cudnn_device_properties.json" "$T" \
+  --gtest_filter='CudaAttentionCudnn.DescribesTheDeviceForDevicelessHeuristics'
 # Packed rows run in power-of-two batches of exactly their documents below cuDNN 9.25 (NVIDIA gates zero-length
 # sequences there). Once more padded with empty documents, to record what this library does with
 # them (a few graph pairs: seconds).
