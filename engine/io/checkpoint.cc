@@ -337,7 +337,8 @@ Status write_latest(const std::string& root, const std::string& name) {
 }
 
 // Keeps the `keep` newest step directories (keep <= 0 keeps all), always `current`, and the
-// checkpoint of step `also_keep` (> 0) besides those.
+// checkpoint of step `also_keep` (> 0) besides those: one of the newest itself, it takes no
+// further place (a defect hunt saw keep 2 + the best at step 10 keep steps 5, 10 and 12).
 void prune(const std::string& root, int keep, const std::string& current, long also_keep) {
   if (keep <= 0) return;
   std::vector<std::pair<long, std::string>> steps;
@@ -349,9 +350,10 @@ void prune(const std::string& root, int keep, const std::string& current, long a
   std::sort(steps.rbegin(), steps.rend());
   int kept = 1;  // `current`
   for (const auto& [s, n] : steps) {
-    if (n == current || (also_keep > 0 && s == also_keep)) continue;
+    if (n == current) continue;
+    const bool best = also_keep > 0 && s == also_keep;
     if (kept < keep) ++kept;
-    else fs::remove_all(join(root, n), ec);
+    else if (!best) fs::remove_all(join(root, n), ec);
   }
 }
 

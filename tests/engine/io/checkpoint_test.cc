@@ -136,6 +136,25 @@ TEST(Checkpoint, RetentionKeepsLastK) {
   EXPECT_TRUE(fs::exists(root / "step-00000050"));
 }
 
+// keep_best's checkpoint is kept besides the last `keep`: among them it takes no extra place,
+// older it is the one extra (a defect hunt saw keep 2 with the best at 10 keep 5, 10 and 12).
+TEST(Checkpoint, RetentionKeepsTheBestBesidesTheLastK) {
+  TempDir root;
+  const ModelConfig cfg = tiny();
+  auto a = make_store(cfg, MemoryLayout::kCompact, false);
+  auto steps = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(root.path))
+      if (e.is_directory()) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  for (long step : {5, 10, 12}) ASSERT_TRUE(save_checkpoint(root.path, cfg, *a, make_state(step), 2, 10).ok());
+  EXPECT_EQ(steps(), (std::vector<std::string>{"step-00000010", "step-00000012"}));
+  for (long step : {15, 20}) ASSERT_TRUE(save_checkpoint(root.path, cfg, *a, make_state(step), 2, 10).ok());
+  EXPECT_EQ(steps(), (std::vector<std::string>{"step-00000010", "step-00000015", "step-00000020"}));
+}
+
 TEST(Checkpoint, LatestAndResolve) {
   TempDir root;
   const ModelConfig cfg = tiny();
