@@ -81,8 +81,8 @@ Status JobManager::start() {
     queue_.push(j->rec.id, j->priority, j->order);
   }
   for (auto& j : queued) queue_.push(j->rec.id, j->priority, j->order);
-  for (auto& [id, j] : jobs_)
-    if (j->spool) metrics_.set_data_queue(id, 0);
+  for (auto& [id, j] : jobs_)  // what each push job's spool holds and it has not trained on
+    if (j->spool) metrics_.set_data_queue(id, double(j->spool->tokens() - j->progress->consumed));
   update_job_metrics();
   started_ = true;
   worker_ = std::thread([this] { worker(); });

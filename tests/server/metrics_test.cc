@@ -194,6 +194,38 @@ TEST(ServerMetrics, DataQueueTokensIsExportedBeforeAnyPushJob) {
   EXPECT_EQ(get(m, "megatrain_data_queue_tokens"), 0);
 }
 
+// Pushed tokens not yet trained on survive a restart in the spool, and in the gauge: it read 0
+// after a restart until the job's next step (a defect hunt), hours later for a queued job.
+TEST(ServerMetrics, TheDataQueueAfterARestartIsWhatTheSpoolHolds) {
+  const std::string dir = fresh_dir("metrics_queue_restart");
+  std::string push;
+  const auto queued = [&](Server& s) {
+    const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
+    const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
+    return std::make_pair(get(m, "megatrain_job_data_queue_tokens{job_id=\"" + push + "\"}"),
+                          get(m, "megatrain_data_queue_tokens"));
+  };
+  {
+    Server s(test_config(dir));
+    ASSERT_TRUE(s.stub);
+    push = submit(*s.stub, tiny_spec(1, "push"));
+    v1::PushDataRequest chunk;  // fewer tokens than a step takes: they stay spooled
+    chunk.set_job_id(push);
+    chunk.set_push_id("p");
+    for (uint32_t t = 0; t < 50; ++t) chunk.add_tokens(t % 200);
+    v1::PushDataResponse resp;
+    auto c = ctx();
+    auto w = s.stub->PushData(c.get(), &resp);
+    ASSERT_TRUE(w->Write(chunk));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+    EXPECT_EQ(queued(s), std::make_pair(50.0, 50.0));
+  }
+  Server s(test_config(dir));
+  ASSERT_TRUE(s.stub);
+  EXPECT_EQ(queued(s), std::make_pair(50.0, 50.0));
+}
+
 // Clients that connect and never finish a request (a slowloris, a half-open scraper) hold up no
 // one's scrape: it is answered while they are still connected, and past 64 open connections the
 // oldest is dropped. (One connection at a time, each given 2 s, a scrape waited 2 s for each.)
