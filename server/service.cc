@@ -256,9 +256,24 @@ grpc::ServerUnaryReactor* TrainerService::Checkpoint(grpc::CallbackServerContext
   return reactor;
 }
 
+namespace {
+// A plan reads what its spec names under the data root (a model's config.json, data, init.from,
+// NVMe directories), and its refusals can quote it: that takes the role that may submit such a
+// spec. A plan of a preset on synthetic data (a dashboard's what-if) is read's.
+Role plan_role(const v1::JobSpec& s) {
+  const auto names_files = [](const v1::DataSpec& d) {
+    return !d.path().empty() || (!d.tokenizer().empty() && d.tokenizer() != "byte");
+  };
+  const bool files = !s.model().hf_config().empty() || !s.model().hf_model().empty() || !s.init().from().empty() ||
+                     names_files(s.data()) || (s.has_eval() && names_files(s.eval().data())) ||
+                     s.memory().nvme_paths_size() > 0;
+  return files ? Role::kAdmin : Role::kRead;
+}
+}  // namespace
+
 grpc::ServerUnaryReactor* TrainerService::PlanJob(grpc::CallbackServerContext* ctx, const v1::PlanJobRequest* req,
                                                   v1::PlanJobResponse* resp) {
-  return unary(ctx, "PlanJob", Role::kRead, [&] { return reply(jobs_.plan(*req), resp); });
+  return unary(ctx, "PlanJob", plan_role(req->spec()), [&] { return reply(jobs_.plan(*req), resp); });
 }
 
 // ---- Scheduling and housekeeping (issue 17) ----------------------------------------------------

@@ -181,6 +181,33 @@ TEST(ServerRole, TheDaemonsLogNeedsAdmin) {
   }
 }
 
+// PlanJob of a spec that names files under the data root reads them (a defect hunt had a read
+// token's plan quote a config.json's values in its refusal): admin's, as submitting it is.
+TEST(ServerRole, APlanThatNamesFilesNeedsAdmin) {
+  RoleServer s(std::string(kAdmin) + " admin\n" + kRead + " read\n");
+  ASSERT_TRUE(s.server->stub);
+  std::vector<std::function<void(v1::JobSpec&)>> naming = {
+      [](v1::JobSpec& j) { j.mutable_model()->set_hf_config("secret/config.json"); },
+      [](v1::JobSpec& j) { j.mutable_model()->set_hf_model("secret"); },
+      [](v1::JobSpec& j) { j.mutable_init()->set_from("secret"); },
+      [](v1::JobSpec& j) { j.mutable_data()->set_path("secret.txt"); },
+      [](v1::JobSpec& j) { j.mutable_eval()->mutable_data()->set_path("secret.txt"); },
+      [](v1::JobSpec& j) { j.mutable_memory()->add_nvme_paths("secret"); },
+  };
+  for (size_t i = 0; i < naming.size(); ++i) {
+    v1::PlanJobRequest req;
+    *req.mutable_spec() = tiny_spec(1);
+    naming[i](*req.mutable_spec());
+    v1::PlanJobResponse resp;
+    auto c = as(kRead);
+    const grpc::Status st = s.server->stub->PlanJob(c.get(), req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "case " << i << ": " << st.error_message();
+    EXPECT_EQ(st.error_message(), "PlanJob needs role admin; this token has role read") << "case " << i;
+    auto ca = as(kAdmin);
+    EXPECT_NE(s.server->stub->PlanJob(ca.get(), req, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+}
+
 TEST(ServerRole, AdminTokenAndARoleLessTokenMayCallEveryRpc) {
   for (const std::string& file : {std::string(kAdmin) + " admin\n" + kRead + " read\n", std::string(kAdmin) + "\n"}) {
     RoleServer s(file);
