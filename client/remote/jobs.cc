@@ -182,6 +182,14 @@ int remote_plan(Connection& c, const Args& a) {
   std::string path;
   int rc = 0;
   if (!one_positional(a, "plan", path, rc)) return rc;
+  // The server plans against its own budgets and devices: an offline flag would be dropped
+  // silently (a defect hunt's --host-memory 1KB got "fits yes").
+  for (const char* offline : {"host-memory", "device-memory", "processes", "shard-optimizer", "offload", "nvme-paths",
+                              "nvme-masters", "nvme-grad-window", "nvme-gbps", "device-tflops"})
+    if (a.has(offline))
+      return fail(kUsage, std::string("--") + offline + " is an offline plan's: a plan against a server (--server or "
+                                                        "MEGATRAIN_SERVER) uses the server's budgets; without a server "
+                                                        "the plan is offline");
   auto spec = load_proto_spec(path);
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   v1::PlanJobRequest req;

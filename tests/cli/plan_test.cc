@@ -33,5 +33,18 @@ TEST(DeviceBudget, PlanWithoutAGpuSaysTheDeviceBudgetIsUnknown) {
   EXPECT_NE(r.out.find("device budget  none (no GPU here)"), std::string::npos) << r.out;
 }
 
+// Against a server the plan is the server's: an offline budget is refused by name, not dropped
+// (refused before any call, so no server needs to listen at the address).
+TEST(DeviceBudget, ARemotePlanRefusesTheOfflineFlags) {
+  for (std::vector<std::string> flags : {std::vector<std::string>{"--host-memory", "1KB"}, {"--processes", "2"},
+                                          {"--offload", "nvme"}, {"--device-tflops", "500"}}) {
+    std::vector<std::string> argv = {"plan", kLlama3Spec, "--server", "127.0.0.1:1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    RunResult r = megatrain(argv);
+    EXPECT_EQ(r.rc, 2) << describe(r);
+    EXPECT_NE(r.err.find(flags[0] + " is an offline plan's"), std::string::npos) << describe(r);
+  }
+}
+
 }  // namespace
 }  // namespace mt::cli::testing
