@@ -266,8 +266,8 @@ TEST(ServerMetrics, SlowClientsHoldUpNoScrape) {
 // whose every slot is a real token (synthetic) has neither.
 TEST(ServerMetrics, PackingEfficiencyOfAJsonlJobInStatusAndMetrics) {
   const std::string dir = fresh_dir("metrics_packing");
-  Server s(test_config(dir));
-  ASSERT_TRUE(s.stub);
+  auto s = std::make_unique<Server>(test_config(dir));
+  ASSERT_TRUE(s->stub);
   std::filesystem::create_directories(dir + "/data");
   std::string lines;
   for (int i = 0; i < 200; ++i)
@@ -276,21 +276,33 @@ TEST(ServerMetrics, PackingEfficiencyOfAJsonlJobInStatusAndMetrics) {
   v1::JobSpec spec = tiny_spec(5, "jsonl");
   spec.mutable_data()->set_path("sft.jsonl");  // under --data_root
   spec.mutable_data()->set_tokenizer("byte");
-  const std::string id = submit(*s.stub, spec);
-  const std::string plain = submit(*s.stub, tiny_spec(2));
-  const v1::Job job = wait_terminal(*s.stub, id);
+  const std::string id = submit(*s->stub, spec);
+  const std::string plain = submit(*s->stub, tiny_spec(2));
+  const v1::Job job = wait_terminal(*s->stub, id);
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.reason();
-  ASSERT_EQ(wait_terminal(*s.stub, plain).state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(wait_terminal(*s->stub, plain).state(), v1::JOB_STATE_SUCCEEDED);
   ASSERT_TRUE(job.has_packing_efficiency());
   EXPECT_GT(job.packing_efficiency(), 0.5);
   EXPECT_LE(job.packing_efficiency(), 1.0);
   EXPECT_EQ(job.spec().data().source(), "jsonl");
   EXPECT_TRUE(job.spec().data().packing()) << "the default, as the engine read it";
 
-  const std::string resp = http_get(s.daemon->metrics_port(), "/metrics");
+  const std::string resp = http_get(s->daemon->metrics_port(), "/metrics");
   const auto m = parse_exposition(resp.substr(resp.find("\r\n\r\n") + 4));
   EXPECT_NEAR(get(m, "megatrain_packing_efficiency{job_id=\"" + id + "\"}"), job.packing_efficiency(), 1e-9);
   EXPECT_EQ(m.count("megatrain_packing_efficiency{job_id=\"" + plain + "\"}"), 0u);
+  // After a restart, status shows the last step's update as before (it was kept in memory only).
+  s.reset();
+  s = std::make_unique<Server>(test_config(dir));
+  ASSERT_TRUE(s->stub);
+  v1::Job again;
+  ASSERT_TRUE(get_job(*s->stub, id, &again).ok());
+  EXPECT_EQ(again.packing_efficiency(), job.packing_efficiency());
+  EXPECT_EQ(again.grad_norm(), job.grad_norm());
+  EXPECT_EQ(again.learning_rate(), job.learning_rate());
+  EXPECT_GT(again.grad_norm(), 0);
+  ASSERT_TRUE(get_job(*s->stub, plain, &again).ok());
+  EXPECT_FALSE(again.has_packing_efficiency());
 }
 
 }  // namespace
