@@ -459,8 +459,7 @@ Status JobManager::checkpoint(const std::string& id, CheckpointDone done) {
 
 Status JobManager::save(const Job& job) {
   JobRecord rec = job.rec;
-  const StepStats& l = job.last;
-  rec.last = {l.grad_norm, double(l.lr), l.packing_efficiency, l.aux_loss, l.clipped, l.experts_routed, l.experts_total};
+  rec.last = job.last;
   rec.consumed_tokens = job.progress->consumed.load();
   rec.consumed_checksum = job.progress->checksum.load();
   if (job.spool) rec.spooled_tokens = job.spool->tokens();

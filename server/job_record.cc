@@ -63,33 +63,32 @@ Json record_to_json(const JobRecord& r) {
                        {"pause_requested", r.pause_requested},
                        {"preemptions", int64_t(r.preemptions)}});
   eval_progress_to_json(r.eval, j);
-  const LastUpdate& u = r.last;
+  const StepStats& u = r.last;
   if (r.step > 0)
     j.set("last_update", Json::object({{"grad_norm", u.grad_norm},
-                                       {"lr", u.lr},
+                                       {"lr", double(u.lr)},
                                        {"clipped", u.clipped},
                                        {"packing_efficiency", u.packing_efficiency},
                                        {"aux_loss", u.aux_loss},
-                                       {"experts_routed", u.experts_routed},
-                                       {"experts_total", u.experts_total}}));
+                                       {"experts_routed", int64_t(u.experts_routed)},
+                                       {"experts_total", int64_t(u.experts_total)}}));
   return j;
 }
 
 namespace {
-// A record's last_update (older records lack it: the defaults, as a daemon that never saw a step).
-LastUpdate last_update_from_json(const Json* u) {
-  LastUpdate out;
-  if (!u || !u->is_object()) return out;
+// A record's last_update into `out` (older records lack it: its defaults, as a daemon that never
+// saw a step).
+void last_update_from_json(const Json* u, StepStats& out) {
+  if (!u || !u->is_object()) return;
   auto num = [&](const char* k, double d) { const Json* v = u->find(k); return v && v->is_number() ? v->as_double() : d; };
-  out.grad_norm = num("grad_norm", 0);
-  out.lr = num("lr", 0);
-  out.packing_efficiency = num("packing_efficiency", -1);
-  out.aux_loss = num("aux_loss", -1);
+  out.grad_norm = num("grad_norm", out.grad_norm);
+  out.lr = float(num("lr", out.lr));
+  out.packing_efficiency = num("packing_efficiency", out.packing_efficiency);
+  out.aux_loss = num("aux_loss", out.aux_loss);
   const Json* clipped = u->find("clipped");
   out.clipped = clipped && clipped->is_bool() && clipped->as_bool();
-  out.experts_routed = int64_t(num("experts_routed", 0));
-  out.experts_total = int64_t(num("experts_total", 0));
-  return out;
+  out.experts_routed = long(num("experts_routed", double(out.experts_routed)));
+  out.experts_total = long(num("experts_total", double(out.experts_total)));
 }
 }  // namespace
 
@@ -130,7 +129,7 @@ Result<JobRecord> record_from_json(const Json& j) {
   r.pause_requested = pause && pause->is_bool() && pause->as_bool();
   r.preemptions = int(std::max<int64_t>(0, i64("preemptions")));
   r.eval = eval_progress_from_json(j);
-  r.last = last_update_from_json(j.find("last_update"));
+  last_update_from_json(j.find("last_update"), r.last);
   return r;
 }
 

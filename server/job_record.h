@@ -5,18 +5,11 @@
 #include <string>
 
 #include "engine/base/json.h"
+#include "engine/exec/engine_stats.h"
 #include "engine/io/checkpoint.h"
 #include "megatrain/v1/trainer.pb.h"
 
 namespace mt::server {
-
-// The last step's update as a job's views show it (grad norm, learning rate, packing, routing),
-// kept in the record so a restarted daemon's status of a job shows what it showed before.
-struct LastUpdate {
-  double grad_norm = 0, lr = 0, packing_efficiency = -1, aux_loss = -1;  // -1: no packing / dense
-  bool clipped = false;
-  int64_t experts_routed = 0, experts_total = 0;
-};
 
 struct JobRecord {
   std::string id, name;
@@ -42,7 +35,9 @@ struct JobRecord {
   bool pause_requested = false;
   int preemptions = 0;  // runs stopped for a higher-priority job
   EvalProgress eval;  // spec.eval: the latest held-out evaluation and the lowest so far
-  LastUpdate last;    // of the last step (step > 0)
+  // The last step's update as the job's views show it (grad norm, learning rate, packing,
+  // routing): the record keeps those fields (last_update), so a restarted daemon shows them too.
+  StepStats last;
   bool terminal() const;
 };
 

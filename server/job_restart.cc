@@ -19,10 +19,7 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
   job->rec = rec;
   job->dir = dir;
   if (auto log = LogFile::open(dir + "/log.txt", opt_.log_file_bytes, rec.terminal()); log.ok()) job->log = *log;
-  const LastUpdate& u = rec.last;  // what its views showed of its last step
-  job->last.grad_norm = u.grad_norm, job->last.lr = float(u.lr), job->last.clipped = u.clipped;
-  job->last.packing_efficiency = u.packing_efficiency, job->last.aux_loss = u.aux_loss;
-  job->last.experts_routed = long(u.experts_routed), job->last.experts_total = long(u.experts_total);
+  job->last = rec.last;  // what its views showed of its last step
   job->progress->consumed = rec.consumed_tokens;  // a push job's spool restores these when it resumes
   job->progress->checksum = rec.consumed_checksum;
   if (const Json* p = rec.spec.find("priority"); p && p->is_number()) job->priority = int(p->as_int());
