@@ -52,11 +52,12 @@ void destroy(Handle* h) {
 }
 
 fe::error_t build(fe::graph::Graph& g, Handle* h) {
-  if (auto e = g.validate(); !e.is_good()) return e;
-  if (auto e = g.build_operation_graph(h->h); !e.is_good()) return with_last_error(e);
-  if (auto e = g.create_execution_plans({fe::HeurMode_t::A}); !e.is_good()) return with_last_error(e);
-  if (auto e = g.check_support(h->h); !e.is_good()) return with_last_error(e);
-  return with_last_error(g.build_plans(h->h));
+  if (auto e = g.validate(); !e.is_good()) return e;  // the frontend's own check: no library words
+  fe::error_t e = g.build_operation_graph(h->h);
+  if (e.is_good()) e = g.create_execution_plans({fe::HeurMode_t::A});
+  if (e.is_good()) e = g.check_support(h->h);
+  if (e.is_good()) e = g.build_plans(h->h);
+  return with_last_error(e);
 }
 
 fe::error_t workspace_size(fe::graph::Graph& g, int64_t& bytes) { return g.get_workspace_size(bytes); }
