@@ -115,16 +115,6 @@ TEST(JobStart, WeightsOfAnotherModelConfigAreTrainedOnWithAWarning) {
   EXPECT_EQ(first_step(spec, d / "same").log.find("another model"), std::string::npos);
 }
 
-// The gpt2 fixture's tokenizer in `dir` (EOS from its tokenizer_config.json), its merges reversed
-// when `reversed`: the same vocabulary, other ids for the same text.
-std::string gpt2_tokenizer(const std::string& dir, bool reversed) {
-  fs::create_directories(dir);
-  if (reversed) std::ofstream(dir + "/tokenizer.json") << testing_util::gpt2_tokenizer_reversed_merges();
-  else fs::copy_file(testing_util::gpt2_tokenizer_json(), dir + "/tokenizer.json");
-  std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
-  return dir;
-}
-
 const char* const kLines[] = {R"({"prompt": "say one", "completion": " it is one"})",
                               R"({"prompt": "say two", "completion": " it is two"})"};
 
@@ -141,13 +131,8 @@ void write_shards(const std::string& tokenizer, const std::string& out) {
 }
 
 JobSpec jsonl_spec(const TempDir& d, const std::string& tokenizer) {
-  JobSpec s = testing_util::tiny_spec("resident", 4);
-  s.model.preset.clear();
-  ModelConfig c = *preset_config("tiny");
-  c.vocab_size = 4096;
-  c.raw = Json();
-  std::ofstream(d / "config.json") << model_config_to_json(c).dump(2);
-  s.model.hf_config = d / "config.json";
+  testing_util::write_tiny_config(d / "config.json", 4096, 10000);
+  JobSpec s = testing_util::spec_with_config(d / "config.json", 4);
   s.data.source = "jsonl";
   s.data.path = d / "sft.jsonl";
   std::ofstream(s.data.path) << kLines[0] << "\n" << kLines[1] << "\n";
@@ -165,7 +150,8 @@ JobSpec on_shards(JobSpec s, const std::string& shards) {
 // A run continued from a checkpoint trained on one tokenizer's ids, now on shards another made.
 TEST(JobStart, ShardsOfAnotherTokenizerDoNotContinueARun) {
   TempDir d("mt-start-shards");
-  const std::string a = gpt2_tokenizer(d / "tok-a", false), b = gpt2_tokenizer(d / "tok-b", true);
+  const std::string a = testing_util::gpt2_tokenizer_dir(d / "tok-a", false),
+                    b = testing_util::gpt2_tokenizer_dir(d / "tok-b", true);
   write_shards(a, d / "shards-a");
   write_shards(b, d / "shards-b");
   ASSERT_TRUE(testing_util::run_stopped_at(jsonl_spec(d, a), d / "run", 2).ok());
@@ -184,7 +170,8 @@ TEST(JobStart, ShardsOfAnotherTokenizerDoNotContinueARun) {
 // A held-out set in shards of another tokenizer than the training data's, either way round.
 TEST(JobStart, AHeldOutSetInShardsOfAnotherTokenizerIsRefused) {
   TempDir d("mt-start-eval-shards");
-  const std::string a = gpt2_tokenizer(d / "tok-a", false), b = gpt2_tokenizer(d / "tok-b", true);
+  const std::string a = testing_util::gpt2_tokenizer_dir(d / "tok-a", false),
+                    b = testing_util::gpt2_tokenizer_dir(d / "tok-b", true);
   write_shards(a, d / "shards-a");
   write_shards(b, d / "shards-b");
   JobSpec spec = jsonl_spec(d, a);

@@ -22,34 +22,21 @@ namespace {
 using testing_util::TempDir;
 using testing_util::tiny_spec;
 
-// The tiny preset as a config.json of `vocab` tokens and RoPE base `theta`.
-void write_config(const std::string& path, int vocab, double theta) {
-  ModelConfig c = *preset_config("tiny");
-  c.vocab_size = vocab;
-  c.rope_theta = theta;
-  c.raw = Json();
-  std::ofstream(path) << model_config_to_json(c).dump(2);
-}
-
-JobSpec spec_with_config(const std::string& config, long steps) {
-  JobSpec s = tiny_spec("resident", steps);
-  s.model.preset.clear();
-  s.model.hf_config = config;
-  return s;
-}
+using testing_util::spec_with_config;
+using testing_util::write_tiny_config;
 
 TEST(ResumeChanges, AModelConfigEditedBetweenRunsIsRefusedNamingTheKey) {
   TempDir d("mt-resume-cfg");
   const std::string cfg = d / "config.json";
-  write_config(cfg, 256, 10000);
+  write_tiny_config(cfg, 256, 10000);
   ASSERT_TRUE(testing_util::run_stopped_at(spec_with_config(cfg, 4), d / "run", 2).ok());
-  write_config(cfg, 256, 500000);
+  write_tiny_config(cfg, 256, 500000);
   auto refused = JobRunner(spec_with_config(cfg, 4), d / "run", {}).run();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("rope_theta"), std::string::npos) << refused.status().to_string();
   // As it was, re-saved otherwise (keys in another order, 10000.0 written 10000): the run goes on.
-  write_config(cfg, 256, 10000);
+  write_tiny_config(cfg, 256, 10000);
   const Json was = *Json::parse(*read_file(cfg));
   Json::Object reversed(was.members().rbegin(), was.members().rend());
   Json resaved = Json::object(reversed);
@@ -66,10 +53,8 @@ TEST(ResumeChanges, ATokenizerReplacedBetweenRunsIsRefused) {
   TempDir d("mt-resume-tok");
   const std::string fixture = testing_util::gpt2_tokenizer_json();
   const std::string tok = d / "tok/tokenizer.json", cfg = d / "config.json", data = d / "sft.jsonl";
-  std::filesystem::create_directories(d / "tok");
-  std::filesystem::copy_file(fixture, tok);
-  std::ofstream(d / "tok/tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
-  write_config(cfg, 4096, 10000);
+  testing_util::gpt2_tokenizer_dir(d / "tok", false);
+  write_tiny_config(cfg, 4096, 10000);
   {
     std::ofstream f(data);
     for (int i = 0; i < 32; ++i) f << R"({"prompt": "say the number )" << i << R"(", "completion": " it is )" << i << "\"}\n";

@@ -1,13 +1,18 @@
-// The small jobs the JobRunner and JobSpec tests run: a tiny model on synthetic data, and a run
-// stopped after a given step (a cancel at that step boundary, with its checkpoint).
+// The small jobs the JobRunner and JobSpec tests run: a tiny model on synthetic data (or as a
+// config.json of another vocabulary), the gpt2 fixture's tokenizer (or one that tokenizes
+// otherwise), and a run stopped after a given step (a cancel at that step boundary, with its
+// checkpoint).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "engine/base/json.h"
 #include "engine/job/job.h"
+#include "engine/model/model_config.h"
 #include "tests/test_paths.h"
 
 namespace mt::testing_util {
@@ -42,6 +47,32 @@ inline std::string gpt2_tokenizer_reversed_merges() {
   model.set("merges", Json::array(merges));
   j->set("model", model);
   return j->dump();
+}
+
+// The gpt2 fixture's tokenizer as a model directory `dir` (EOS from its tokenizer_config.json),
+// its merges reversed when `reversed`: the same vocabulary, other ids for the same text.
+inline std::string gpt2_tokenizer_dir(const std::string& dir, bool reversed) {
+  std::filesystem::create_directories(dir);
+  if (reversed) std::ofstream(dir + "/tokenizer.json") << gpt2_tokenizer_reversed_merges();
+  else std::filesystem::copy_file(gpt2_tokenizer_json(), dir + "/tokenizer.json");
+  std::ofstream(dir + "/tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
+  return dir;
+}
+
+// The tiny preset as a config.json at `path` of `vocab` tokens and RoPE base `theta`, and the
+// tiny spec (resident) of `steps` steps naming it.
+inline void write_tiny_config(const std::string& path, int vocab, double theta) {
+  ModelConfig c = *preset_config("tiny");
+  c.vocab_size = vocab;
+  c.rope_theta = theta;
+  c.raw = Json();
+  std::ofstream(path) << model_config_to_json(c).dump(2);
+}
+inline JobSpec spec_with_config(const std::string& config, long steps) {
+  JobSpec s = tiny_spec("resident", steps);
+  s.model.preset.clear();
+  s.model.hf_config = config;
+  return s;
 }
 
 // A run of `spec` in `dir` that stops after step `step`, as a cancel there does.
