@@ -8,6 +8,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/io/hf_io.h"
 #include "engine/io/model_files.h"
+#include "server/spec_convert.h"
 
 namespace mt::server {
 
@@ -58,6 +59,7 @@ Result<ExportTarget> export_target(const std::string& data_root, const std::stri
   if (out_dir.empty()) return invalid_argument("out_dir is empty (a directory under the data root)");
   if (out_dir.size() > 4096 || out_dir.find('\0') != std::string::npos)
     return invalid_argument("out_dir is not a usable path");
+  MT_RETURN_IF_ERROR(check_printable("out_dir", out_dir));
   const fs::path root = fs::path(data_root).lexically_normal();
   const fs::path given(out_dir);
   for (const auto& part : given)

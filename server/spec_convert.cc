@@ -27,7 +27,7 @@ Result<JobSpec> spec_from_proto(const megatrain::v1::JobSpec& proto, const std::
   if (spec.name.size() > kMaxJobNameBytes)
     return invalid_argument("name is " + std::to_string(spec.name.size()) + " bytes, at most " +
                             std::to_string(kMaxJobNameBytes));
-  MT_RETURN_IF_ERROR(check_job_name_printable(spec.name));
+  MT_RETURN_IF_ERROR(check_printable("name", spec.name));
   MT_RETURN_IF_ERROR(resolve_spec_paths(spec, roots, nvme_roots));
   return spec;
 }
@@ -48,17 +48,17 @@ const char* unshown(uint32_t cp) {
 
 }  // namespace
 
-Status check_job_name_printable(const std::string& name) {
-  if (utf8::valid_prefix(name) != name.size())
-    return invalid_argument("name is not valid UTF-8 at byte " + std::to_string(utf8::valid_prefix(name)));
-  for (size_t i = 0; i < name.size();) {
+Status check_printable(const std::string& field, const std::string& text) {
+  if (utf8::valid_prefix(text) != text.size())
+    return invalid_argument(field + " is not valid UTF-8 at byte " + std::to_string(utf8::valid_prefix(text)));
+  for (size_t i = 0; i < text.size();) {
     int len = 1;
-    const uint32_t cp = utf8::decode_at(name, i, &len);
+    const uint32_t cp = utf8::decode_at(text, i, &len);
     if (const char* what = unshown(cp)) {
       char u[12];
       std::snprintf(u, sizeof u, "U+%04X", unsigned(cp));
-      return invalid_argument("name has the " + std::string(what) + " " + u + " at byte " + std::to_string(i) +
-                              ": a name is shown in other users' lists and logs, so it is printable text");
+      return invalid_argument(field + " has the " + std::string(what) + " " + u + " at byte " + std::to_string(i) +
+                              ": it is shown in other users' lists and logs, so it is printable text");
     }
     i += size_t(len);
   }

@@ -13,8 +13,10 @@ namespace mt::server {
 
 // A job is listed by its name (twice in every Job message): a submitted one is at most this long.
 inline constexpr size_t kMaxJobNameBytes = 256;
-// And printable: no control character (C0, DEL, C1), which would reach other users' terminals raw.
-Status check_job_name_printable(const std::string& name);
+// And printable, as a directory a client names (an export's out_dir): valid UTF-8 without a
+// control character (C0, DEL, C1), which would reach other users' terminals raw, or an invisible
+// format character. `field` names it in the refusal.
+Status check_printable(const std::string& field, const std::string& text);
 
 // Parses and validates; every path in the spec is resolved (made absolute) under one of
 // `roots` and a path that escapes them is refused naming the field and value.

@@ -261,6 +261,8 @@ TEST(ServerArtifacts, CheckpointsListedAndAnExportReadsBackAsTheCheckpoint) {
       {"exports/new", "", 5, grpc::StatusCode::NOT_FOUND, "steps 4, 8, 12"},
       {"exports/new", "", -3, grpc::StatusCode::INVALID_ARGUMENT, "step"},
       {"exports/" + std::string(300, 'n'), "", 0, grpc::StatusCode::INVALID_ARGUMENT, "too long"},  // not DATA_LOSS
+      {"exports/a\nb", "", 0, grpc::StatusCode::INVALID_ARGUMENT, "out_dir has the control character U+000A"},
+      {"exports/\xe2\x80\xaetxt", "", 0, grpc::StatusCode::INVALID_ARGUMENT, "invisible format character U+202E"},
   };
   for (const auto& r : refusals) {
     st = export_model(*s.stub, id, r.out, r.step, r.dtype, &resp);
