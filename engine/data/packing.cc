@@ -70,18 +70,21 @@ Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int T, bool
   std::vector<PieceStart> out;
   uint64_t targets = 0;  // every token but each example's first
   for (uint64_t e = 0; e < set.size(); ++e) targets += set.length(e) - 1;
-  if (set.trained_tokens() == targets) return out;  // every target counts (pretraining text): nothing to read
+  const bool every_target_counts = set.trained_tokens() == targets;  // pretraining text: masks not read
   std::vector<int32_t> ids;
   std::vector<uint8_t> loss;
   for (uint64_t e = 0; e < set.size(); ++e) {
     const uint64_t len = set.length(e);
-    if (len <= uint64_t(T)) continue;
-    const uint64_t n = truncate ? uint64_t(T) : len;
+    const uint64_t n = truncate ? std::min<uint64_t>(len, uint64_t(T)) : len;
     for (uint64_t b = 0; b < n; b += uint64_t(T)) {
       // the piece's targets: the tokens after each of its tokens (fill_row); an example's last
-      // token alone has none, and is kept (one slot; the layout of fully counted sets is unchanged)
+      // token alone (a one-token example, or the piece after k * seq_len tokens) has none
       const uint64_t last = std::min<uint64_t>(b + uint64_t(T), len - 1);
-      if (last == b) continue;
+      if (last == b) {
+        out.push_back({e, b});
+        continue;
+      }
+      if (every_target_counts) continue;
       ids.resize(last - b), loss.resize(last - b);
       MT_RETURN_IF_ERROR(set.read(e, b + 1, last - b, ids.data(), loss.data()));
       if (std::find(loss.begin(), loss.end(), uint8_t(1)) == loss.end()) out.push_back({e, b});

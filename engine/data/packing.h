@@ -50,12 +50,13 @@ using PieceStart = std::pair<uint64_t, uint64_t>;
 EpochLayout pack_epoch(const std::vector<uint64_t>& lengths, int seq_len, const PackingOptions& o, uint64_t epoch,
                        const std::vector<PieceStart>& barren = {});
 
-// The pieces of examples longer than seq_len whose targets the loss counts none of (a window of
-// a long prompt, split or truncated): trained alone, each was a row of loss 0 and gradient 0, and
-// a batch of only such rows reported loss 0. They are left out of every epoch. Not among them: a
-// shorter example (one piece, with a target: tokenizing refuses an empty completion), an
-// example's last token alone (it has no target at all), and any piece of a set whose every target
-// counts (nothing is read then). Sorted.
+// The pieces whose targets the loss counts none of: a window of a long prompt (split or
+// truncated), an example with no counted target (an empty completion; an empty text, which is its
+// EOS alone), an example's last token alone (a one-token example, or what follows k * seq_len
+// tokens). Trained, each was a row (or part of one) of loss 0 and gradient 0, and a batch of only
+// such rows was an optimizer step on nothing (weight decay and the moments still moved the
+// weights). They are left out of every epoch. A set whose every target counts is not read:
+// only its lone last tokens are barren. Sorted.
 Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int seq_len, bool truncate);
 
 // The example order of an epoch: a Fisher-Yates shuffle driven by splitmix64(seed, epoch),

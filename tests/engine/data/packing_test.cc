@@ -243,8 +243,9 @@ TEST(Packing, FirstFitBeatsOneExamplePerRow) {
   EXPECT_LT(e_padded, 0.6);
 }
 
-// A long prompt split into windows: the windows that hold no completion token are left out. Trained
-// alone they were rows of loss 0 and gradient 0, and a batch of only such rows reported loss 0.
+// A long prompt split into windows: the windows that hold no completion token are left out, and
+// so is the example's last token alone. Trained alone they were rows of loss 0 and gradient 0,
+// and a batch of only such rows was an optimizer step on nothing.
 TEST(Packing, WindowsWithoutATargetAreLeftOut) {
   const int T = 8;
   TokenizedExample x;  // a prompt of 30 tokens, then a completion of 3
@@ -255,24 +256,45 @@ TEST(Packing, WindowsWithoutATargetAreLeftOut) {
   const auto barren = barren_pieces(*set, T, false);
   ASSERT_TRUE(barren.ok());
   // windows [0,8) [8,16) [16,24) have targets 1..24: none counted; [24,32) has 30..32; [32,33),
-  // the last token alone, has no target and is kept
-  EXPECT_EQ(*barren, (std::vector<PieceStart>{{0, 0}, {0, 8}, {0, 16}}));
+  // the last token alone, has no target at all
+  EXPECT_EQ(*barren, (std::vector<PieceStart>{{0, 0}, {0, 8}, {0, 16}, {0, 32}}));
   auto src = make_example_source(set, o);
-  EXPECT_EQ(src->num_sequences(T), 2u);
-  for (int epoch = 0; epoch < 3; ++epoch) {  // one row trains, the other is the last token alone
+  EXPECT_EQ(src->num_sequences(T), 1u);
+  for (int epoch = 0; epoch < 3; ++epoch) {  // the one row that trains, epoch after epoch
     Batch b;
-    ASSERT_TRUE(src->next_batch(2, T, b).ok());
-    const int trains = b.inputs[0] == 25 ? 0 : 1;
-    EXPECT_EQ(b.inputs[size_t(trains) * T], 25);
-    EXPECT_EQ(b.inputs[size_t(1 - trains) * T], 33);
+    ASSERT_TRUE(src->next_batch(1, T, b).ok());
+    EXPECT_EQ(b.inputs[0], 25);
     EXPECT_EQ(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; }), 3);
   }
-  // A set whose every target counts has none, and is not read for them.
+  // A set whose every target counts is not read: only its lone last tokens are barren (33 = 4 * 8 + 1).
   TokenizedExample text = x;
   std::fill(text.loss.begin(), text.loss.end(), uint8_t(1));
-  EXPECT_TRUE(barren_pieces(*make_memory_example_set({text}, "text"), T, false)->empty());
+  EXPECT_EQ(*barren_pieces(*make_memory_example_set({text}, "text"), T, false), (std::vector<PieceStart>{{0, 32}}));
   // truncated, the example is its first window, all prompt
   EXPECT_EQ(*barren_pieces(*set, T, true), (std::vector<PieceStart>{{0, 0}}));
+}
+
+// Short examples with no counted target: a one-token example (an empty text is its EOS alone) and
+// an empty completion (its prompt all context, and no EOS: the byte tokenizer's). Padded, each was
+// a whole row of loss 0; with a global batch of one, a step that trained on nothing.
+TEST(Packing, ShortExamplesWithoutATargetAreLeftOut) {
+  const int T = 16;
+  TokenizedExample one{{7}, {1}}, empty_completion{{3, 4, 5}, {0, 0, 0}}, trains{{3, 4, 5}, {0, 1, 1}};
+  std::shared_ptr<const ExampleSet> set = make_memory_example_set({one, empty_completion, trains}, "sft");
+  EXPECT_EQ(*barren_pieces(*set, T, false), (std::vector<PieceStart>{{0, 0}, {1, 0}}));
+  EXPECT_EQ(*barren_pieces(*set, T, true), (std::vector<PieceStart>{{0, 0}, {1, 0}}));
+  for (bool packing : {false, true}) {
+    ExampleSourceOptions o;
+    o.packing.packing = packing;
+    auto src = make_example_source(set, o);
+    EXPECT_EQ(src->num_sequences(T), 1u) << packing;
+    for (int step = 0; step < 4; ++step) {  // every step trains: the one example that can
+      Batch b;
+      ASSERT_TRUE(src->next_batch(1, T, b).ok());
+      EXPECT_EQ(b.inputs[0], 3) << packing;
+      EXPECT_EQ(std::count_if(b.targets.begin(), b.targets.end(), [](int32_t t) { return t >= 0; }), 2) << packing;
+    }
+  }
 }
 
 }  // namespace
