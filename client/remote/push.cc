@@ -64,13 +64,16 @@ class PushMeter {
   std::chrono::steady_clock::time_point shown_{};
 };
 
-// The default push id: the same for the same job and unchanged file (path, size, mtime), so
-// running a failed or interrupted push again resumes it instead of spooling its tokens twice.
-std::string default_push_id(const std::string& job, const std::string& path, uint64_t size) {
+// The default push id: the same for the same job, unchanged file (path, size, mtime) and format,
+// so running a failed or interrupted push again resumes it instead of spooling its tokens twice.
+// The format is part of it: the same bytes read as other tokens are another push, never the rest
+// of this one (a tokens-u32 push resumed as u16 appended the file's second half as other ids).
+std::string default_push_id(const std::string& job, const std::string& path, uint64_t size, int elem) {
   std::error_code ec;
   const std::string abs = std::filesystem::weakly_canonical(path, ec).string();
   const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
-  const std::string what = job + '\0' + abs + '\0' + std::to_string(size) + '\0' + std::to_string(mtime);
+  const std::string what = job + '\0' + abs + '\0' + std::to_string(size) + '\0' + std::to_string(mtime) +
+                           (elem == 2 ? "" : '\0' + std::to_string(elem));  // u16's ids as before
   return "file-" + hex64(fnv1a64(what));
 }
 
@@ -166,7 +169,9 @@ Result<PushPlan> plan_push(const Args& a) {
         "usage: megatrain push ID FILE --format tokens-u16|tokens-u32|text [--chunk-tokens N] [--push-id ID] [--json]");
   PushPlan p;
   p.id = a.positional()[0], p.path = a.positional()[1];
-  MT_ASSIGN_OR_RETURN(p.elem, token_bytes(a.get("format", "tokens-u16")));
+  if (!a.has("format"))  // no default: a retry that left it out would read the file as other tokens
+    return invalid_argument("push needs --format tokens-u16|tokens-u32|text: how the file's bytes are tokens");
+  MT_ASSIGN_OR_RETURN(p.elem, token_bytes(a.get("format", "")));
   MT_ASSIGN_OR_RETURN(const int64_t chunk_tokens, a.integer("chunk-tokens", 16384, 1, 1000000));
   p.chunk_tokens = size_t(chunk_tokens);
   std::error_code ec;
@@ -177,7 +182,7 @@ Result<PushPlan> plan_push(const Args& a) {
     return invalid_argument("'" + p.path + "' has " + std::to_string(size) + " bytes, not a whole number of " +
                             std::to_string(p.elem) + "-byte tokens");
   p.total = size / uint64_t(p.elem);
-  p.push_id = a.get("push-id", default_push_id(p.id, p.path, size));
+  p.push_id = a.get("push-id", default_push_id(p.id, p.path, size, p.elem));
   return p;
 }
 

@@ -69,6 +69,22 @@ TEST_F(PushTest, FormatsAreAcceptedAndTheJobTrains) {
   EXPECT_NE(st.out.find("1320 tokens spooled"), std::string::npos) << st.out;
 }
 
+// The same file under another --format is another push (its own default id), never the rest of
+// the first: a tokens-u32 push resumed as u16 had appended the file's second half as other ids.
+TEST_F(PushTest, AnotherFormatIsAnotherPushNotTheRestOfTheFirst) {
+  const std::string file = tokens_file(dir_ + "/b.u32", 300, 4, 256);
+  RunResult u32 = daemon_->cli({"push", id_, file, "--format", "tokens-u32", "--json"});
+  ASSERT_EQ(u32.rc, 0) << describe(u32);
+  RunResult u16 = daemon_->cli({"push", id_, file, "--format", "tokens-u16", "--json"});
+  ASSERT_EQ(u16.rc, 0) << describe(u16);
+  const Json a = u32.json_lines().at(0), b = u16.json_lines().at(0);
+  EXPECT_NE(a.find("push_id")->as_string(), b.find("push_id")->as_string());
+  EXPECT_EQ(b.find("resumed_at")->as_int(), 0) << u16.out;
+  EXPECT_EQ(b.find("tokens_accepted")->as_int(), 600) << u16.out;
+  EXPECT_EQ(b.find("spooled_tokens")->as_int(), 900) << u16.out;
+  EXPECT_EQ(daemon_->cli({"cancel", id_}).rc, 0);
+}
+
 TEST_F(PushTest, BadInputIsRefused) {
   // Token 300 is outside the tiny model's 256-token vocabulary: refused naming it, nothing kept.
   RunResult big = daemon_->cli({"push", id_, tokens_file(dir_ + "/big.u16", 400, 2, 400), "--format", "tokens-u16"});
@@ -83,7 +99,8 @@ TEST_F(PushTest, BadInputIsRefused) {
   RunResult odd = daemon_->cli({"push", id_, write_file(dir_ + "/odd.u16", "abc"), "--format", "tokens-u16"});
   EXPECT_EQ(odd.rc, 2) << describe(odd);
   EXPECT_NE(odd.err.find("3 bytes"), std::string::npos) << odd.err;
-  RunResult nojob = daemon_->cli({"push", "no-such-job", tokens_file(dir_ + "/ok.u16", 10, 2, 256), "--json"});
+  RunResult nojob = daemon_->cli(
+      {"push", "no-such-job", tokens_file(dir_ + "/ok.u16", 10, 2, 256), "--format", "tokens-u16", "--json"});
   EXPECT_EQ(nojob.rc, 2) << describe(nojob);
   ASSERT_EQ(nojob.json_lines().size(), 1u) << describe(nojob);  // issue 24.11: one error object
   EXPECT_EQ(nojob.json_lines()[0].find("event")->as_string(), "error");
@@ -100,6 +117,10 @@ TEST_F(PushTest, BadInputIsRefused) {
   RunResult fmt = daemon_->cli({"push", id_, dir_ + "/ok.u16", "--format", "tokens-u8"});
   EXPECT_EQ(fmt.rc, 2) << describe(fmt);
   EXPECT_NE(fmt.err.find("tokens-u8"), std::string::npos) << fmt.err;
+  // No default format: a retry that left --format out would read the file as other tokens.
+  RunResult none = daemon_->cli({"push", id_, dir_ + "/ok.u16"});
+  EXPECT_EQ(none.rc, 2) << describe(none);
+  EXPECT_NE(none.err.find("push needs --format"), std::string::npos) << none.err;
   RunResult st = daemon_->cli({"status", id_, "--json"});
   ASSERT_EQ(st.rc, 0);
   EXPECT_EQ(st.json_lines().at(0).find("data_spooled_tokens")->as_int(), 0);
