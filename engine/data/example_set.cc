@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/base/hash.h"
 #include "engine/data/shard_set.h"
 #include "engine/data/token_shard.h"
 
@@ -75,10 +76,17 @@ class ShardExampleSet final : public ExampleSet {
     for (const auto& s : shards_) tokens += s->tokens(), vocab = std::max(vocab, s->vocab());
     return "shards '" + path_ + "' (" + std::to_string(shards_.size()) + " files, " + std::to_string(size()) +
            " examples, " + std::to_string(tokens) + " tokens, tokenized for a vocabulary of " + std::to_string(vocab) +
-           ")";
+           ", contents " + contents() + ")";
   }
 
  private:
+  // The shards' header checksums (each over its ids and masks), in order: shards re-tokenized
+  // with the same counts (lines reordered, edited in place) describe themselves otherwise.
+  std::string contents() const {
+    uint64_t h = kFnv1aBasis;
+    for (const auto& s : shards_) h = fnv1a64(hex64(s->entry().checksum), h);
+    return hex64(h);
+  }
   std::pair<size_t, uint64_t> locate(uint64_t i) const {
     const size_t s = size_t(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
     return {s, i - first_[s]};

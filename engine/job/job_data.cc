@@ -141,7 +141,7 @@ std::string without_epochs(std::string d) {
 }  // namespace
 
 bool same_data_description(const std::string& was, std::string now) {
-  for (const char* field : {", tokenizer ", ", tokenized for a vocabulary of ", ", sample "})
+  for (const char* field : {", tokenizer ", ", tokenized for a vocabulary of ", ", sample ", ", contents "})
     if (was.find(field) == std::string::npos) now = without_field(now, field);
   return without_epochs(was) == without_epochs(now);
 }

@@ -75,5 +75,39 @@ TEST(CliTrain, ResumeOverRewrittenDataSaysSo) {
   EXPECT_NE(rewritten.err.find("9000 bytes"), std::string::npos) << describe(rewritten);
 }
 
+// jsonl and shards edited to the same example count (lines reordered) describe themselves
+// otherwise (", contents ..."): a resume over them says so, as over a rewritten text file.
+// Before, their description was the path and the counts, and the run resumed silently at its
+// row cursor (reordered shards repeat some examples that epoch and skip others).
+TEST(CliTrain, ResumeOverReorderedExamplesSaysSo) {
+  const std::string dir = fresh_dir("train_reordered_examples");
+  const std::string lines = "{\"text\": \"the first example, a little longer\"}\n{\"text\": \"a second one\"}\n"
+                            "{\"text\": \"and a third, to fill the rows\"}\n";
+  const std::string reordered_lines = lines.substr(lines.find('\n') + 1) + lines.substr(0, lines.find('\n') + 1);
+  const std::string data = dir + "/d.jsonl", shards = dir + "/shards";
+  const std::string jsonl_spec =
+      write_file(dir + "/jsonl.yaml", tiny_spec_yaml(3, "{source: jsonl, path: " + data + ", tokenizer: byte}"));
+  const std::string shards_spec =
+      write_file(dir + "/shards.yaml", tiny_spec_yaml(3, "{source: shards, path: " + shards + "}"));
+  auto write_data = [&](const std::string& text) {
+    write_file(data, text);
+    fs::remove_all(shards);
+    RunResult t = megatrain({"tokenize", data, "--tokenizer", "byte", "--out", shards});
+    ASSERT_EQ(t.rc, 0) << describe(t);
+  };
+  for (const std::string& spec : {jsonl_spec, shards_spec}) {
+    write_data(lines);
+    const std::string run = dir + "/run-" + fs::path(spec).stem().string();
+    RunResult first = megatrain({"train", spec, "--json", "--out", run});
+    ASSERT_EQ(first.rc, 0) << describe(first);
+    RunResult same = megatrain({"train", spec, "--json", "--out", run});
+    EXPECT_EQ(same.err.find("the data is not what"), std::string::npos) << describe(same);
+    write_data(reordered_lines);
+    RunResult reordered = megatrain({"train", spec, "--json", "--out", run});
+    EXPECT_EQ(reordered.rc, 0) << describe(reordered);
+    EXPECT_NE(reordered.err.find("the data is not what"), std::string::npos) << spec << ": " << describe(reordered);
+  }
+}
+
 }  // namespace
 }  // namespace mt::cli::testing
