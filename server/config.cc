@@ -12,6 +12,7 @@
 #include "absl/flags/reflection.h"
 #include "engine/base/address.h"
 #include "engine/base/byte_size.h"
+#include "engine/base/host_memory.h"
 #include "engine/job/job.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -56,11 +57,6 @@ std::string default_state_dir() {
   if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/megatrain";
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : "/tmp") + "/.local/state/megatrain";
-}
-
-uint64_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
 }
 
 Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text) {

@@ -34,7 +34,6 @@ struct DaemonConfig {
 };
 
 std::string default_state_dir();  // $STATE_DIRECTORY, $XDG_STATE_HOME/megatrain or ~/.local/state/megatrain
-uint64_t physical_memory_bytes();
 // A size flag's value by engine/base/byte_size's rule ("64G", "1.5TiB", "4096"); refused naming
 // the flag.
 Result<uint64_t> parse_size_flag(const std::string& flag, const std::string& text);

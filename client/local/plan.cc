@@ -5,6 +5,7 @@
 
 #include "client/cli.h"
 #include "client/spec_file.h"
+#include "engine/base/host_memory.h"
 #include "engine/job/job.h"
 #include "engine/exec/planner.h"
 
@@ -50,11 +51,15 @@ int cmd_plan_local(const Args& a) {
   if (!spec.ok()) return fail(kUsage, spec.status().message());
   auto cfg = resolve_model(*spec);
   if (!cfg.ok()) return fail(kUsage, cfg.status().message());
-  // The device budget defaults to what a job here would get: this GPU's free memory (none
-  // without a GPU: then say so, since a plan for another machine needs --device-memory).
-  auto host = a.size("host-memory", 0), dev = a.size("device-memory", default_device_budget());
+  // The budgets default to what a run here would get: this machine's RAM and this GPU's free
+  // memory (none without a GPU: then say so, since a plan for another machine needs
+  // --device-memory). --host-memory 0 plans without a host budget.
+  auto host = a.size("host-memory", physical_memory_bytes()), dev = a.size("device-memory", default_device_budget());
   for (const Status* s : {&host.status(), &dev.status()})
     if (!s->ok()) return fail(kUsage, s->message());
+  // A card's memory plans for that card: backend auto on a machine without one would plan the
+  // CPU backend, whose "device" is more host memory (a login node's plan of a GPU job).
+  if (a.has("device-memory") && spec->backend == "auto") spec->backend = "cuda";
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
   if (Status s = apply_nvme(a, *spec); !s.ok()) return fail(kUsage, s.message());
   double tflops = 0;  // the step's compute time the NVMe verdict assumes (0: the planner's default)
@@ -76,7 +81,7 @@ int cmd_plan_local(const Args& a) {
     j.set("seq_len", spec->train.seq_len);
     if (max_seq_len) j.set("max_seq_len", max_seq_len);
     print_json(j);
-    return kOk;
+    return plan->fits ? kOk : kUsage;  // RESOURCE_EXHAUSTED's code, as the daemon's refusal
   }
   if (max_seq_len) std::printf("max seq_len    %d (the longest that fits these budgets; its plan:)\n", max_seq_len);
   std::printf("seq_len        %d x micro_batch %d x global_batch %d, token chunk %s\n", spec->train.seq_len,
@@ -102,10 +107,12 @@ int cmd_plan_local(const Args& a) {
     const NvmePlan& n = plan->nvme;
     print_nvme_plan(n.paths, n.masters, n.window, n.drive_bytes, n.drive_bytes_per_path, n.window_bytes, n.verdict);
   }
+  if (!a.has("host-memory") && *host) std::printf("host budget    %s (this machine's RAM: --host-memory SIZE plans for another)\n", format_bytes(*host).c_str());
+  else std::printf("host budget    %s\n", *host ? format_bytes(*host).c_str() : "none (--host-memory 0)");
   if (*dev) std::printf("device budget  %s\n", format_bytes(*dev).c_str());
   else std::printf("device budget  none (no GPU here): --device-memory SIZE plans for a card, e.g. 140GB for an H200\n");
   std::printf("fits           %s%s%s\n", plan->fits ? "yes" : "no", plan->fits ? "" : ": ", plan->reason.c_str());
-  return kOk;
+  return plan->fits ? kOk : kUsage;
 }
 
 }  // namespace mt::cli

@@ -16,6 +16,7 @@
 #include "client/cli.h"
 #include "client/progress.h"
 #include "client/spec_file.h"
+#include "engine/base/host_memory.h"
 #include "engine/dist/launch_env.h"
 #include "engine/dist/mpi_comm.h"
 #include "engine/io/checkpoint.h"
@@ -139,7 +140,9 @@ int cmd_train(const Args& a) {
   };
   hooks.on_eval = [&](const EvalReport& r) { progress.eval({r.step, r.loss, r.best, r.best_step, r.best_loss}); };
   hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
-  JobRunner runner(*spec, *dir, hooks);
+  // The host budget is this machine's RAM: a run past it is refused with its plan's numbers
+  // before any memory is taken, not killed by the kernel part-way through its allocation.
+  JobRunner runner(*spec, *dir, hooks, 0, physical_memory_bytes());
   runner_ptr = &runner;
   g_runner.store(&runner);
   for (int sig : kStopSignals) std::signal(sig, on_stop_signal);

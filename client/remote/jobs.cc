@@ -213,7 +213,7 @@ int remote_plan(Connection& c, const Args& a) {
     if (resp.max_seq_len()) std::printf("max seq_len    %d (the longest that fits the server's budgets)\n", resp.max_seq_len());
     print_plan_human(resp.plan());
   }
-  return kOk;
+  return resp.plan().fits() ? kOk : kUsage;  // RESOURCE_EXHAUSTED's code, as submit's refusal
 }
 
 }  // namespace mt::cli

@@ -1,6 +1,7 @@
 #include "engine/base/host_memory.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -31,6 +32,11 @@ class AlignedAllocator final : public HostAllocator {
 };
 
 }  // namespace
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
 
 Result<void*> HostAllocator::allocate_placed(size_t bytes, const Place& place, Status* placed) {
   MT_ASSIGN_OR_RETURN(void* p, allocate(bytes));

@@ -30,6 +30,10 @@ class HostAllocator {
 };
 HostAllocator& default_host_allocator();  // plain aligned pageable memory
 
+// This machine's RAM (0 when the system does not say): megatraind's --host_memory default is 80%
+// of it, and a local run's (megatrain train, plan) all of it.
+uint64_t physical_memory_bytes();
+
 // A buffer from a HostAllocator (pinned where the backend pins), released when destroyed.
 class HostBuffer {
  public:

@@ -161,7 +161,7 @@ TEST(MoeCli, PlansTheRealShapesOnOneH200) {
   EXPECT_LT(j->find("active_params")->as_int(), int64_t(6e9));
   EXPECT_EQ(j->find("expert_slots")->as_int(), 2);
   RunResult qwen = plan("qwen3-235b-a22b", "compact");
-  ASSERT_EQ(qwen.rc, 0) << describe(qwen);
+  ASSERT_EQ(qwen.rc, 2) << describe(qwen);  // does not fit: RESOURCE_EXHAUSTED's exit code
   auto q = Json::parse(qwen.out);
   ASSERT_TRUE(q.ok()) << qwen.out;
   EXPECT_FALSE(q->find("fits")->as_bool()) << qwen.out;

@@ -1,5 +1,6 @@
 // `megatrain plan` on the shipped specs, as a user runs it (issue 18, point 2).
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/base/host_memory.h"
 #include "tests/cli/cli_fixture.h"
 #include "tests/test_paths.h"
 
@@ -13,7 +14,7 @@ const std::string kLlama3Spec = std::string(mt::testing_util::source_dir()) + "/
 // the CUDA backend's own buffers and fits.
 TEST(DeviceBudget, Llama3_8bShippedBf16SpecFitsAnH200AndAn80GbCardWithHostLayerInputs) {
   for (const char* budget : {"140GB", "80GB"}) {
-    RunResult r = megatrain({"plan", kLlama3Spec, "--device-memory", budget, "--json"});
+    RunResult r = megatrain({"plan", kLlama3Spec, "--device-memory", budget, "--host-memory", "1.5TB", "--json"});
     ASSERT_EQ(r.rc, 0) << describe(r);
     const Json plan = r.json_lines().at(0);
     const bool h200 = std::string(budget) == "140GB";
@@ -28,9 +29,24 @@ TEST(DeviceBudget, Llama3_8bShippedBf16SpecFitsAnH200AndAn80GbCardWithHostLayerI
 // Without a GPU and without --device-memory the plan cannot know the card: it says so.
 TEST(DeviceBudget, PlanWithoutAGpuSaysTheDeviceBudgetIsUnknown) {
   if (cuda_available()) GTEST_SKIP() << "a GPU is here: its free memory is the budget";
-  RunResult r = megatrain({"plan", kLlama3Spec});
+  RunResult r = megatrain({"plan", kLlama3Spec, "--host-memory", "1.5TB"});
   ASSERT_EQ(r.rc, 0) << describe(r);
   EXPECT_NE(r.out.find("device budget  none (no GPU here)"), std::string::npos) << r.out;
+}
+
+// Without --host-memory the host budget is this machine's RAM, as for a run here: a model past it
+// does not fit (it had "fits yes" for any size, and the run was killed by the kernel), and a plan
+// that does not fit exits 2, as the daemon's RESOURCE_EXHAUSTED does.
+TEST(DeviceBudget, AModelPastThisMachinesMemoryDoesNotFitAndExitsTwo) {
+  const uint64_t ram = physical_memory_bytes();
+  if (ram == 0 || ram > (uint64_t(1) << 40)) GTEST_SKIP() << "this machine's RAM holds an 8B model's 16 B/param";
+  RunResult r = megatrain({"plan", kLlama3Spec});
+  EXPECT_EQ(r.rc, 2) << describe(r);
+  EXPECT_NE(r.out.find("host budget    "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(this machine's RAM"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fits           no: "), std::string::npos) << r.out;
+  RunResult unlimited = megatrain({"plan", kLlama3Spec, "--host-memory", "0", "--device-memory", "140GB", "--json"});
+  EXPECT_EQ(unlimited.rc, 0) << describe(unlimited);
 }
 
 // Against a server the plan is the server's: an offline budget is refused by name, not dropped
