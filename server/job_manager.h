@@ -148,6 +148,7 @@ class JobManager {
   bool unpark_if_fed(Job& job);                                 // mu_ held; back in the queue: true
   void cancel_on_restart(Job& job);  // a cancel acknowledged before the restart
   void pause_on_restart(Job& job);   // a pause acknowledged before the restart
+  void log_restart_change(Job& job);  // the state a restart gives a job, in its log and the daemon's
   void restore_metrics(const Job& job);  // its eval and checkpoint gauges from its record
   void rewind_to_checkpoint(Job& job);  // a run the restart cut short: its record at its checkpoint
   // Scheduling (job_scheduling.cc), mu_ held.

@@ -39,6 +39,7 @@ Result<std::shared_ptr<JobManager::Job>> JobManager::load_job(const std::string&
     job->rec.state = v1::JOB_STATE_FAILED;
     job->rec.reason = "cannot resume after restart: " + st.to_string();
     job->rec.finished_ms = now_ms();
+    log_restart_change(*job);
     (void)save(*job);
   }
   return job;
@@ -79,8 +80,8 @@ void JobManager::pause_on_restart(Job& job) {
   r.state = v1::JOB_STATE_PAUSED;
   r.pause_requested = false;  // carried out: a later resume must not pause it again
   r.reason = "paused by request at step " + std::to_string(r.step) + " (acknowledged before a daemon restart)";
+  log_restart_change(job);
   (void)save(job);
-  spdlog::info("job {}: {}", r.id, r.reason);
 }
 
 void JobManager::cancel_on_restart(Job& job) {
@@ -89,8 +90,19 @@ void JobManager::cancel_on_restart(Job& job) {
   r.reason = "cancelled by request at step " + std::to_string(r.step) +
              " (acknowledged before a daemon restart; not resumed)";
   r.finished_ms = now_ms();
+  log_restart_change(job);
   (void)save(job);
-  spdlog::info("job {}: {}", r.id, r.reason);
+}
+
+// A state a restart gives a job, in its own log as a run's changes are (line 'job failed: ...'),
+// before save() closes a finished job's log, and in the daemon's: its log had ended with
+// "interrupted by a daemon shutdown ...; resumes on restart" when the restart failed it.
+void JobManager::log_restart_change(Job& job) {
+  const JobRecord& r = job.rec;
+  const bool failed = r.state == v1::JOB_STATE_FAILED;
+  if (job.log) job.log->append(failed ? "error" : "info", std::string("job ") + state_name(r.state) + ": " + r.reason);
+  if (failed) spdlog::error("job {}: {}", r.id, r.reason);
+  else spdlog::info("job {}: {}", r.id, r.reason);
 }
 
 }  // namespace mt::server

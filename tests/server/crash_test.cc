@@ -217,6 +217,9 @@ TEST(ServerCrash, CorruptSpoolRecordFailsTheJobAndKeepsTheFile) {
   EXPECT_NE(j.reason().find("DATA_LOSS"), std::string::npos) << j.reason();
   EXPECT_NE(j.reason().find("record 1 (byte " + std::to_string(record) + " "), std::string::npos) << j.reason();
   EXPECT_EQ(file_bytes(spool), damaged) << "the spool was modified";
+  // The job's own log ends with the failure (it had ended with "resumes on restart").
+  const std::string log = file_bytes(state + "/jobs/" + id + "/log.txt");
+  EXPECT_NE(log.find("job failed: cannot resume after restart: DATA_LOSS"), std::string::npos) << log;
 }
 
 // A daemon under a file size limit (LimitFSIZE=, ulimit -f) whose job writes a checkpoint past it:
