@@ -95,8 +95,10 @@ Result<std::unique_ptr<Daemon>> Daemon::start(DaemonConfig cfg,
     std::fputs((info.dump() + "\n").c_str(), f);
     std::fclose(f);
   }
-  spdlog::info("megatraind serving on {} (port {}), metrics on {} (port {}), state {}", cfg.listen, d->port_,
-               cfg.metrics_listen, d->metrics_port(), cfg.state_dir);
+  const std::string metrics = cfg.metrics_listen.empty()
+                                  ? std::string("no metrics (--metrics_listen is empty)")
+                                  : "metrics on " + cfg.metrics_listen + " (port " + std::to_string(d->metrics_port()) + ")";
+  spdlog::info("megatraind serving on {} (port {}), {}, state {}", cfg.listen, d->port_, metrics, cfg.state_dir);
   spdlog::info("{}", cpu::gemm_provider_line());
   if (const std::string w = cpu::gemm_fallback_warning(); !w.empty()) spdlog::warn("{}", w);
   return d;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "engine/base/omp_wait_policy.h"
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "megatraind: %s\n", cfg.status().to_string().c_str());
     return 2;
   }
+  // The log on stderr (spdlog's default logger writes to stdout), as the README and journald's
+  // priority-less capture expect; Daemon::start adds STATE_DIR/daemon.log beside it.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("megatraind"));
   spdlog::set_level(spdlog::level::from_str(cfg->log_level));
   auto daemon = mt::server::Daemon::start(*cfg);
   if (!daemon.ok()) {
