@@ -30,7 +30,9 @@ Status apply_nvme(const Args& a, JobSpec& spec) {
     MT_ASSIGN_OR_RETURN(const int64_t n, a.integer("nvme-grad-window", 0, 0, 64));
     spec.nvme.grad_window = int(n);
   }
-  if (a.has("nvme-gbps")) spec.nvme_gbps = std::strtod(a.get("nvme-gbps").c_str(), nullptr);
+  if (a.has("nvme-gbps")) {
+    MT_ASSIGN_OR_RETURN(spec.nvme_gbps, a.number("nvme-gbps", 0, 0, 1e6));
+  }
   if (spec.offload == "nvme" && spec.nvme.paths.empty()) spec.nvme.paths = {"(one drive)"};
   return validate(spec);
 }
@@ -62,9 +64,9 @@ int cmd_plan_local(const Args& a) {
   if (a.has("device-memory") && spec->backend == "auto") spec->backend = "cuda";
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
   if (Status s = apply_nvme(a, *spec); !s.ok()) return fail(kUsage, s.message());
-  double tflops = 0;  // the step's compute time the NVMe verdict assumes (0: the planner's default)
-  if (a.has("device-tflops") && !(std::sscanf(a.get("device-tflops").c_str(), "%lf", &tflops) == 1 && tflops > 0))
-    return fail(kUsage, "--device-tflops must be a positive number");
+  // The step's compute time the NVMe verdict assumes (0: the planner's default).
+  auto tflops = a.number("device-tflops", 0, 0, 1e6);
+  if (!tflops.ok()) return fail(kUsage, tflops.status().message());
   auto processes = a.integer("processes", 1, 1, 4096);  // mpirun -np: host bytes are then per process
   if (!processes.ok()) return fail(kUsage, processes.status().message());
   if (a.has("shard-optimizer")) spec->shard_optimizer = true;
@@ -74,7 +76,7 @@ int cmd_plan_local(const Args& a) {
     if (!m.ok()) return fail(kUsage, m.status().message());  // as the daemon's refusal maps
     spec->train.seq_len = max_seq_len = *m;
   }
-  auto plan = plan_for_job(*spec, *cfg, *host, *dev, int(*processes), tflops);  // the daemon's PlanJob: the same planner
+  auto plan = plan_for_job(*spec, *cfg, *host, *dev, int(*processes), *tflops);  // the daemon's PlanJob: the same planner
   if (!plan.ok()) return fail(kUsage, plan.status().message());
   if (a.json()) {
     Json j = memory_plan_to_json(*plan);

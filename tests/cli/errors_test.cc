@@ -268,6 +268,16 @@ TEST(CliBadInput, TableOfRefusalsWithExitCodesAndTheDaemonServingAfterEach) {
       {"--steps 0", {"train", file("ok2.yaml", spec), "--steps", "0"}, 2, "--steps = '0' must be a decimal integer from 1"},
       {"--devices 2.0", {"train", file("ok2.yaml", spec), "--devices", "2.0"}, 2, "--devices = '2.0'"},
       {"--seq-len 0x20", {"plan", file("ok2.yaml", spec), "--seq-len", "0x20"}, 2, "--seq-len = '0x20'"},
+      // Decimal numbers too: sscanf read 0x10 as 16 and 400abc as 400, strtod abc as 0 (the
+      // NVMe verdict then silently gone) and inf as an infinite device.
+      {"--device-tflops 0x10", {"plan", file("ok2.yaml", spec), "--device-tflops", "0x10"}, 2,
+       "--device-tflops = '0x10' must be a decimal number above 0"},
+      {"--device-tflops 400abc", {"plan", file("ok2.yaml", spec), "--device-tflops", "400abc"}, 2, "--device-tflops = '400abc'"},
+      {"--device-tflops inf", {"plan", file("ok2.yaml", spec), "--device-tflops", "inf"}, 2, "--device-tflops = 'inf'"},
+      {"--device-tflops 1e400", {"plan", file("ok2.yaml", spec), "--device-tflops", "1e400"}, 2, "--device-tflops = '1e400'"},
+      {"--nvme-gbps abc", {"plan", file("ok2.yaml", spec), "--offload", "nvme", "--nvme-gbps", "abc"}, 2, "--nvme-gbps = 'abc'"},
+      {"--nvme-gbps 12abc", {"plan", file("ok2.yaml", spec), "--offload", "nvme", "--nvme-gbps", "12abc"}, 2,
+       "--nvme-gbps = '12abc'"},
       {"--chunk-tokens ' 8'", {"push", "job-000001", tokens, "--format", "tokens-u16", "--chunk-tokens", " 8"}, 2,
        "--chunk-tokens = ' 8'", true},
       {"--eod-id 1e12", {"eval", "--model", ckpt, "--data", tokens, "--format", "uint16", "--eod-id", "1e12"}, 2,
