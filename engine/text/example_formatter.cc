@@ -63,6 +63,7 @@ Result<std::unique_ptr<ExampleFormatter>> ExampleFormatter::create(const Example
     f->eos_error_ = f->resolve_eos();
     if (!f->eos_error_.ok() && strict) return f->eos_error_;
   }
+  if (f->format_ != Format::kMessages) f->specials_ = tokenizer.sequence_specials();  // chats render their own BOS
   return f;
 }
 
@@ -150,6 +151,7 @@ Status ExampleFormatter::format_text(const Json& line, TokenizedExample& out) co
 Status ExampleFormatter::encode_text(std::string text, TokenizedExample& out) const {
   const TextPiece piece{std::move(text), /*trained=*/true, /*special=*/false};
   MT_RETURN_IF_ERROR(encode_pieces(tokenizer_, {&piece, 1}, false, out));
+  wrap_sequence(out, /*trained=*/true);
   return append_eos(out);
 }
 
@@ -161,6 +163,7 @@ Status ExampleFormatter::format_prompt_completion(const Json& line, TokenizedExa
   const TextPiece pieces[] = {{string_field(line, "prompt")->as_string(), false, false},
                               {string_field(line, "completion")->as_string(), true, false}};
   MT_RETURN_IF_ERROR(encode_pieces(tokenizer_, pieces, false, out));
+  wrap_sequence(out, /*trained=*/false);
   return append_eos(out);
 }
 
@@ -237,8 +240,19 @@ Status ExampleFormatter::format_messages(const Json& line, TokenizedExample& out
   return encode_pieces(tokenizer_, pieces, /*check_special=*/!options_.markup_as_text, out);
 }
 
+// The tokenizer's template around the sequence, as `tokenizer(text)` adds it (Llama 3's
+// <|begin_of_text|>, Gemma's <bos>): what comes before is trained as the text around it is (a
+// prompt's is context); what comes after ends the example, trained as the EOS.
+void ExampleFormatter::wrap_sequence(TokenizedExample& out, bool trained) const {
+  out.ids.insert(out.ids.begin(), specials_.before.begin(), specials_.before.end());
+  out.loss.insert(out.loss.begin(), specials_.before.size(), uint8_t(trained));
+  out.ids.insert(out.ids.end(), specials_.after.begin(), specials_.after.end());
+  out.loss.insert(out.loss.end(), specials_.after.size(), uint8_t(1));
+}
+
 Status ExampleFormatter::append_eos(TokenizedExample& out) const {
   if (!options_.add_eos) return Status::Ok();
+  if (!specials_.after.empty() && specials_.after.back() == eos_id_) return Status::Ok();  // the template's own
   if (eos_id_ < 0) return eos_error_;
   out.ids.push_back(eos_id_);
   out.loss.push_back(1);
@@ -249,6 +263,13 @@ std::string ExampleFormatter::describe() const {
   static const char* kNames[] = {"auto", "text", "prompt_completion", "messages"};
   std::string s = std::string("format ") + kNames[int(format_)];
   if (chat_) s += ", chat template " + chat_->name();
+  auto ids = [](const std::vector<int32_t>& v) {
+    std::string t;
+    for (int32_t id : v) t += (t.empty() ? "" : " ") + std::to_string(id);
+    return t;
+  };
+  if (!specials_.before.empty()) s += ", ids " + ids(specials_.before) + " before each text";
+  if (!specials_.after.empty()) s += ", ids " + ids(specials_.after) + " after it";
   if (options_.add_eos && eos_id_ >= 0) s += ", EOS '" + eos_content_ + "' (id " + std::to_string(eos_id_) + ")";
   return s + "; tokenizer " + tokenizer_.describe();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/base/status.h"
+#include "engine/text/post_processor.h"
 
 namespace mt {
 
@@ -29,6 +30,10 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   // One line for logs and errors, e.g. "byte-level BPE (qwen2 pattern), 151665 tokens".
   virtual std::string describe() const = 0;
+  // What Hugging Face's encode with add_special_tokens (transformers' `tokenizer(text)`) puts
+  // around one sequence: tokenizer.json's post_processor (post_processor.h). encode() never adds
+  // them; the text and prompt_completion formats do. None by default.
+  virtual SequenceSpecials sequence_specials() const { return {}; }
 };
 
 // The byte-level tokenizer of data.source text: token = byte (vocab 256, no special tokens).

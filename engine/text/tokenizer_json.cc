@@ -126,10 +126,13 @@ Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(const Json& root) {
   MT_ASSIGN_OR_RETURN(Bpe bpe, parse_model(root.find("model"), pre.byte_level()));
   MT_ASSIGN_OR_RETURN(Decoder decoder, Decoder::parse(root.find("decoder")));
   MT_ASSIGN_OR_RETURN(std::vector<AddedToken> added, parse_added_tokens(root.find("added_tokens")));
-  // post_processor (BOS/EOS templates), truncation and padding are not applied: encode adds no
-  // special tokens and never truncates (see tokenizer.h).
-  return std::unique_ptr<Tokenizer>(
-      new HfTokenizer(std::move(added), std::move(normalizer), std::move(pre), std::move(bpe), std::move(decoder)));
+  // The post_processor's template is kept for the formats that add it (sequence_specials);
+  // truncation and padding are not applied: encode never truncates (see tokenizer.h).
+  auto tok = std::make_unique<HfTokenizer>(std::move(added), std::move(normalizer), std::move(pre), std::move(bpe),
+                                           std::move(decoder));
+  MT_ASSIGN_OR_RETURN(SequenceSpecials specials, parse_post_processor(root.find("post_processor"), tok->vocab_size()));
+  tok->set_sequence_specials(std::move(specials));
+  return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 
 }  // namespace

@@ -54,6 +54,37 @@ TEST(SftExample, TextTrainsOnEveryTokenAndTheEos) {
   for (uint8_t l : ex->loss) EXPECT_EQ(l, 1);
 }
 
+// A tokenizer whose post_processor puts a BOS before each sequence (Llama 3, Gemma, Llama 2): the
+// text and prompt_completion formats start with it, as transformers' tokenizer(text) and TRL do
+// (before, a Llama or Gemma base model was trained without the BOS it is used with); a chat
+// renders its own. A template that ends with the EOS gets no second one.
+TEST(SftExample, TheTokenizersTemplatePutsItsBosBeforeEachText) {
+  TestTokenizer tok({"<s>", "</s>", "<|im_start|>", "<|im_end|>"});
+  const int32_t bos = tok.token_id("<s>"), eos = tok.token_id("</s>");
+  tok.with_specials({{bos}, {}});
+  ExampleFormatOptions o;
+  o.eos_token = "</s>";
+  o.chat_template = "chatml";
+  auto f = make(tok, o);
+  auto text = f->format(R"({"text": "hi"})");
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(text->ids, (std::vector<int32_t>{bos, 'h', 'i', eos}));
+  EXPECT_EQ(text->loss, (std::vector<uint8_t>{1, 1, 1, 1}));
+  auto pc = f->format(R"({"prompt": "q", "completion": "a"})");
+  ASSERT_TRUE(pc.ok()) << pc.status().to_string();
+  EXPECT_EQ(pc->ids, (std::vector<int32_t>{bos, 'q', 'a', eos}));
+  EXPECT_EQ(pc->loss, (std::vector<uint8_t>{0, 0, 1, 1}));  // the BOS is the prompt's context
+  auto chat = f->format(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})");
+  ASSERT_TRUE(chat.ok()) << chat.status().to_string();
+  EXPECT_NE(chat->ids.front(), bos) << "a chat template renders its own markup";
+  EXPECT_NE(f->describe().find("ids " + std::to_string(bos) + " before each text"), std::string::npos) << f->describe();
+  tok.with_specials({{bos}, {eos}});  // "<s> $A </s>": the template's EOS ends the example
+  auto g = make(tok, o);
+  auto ended = g->format(R"({"text": "hi"})");
+  ASSERT_TRUE(ended.ok()) << ended.status().to_string();
+  EXPECT_EQ(ended->ids, (std::vector<int32_t>{bos, 'h', 'i', eos}));
+}
+
 TEST(SftExample, AddEosFalseAppendsNothingAndNeedsNoEosToken) {
   ExampleFormatOptions o;
   o.format = "text";

@@ -207,6 +207,48 @@ TEST_F(TokenizerJson, HostileSizesAndIdsAreErrors) {
   EXPECT_FALSE(load_text(std::string(200000, '[') + std::string(200000, ']')).ok());
 }
 
+// The post_processor's single template, as Llama 3 writes it (a Sequence of ByteLevel and a
+// TemplateProcessing) and as Llama 2 / Gemma write it (one TemplateProcessing, with an EOS after
+// in a variant); anything else is refused by name, a malformed template named.
+TEST_F(TokenizerJson, ThePostProcessorsTemplateIsReadAndTheRestRefusedByName) {
+  auto specials_of = [&](const std::string& pp) -> Result<SequenceSpecials> {
+    MT_RETURN_IF_ERROR(load_edited([&](Json& j) { j.set("post_processor", object(pp)); }));
+    MT_ASSIGN_OR_RETURN(auto tok, load_tokenizer(dir_.path));
+    return tok->sequence_specials();
+  };
+  const std::string table = R"("special_tokens": {"<s>": {"id": "<s>", "ids": [7], "tokens": ["<s>"]},
+                                                  "</s>": {"id": "</s>", "ids": [9], "tokens": ["</s>"]}})";
+  const std::string bos = R"({"SpecialToken": {"id": "<s>", "type_id": 0}})", eos = R"({"SpecialToken": {"id": "</s>", "type_id": 0}})";
+  const std::string a = R"({"Sequence": {"id": "A", "type_id": 0}})";
+  auto tp = [&](const std::string& single) {
+    return R"({"type": "TemplateProcessing", "single": [)" + single + R"(], "pair": [], )" + table + "}";
+  };
+  auto llama3 = specials_of(R"({"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": true,
+      "trim_offsets": false, "use_regex": true}, )" + tp(bos + ", " + a) + "]}");
+  ASSERT_TRUE(llama3.ok()) << llama3.status().to_string();
+  EXPECT_EQ(llama3->before, std::vector<int32_t>{7});
+  EXPECT_TRUE(llama3->after.empty());
+  auto wrapped = specials_of(tp(bos + ", " + a + ", " + eos));
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status().to_string();
+  EXPECT_EQ(wrapped->before, std::vector<int32_t>{7});
+  EXPECT_EQ(wrapped->after, std::vector<int32_t>{9});
+  auto qwen = specials_of(R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false})");
+  ASSERT_TRUE(qwen.ok()) << qwen.status().to_string();
+  EXPECT_TRUE(qwen->empty());
+  EXPECT_TRUE(specials_of("null")->empty());
+  expect_refused(specials_of(R"({"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0]})").status(),
+                 "post_processor type 'RobertaProcessing' is not supported");
+  expect_refused(specials_of(tp(bos)).status(), "holds the sequence 0 times");
+  expect_refused(specials_of(tp(a + ", " + a)).status(), "holds the sequence 2 times");
+  expect_refused(specials_of(tp(R"({"SpecialToken": {"id": "<x>", "type_id": 0}}, )" + a)).status(),
+                 "special token '<x>' has no ids");
+  expect_refused(specials_of(tp(R"({"Sequence": {"id": "B", "type_id": 0}})")).status(), "names sequence 'B'");
+  expect_refused(specials_of(R"({"type": "TemplateProcessing", "single": [)" + bos + ", " + a +
+                             R"(], "special_tokens": {"<s>": {"ids": [99999999]}}})")
+                     .status(),
+                 "has an id outside");
+}
+
 TEST_F(TokenizerJson, BadAndHostileRegexes) {
   auto with_split = [&](const std::string& pattern) {
     return load_edited([&](Json& j) {
