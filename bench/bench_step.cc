@@ -328,7 +328,9 @@ int run_step(const Flags& f) {
   }
   const double eval_s = median(eval_times), eval_tokens = double(held.num_seqs) * opt.seq_len;
   const double step_s = median(times), tokens = double(opt.global_batch) * opt.seq_len;
-  const double fpt = model_flops_per_token(*cfg, opt.seq_len), achieved = fpt * tokens / step_s;
+  // Attention within the packed documents (--doc-len; with --doc-spread, counted as documents
+  // of the mean length, which undercounts the longer ones' pairs a little).
+  const double fpt = model_flops_per_token(*cfg, opt.seq_len, args->doc_len), achieved = fpt * tokens / step_s;
   // The peak this step is measured against: the GEMM of the device it ran on, in its precision.
   double peak = 0;
   const int cpu_n = args->peak_n > 0 ? args->peak_n : 2048;

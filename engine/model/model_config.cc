@@ -442,15 +442,27 @@ int64_t ModelConfig::num_active_params() const {
   return n + int64_t(num_moe_layers()) * moe.top_k * expert;
 }
 
-double model_flops_per_token(const ModelConfig& c, int seq_len) {
-  const double C = c.hidden_size;
-  double matmul_params = double(c.vocab_size) * C;
+namespace {
+// (query, key) pairs of causal attention over a document of n tokens, each query seeing at most
+// w keys (0: all before it), as the continuous count: n^2 / 2 unwindowed (the half of the
+// square the 6 x layers x seq_len x q_dim convention counts), n w - w^2 / 2 with a window w < n.
+double causal_pairs(double n, double w) { return w <= 0 || w >= n ? n * n / 2 : n * w - w * w / 2; }
+}  // namespace
+
+double model_flops_per_token(const ModelConfig& c, int seq_len, int doc_len) {
+  const double C = c.hidden_size, T = seq_len;
+  // The sequence as documents of doc_len tokens (the last one shorter), or one of seq_len.
+  const double D = doc_len > 0 && doc_len < seq_len ? doc_len : T, full = std::floor(T / D), rest = T - full * D;
+  double matmul_params = double(c.vocab_size) * C, pairs = 0;
   for (int l = 0; l < c.num_layers; ++l) {  // a token's active parameters: its top_k experts
     matmul_params += double(c.qkv_dim()) * C + C * c.q_dim() + 3.0 * c.dense_ffn(l) * C;
     if (c.is_moe_layer(l))
       matmul_params += double(c.moe.num_experts) * C + double(c.moe.top_k) * 3.0 * c.moe.expert_ffn * C;
+    const double w = c.layer_attention(l).window;
+    pairs += full * causal_pairs(D, w) + causal_pairs(rest, w);
   }
-  return 6 * matmul_params + 6.0 * c.num_layers * seq_len * c.q_dim();
+  // QK^T and PV: 2 x 2 x q_dim a pair forward, twice that backward.
+  return 6 * matmul_params + (T > 0 ? 12.0 * c.q_dim() * pairs / T : 0);
 }
 
 }  // namespace mt

@@ -161,9 +161,12 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
 Result<ModelConfig> load_model_config(const std::string& path);  // a file or a model directory
 Result<ModelConfig> preset_config(const std::string& name);     // a built-in preset
 // Model FLOPs of training on one token of a seq_len sequence: 6 x the matmul parameters (every
-// projection and the LM head; the embedding lookup is no matmul) + causal attention, 6 x layers x
-// seq_len x q_dim (QK^T and PV, forward and twice for backward, half the keys on average).
-double model_flops_per_token(const ModelConfig& c, int seq_len);
+// projection and the LM head; the embedding lookup is no matmul) + causal attention, 12 x q_dim
+// per (query, key) pair (QK^T and PV, forward and twice for backward): 6 x layers x seq_len x
+// q_dim without windows (half the keys on average), fewer on a layer with a sliding window (each
+// query sees at most its window: Gemma 2/3, gpt-oss, windowed Mistral) and, with doc_len > 0,
+// in packed documents of doc_len tokens (attention within each).
+double model_flops_per_token(const ModelConfig& c, int seq_len, int doc_len = 0);
 std::vector<std::string> preset_names();
 
 // The config as an HF config.json (the original keys plus ours), for export.

@@ -55,6 +55,29 @@ TEST(ModelConfig, AllPresetsLoadWithExpectedSizes) {
   EXPECT_EQ(preset_names().size(), std::size(expected));
 }
 
+// The model FLOPs a step reports (and the planner's NVMe verdict assumes): attention counted by
+// the (query, key) pairs each layer computes, so a sliding window or packed documents count what
+// runs, not the whole causal triangle (gemma-3-27b at 128K was counted 1.84x).
+TEST(ModelConfig, AttentionFlopsCountWindowsAndDocuments) {
+  auto cfg = parse_model_config(llama(""), "config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const int T = 1024;
+  const double q_dim = cfg->q_dim(), dense = model_flops_per_token(*cfg, 0);  // no attention at T = 0
+  auto attention = [&](const ModelConfig& c, int doc_len = 0) { return model_flops_per_token(c, T, doc_len) - dense; };
+  EXPECT_DOUBLE_EQ(attention(*cfg), 6.0 * cfg->num_layers * T * q_dim);  // the causal convention, unchanged
+  // Documents of 16 tokens: each token's query sees 8 keys on average, not 512.
+  EXPECT_DOUBLE_EQ(attention(*cfg, 16), 6.0 * cfg->num_layers * 16 * q_dim);
+  EXPECT_DOUBLE_EQ(attention(*cfg, T), attention(*cfg));
+  // A window of 16 keys on every layer: (1024 x 16 - 16^2 / 2) pairs a layer, 12 x q_dim each.
+  std::string mistral = llama(R"(, "sliding_window": 16)");
+  mistral.replace(mistral.find("LlamaForCausalLM"), 16, "MistralForCausalLM");
+  auto windowed = parse_model_config(mistral, "config.json");
+  ASSERT_TRUE(windowed.ok()) << windowed.status().to_string();
+  ASSERT_EQ(windowed->layer_attention(0).window, 16);
+  EXPECT_DOUBLE_EQ(attention(*windowed), 12.0 * q_dim * cfg->num_layers * (T * 16.0 - 128.0) / T);
+  EXPECT_LT(attention(*windowed), attention(*cfg) / 30);
+}
+
 TEST(ModelConfig, UnknownPresetListsTheAvailableOnes) {
   auto r = preset_config("gpt-5");
   ASSERT_FALSE(r.ok());
