@@ -132,6 +132,16 @@ Status mistral(const ConfigReader& r, ModelConfig& c) {
   return Status::Ok();
 }
 
+// An integer key >= 0 and <= max (absent: `out` unchanged).
+Status count_key(const ConfigReader& r, const char* field, int& out, int max) {
+  const Json* v = r.get(field);
+  if (is_null(v)) return Status::Ok();
+  if (!v->is_integer() || v->as_int() < 0 || v->as_int() > max)
+    return r.fail(field, "must be an integer in 0.." + std::to_string(max) + ", got " + v->dump());
+  out = int(v->as_int());
+  return Status::Ok();
+}
+
 // Qwen2/Qwen3: a window (4096 when absent) only with use_sliding_window, on the layers from
 // max_window_layers (28 when absent) on.
 Status qwen_windows(const ConfigReader& r, ModelConfig& c) {
@@ -143,8 +153,8 @@ Status qwen_windows(const ConfigReader& r, ModelConfig& c) {
   }
   MT_ASSIGN_OR_RETURN(bool typed, read_layer_types(r, c, w, false));
   if (typed || w == 0) return Status::Ok();
-  int from = 28;
-  MT_RETURN_IF_ERROR(r.positive_int("max_window_layers", from, ModelLimits::kLayers, false));
+  int from = 28;  // 0: every layer slides, as transformers makes it
+  MT_RETURN_IF_ERROR(count_key(r, "max_window_layers", from, ModelLimits::kLayers));
   c.layers.assign(size_t(c.num_layers), LayerAttention{});
   for (int l = from; l < c.num_layers; ++l) c.layers[size_t(l)].window = w;
   return Status::Ok();
@@ -261,15 +271,6 @@ Status gemma3(const ConfigReader& r, ModelConfig& c) {
 
 // ---- mixtures of experts -------------------------------------------------------------------------
 
-// An integer key >= 0 and <= max (absent: `out` unchanged).
-Status count_key(const ConfigReader& r, const char* field, int& out, int max) {
-  const Json* v = r.get(field);
-  if (is_null(v)) return Status::Ok();
-  if (!v->is_integer() || v->as_int() < 0 || v->as_int() > max)
-    return r.fail(field, "must be an integer in 0.." + std::to_string(max) + ", got " + v->dump());
-  out = int(v->as_int());
-  return Status::Ok();
-}
 
 // What every MoE family shares: the experts (num_local_experts or num_experts: transformers writes
 // Qwen3-MoE's num_experts as num_local_experts, its attribute_map; both must agree when both are
@@ -296,7 +297,9 @@ Status read_moe(const ConfigReader& r, ModelConfig& c, int experts, int top_k, i
     coef = v->as_double();
   }
   m.aux_coef = aux ? coef : 0;
-  return refuse_dropout(r, "router_jitter_noise");  // a noise of 0 is the only exact one
+  const Json* jitter = r.get("router_jitter_noise");  // a noise of 0 is the only exact one
+  if (is_null(jitter) || (jitter->is_number() && jitter->as_double() == 0)) return Status::Ok();
+  return r.fail("router_jitter_noise", "is " + jitter->dump() + "; router jitter is not implemented (only 0)");
 }
 
 // Qwen's MoE layers: every decoder_sparse_step-th layer not listed in mlp_only_layers.
@@ -390,6 +393,8 @@ Status gpt_oss(const ConfigReader& r, ModelConfig& c) {
   m.router = RouterKind::kTopKSoftmax;
   m.router_bias = m.expert_bias = true;
   m.names = MoeNames::kGptOss;
+  // As transformers 5.24 reads them (its fixtures: tests/fixtures/moe/gpt_oss clamps at 1.25);
+  // 5.17's GptOssExperts fixed 1.702 and 7.0, the hub's values.
   double alpha = 1.702, limit = 7.0;
   MT_RETURN_IF_ERROR(r.number("swiglu_alpha", alpha));
   MT_RETURN_IF_ERROR(r.number("swiglu_limit", limit));

@@ -72,7 +72,7 @@ bool rope_key_known(const std::string& type, const std::string& k, bool in_param
 // The keys transformers requires of a RoPE object of `type` (no defaults are taken for them).
 std::vector<const char*> required_rope_keys(const std::string& type) {
   if (type == "linear" || type == "yarn") return {"factor"};
-  if (type == "llama3") return {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  if (type == "llama3") return {"factor", "low_freq_factor", "high_freq_factor"};
   return {};
 }
 
@@ -107,8 +107,14 @@ Status read_rope_object(const ConfigReader& r, const Json& rs, const std::string
   MT_RETURN_IF_ERROR(num("factor", s.factor));
   MT_RETURN_IF_ERROR(num("low_freq_factor", s.low_freq_factor));
   MT_RETURN_IF_ERROR(num("high_freq_factor", s.high_freq_factor));
-  double orig = double(s.type == "yarn" && c.max_position_embeddings > 0 ? c.max_position_embeddings
-                                                                         : s.original_max_position_embeddings);
+  // transformers 5's standardize_rope_params: llama3 and yarn without it take max_position_embeddings
+  // (a top-level original_max_position_embeddings replaces both: top_level_original).
+  const bool scaled = s.type == "yarn" || s.type == "llama3";
+  if (s.type == "llama3" && !rs.find("original_max_position_embeddings") && c.max_position_embeddings <= 0 &&
+      !r.get("original_max_position_embeddings"))
+    return r.fail(name + ".original_max_position_embeddings", "is required for rope_type 'llama3' without max_position_embeddings");
+  double orig = double(scaled && c.max_position_embeddings > 0 ? c.max_position_embeddings
+                                                                : s.original_max_position_embeddings);
   MT_RETURN_IF_ERROR(num("original_max_position_embeddings", orig));
   if (orig > double(ModelLimits::kMaxPositions))
     return r.fail(name + ".original_max_position_embeddings", "exceeds " + std::to_string(ModelLimits::kMaxPositions));

@@ -161,6 +161,31 @@ TEST(ModelConfig, SlidingWindowsFollowTheFamilysKeys) {
       "use_sliding_window": false, "sliding_window": 4096})", "q.json");
   ASSERT_TRUE(off.ok()) << off.status().to_string();
   EXPECT_TRUE(off->layers.empty());
+  // max_window_layers 0 (as transformers 4 writes it, without layer_types): every layer slides,
+  // as transformers makes it; it was refused as not positive.
+  auto all = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100,
+      "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0})", "q.json");
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(all->layer_attention(0).window, 8);
+  EXPECT_EQ(all->layer_attention(1).window, 8);
+}
+
+// A llama3 RoPE object without original_max_position_embeddings takes max_position_embeddings,
+// as transformers 5's standardize_rope_params fills it (it was refused); a top-level one wins;
+// with neither it is refused by name.
+TEST(ModelConfig, Llama3RopeTakesMaxPositionsForItsOriginalContext) {
+  const std::string rope = R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0})";
+  auto filled = parse_model_config(llama(rope + R"(, "max_position_embeddings": 16)"), "config.json");
+  ASSERT_TRUE(filled.ok()) << filled.status().to_string();
+  EXPECT_EQ(filled->rope_scaling.original_max_position_embeddings, 16);
+  auto top = parse_model_config(llama(rope + R"(, "max_position_embeddings": 16, "original_max_position_embeddings": 12)"),
+                                "config.json");
+  ASSERT_TRUE(top.ok()) << top.status().to_string();
+  EXPECT_EQ(top->rope_scaling.original_max_position_embeddings, 12);
+  const std::string m = refusal(llama(rope));
+  EXPECT_NE(m.find("'rope_scaling.original_max_position_embeddings'"), std::string::npos) << m;
 }
 
 TEST(ModelConfigRefusal, AnotherFamilysOptionIsRefused) {
