@@ -169,6 +169,8 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(void* totals, backend_->device_alloc(micro_batches * 2 * sizeof(double)));
   loss_totals_ = static_cast<double*>(totals);
   MT_ASSIGN_OR_RETURN(host_loss_, HostBuffer::allocate(backend_->host_allocator(), micro_batches * 2 * sizeof(double)));
+  MT_ASSIGN_OR_RETURN(host_batch_, HostBuffer::allocate(backend_->host_allocator(),
+                                                        (4 * tokens + micro_batches) * sizeof(int32_t)));
   const auto inv = rope_inv_freq(cfg_);
   MT_ASSIGN_OR_RETURN(void* inv_freq, backend_->device_alloc(inv.size() * sizeof(float)));
   inv_freq_ = static_cast<float*>(inv_freq);
@@ -287,20 +289,30 @@ double StreamingExecutor::read_loss_sum() {
 void StreamingExecutor::upload_batch(const Batch& batch) {
   // inputs_/targets_ are overwritten only once the previous step's compute (its embedding
   // backward reads inputs_) is done: on CUDA the H2D stream does not otherwise wait for it.
+  // The staging (pinned where the backend pins) is rewritten here only: the previous step's copies
+  // from it ran before that step's compute, which step() returned after.
   backend_->stream_wait(StreamKind::kH2D, backend_->record(StreamKind::kCompute));
   const size_t tokens = batch.inputs.size();
-  backend_->copy_h2d(inputs_, row_ids_.data(), tokens * sizeof(int32_t));
-  backend_->copy_h2d(targets_, batch.targets.data(), tokens * sizeof(int32_t));
+  int32_t* staged = host_batch_.as<int32_t>();
+  auto upload = [&](int32_t* device, const int32_t* host, size_t n) {
+    std::copy(host, host + n, staged);
+    backend_->copy_h2d(device, staged, n * sizeof(int32_t));
+    staged += n;
+  };
+  upload(inputs_, row_ids_.data(), tokens);
+  upload(targets_, batch.targets.data(), tokens);
   has_positions_ = !batch.positions.empty();
   if (has_positions_) {
-    backend_->copy_h2d(positions_, batch.positions.data(), tokens * sizeof(int32_t));
-    upload_spans(batch);
+    upload(positions_, batch.positions.data(), tokens);
+    make_spans(batch);
+    upload(device_span_starts_, span_starts_.data(), span_starts_.size());
   }
   timeline_.wait(backend_->record(StreamKind::kH2D));
 }
 
-// Each micro-batch's documents as spans, starts relative to the micro-batch (b*T + t).
-void StreamingExecutor::upload_spans(const Batch& batch) {
+// Each micro-batch's documents as spans, starts relative to the micro-batch (b*T + t); upload_batch
+// uploads span_starts_ to device_span_starts_.
+void StreamingExecutor::make_spans(const Batch& batch) {
   const size_t n = size_t(shape_.N()), micro_batches = batch.positions.size() / n;
   span_starts_.clear();
   span_starts_.reserve(batch.positions.size() + micro_batches);  // the most there can be: the spans point into it
@@ -311,7 +323,6 @@ void StreamingExecutor::upload_spans(const Batch& batch) {
     span_starts_.insert(span_starts_.end(), st.begin(), st.end());
     if (!st.empty()) spans_[m] = {span_starts_.data() + first, device_span_starts_ + first, int(st.size()) - 1};
   }
-  backend_->copy_h2d(device_span_starts_, span_starts_.data(), span_starts_.size() * sizeof(int32_t));
 }
 
 LayerShape StreamingExecutor::micro_batch_shape(int m) const {

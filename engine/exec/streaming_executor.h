@@ -102,7 +102,7 @@ class StreamingExecutor final : public Executor {
   // Host bytes it allocated: the HostStore and its host staging buffers (= plan().host_bytes).
   uint64_t host_bytes() const {
     return (own_store_ ? own_store_->total_bytes() : 0) + host_tied_grad_.bytes() + host_checkpoints_.bytes() + host_rows_.bytes() +
-           host_loss_.bytes() + host_upload_staging_.bytes() + host_offsets_.bytes() + host_recheck_.bytes() +
+           host_loss_.bytes() + host_batch_.bytes() + host_upload_staging_.bytes() + host_offsets_.bytes() + host_recheck_.bytes() +
            host_moe_stats_.bytes();
   }
   size_t device_peak() const { return backend_->device_peak(); }
@@ -127,7 +127,7 @@ class StreamingExecutor final : public Executor {
   Status eval_moe(int layer, int count, const T* w, const T* in, T* out);
   void drain();  // waits until every stream has run what was enqueued
   void upload_batch(const Batch& batch);
-  void upload_spans(const Batch& batch);
+  void make_spans(const Batch& batch);  // span_starts_ and spans_ of the batch's documents
   // shape_ with micro-batch m's document positions and spans (nullptr when the batch has none).
   LayerShape micro_batch_shape(int m) const;
   void fill_stats(StepStats& st);
@@ -201,6 +201,9 @@ class StreamingExecutor final : public Executor {
   HostBuffer host_checkpoints_;  // host placement: layer inputs (L x G*T*C, compute dtype)
   HostBuffer host_rows_;          // the step's embedding rows, then their gradient (HostStaging)
   HostBuffer host_loss_;          // the head's {loss sum, counted} per micro-batch
+  // The step's inputs, targets, positions and document starts, staged for their upload: a copy
+  // from pageable memory would hold the host until the H2D stream's queued uploads had run.
+  HostBuffer host_batch_;
   HostBuffer host_upload_staging_;  // bf16 convert uploads: one slot-sized buffer per weight slot
   EventPtr loss_landed_;          // host_loss_ holds this step's totals
   // Inputs as indices into the step's embedding rows (what the device's embedding reads), and

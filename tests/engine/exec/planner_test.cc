@@ -33,11 +33,15 @@ TEST(Planner, EveryPresetPlansWithoutAllocating) {
       EXPECT_GE(state, per_param * uint64_t(p->params)) << name;
       EXPECT_LT(state - per_param * uint64_t(p->params), 4 * 4096 * units) << name;
       // Beyond the per-parameter state: embedding-row staging (4 B per embedding element at
-      // most), the head's loss totals (2 doubles per micro-batch) and a tied head's gradient
-      // share (gb); layer inputs stay on the device here.
+      // most), the head's loss totals (2 doubles per micro-batch), the batch's staging (inputs,
+      // targets, positions and document starts: 4 int32 a token, 1 a micro-batch) and a tied
+      // head's gradient share (gb); layer inputs stay on the device here.
       const uint64_t emb = uint64_t(cfg->vocab_size) * uint64_t(cfg->hidden_size);
-      const uint64_t loss_totals = uint64_t(opt.global_batch / opt.micro_batch) * 2 * sizeof(double);
-      EXPECT_LE(p->host_bytes - state - routing, emb * (4 + (cfg->tie_word_embeddings ? gb : 0)) + loss_totals) << name;
+      const uint64_t micro_batches = uint64_t(opt.global_batch / opt.micro_batch);
+      const uint64_t loss_totals = micro_batches * 2 * sizeof(double);
+      const uint64_t batch = (4 * uint64_t(opt.global_batch) * uint64_t(opt.seq_len) + micro_batches) * 4;
+      EXPECT_LE(p->host_bytes - state - routing,
+                emb * (4 + (cfg->tie_word_embeddings ? gb : 0)) + loss_totals + batch) << name;
       EXPECT_GT(p->host_bytes, state) << name;
       EXPECT_GT(p->device_bytes, 0u);
       EXPECT_TRUE(p->fits);
