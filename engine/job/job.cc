@@ -91,15 +91,17 @@ Result<MemoryPlan> plan_for_job(const JobSpec& spec, const ModelConfig& cfg, uin
 
 Result<int> longest_seq_len(const JobSpec& spec, const ModelConfig& cfg, uint64_t host_budget, uint64_t device_budget) {
   JobSpec s = spec;
+  std::string reason;  // the last plan's, when it did not fit
   auto fits = [&](int T) -> Result<bool> {
     s.train.seq_len = T;
     MT_ASSIGN_OR_RETURN(MemoryPlan p, plan_for_job(s, cfg, host_budget, device_budget));
+    reason = p.reason;
     return p.fits;
   };
   const int64_t by_tokens = TrainLimits::kTokensPerStep / std::max(1, spec.train.global_batch);
   int lo = 1, hi = int(std::min<int64_t>(TrainLimits::kSeqLen, by_tokens));  // fits(lo); answer in [lo, hi]
   MT_ASSIGN_OR_RETURN(bool any, fits(lo));
-  if (!any) return failed_precondition("not even seq_len = 1 fits the budgets");
+  if (!any) return failed_precondition("not even seq_len = 1 fits the budgets: " + reason);
   MT_ASSIGN_OR_RETURN(bool all, fits(hi));
   if (all) return hi;
   while (hi - lo > 1) {  // fits(lo), !fits(hi)

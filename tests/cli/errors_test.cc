@@ -402,8 +402,10 @@ TEST(CliPlan, LocalPlanEqualsTheDaemonPlan) {
           ASSERT_EQ(lm.rc, 0) << describe(lm);
           ASSERT_EQ(rm.rc, 0) << describe(rm);
           EXPECT_EQ(lm.json_lines().at(0).find("max_seq_len")->dump(), rm.json_lines().at(0).find("max_seq_len")->dump());
-        } else {  // 8 GiB holds no 8B model: both refuse alike
+        } else {  // 8 GiB holds no 8B model: both refuse alike, saying what does not fit
           EXPECT_EQ(lm.rc, rm.rc) << describe(lm) << describe(rm);
+          EXPECT_NE(lm.err.find("not even seq_len = 1 fits the budgets: host memory: needs"), std::string::npos)
+              << describe(lm);
         }
       }
       if (std::string(preset) == "tiny") {
