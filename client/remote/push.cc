@@ -140,7 +140,12 @@ int push_failed(Connection& c, const PushPlan& p, const grpc::Status& s) {
     held = " (how much is spooled is unknown";
     details.set("push_committed_tokens", nullptr);
   }
-  held += "; run the same command again to resume push " + p.push_id + ")";
+  // A refused chunk is refused again as it is; a corrected file has another default id, which
+  // would spool its first tokens a second time.
+  const bool refused = s.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+  held += refused ? "; the file's tokens are refused as they are: correct them and add --push-id " + p.push_id +
+                        " to resume this push, not start another)"
+                  : "; run the same command again to resume push " + p.push_id + ")";
   return c.fail(s, "push " + p.path + " to job " + p.id + held, details);
 }
 

@@ -93,7 +93,8 @@ TEST_F(PushTest, BadInputIsRefused) {
   // Issue 11 (12): progress never claims 100% before the daemon's answer, and the error says how
   // much of the push the daemon holds and how to resume.
   EXPECT_EQ(big.err.find("100%"), std::string::npos) << big.err;
-  EXPECT_NE(big.err.find("0 of its 400 tokens are spooled; run the same command again to resume"),
+  EXPECT_NE(big.err.find("0 of its 400 tokens are spooled; the file's tokens are refused as they are: correct them "
+                         "and add --push-id"),
             std::string::npos)
       << big.err;
   RunResult odd = daemon_->cli({"push", id_, write_file(dir_ + "/odd.u16", "abc"), "--format", "tokens-u16"});
