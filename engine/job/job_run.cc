@@ -113,6 +113,23 @@ Status JobRun::open(uint64_t device_budget, uint64_t host_budget) {
   return Status::Ok();
 }
 
+// data.epochs that end the run before `steps`: the LR schedule spans `steps`, so the run would end
+// near its peak rate, undecayed (a Hugging Face Trainer sizes its schedule to num_train_epochs).
+// The data's rows are its first epoch's (packing lays each epoch out anew: about as many).
+std::string JobRun::epochs_end_early() const {
+  const TrainOptions& t = spec_.train;
+  if (spec_.data.epochs <= 0 || t.schedule.decay == LrDecay::kConstant) return "";
+  const uint64_t rows = data_->num_sequences(t.seq_len) * uint64_t(spec_.data.epochs);
+  const uint64_t steps = (rows + uint64_t(t.global_batch) - 1) / uint64_t(t.global_batch);
+  if (rows == 0 || steps >= uint64_t(spec_.steps)) return "";
+  char at_end[32];
+  std::snprintf(at_end, sizeof at_end, "%.2f", double(t.schedule.at(1.0f, long(steps) - 1)));
+  return "data.epochs " + std::to_string(spec_.data.epochs) + " ends the run after about " + std::to_string(steps) +
+         " steps, before steps = " + std::to_string(spec_.steps) + ", which the " + lr_decay_name(t.schedule.decay) +
+         " learning-rate schedule spans: its last step would run at " + at_end +
+         " of the peak rate, undecayed; set steps to about " + std::to_string(steps) + " to decay over the data";
+}
+
 // spec.eval: the held-out set, read once, before the first step.
 Status JobRun::open_held_out() {
   if (!spec_.eval.enabled) return Status::Ok();
@@ -133,6 +150,7 @@ Status JobRun::open_state() {
   if (!start.warning.empty()) log(LogLevel::kWarning, start.warning);
   state_.data_cursor = start.cursor;
   MT_RETURN_IF_ERROR(data_->seek(state_.data_cursor));
+  if (const std::string w = epochs_end_early(); !w.empty() && lead()) log(LogLevel::kWarning, w);
   if (resumed_.empty()) state_.eval = {};  // init.from another job: its evaluations are not ours
   state_.spec_hash = job_spec_hash(spec_);
   state_.spec = job_spec_hashed_json(spec_);

@@ -39,6 +39,7 @@ class JobRun {
   bool lead() const { return nodes_.comms().rank() == 0; }  // the process that begins checkpoints
   void log(LogLevel level, const std::string& msg) const;
   Status open_held_out();
+  std::string epochs_end_early() const;  // a warning when data.epochs ends the run before `steps`
   Status open_state();
   Status check_processes_agree();
   void log_start() const;

@@ -182,6 +182,31 @@ TEST(SftCli, TinyModelLearnsReversalLossOnlyOnCompletions) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
+// data.epochs that end the run long before `steps`: the schedule spans `steps`, so the run would
+// stop near its peak learning rate. Said at the start, with the steps the data gives; not when
+// the data lasts, and not for a constant schedule.
+TEST(SftCli, EpochsEndingTheRunBeforeItsStepsSayTheScheduleWillNotDecay) {
+  const std::string dir = fresh_dir("sft_epochs_short");
+  const Task task = reverse_task(dir, 48, 4, 4);  // 48 short examples: one 64-token row holds several
+  auto run = [&](int epochs, const std::string& decay) {
+    std::string yaml = sft_spec("{source: jsonl, path: " + task.path + ", tokenizer: byte, format: prompt_completion, "
+                                "packing: false, epochs: " + std::to_string(epochs) + "}", 100, 64, 16, 0);
+    yaml.replace(yaml.find("decay: cosine"), 13, "decay: " + decay);
+    return megatrain({"train", write_file(dir + "/spec.yaml", yaml), "--json", "--out", dir + "/run-" + decay +
+                      std::to_string(epochs)});
+  };
+  RunResult short_run = run(2, "cosine");  // 48 rows an epoch, 16 a step: 6 steps of 100
+  ASSERT_EQ(short_run.rc, 0) << describe(short_run);
+  EXPECT_NE(short_run.err.find("data.epochs 2 ends the run after about 6 steps, before steps = 100"), std::string::npos)
+      << describe(short_run);
+  EXPECT_NE(short_run.err.find("set steps to about 6"), std::string::npos) << describe(short_run);
+  RunResult constant = run(2, "constant");
+  EXPECT_EQ(constant.err.find("ends the run after about"), std::string::npos) << describe(constant);
+  RunResult lasting = run(40, "cosine");  // 120 steps of data
+  EXPECT_EQ(lasting.err.find("ends the run after about"), std::string::npos) << describe(lasting);
+  if (!HasFailure()) fs::remove_all(dir);
+}
+
 // The daemon runs a jsonl job from its data root; `megatrain status` shows the packing efficiency.
 TEST(SftCli, StatusShowsPackingEfficiencyOfADaemonJob) {
   DaemonProcess daemon("sft_status");
