@@ -35,7 +35,6 @@ Result<LineFormat> make_line_format(std::shared_ptr<const Tokenizer> tok, const 
   LineFormat out;
   out.description = shared->describe();
   out.eos_id = shared->eos_id();
-  out.specials = shared->sequence_specials();
   out.format.line = [shared, tok](std::string_view line) { return shared->format(line); };
   out.format.document = [shared, tok](std::string_view text) { return shared->format_document(text); };
   return out;
@@ -70,11 +69,6 @@ Result<std::string> tokenization_fingerprint(const Tokenizer& tok, const LineFor
   MT_RETURN_IF_ERROR(tok.encode(kProbe, ids));
   ids.push_back(format.eos_id);
   mix(h, std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t)));
-  // The template's BOS (and what follows a text), when there is one: without, fingerprints are
-  // those of before it was applied.
-  for (const std::vector<int32_t>* v : {&format.specials.before, &format.specials.after})
-    if (!format.specials.empty())
-      mix(h, std::string_view(reinterpret_cast<const char*>(v->data()), v->size() * sizeof(int32_t)));
   return hex64(h);
 }
 

@@ -62,8 +62,6 @@ class ExampleFormatter {
   std::string describe() const;
   // The token appended to each text / prompt_completion example; -1 when none is.
   int32_t eos_id() const { return options_.add_eos ? eos_id_ : -1; }
-  // The tokenizer's template ids around each text / prompt_completion example (none for chats).
-  const SequenceSpecials& sequence_specials() const { return specials_; }
 
  private:
   enum class Format { kAuto, kText, kPromptCompletion, kMessages };
@@ -77,7 +75,7 @@ class ExampleFormatter {
   Status read_messages(const Json& line, std::vector<ChatMessage>& messages) const;
   Status read_reasoning(const Json& message, const std::string& where, ChatMessage& msg) const;
   Status refuse_markup(const std::string& text, const std::string& field) const;
-  void wrap_sequence(TokenizedExample& out, bool trained) const;  // the tokenizer's template around it
+  Status wrap_sequence(TokenizedExample& out, bool trained) const;  // the tokenizer's template around it
   Status append_eos(TokenizedExample& out) const;
 
   ExampleFormatOptions options_;
@@ -86,6 +84,7 @@ class ExampleFormatter {
   int32_t eos_id_ = -1;
   std::string eos_content_;
   SequenceSpecials specials_;  // text and prompt_completion: tokenizer.json's post_processor template
+  Status specials_error_;      // why there is none for them (a post_processor this does not read)
   std::unique_ptr<const ChatTemplate> chat_;  // null when messages are not accepted
   Status chat_error_;                          // why (format auto without a usable template)
   Status eos_error_;                           // why eos_id_ is -1 while add_eos (format auto)

@@ -63,7 +63,12 @@ Result<std::unique_ptr<ExampleFormatter>> ExampleFormatter::create(const Example
     f->eos_error_ = f->resolve_eos();
     if (!f->eos_error_.ok() && strict) return f->eos_error_;
   }
-  if (f->format_ != Format::kMessages) f->specials_ = tokenizer.sequence_specials();  // chats render their own BOS
+  if (f->format_ != Format::kMessages) {  // chats render their own BOS
+    Result<SequenceSpecials> specials = tokenizer.sequence_specials();
+    if (specials.ok()) f->specials_ = *specials;
+    else f->specials_error_ = specials.status().with_context("the text and prompt_completion formats");
+    if (!f->specials_error_.ok() && strict) return f->specials_error_;
+  }
   return f;
 }
 
@@ -151,7 +156,7 @@ Status ExampleFormatter::format_text(const Json& line, TokenizedExample& out) co
 Status ExampleFormatter::encode_text(std::string text, TokenizedExample& out) const {
   const TextPiece piece{std::move(text), /*trained=*/true, /*special=*/false};
   MT_RETURN_IF_ERROR(encode_pieces(tokenizer_, {&piece, 1}, false, out));
-  wrap_sequence(out, /*trained=*/true);
+  MT_RETURN_IF_ERROR(wrap_sequence(out, /*trained=*/true));
   return append_eos(out);
 }
 
@@ -163,7 +168,7 @@ Status ExampleFormatter::format_prompt_completion(const Json& line, TokenizedExa
   const TextPiece pieces[] = {{string_field(line, "prompt")->as_string(), false, false},
                               {string_field(line, "completion")->as_string(), true, false}};
   MT_RETURN_IF_ERROR(encode_pieces(tokenizer_, pieces, false, out));
-  wrap_sequence(out, /*trained=*/false);
+  MT_RETURN_IF_ERROR(wrap_sequence(out, /*trained=*/false));
   return append_eos(out);
 }
 
@@ -243,11 +248,13 @@ Status ExampleFormatter::format_messages(const Json& line, TokenizedExample& out
 // The tokenizer's template around the sequence, as `tokenizer(text)` adds it (Llama 3's
 // <|begin_of_text|>, Gemma's <bos>): what comes before is trained as the text around it is (a
 // prompt's is context); what comes after ends the example, trained as the EOS.
-void ExampleFormatter::wrap_sequence(TokenizedExample& out, bool trained) const {
+Status ExampleFormatter::wrap_sequence(TokenizedExample& out, bool trained) const {
+  MT_RETURN_IF_ERROR(specials_error_);
   out.ids.insert(out.ids.begin(), specials_.before.begin(), specials_.before.end());
   out.loss.insert(out.loss.begin(), specials_.before.size(), uint8_t(trained));
   out.ids.insert(out.ids.end(), specials_.after.begin(), specials_.after.end());
   out.loss.insert(out.loss.end(), specials_.after.size(), uint8_t(1));
+  return Status::Ok();
 }
 
 Status ExampleFormatter::append_eos(TokenizedExample& out) const {

@@ -18,9 +18,9 @@ class HfTokenizer final : public Tokenizer {
  public:
   HfTokenizer(std::vector<AddedToken> added, Normalizer normalizer, PreTokenizer pre_tokenizer, Bpe bpe,
               Decoder decoder);
-  // tokenizer.json's post_processor, parsed against this tokenizer's vocabulary.
-  void set_sequence_specials(SequenceSpecials s) { specials_ = std::move(s); }
-  SequenceSpecials sequence_specials() const override { return specials_; }
+  // tokenizer.json's post_processor, parsed against this tokenizer's vocabulary (or why not).
+  void set_sequence_specials(Result<SequenceSpecials> s) { specials_ = std::move(s); }
+  Result<SequenceSpecials> sequence_specials() const override { return specials_; }
 
   // Text that is not valid UTF-8 is kInvalidArgument naming the byte offset (Hugging Face
   // accepts only Unicode strings, so there is nothing to match).
@@ -43,7 +43,7 @@ class HfTokenizer final : public Tokenizer {
   PreTokenizer pre_tokenizer_;
   Bpe bpe_;
   Decoder decoder_;
-  SequenceSpecials specials_;
+  Result<SequenceSpecials> specials_ = SequenceSpecials{};
   int vocab_size_ = 0;
 };
 

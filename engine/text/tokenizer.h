@@ -32,8 +32,9 @@ class Tokenizer {
   virtual std::string describe() const = 0;
   // What Hugging Face's encode with add_special_tokens (transformers' `tokenizer(text)`) puts
   // around one sequence: tokenizer.json's post_processor (post_processor.h). encode() never adds
-  // them; the text and prompt_completion formats do. None by default.
-  virtual SequenceSpecials sequence_specials() const { return {}; }
+  // them; the text and prompt_completion formats do. None by default; an error for a
+  // post_processor this does not read (the tokenizer still encodes: chats need no template).
+  virtual Result<SequenceSpecials> sequence_specials() const { return SequenceSpecials{}; }
 };
 
 // The byte-level tokenizer of data.source text: token = byte (vocab 256, no special tokens).

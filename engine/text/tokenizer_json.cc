@@ -130,8 +130,7 @@ Result<std::unique_ptr<Tokenizer>> parse_tokenizer_json(const Json& root) {
   // truncation and padding are not applied: encode never truncates (see tokenizer.h).
   auto tok = std::make_unique<HfTokenizer>(std::move(added), std::move(normalizer), std::move(pre), std::move(bpe),
                                            std::move(decoder));
-  MT_ASSIGN_OR_RETURN(SequenceSpecials specials, parse_post_processor(root.find("post_processor"), tok->vocab_size()));
-  tok->set_sequence_specials(std::move(specials));
+  tok->set_sequence_specials(parse_post_processor(root.find("post_processor"), tok->vocab_size()));
   return std::unique_ptr<Tokenizer>(std::move(tok));
 }
 

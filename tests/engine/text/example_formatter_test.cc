@@ -61,7 +61,7 @@ TEST(SftExample, TextTrainsOnEveryTokenAndTheEos) {
 TEST(SftExample, TheTokenizersTemplatePutsItsBosBeforeEachText) {
   TestTokenizer tok({"<s>", "</s>", "<|im_start|>", "<|im_end|>"});
   const int32_t bos = tok.token_id("<s>"), eos = tok.token_id("</s>");
-  tok.with_specials({{bos}, {}});
+  tok.with_specials(SequenceSpecials{{bos}, {}});
   ExampleFormatOptions o;
   o.eos_token = "</s>";
   o.chat_template = "chatml";
@@ -78,11 +78,35 @@ TEST(SftExample, TheTokenizersTemplatePutsItsBosBeforeEachText) {
   ASSERT_TRUE(chat.ok()) << chat.status().to_string();
   EXPECT_NE(chat->ids.front(), bos) << "a chat template renders its own markup";
   EXPECT_NE(f->describe().find("ids " + std::to_string(bos) + " before each text"), std::string::npos) << f->describe();
-  tok.with_specials({{bos}, {eos}});  // "<s> $A </s>": the template's EOS ends the example
+  tok.with_specials(SequenceSpecials{{bos}, {eos}});  // "<s> $A </s>": the template's EOS ends the example
   auto g = make(tok, o);
   auto ended = g->format(R"({"text": "hi"})");
   ASSERT_TRUE(ended.ok()) << ended.status().to_string();
   EXPECT_EQ(ended->ids, (std::vector<int32_t>{bos, 'h', 'i', eos}));
+}
+
+// A post_processor this does not read refuses the formats that need it, not the tokenizer: chats
+// (and format auto's chat lines) go on; a text line under format auto is refused naming it.
+TEST(SftExample, AnUnreadPostProcessorRefusesOnlyTheTextFormats) {
+  TestTokenizer tok({"<s>", "</s>", "<|im_start|>", "<|im_end|>"});
+  tok.with_specials(unimplemented("post_processor type 'RobertaProcessing' is not supported"));
+  ExampleFormatOptions o;
+  o.eos_token = "</s>";
+  o.chat_template = "chatml";
+  const char* chat = R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})";
+  o.format = "messages";
+  EXPECT_TRUE(make(tok, o)->format(chat).ok());
+  o.format = "text";
+  auto text = ExampleFormatter::create(o, tok);
+  ASSERT_FALSE(text.ok());
+  EXPECT_NE(text.status().message().find("RobertaProcessing"), std::string::npos) << text.status().to_string();
+  o.format = "auto";
+  auto f = make(tok, o);
+  EXPECT_TRUE(f->format(chat).ok());
+  auto line = f->format(R"({"text": "hi"})");
+  ASSERT_FALSE(line.ok());
+  EXPECT_NE(line.status().message().find("the text and prompt_completion formats"), std::string::npos)
+      << line.status().to_string();
 }
 
 TEST(SftExample, AddEosFalseAppendsNothingAndNeedsNoEosToken) {

@@ -52,8 +52,8 @@ class TestTokenizer final : public Tokenizer {
   int vocab_size() const override { return int(256 + special_.size() + merges_.size()); }
   std::string describe() const override { return "test tokenizer"; }
   // What its post_processor would put around a sequence (a BOS, say): none unless set.
-  SequenceSpecials sequence_specials() const override { return specials_; }
-  TestTokenizer& with_specials(SequenceSpecials s) {
+  Result<SequenceSpecials> sequence_specials() const override { return specials_; }
+  TestTokenizer& with_specials(Result<SequenceSpecials> s) {
     specials_ = std::move(s);
     return *this;
   }
@@ -80,7 +80,7 @@ class TestTokenizer final : public Tokenizer {
 
   std::vector<std::string> special_;
   std::vector<std::string> merges_;
-  SequenceSpecials specials_;
+  Result<SequenceSpecials> specials_ = SequenceSpecials{};
 };
 
 }  // namespace mt::testing_util
