@@ -202,6 +202,16 @@ int remote_push(Connection& c, const Args& a) {
   v1::PushDataResponse resp;
   if (grpc::Status s = probe_push(c, p, resp); !s.ok()) return c.fail(s, "push " + p.path + " to job " + p.id);
   const uint64_t have = resp.push_committed_tokens();
+  if (have == 0 && !a.has("push-id") && p.elem != 2) {  // a push a client before --format joined the id began?
+    PushPlan legacy = p;
+    legacy.push_id = default_push_id(p.id, p.path, p.total * uint64_t(p.elem), 2);
+    v1::PushDataResponse old;
+    if (probe_push(c, legacy, old).ok() && old.push_committed_tokens() > 0)
+      return fail(kUsage, "push " + legacy.push_id + " of '" + p.path + "' (an earlier client's id for this file) holds " +
+                              std::to_string(old.push_committed_tokens()) + " tokens: if it was pushed as " +
+                              a.get("format") + ", give --push-id " + legacy.push_id +
+                              " to resume it; --push-id NEW pushes the file again");
+  }
   if (have > p.total)
     return fail(kUsage, "push " + p.push_id + " already holds " + std::to_string(have) + " tokens, more than the " +
                             std::to_string(p.total) + " of '" + p.path + "': give another --push-id");

@@ -82,6 +82,15 @@ TEST_F(PushTest, AnotherFormatIsAnotherPushNotTheRestOfTheFirst) {
   EXPECT_EQ(b.find("resumed_at")->as_int(), 0) << u16.out;
   EXPECT_EQ(b.find("tokens_accepted")->as_int(), 600) << u16.out;
   EXPECT_EQ(b.find("spooled_tokens")->as_int(), 900) << u16.out;
+  // A tokens-u16 push's id is what every format's was before: another format finding it holding
+  // tokens is refused, naming it (a tokens-u32 push begun by an earlier client resumes with
+  // --push-id ID instead of being spooled again from its start).
+  const std::string other = tokens_file(dir_ + "/c.u16", 64, 2, 256);
+  ASSERT_EQ(daemon_->cli({"push", id_, other, "--format", "tokens-u16"}).rc, 0);
+  RunResult as_text = daemon_->cli({"push", id_, other, "--format", "text"});
+  EXPECT_EQ(as_text.rc, 2) << describe(as_text);
+  EXPECT_NE(as_text.err.find("(an earlier client's id for this file) holds 64 tokens"), std::string::npos)
+      << describe(as_text);
   EXPECT_EQ(daemon_->cli({"cancel", id_}).rc, 0);
 }
 
