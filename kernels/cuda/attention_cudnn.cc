@@ -333,14 +333,22 @@ std::string cudnn_describe() {
          ")";
 }
 
+namespace {
+// dP of the deterministic backward (cuDNN < 9.25 on sm_90): the dense call's B rows, or one
+// ragged call's (at most a dense row's, ragged::row_calls), reserved twice since the frontend's
+// count is a lower bound for ragged layouts. Past kMaxDp nothing is reserved: cuDNN refuses
+// those lengths and our own kernels run them.
+constexpr uint64_t kMaxDp = uint64_t(48) << 30;
+uint64_t dp_bytes(int B, int T, int H) {
+  return uint64_t(std::max(B, 2)) * uint64_t(H) * uint64_t(ragged::dp_elems(1, T)) * sizeof(__nv_bfloat16);
+}
+}  // namespace
+
+bool cudnn_dp_past_reservation(int B, int T, int H) { return dp_bytes(B, T, H) > kMaxDp; }
+
 size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
   const uint64_t tokens = uint64_t(B) * uint64_t(T), qd = tokens * uint64_t(H) * uint64_t(D);
-  // dP of the deterministic backward (cuDNN < 9.25 on sm_90): the dense call's B rows, or one
-  // ragged call's (at most a dense row's, ragged::row_calls), reserved twice since the
-  // frontend's count is a lower bound for ragged layouts. Past kMaxDp nothing is reserved:
-  // cuDNN refuses those lengths and our own kernels run them.
-  constexpr uint64_t kMaxDp = uint64_t(48) << 30;
-  uint64_t dp = uint64_t(std::max(B, 2)) * uint64_t(H) * uint64_t(ragged::dp_elems(1, T)) * sizeof(__nv_bfloat16);
+  uint64_t dp = dp_bytes(B, T, H);
   if (dp > kMaxDp) dp = 0;
   // GQA's dK and dV over every query head, summed by cuDNN: the dense call's are virtual [B, H,
   // T, D] (counted as fp32); a ragged call's are the frontend's THD buffers at dK's strides times

@@ -48,6 +48,9 @@ bool cudnn_pads_documents();
 // rows' token-major statistics (B x T x H fp32), the ragged index arrays, and a fixed margin. A graph that asks for more is refused (and the call falls
 // back to our kernels): the planner's count stays an upper bound of what the device holds.
 size_t cudnn_attention_workspace_bytes(int B, int T, int H, int KVH, int D);
+// Whether that dP is past the 48 GiB reservation (then nothing is reserved for it, and cuDNN's
+// deterministic backward refuses the shape: our kernels run it). A documented limit, not a fault.
+bool cudnn_dp_past_reservation(int B, int T, int H);
 
 // cuDNN attention calls (forwards and backwards) this process has enqueued: tests and benches
 // check that a run said to use cuDNN did (a refused call falls back silently but for one warning).

@@ -15,6 +15,7 @@ std::string cudnn_describe() {
   return "cuDNN: not in this build (needs the cuDNN frontend headers: scripts/install_deps.sh, and libcudnn)";
 }
 size_t cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
+bool cudnn_dp_past_reservation(int, int, int) { return false; }
 std::string cudnn_validate_graphs(const AttentionShape&, const DocumentSpans*, int, bool, CudnnGraphFault) {
   return cudnn_describe();
 }
