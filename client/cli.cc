@@ -106,7 +106,7 @@ Result<double> Args::number(const std::string& k, double def, double min, double
 
 const char* command_usage(const std::string& cmd) {
   static const std::map<std::string, const char*> kUsage = {
-      {"train", "train SPEC [--out DIR] [--steps N] [--backend B] [--executor E] [--precision fp32|bf16|auto] [--devices N] [--shard-optimizer] [--json]"},
+      {"train", "train SPEC [--out DIR] [--steps N] [--backend B] [--executor E] [--precision fp32|bf16|auto] [--devices N] [--shard-optimizer] [--host-memory SIZE] [--json]"},
       {"plan", "plan SPEC [--seq-len T | --max-seq-len] [--host-memory SIZE] [--device-memory SIZE] [--processes R [--shard-optimizer]] [--offload nvme [--nvme-paths A,B] [--nvme-masters] [--nvme-grad-window N] [--nvme-gbps G] [--device-tflops F]] [--server ADDR] [--json]"},
       {"eval", "eval --model DIR --data FILE [--format text|uint16|uint32|llmc] [--seq-len 256] [--max-seqs N] [--eod-id N] [--json]"},
       {"inspect", "inspect PATH [--json]"},

@@ -61,7 +61,7 @@ int cmd_plan_local(const Args& a) {
     if (!s->ok()) return fail(kUsage, s->message());
   // A card's memory plans for that card: backend auto on a machine without one would plan the
   // CPU backend, whose "device" is more host memory (a login node's plan of a GPU job).
-  if (a.has("device-memory") && spec->backend == "auto") spec->backend = "cuda";
+  if (a.has("device-memory") && spec->backend == "auto" && spec->executor != "resident") spec->backend = "cuda";
   if (Status s = apply_seq_len(a, *spec); !s.ok()) return fail(kUsage, s.message());
   if (Status s = apply_nvme(a, *spec); !s.ok()) return fail(kUsage, s.message());
   // The step's compute time the NVMe verdict assumes (0: the planner's default).
@@ -82,8 +82,10 @@ int cmd_plan_local(const Args& a) {
     Json j = memory_plan_to_json(*plan);
     j.set("seq_len", spec->train.seq_len);
     if (max_seq_len) j.set("max_seq_len", max_seq_len);
+    j.set("host_budget_bytes", int64_t(*host));  // as the server's plan says its budgets
+    j.set("device_budget_bytes", int64_t(*dev));
     print_json(j);
-    return plan->fits ? kOk : kUsage;  // RESOURCE_EXHAUSTED's code, as the daemon's refusal
+    return plan->fits ? kOk : fail(kUsage, "the plan does not fit: " + plan->reason);  // RESOURCE_EXHAUSTED's code
   }
   if (max_seq_len) std::printf("max seq_len    %d (the longest that fits these budgets; its plan:)\n", max_seq_len);
   std::printf("seq_len        %d x micro_batch %d x global_batch %d, token chunk %s\n", spec->train.seq_len,
@@ -110,11 +112,11 @@ int cmd_plan_local(const Args& a) {
     print_nvme_plan(n.paths, n.masters, n.window, n.drive_bytes, n.drive_bytes_per_path, n.window_bytes, n.verdict);
   }
   if (!a.has("host-memory") && *host) std::printf("host budget    %s (this machine's RAM: --host-memory SIZE plans for another)\n", format_bytes(*host).c_str());
-  else std::printf("host budget    %s\n", *host ? format_bytes(*host).c_str() : "none (--host-memory 0)");
+  else std::printf("host budget    %s\n", *host ? format_bytes(*host).c_str() : a.has("host-memory") ? "none (--host-memory 0)" : "none (this machine's RAM is unknown)");
   if (*dev) std::printf("device budget  %s\n", format_bytes(*dev).c_str());
   else std::printf("device budget  none (no GPU here): --device-memory SIZE plans for a card, e.g. 140GB for an H200\n");
   std::printf("fits           %s%s%s\n", plan->fits ? "yes" : "no", plan->fits ? "" : ": ", plan->reason.c_str());
-  return plan->fits ? kOk : kUsage;
+  return plan->fits ? kOk : fail(kUsage, "the plan does not fit: " + plan->reason);
 }
 
 }  // namespace mt::cli

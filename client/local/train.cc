@@ -140,9 +140,12 @@ int cmd_train(const Args& a) {
   };
   hooks.on_eval = [&](const EvalReport& r) { progress.eval({r.step, r.loss, r.best, r.best_step, r.best_loss}); };
   hooks.on_log = [&](LogLevel, const std::string& m) { progress.message(m); };
-  // The host budget is this machine's RAM: a run past it is refused with its plan's numbers
-  // before any memory is taken, not killed by the kernel part-way through its allocation.
-  JobRunner runner(*spec, *dir, hooks, 0, physical_memory_bytes());
+  // The host budget is this machine's RAM (or its container's limit): a run past it is refused
+  // with its plan's numbers before any memory is taken, not killed by the kernel part-way
+  // through its allocation. --host-memory gives another (0: none).
+  auto host = a.size("host-memory", physical_memory_bytes());
+  if (!host.ok()) return fail(kUsage, host.status().message());
+  JobRunner runner(*spec, *dir, hooks, 0, *host);
   runner_ptr = &runner;
   g_runner.store(&runner);
   for (int sig : kStopSignals) std::signal(sig, on_stop_signal);

@@ -213,7 +213,8 @@ int remote_plan(Connection& c, const Args& a) {
     if (resp.max_seq_len()) std::printf("max seq_len    %d (the longest that fits the server's budgets)\n", resp.max_seq_len());
     print_plan_human(resp.plan());
   }
-  return resp.plan().fits() ? kOk : kUsage;  // RESOURCE_EXHAUSTED's code, as submit's refusal
+  // RESOURCE_EXHAUSTED's code, as submit's refusal, with the error object --json promises
+  return resp.plan().fits() ? kOk : fail(kUsage, "the plan does not fit: " + resp.plan().reason());
 }
 
 }  // namespace mt::cli

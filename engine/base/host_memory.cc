@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -33,9 +34,24 @@ class AlignedAllocator final : public HostAllocator {
 
 }  // namespace
 
+namespace {
+// A cgroup memory limit file's bytes; 0 for "max", an absent file or anything unparsable.
+uint64_t cgroup_limit(const char* path) {
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  unsigned long long v = 0;
+  const bool number = std::fscanf(f, "%llu", &v) == 1;
+  std::fclose(f);
+  return number ? uint64_t(v) : 0;
+}
+}  // namespace
+
 uint64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  uint64_t bytes = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"})
+    if (const uint64_t c = cgroup_limit(limit); c > 0 && (bytes == 0 || c < bytes)) bytes = c;
+  return bytes;
 }
 
 Result<void*> HostAllocator::allocate_placed(size_t bytes, const Place& place, Status* placed) {

@@ -30,8 +30,9 @@ class HostAllocator {
 };
 HostAllocator& default_host_allocator();  // plain aligned pageable memory
 
-// This machine's RAM (0 when the system does not say): megatraind's --host_memory default is 80%
-// of it, and a local run's (megatrain train, plan) all of it.
+// This machine's RAM, or the memory limit of the cgroup this process runs in when lower (a
+// container's: cgroup v2 memory.max, v1 memory.limit_in_bytes); 0 when the system does not say.
+// megatraind's --host_memory default is 80% of it, a local run's (megatrain train, plan) all of it.
 uint64_t physical_memory_bytes();
 
 // A buffer from a HostAllocator (pinned where the backend pins), released when destroyed.

@@ -45,6 +45,7 @@ TEST(DeviceBudget, AModelPastThisMachinesMemoryDoesNotFitAndExitsTwo) {
   EXPECT_NE(r.out.find("host budget    "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(this machine's RAM"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits           no: "), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("the plan does not fit: host memory"), std::string::npos) << describe(r);
   RunResult unlimited = megatrain({"plan", kLlama3Spec, "--host-memory", "0", "--device-memory", "140GB", "--json"});
   EXPECT_EQ(unlimited.rc, 0) << describe(unlimited);
 }
