@@ -60,25 +60,31 @@ class ExampleSource final : public DataSource {
   }
   uint64_t num_sequences(int T) const override {
     if (T <= 0) return 0;
-    const auto barren = T == layout_.seq_len ? Result<std::vector<PieceStart>>(barren_)
-                                             : barren_pieces(*set_, T, opt_.packing.truncate);
-    return barren.ok() ? pack_epoch(lengths_, T, opt_.packing, 0, *barren).rows() : 0;
+    const auto barren = barren_for(T);
+    return barren.ok() ? pack_epoch(lengths_, T, opt_.packing, 0, **barren).rows() : 0;
   }
   double packing_efficiency() const override {
     return slots_ ? double(real_tokens_) / double(slots_) : -1;
   }
 
  private:
+  // The pieces left out at rows of T tokens (barren_pieces, which reads every masked example):
+  // computed once per T, for num_sequences at a job's start and the layouts after it.
+  Result<const std::vector<PieceStart>*> barren_for(int T) const {
+    if (T != barren_seq_len_) {
+      MT_ASSIGN_OR_RETURN(barren_, barren_pieces(*set_, T, opt_.packing.truncate));
+      barren_seq_len_ = T;
+    }
+    return &barren_;
+  }
   // Makes layout_ the epoch holding row `cursor`; false past the last epoch.
   Result<bool> locate(uint64_t cursor, int T) {
     if (set_->size() == 0) return failed_precondition(set_->describe() + " holds no example");
     if (layout_.seq_len != T || cursor < epoch_start_) {
-      if (layout_.seq_len != T) {
-        MT_RETURN_IF_ERROR(check_trains(T));
-        MT_ASSIGN_OR_RETURN(barren_, barren_pieces(*set_, T, opt_.packing.truncate));
-      }
+      if (layout_.seq_len != T) MT_RETURN_IF_ERROR(check_trains(T));
+      MT_ASSIGN_OR_RETURN(const std::vector<PieceStart>* barren, barren_for(T));
       epoch_ = 0, epoch_start_ = 0;
-      layout_ = pack_epoch(lengths_, T, opt_.packing, 0, barren_);
+      layout_ = pack_epoch(lengths_, T, opt_.packing, 0, *barren);
       if (layout_.rows() == 0) {
         layout_ = {};  // asked again, it is laid out (and refused) again
         return failed_precondition(set_->describe() + " has no piece the loss counts a token of");
@@ -87,7 +93,8 @@ class ExampleSource final : public DataSource {
     while (cursor >= epoch_start_ + layout_.rows()) {
       if (opt_.epochs && epoch_ + 1 >= opt_.epochs) return false;
       epoch_start_ += layout_.rows();
-      layout_ = pack_epoch(lengths_, T, opt_.packing, ++epoch_, barren_);
+      MT_ASSIGN_OR_RETURN(const std::vector<PieceStart>* barren, barren_for(T));
+      layout_ = pack_epoch(lengths_, T, opt_.packing, ++epoch_, *barren);
     }
     return true;
   }
@@ -110,7 +117,8 @@ class ExampleSource final : public DataSource {
   std::shared_ptr<const ExampleSet> set_;
   ExampleSourceOptions opt_;
   std::vector<uint64_t> lengths_;
-  std::vector<PieceStart> barren_;  // for layout_.seq_len: pieces left out (barren_pieces)
+  mutable std::vector<PieceStart> barren_;  // for barren_seq_len_: pieces left out (barren_for)
+  mutable int barren_seq_len_ = 0;
   EpochLayout layout_;
   uint64_t epoch_ = 0, epoch_start_ = 0;  // the epoch layout_ holds and its first row's cursor
   uint64_t cursor_ = 0;

@@ -124,10 +124,14 @@ std::string JobRun::epochs_end_early() const {
   if (rows == 0 || steps >= uint64_t(spec_.steps)) return "";
   char at_end[32];
   std::snprintf(at_end, sizeof at_end, "%.2f", double(t.schedule.at(1.0f, long(steps) - 1)));
+  const bool warming = steps <= uint64_t(t.schedule.warmup_steps);
   return "data.epochs " + std::to_string(spec_.data.epochs) + " ends the run after about " + std::to_string(steps) +
          " steps, before steps = " + std::to_string(spec_.steps) + ", which the " + lr_decay_name(t.schedule.decay) +
-         " learning-rate schedule spans: its last step would run at " + at_end +
-         " of the peak rate, undecayed; set steps to about " + std::to_string(steps) + " to decay over the data";
+         " learning-rate schedule spans: its last step would run at " + at_end + " of the peak rate, " +
+         (warming ? "still in its warmup of " + std::to_string(t.schedule.warmup_steps) + " steps; set steps and "
+                                                                                        "warmup_steps to fit about "
+                  : "undecayed; set steps to about ") +
+         std::to_string(steps) + (warming ? " steps" : " to decay over the data");
 }
 
 // spec.eval: the held-out set, read once, before the first step.

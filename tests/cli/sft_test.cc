@@ -188,18 +188,23 @@ TEST(SftCli, TinyModelLearnsReversalLossOnlyOnCompletions) {
 TEST(SftCli, EpochsEndingTheRunBeforeItsStepsSayTheScheduleWillNotDecay) {
   const std::string dir = fresh_dir("sft_epochs_short");
   const Task task = reverse_task(dir, 48, 4, 4);  // 48 short examples: one 64-token row holds several
-  auto run = [&](int epochs, const std::string& decay) {
+  auto run = [&](int epochs, const std::string& decay, int warmup = 0) {
     std::string yaml = sft_spec("{source: jsonl, path: " + task.path + ", tokenizer: byte, format: prompt_completion, "
                                 "packing: false, epochs: " + std::to_string(epochs) + "}", 100, 64, 16, 0);
-    yaml.replace(yaml.find("decay: cosine"), 13, "decay: " + decay);
-    return megatrain({"train", write_file(dir + "/spec.yaml", yaml), "--json", "--out", dir + "/run-" + decay +
-                      std::to_string(epochs)});
+    yaml.replace(yaml.find("warmup_steps: 10, decay: cosine"), 31,
+                 "warmup_steps: " + std::to_string(warmup) + ", decay: " + decay);
+    return megatrain({"train", write_file(dir + "/spec.yaml", yaml), "--json", "--out",
+                      dir + "/run-" + decay + std::to_string(epochs) + "-" + std::to_string(warmup)});
   };
   RunResult short_run = run(2, "cosine");  // 48 rows an epoch, 16 a step: 6 steps of 100
   ASSERT_EQ(short_run.rc, 0) << describe(short_run);
   EXPECT_NE(short_run.err.find("data.epochs 2 ends the run after about 6 steps, before steps = 100"), std::string::npos)
       << describe(short_run);
-  EXPECT_NE(short_run.err.find("set steps to about 6"), std::string::npos) << describe(short_run);
+  EXPECT_NE(short_run.err.find("undecayed; set steps to about 6 to decay over the data"), std::string::npos)
+      << describe(short_run);
+  RunResult warming = run(2, "cosine", 10);  // the run ends inside its warmup
+  EXPECT_NE(warming.err.find("still in its warmup of 10 steps; set steps and warmup_steps to fit about 6 steps"),
+            std::string::npos) << describe(warming);
   RunResult constant = run(2, "constant");
   EXPECT_EQ(constant.err.find("ends the run after about"), std::string::npos) << describe(constant);
   RunResult lasting = run(40, "cosine");  // 120 steps of data
