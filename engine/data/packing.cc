@@ -76,6 +76,10 @@ Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int T, bool
   for (uint64_t e = 0; e < set.size(); ++e) {
     const uint64_t len = set.length(e);
     const uint64_t n = truncate ? std::min<uint64_t>(len, uint64_t(T)) : len;
+    if (every_target_counts) {  // only an example's last token alone: after k * seq_len tokens, or all of it
+      if ((len - 1) % uint64_t(T) == 0 && len - 1 < n) out.push_back({e, len - 1});
+      continue;
+    }
     for (uint64_t b = 0; b < n; b += uint64_t(T)) {
       // the piece's targets: the tokens after each of its tokens (fill_row); an example's last
       // token alone (a one-token example, or the piece after k * seq_len tokens) has none
@@ -84,7 +88,6 @@ Result<std::vector<PieceStart>> barren_pieces(const ExampleSet& set, int T, bool
         out.push_back({e, b});
         continue;
       }
-      if (every_target_counts) continue;
       ids.resize(last - b), loss.resize(last - b);
       MT_RETURN_IF_ERROR(set.read(e, b + 1, last - b, ids.data(), loss.data()));
       if (std::find(loss.begin(), loss.end(), uint8_t(1)) == loss.end()) out.push_back({e, b});

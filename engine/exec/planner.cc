@@ -132,8 +132,7 @@ std::vector<std::pair<std::string, uint64_t>> host_kinds(const std::vector<Param
   // Rows of the global batch, staged by every device (the leader's also receives their gradient).
   kinds.push_back({"embedding_rows", sat_mul(max_rows, uint64_t(c.hidden_size), 4, uint64_t(std::max(po.devices, 1)))});
   kinds.push_back({"loss_totals", loss_totals_bytes(o)});
-  // The step's inputs, targets, positions and document starts, staged for their upload.
-  kinds.push_back({"batch_staging", sat_mul(sat_add(sat_mul(4, tokens), uint64_t(o.global_batch / o.micro_batch)), 4)});
+  kinds.push_back({"batch_staging", batch_staging_bytes(o)});
   if (c.tie_word_embeddings) kinds.push_back({"tied_head_grad", sat_mul(state_elem_bytes(o.layout), units[0].numel)});
   if (po.processes > 1 && o.layout == MemoryLayout::kCompact)  // each unit's bf16 gradient summed in fp32
     kinds.push_back({"node_grad_staging", sat_mul(uint64_t(largest), 4)});
@@ -240,6 +239,11 @@ WorkspaceSplit workspace_split(const ModelConfig& c, const TrainOptions& o, int 
 }
 
 }  // namespace
+
+uint64_t batch_staging_bytes(const TrainOptions& o) {
+  const uint64_t tokens = sat_mul(uint64_t(o.global_batch), uint64_t(o.seq_len));
+  return sat_mul(sat_add(sat_mul(4, tokens), uint64_t(o.global_batch / o.micro_batch)), sizeof(int32_t));
+}
 
 Result<MemoryPlan> plan_memory(const ModelConfig& c, const TrainOptions& global, const PlanOptions& po) {
   MT_RETURN_IF_ERROR(validate(global, c));

@@ -145,6 +145,10 @@ struct MemoryPlan {
 constexpr int kMinTokenChunk = 128;
 
 Result<MemoryPlan> plan_memory(const ModelConfig& cfg, const TrainOptions& opt, const PlanOptions& popt);
+// The host staging of one step's batch (its plan's batch_staging, a streaming executor's
+// allocation): inputs, targets and positions (an int32 a token each) and the document starts
+// (at most a token's and a micro-batch's each).
+uint64_t batch_staging_bytes(const TrainOptions& o);
 Json memory_plan_to_json(const MemoryPlan& p);
 std::string format_bytes(uint64_t bytes);  // "1.50 GiB"
 

@@ -169,8 +169,7 @@ Status StreamingExecutor::allocate() {
   MT_ASSIGN_OR_RETURN(void* totals, backend_->device_alloc(micro_batches * 2 * sizeof(double)));
   loss_totals_ = static_cast<double*>(totals);
   MT_ASSIGN_OR_RETURN(host_loss_, HostBuffer::allocate(backend_->host_allocator(), micro_batches * 2 * sizeof(double)));
-  MT_ASSIGN_OR_RETURN(host_batch_, HostBuffer::allocate(backend_->host_allocator(),
-                                                        (4 * tokens + micro_batches) * sizeof(int32_t)));
+  MT_ASSIGN_OR_RETURN(host_batch_, HostBuffer::allocate(backend_->host_allocator(), batch_staging_bytes(opt_)));
   const auto inv = rope_inv_freq(cfg_);
   MT_ASSIGN_OR_RETURN(void* inv_freq, backend_->device_alloc(inv.size() * sizeof(float)));
   inv_freq_ = static_cast<float*>(inv_freq);

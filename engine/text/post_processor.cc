@@ -7,14 +7,15 @@ namespace mt {
 
 namespace {
 
-constexpr size_t kMaxPieces = 64;     // template items, and ids of one special token
+constexpr size_t kMaxItems = 64;      // items of a template
+constexpr size_t kMaxIds = 64;        // ids of one special token
 constexpr int kMaxDepth = 4;          // nested Sequences
 
 // One SpecialToken of a template: its ids, from the template's "special_tokens" table.
 Status special_ids(const Json& table, const std::string& name, int vocab, std::vector<int32_t>& out) {
   const Json* entry = table.is_object() ? table.find(name) : nullptr;
   const Json* ids = entry ? entry->find("ids") : nullptr;
-  if (!ids || !ids->is_array() || ids->items().empty() || ids->items().size() > kMaxPieces)
+  if (!ids || !ids->is_array() || ids->items().empty() || ids->items().size() > kMaxIds)
     return invalid_argument("post_processor: special token '" + name + "' has no ids in special_tokens");
   for (const Json& id : ids->items()) {
     if (!id.is_integer() || id.as_int() < 0 || id.as_int() >= vocab)
@@ -28,7 +29,7 @@ Status special_ids(const Json& table, const std::string& name, int vocab, std::v
 // TemplateProcessing's "single": SpecialToken items around the one Sequence "A".
 Result<SequenceSpecials> template_single(const Json& spec, int vocab) {
   const Json* single = spec.find("single");
-  if (!single || !single->is_array() || single->items().size() > kMaxPieces)
+  if (!single || !single->is_array() || single->items().size() > kMaxItems)
     return invalid_argument("post_processor TemplateProcessing has no single template");
   const Json empty_table = Json::object();
   const Json* table = spec.find("special_tokens");

@@ -39,7 +39,7 @@ TEST(Planner, EveryPresetPlansWithoutAllocating) {
       const uint64_t emb = uint64_t(cfg->vocab_size) * uint64_t(cfg->hidden_size);
       const uint64_t micro_batches = uint64_t(opt.global_batch / opt.micro_batch);
       const uint64_t loss_totals = micro_batches * 2 * sizeof(double);
-      const uint64_t batch = (4 * uint64_t(opt.global_batch) * uint64_t(opt.seq_len) + micro_batches) * 4;
+      const uint64_t batch = batch_staging_bytes(opt);
       EXPECT_LE(p->host_bytes - state - routing,
                 emb * (4 + (cfg->tie_word_embeddings ? gb : 0)) + loss_totals + batch) << name;
       EXPECT_GT(p->host_bytes, state) << name;
