@@ -464,7 +464,9 @@ CudnnAttention::~CudnnAttention() = default;
 
 CudaStatus CudnnAttention::create(std::unique_ptr<CudnnAttention>& out, void* workspace, size_t workspace_bytes,
                                   std::optional<bool> pad_documents) {
-  static std::string refusal;
+  // A CudaStatus holds a C string: the refusal lives in this thread's storage (data-parallel
+  // backends are created on several threads at once; a shared static raced).
+  thread_local std::string refusal;
   if (cudnnGetVersion() < CUDNN_VERSION) {
     refusal = "cuDNN runtime " + version_string(cudnnGetVersion()) + " is older than the headers it was built with (" +
               version_string(CUDNN_VERSION) + "): put cuDNN >= " + version_string(CUDNN_VERSION) +
