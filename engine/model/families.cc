@@ -30,7 +30,9 @@ bool is_null(const Json* v) { return !v || v->is_null(); }
 Status read_activation(const ConfigReader& r, const char* field, ModelConfig& c) {
   const Json* v = r.get(field);
   if (is_null(v)) return Status::Ok();
-  if (v->is_string() && v->as_string() == "silu") return c.activation = GateActivation::kSilu, Status::Ok();
+  // "swish" is transformers' other name for SiLU (ACT2FN: nn.SiLU)
+  if (v->is_string() && (v->as_string() == "silu" || v->as_string() == "swish"))
+    return c.activation = GateActivation::kSilu, Status::Ok();
   if (v->is_string() && v->as_string() == "gelu_pytorch_tanh")
     return c.activation = GateActivation::kGeluTanh, Status::Ok();
   return r.fail(field, "is " + v->dump() + "; supported: \"silu\" (SwiGLU), \"gelu_pytorch_tanh\" (GeGLU)");

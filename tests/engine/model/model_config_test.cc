@@ -197,6 +197,12 @@ TEST(ModelConfigRefusal, AnotherFamilysOptionIsRefused) {
 TEST(ModelConfigRefusal, ActivationOtherThanSilu) {
   auto m = refusal(llama(R"(, "hidden_act": "gelu")"));
   EXPECT_NE(m.find("'hidden_act'"), std::string::npos) << m;
+  // "swish" is SiLU by its other name in transformers (ACT2FN maps it to nn.SiLU): accepted.
+  auto swish = parse_model_config(llama(R"(, "hidden_act": "swish")"), "config.json");
+  ASSERT_TRUE(swish.ok()) << swish.status().to_string();
+  auto silu = parse_model_config(llama(R"(, "hidden_act": "silu")"), "config.json");
+  ASSERT_TRUE(silu.ok());
+  EXPECT_TRUE(swish->activation == silu->activation);
 }
 
 TEST(ModelConfigRefusal, LlamaAttentionBias) {
