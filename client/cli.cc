@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdint>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -83,20 +82,9 @@ Result<double> Args::number(const std::string& k, double def, double min, double
   auto it = flags_.find(k);
   if (it == flags_.end()) return def;
   const std::string& text = it->second;
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  size_t i = 0, mantissa = 0;
-  while (i < text.size() && digit(text[i])) ++i, ++mantissa;
-  if (i < text.size() && text[i] == '.')
-    for (++i; i < text.size() && digit(text[i]); ++i) ++mantissa;
-  bool ok = mantissa > 0;
-  if (ok && i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
-    if (++i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
-    const size_t exp = i;
-    while (i < text.size() && digit(text[i])) ++i;
-    ok = i > exp;
-  }
-  const double v = ok && i == text.size() ? std::strtod(text.c_str(), nullptr) : 0;
-  if (!ok || i != text.size() || !std::isfinite(v) || !(v > min) || v > max) {
+  const auto parsed = Json::parse_number(text);  // the spec's numbers' rule: no hex, inf, nan, spaces, suffix
+  const double v = parsed.ok() ? parsed->as_double() : 0;
+  if (!parsed.ok() || !(v > min) || v > max) {
     char range[64];
     std::snprintf(range, sizeof range, "above %g and at most %g", min, max);
     return invalid_argument("--" + k + " = '" + text + "' must be a decimal number " + range);

@@ -23,8 +23,8 @@ class Args {
   // --k as a decimal integer in [min, max] (`def` when absent): digits with an optional leading
   // '-', nothing else (no spaces, no '+', no 0x, no exponent), as the spec parser reads integers.
   Result<int64_t> integer(const std::string& k, int64_t def, int64_t min, int64_t max) const;
-  // --k as a finite decimal number in (min, max] (`def` when absent): digits with at most one
-  // '.', an optional exponent (1e3, 2.5E-1), nothing else (no spaces, 0x, inf, nan, suffixes).
+  // --k as a finite decimal number in (min, max] (`def` when absent), read as a spec's numbers
+  // are (Json::parse_number: 2.5, 1e3; no spaces, 0x, inf, nan or suffixes).
   Result<double> number(const std::string& k, double def, double min, double max) const;
   // --k as a size in bytes (engine/base/byte_size's rule: 4096, 512M, 128GiB, 1.5TB), `def` when
   // absent; refused naming the flag.

@@ -16,8 +16,13 @@ class MemoryExampleSet final : public ExampleSet {
   MemoryExampleSet(std::vector<TokenizedExample> ex, std::string what) : ex_(std::move(ex)), what_(std::move(what)) {
     ex_.erase(std::remove_if(ex_.begin(), ex_.end(), [](const TokenizedExample& e) { return e.ids.empty(); }),
               ex_.end());
-    for (const auto& e : ex_)  // an example's first token is never a target: nothing precedes it
+    uint64_t h = kFnv1aBasis;
+    for (const auto& e : ex_) {  // an example's first token is never a target: nothing precedes it
       trained_ += uint64_t(std::count(e.loss.begin() + 1, e.loss.end(), uint8_t(1)));
+      h = fnv1a64(std::string_view(reinterpret_cast<const char*>(e.ids.data()), e.ids.size() * sizeof(e.ids[0])), h);
+      h = fnv1a64(std::string_view(reinterpret_cast<const char*>(e.loss.data()), e.loss.size()), fnv1a64("\n", h));
+    }
+    contents_ = hex64(h);
   }
   uint64_t size() const override { return ex_.size(); }
   uint64_t length(uint64_t i) const override { return ex_[i].ids.size(); }
@@ -28,11 +33,13 @@ class MemoryExampleSet final : public ExampleSet {
   }
   std::string describe() const override { return what_; }
   uint64_t trained_tokens() const override { return trained_; }
+  std::string contents() const override { return contents_; }
 
  private:
   std::vector<TokenizedExample> ex_;
   std::string what_;
   uint64_t trained_ = 0;
+  std::string contents_;
 };
 
 class ShardExampleSet final : public ExampleSet {
@@ -76,17 +83,16 @@ class ShardExampleSet final : public ExampleSet {
     for (const auto& s : shards_) tokens += s->tokens(), vocab = std::max(vocab, s->vocab());
     return "shards '" + path_ + "' (" + std::to_string(shards_.size()) + " files, " + std::to_string(size()) +
            " examples, " + std::to_string(tokens) + " tokens, tokenized for a vocabulary of " + std::to_string(vocab) +
-           ", contents " + contents() + ")";
+           ")";
   }
-
- private:
-  // The shards' header checksums (each over its ids and masks), in order: shards re-tokenized
-  // with the same counts (lines reordered, edited in place) describe themselves otherwise.
-  std::string contents() const {
+  // The shards' header checksums (each over its ids and masks), in order.
+  std::string contents() const override {
     uint64_t h = kFnv1aBasis;
     for (const auto& s : shards_) h = fnv1a64(hex64(s->entry().checksum), h);
     return hex64(h);
   }
+
+ private:
   std::pair<size_t, uint64_t> locate(uint64_t i) const {
     const size_t s = size_t(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
     return {s, i - first_[s]};

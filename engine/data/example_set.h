@@ -24,6 +24,9 @@ class ExampleSet {
   // Tokens whose loss mask is 1 and that can be a target (not an example's first), over every
   // example: 0 means there is nothing to train on.
   virtual uint64_t trained_tokens() const = 0;
+  // What the examples are (ids and masks, in order), as 16 hex digits: a set edited to the same
+  // counts (lines reordered, text changed) has other contents, which a resume is told of.
+  virtual std::string contents() const = 0;
 };
 
 // Examples held in memory (empty examples are dropped).

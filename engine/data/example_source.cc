@@ -55,7 +55,7 @@ class ExampleSource final : public DataSource {
   std::string describe() const override {
     std::string d = set_->describe() + (opt_.packing.packing ? ", packed" : ", padded") +
                     (opt_.packing.truncate ? ", long examples truncated" : ", long examples split") +
-                    ", shuffle seed " + std::to_string(opt_.packing.seed);
+                    ", shuffle seed " + std::to_string(opt_.packing.seed) + ", contents " + set_->contents();
     return d + (opt_.epochs ? ", " + std::to_string(opt_.epochs) + " epochs" : ", epochs unbounded");
   }
   uint64_t num_sequences(int T) const override {

@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "engine/base/confined_open.h"
-#include "engine/base/hash.h"
 #include "engine/base/json.h"  // read_file
 
 namespace mt {
@@ -161,17 +160,9 @@ Result<std::unique_ptr<ExampleSet>> tokenize_jsonl(const std::string& path, cons
     for (auto& e : c.examples) all.push_back(std::move(e));
     return Status::Ok();
   }, size_t(16) << 20, kMaxJsonlBytes));
-  // What the examples are (ids and masks, in order), so a file edited to the same line count
-  // describes itself otherwise to a resume (the mapped sources' ", sample " does the same).
-  uint64_t h = kFnv1aBasis;
-  for (const TokenizedExample& e : all) {
-    h = fnv1a64(std::string_view(reinterpret_cast<const char*>(e.ids.data()), e.ids.size() * sizeof(e.ids[0])), h);
-    h = fnv1a64(std::string_view(reinterpret_cast<const char*>(e.loss.data()), e.loss.size()), h);
-    h = fnv1a64("\n", h);
-  }
   const size_t n = all.size();
-  return make_memory_example_set(std::move(all), "jsonl '" + path + "' (" + std::to_string(n) +
-                                                     " examples, tokenizer " + tokenizer + ", contents " + hex64(h) + ")");
+  return make_memory_example_set(std::move(all),
+                                 "jsonl '" + path + "' (" + std::to_string(n) + " examples, tokenizer " + tokenizer + ")");
 }
 
 }  // namespace mt

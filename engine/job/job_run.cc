@@ -154,7 +154,8 @@ Status JobRun::open_state() {
   if (!start.warning.empty()) log(LogLevel::kWarning, start.warning);
   state_.data_cursor = start.cursor;
   MT_RETURN_IF_ERROR(data_->seek(state_.data_cursor));
-  if (const std::string w = epochs_end_early(); !w.empty() && lead()) log(LogLevel::kWarning, w);
+  if (lead())
+    if (const std::string w = epochs_end_early(); !w.empty()) log(LogLevel::kWarning, w);
   if (resumed_.empty()) state_.eval = {};  // init.from another job: its evaluations are not ours
   state_.spec_hash = job_spec_hash(spec_);
   state_.spec = job_spec_hashed_json(spec_);

@@ -104,11 +104,12 @@ Status refuse_non_null(const ConfigReader& r, const char* field, const std::stri
   return Status::Ok();
 }
 
-// Dropout probabilities must be 0: training without them would be a different model.
-Status refuse_dropout(const ConfigReader& r, const char* field) {
+// A randomising option (dropout, router jitter) must be 0: training without it would be a
+// different model. `what` names it in the refusal.
+Status refuse_nonzero(const ConfigReader& r, const char* field, const char* what = "dropout") {
   const Json* v = r.get(field);
   if (is_null(v) || (v->is_number() && v->as_double() == 0)) return Status::Ok();
-  return r.fail(field, "is " + v->dump() + "; dropout is not implemented (only 0)");
+  return r.fail(field, "is " + v->dump() + "; " + what + " is not implemented (only 0)");
 }
 
 Status no_sliding_window(const ConfigReader& r) {
@@ -179,8 +180,8 @@ Status qwen3(const ConfigReader& r, ModelConfig& c) {
 Status phi3(const ConfigReader& r, ModelConfig& c) {
   MT_RETURN_IF_ERROR(read_activation(r, "hidden_act", c));
   MT_RETURN_IF_ERROR(refuse_true(r, "attention_bias", "biases on qkv/o are not supported"));
-  MT_RETURN_IF_ERROR(refuse_dropout(r, "resid_pdrop"));
-  MT_RETURN_IF_ERROR(refuse_dropout(r, "embd_pdrop"));
+  MT_RETURN_IF_ERROR(refuse_nonzero(r, "resid_pdrop"));
+  MT_RETURN_IF_ERROR(refuse_nonzero(r, "embd_pdrop"));
   c.fused_projections = true;
   // transformers' Phi3Config.validate_rope: only the default RoPE or longrope (not supported here)
   if (c.rope_scaling.type != "default")
@@ -273,7 +274,6 @@ Status gemma3(const ConfigReader& r, ModelConfig& c) {
 
 // ---- mixtures of experts -------------------------------------------------------------------------
 
-
 // What every MoE family shares: the experts (num_local_experts or num_experts: transformers writes
 // Qwen3-MoE's num_experts as num_local_experts, its attribute_map; both must agree when both are
 // given) and the router's k, the load-balancing loss (trained on only when output_router_logits
@@ -299,9 +299,7 @@ Status read_moe(const ConfigReader& r, ModelConfig& c, int experts, int top_k, i
     coef = v->as_double();
   }
   m.aux_coef = aux ? coef : 0;
-  const Json* jitter = r.get("router_jitter_noise");  // a noise of 0 is the only exact one
-  if (is_null(jitter) || (jitter->is_number() && jitter->as_double() == 0)) return Status::Ok();
-  return r.fail("router_jitter_noise", "is " + jitter->dump() + "; router jitter is not implemented (only 0)");
+  return refuse_nonzero(r, "router_jitter_noise", "router jitter");
 }
 
 // Qwen's MoE layers: every decoder_sparse_step-th layer not listed in mlp_only_layers.

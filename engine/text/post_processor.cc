@@ -12,8 +12,8 @@ constexpr size_t kMaxIds = 64;        // ids of one special token
 constexpr int kMaxDepth = 4;          // nested Sequences
 
 // One SpecialToken of a template: its ids, from the template's "special_tokens" table.
-Status special_ids(const Json& table, const std::string& name, int vocab, std::vector<int32_t>& out) {
-  const Json* entry = table.is_object() ? table.find(name) : nullptr;
+Status special_ids(const Json* table, const std::string& name, int vocab, std::vector<int32_t>& out) {
+  const Json* entry = table && table->is_object() ? table->find(name) : nullptr;
   const Json* ids = entry ? entry->find("ids") : nullptr;
   if (!ids || !ids->is_array() || ids->items().empty() || ids->items().size() > kMaxIds)
     return invalid_argument("post_processor: special token '" + name + "' has no ids in special_tokens");
@@ -31,7 +31,6 @@ Result<SequenceSpecials> template_single(const Json& spec, int vocab) {
   const Json* single = spec.find("single");
   if (!single || !single->is_array() || single->items().size() > kMaxItems)
     return invalid_argument("post_processor TemplateProcessing has no single template");
-  const Json empty_table = Json::object();
   const Json* table = spec.find("special_tokens");
   SequenceSpecials s;
   int sequences = 0;
@@ -49,7 +48,7 @@ Result<SequenceSpecials> template_single(const Json& spec, int vocab) {
       ++sequences;
       continue;
     }
-    MT_RETURN_IF_ERROR(special_ids(table ? *table : empty_table, id->as_string(), vocab, sequences ? s.after : s.before));
+    MT_RETURN_IF_ERROR(special_ids(table, id->as_string(), vocab, sequences ? s.after : s.before));
   }
   if (sequences != 1)
     return invalid_argument("post_processor TemplateProcessing: the single template holds the sequence " +
